@@ -1,0 +1,41 @@
+"""Run-level errors. Tool-level outcomes are not exceptions: they become
+``is_error`` tool results the model can act on (see ``tools.results``)."""
+
+from __future__ import annotations
+
+
+class AgentError(Exception):
+    """Base of every error that ends or aborts a run."""
+
+
+class StepLimitExceeded(AgentError):
+    """The turn used its step cap without the model answering."""
+
+
+class BudgetExceeded(AgentError):
+    """The conversation's token budget or the turn's wall-time cap is spent."""
+
+
+class ModelUnavailable(AgentError):
+    """The model provider could not answer (retries exhausted, circuit open, 4xx bug)."""
+
+    def __init__(self, message: str, *, reason: str = "unavailable", request_id: str | None = None):
+        super().__init__(message)
+        self.reason = reason
+        self.request_id = request_id
+
+
+class ApprovalExpired(AgentError):
+    """A decision arrived for an approval whose ``expires_at`` has passed."""
+
+
+class ConfigError(AgentError):
+    """A setting or policy file is missing or malformed; the message names it."""
+
+
+class DecisionError(AgentError):
+    """A decision that cannot be taken; ``code`` maps to the HTTP status the API answers."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code  # not_found | forbidden | own_request | conflict | expired | invalid

@@ -1,0 +1,102 @@
+"""The model seam: one request shape in, one response shape out.
+
+History is always Anthropic content blocks (plain JSON dicts exactly as the
+Messages API takes and returns them); adapters for other providers translate
+at their edge and never change what is stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal", "pause_turn", "stop_sequence"]
+
+#: One Anthropic content block (``{"type": "text", "text": ...}``,
+#: ``{"type": "tool_use", "id", "name", "input"}``, ``{"type": "tool_result", ...}``).
+Block = dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    role: Literal["user", "assistant"]
+    content: list[Block]
+
+    def as_api(self) -> dict[str, Any]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolSpec:
+    """What the model sees of a tool: name, description, JSON Schema. Nothing else."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRequest:
+    system: str
+    messages: list[Message]
+    tools: list[ToolSpec]
+    max_tokens: int = 1024
+    #: Free-form labels for logs and tracing (conversation id, run id).
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_creation_input_tokens=self.cache_creation_input_tokens
+            + other.cache_creation_input_tokens,
+            cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+        )
+
+    @property
+    def total(self) -> int:
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_creation_input_tokens
+            + self.cache_read_input_tokens
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelResponse:
+    stop_reason: StopReason
+    content: list[Block]
+    usage: Usage
+    model: str
+    request_id: str | None = None
+
+    @property
+    def tool_uses(self) -> list[Block]:
+        return [b for b in self.content if b.get("type") == "tool_use"]
+
+    @property
+    def text(self) -> str:
+        return "".join(b.get("text", "") for b in self.content if b.get("type") == "text")
+
+
+class ModelClient(Protocol):
+    """Anything that can answer a :class:`ModelRequest`.
+
+    Implementations raise :class:`agent.errors.ModelUnavailable` when the
+    provider cannot answer after retries (or the circuit is open); every other
+    vendor exception stays inside the adapter.
+    """
+
+    @property
+    def model_name(self) -> str: ...
+
+    async def complete(self, request: ModelRequest) -> ModelResponse: ...

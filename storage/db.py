@@ -1,0 +1,87 @@
+"""Engine and session factory for SQLite (embedded) and PostgreSQL (scale-out).
+
+SQLite is run the way a multi-process deployment needs it: WAL journal, a busy
+timeout, and every transaction opened with ``BEGIN IMMEDIATE`` so that a
+read-then-write (the audit chain head, the ledger) can never deadlock into
+``database is locked`` half way through.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import JSON, MetaData, event
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import DeclarativeBase
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+#: JSON everywhere, JSONB on PostgreSQL.
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+
+
+class Base(DeclarativeBase):
+    """Declarative base shared by the runtime tables and the sandbox store tables."""
+
+    metadata = MetaData(naming_convention=NAMING)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Database:
+    """An engine plus its session factory; the only handle repositories receive."""
+
+    engine: AsyncEngine
+    sessions: async_sessionmaker[AsyncSession]
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.engine.dialect.name == "postgresql"
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+
+def is_sqlite_url(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+def _sqlite_pragmas(engine: AsyncEngine) -> None:
+    sync_engine = engine.sync_engine
+
+    @event.listens_for(sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not the driver, decide when transactions start.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def create_database(url: str, *, echo: bool = False, pool_size: int = 10) -> Database:
+    """Build the engine for ``url``; SQLite gets WAL + ``BEGIN IMMEDIATE``."""
+    kwargs: dict[str, Any] = {"echo": echo}
+    if is_sqlite_url(url):
+        kwargs["connect_args"] = {"timeout": 30}
+    else:
+        kwargs["pool_size"] = pool_size
+        kwargs["max_overflow"] = pool_size
+        kwargs["pool_pre_ping"] = True
+    engine = create_async_engine(url, **kwargs)
+    if is_sqlite_url(url):
+        _sqlite_pragmas(engine)
+    return Database(engine=engine, sessions=async_sessionmaker(engine, expire_on_commit=False))

@@ -1,0 +1,268 @@
+"""ORM classes of the runtime tables. They never leave ``storage/``.
+
+Times are timezone-aware UTC. Ids are short prefixed strings made by the
+runtime (``conv_…``, ``run_…``) so they read well in Slack and logs.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from storage.db import Base, JSONType
+
+TS = DateTime(timezone=True)
+
+
+class ConversationRow(Base):
+    __tablename__ = "conversations"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    channel: Mapped[str] = mapped_column(String(16))  # slack | api | email | demo | eval
+    external_ref: Mapped[str | None] = mapped_column(String(255), unique=True)
+    principal_kind: Mapped[str] = mapped_column(String(16))  # customer | rep | supervisor
+    principal_id: Mapped[str] = mapped_column(String(64))
+    customer_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    status: Mapped[str] = mapped_column(String(16), default="open")  # open|escalated|resolved
+    loaded_groups: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    model: Mapped[str] = mapped_column(String(128))
+    prompt_version: Mapped[str] = mapped_column(String(32))
+    next_seq: Mapped[int] = mapped_column(Integer, default=0)
+    meta: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    created_at: Mapped[datetime] = mapped_column(TS)
+    updated_at: Mapped[datetime] = mapped_column(TS)
+
+
+class MessageRow(Base):
+    __tablename__ = "messages"
+    __table_args__ = (UniqueConstraint("conversation_id", "seq", name="uq_messages_conv_seq"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    conversation_id: Mapped[str] = mapped_column(ForeignKey("conversations.id"))
+    seq: Mapped[int] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[list[dict[str, Any]]] = mapped_column(JSONType)
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class RunRow(Base):
+    __tablename__ = "runs"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(ForeignKey("conversations.id"), index=True)
+    status: Mapped[str] = mapped_column(String(16))  # running|waiting|completed|escalated|failed
+    steps: Mapped[int] = mapped_column(Integer, default=0)
+    model: Mapped[str] = mapped_column(String(128))
+    prompt_version: Mapped[str] = mapped_column(String(32))
+    policy_version: Mapped[str] = mapped_column(String(32))
+    trace_id: Mapped[str] = mapped_column(String(64))
+    pending_ids: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    state: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    created_at: Mapped[datetime] = mapped_column(TS)
+    updated_at: Mapped[datetime] = mapped_column(TS)
+
+
+class ProposalRow(Base):
+    __tablename__ = "proposals"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    conversation_id: Mapped[str] = mapped_column(String(64), index=True)
+    tool_use_id: Mapped[str] = mapped_column(String(128))
+    tool: Mapped[str] = mapped_column(String(64))
+    arguments: Mapped[Any] = mapped_column(JSONType)
+    args_hash: Mapped[str] = mapped_column(String(64))
+    principal: Mapped[str] = mapped_column(String(96))
+    step: Mapped[int] = mapped_column(Integer)
+    decision: Mapped[str | None] = mapped_column(String(32))  # executed|rejected|confirmation|approval|recorded
+    reason: Mapped[str | None] = mapped_column(String(64))
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    result: Mapped[Any | None] = mapped_column(JSONType)
+    is_error: Mapped[bool] = mapped_column(default=False)
+    policy_version: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class ConfirmationRow(Base):
+    __tablename__ = "confirmations"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(String(64), index=True)
+    run_id: Mapped[str] = mapped_column(String(64))
+    proposal_id: Mapped[str] = mapped_column(String(64))
+    tool: Mapped[str] = mapped_column(String(64))
+    arguments: Mapped[Any] = mapped_column(JSONType)
+    args_hash: Mapped[str] = mapped_column(String(64))
+    principal: Mapped[str] = mapped_column(String(96))
+    code: Mapped[str] = mapped_column(String(16))
+    summary: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))  # pending|confirmed|declined|superseded|consumed
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(TS)
+    decided_at: Mapped[datetime | None] = mapped_column(TS)
+
+
+class ApprovalRow(Base):
+    __tablename__ = "approvals"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    proposal_id: Mapped[str] = mapped_column(String(64))
+    run_id: Mapped[str] = mapped_column(String(64), index=True)
+    conversation_id: Mapped[str] = mapped_column(String(64), index=True)
+    tool: Mapped[str] = mapped_column(String(64))
+    arguments: Mapped[Any] = mapped_column(JSONType)
+    args_hash: Mapped[str] = mapped_column(String(64))
+    customer_id: Mapped[str | None] = mapped_column(String(64))
+    summary: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    required_role: Mapped[str] = mapped_column(String(32))
+    approvals_required: Mapped[int] = mapped_column(Integer, default=1)
+    decisions: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list)
+    requester: Mapped[str] = mapped_column(String(96))
+    decider: Mapped[str | None] = mapped_column(String(96))
+    comment: Mapped[str | None] = mapped_column(Text)
+    rationale: Mapped[str | None] = mapped_column(Text)
+    evidence: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list)
+    provenance: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    policy_version: Mapped[str] = mapped_column(String(32))
+    result: Mapped[Any | None] = mapped_column(JSONType)
+    superseded_by: Mapped[str | None] = mapped_column(String(64))
+    slack_ref: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    expires_at: Mapped[datetime] = mapped_column(TS)
+    created_at: Mapped[datetime] = mapped_column(TS)
+    decided_at: Mapped[datetime | None] = mapped_column(TS)
+
+
+class ToolExecutionRow(Base):
+    """The idempotency ledger: insert the key, then call the downstream."""
+
+    __tablename__ = "tool_executions"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(255), unique=True)
+    tool: Mapped[str] = mapped_column(String(64))
+    arguments: Mapped[Any] = mapped_column(JSONType)
+    proposal_id: Mapped[str | None] = mapped_column(String(64))
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))  # executing|succeeded|failed|needs_human
+    result: Mapped[Any | None] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(TS)
+    updated_at: Mapped[datetime] = mapped_column(TS)
+
+
+class AuditEventRow(Base):
+    """Append-only, hash-chained. On PostgreSQL a trigger refuses UPDATE/DELETE."""
+
+    __tablename__ = "audit_events"
+
+    seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    ts: Mapped[datetime] = mapped_column(TS)
+    kind: Mapped[str] = mapped_column(String(48))
+    run_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    proposal_id: Mapped[str | None] = mapped_column(String(64))
+    trace_id: Mapped[str | None] = mapped_column(String(64))
+    principal: Mapped[str | None] = mapped_column(String(96))
+    tool: Mapped[str | None] = mapped_column(String(64))
+    args_hash: Mapped[str | None] = mapped_column(String(64))
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    model: Mapped[str | None] = mapped_column(String(128))
+    prompt_version: Mapped[str | None] = mapped_column(String(32))
+    policy_version: Mapped[str | None] = mapped_column(String(32))
+    latency_ms: Mapped[float | None] = mapped_column()
+    data: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class AuditHeadRow(Base):
+    """One row: the chain's last seq and hash. Serialises appends; detects tail deletion."""
+
+    __tablename__ = "audit_head"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"))
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_claim", "status", "run_after"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    dedup_key: Mapped[str | None] = mapped_column(String(255), unique=True)
+    status: Mapped[str] = mapped_column(String(16))  # queued|running|done|failed
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    run_after: Mapped[datetime] = mapped_column(TS)
+    locked_by: Mapped[str | None] = mapped_column(String(64))
+    locked_at: Mapped[datetime | None] = mapped_column(TS)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class IdentityRow(Base):
+    __tablename__ = "identities"
+    __table_args__ = (UniqueConstraint("channel", "external_id", name="uq_identities_channel_ext"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    channel: Mapped[str] = mapped_column(String(16))
+    external_id: Mapped[str] = mapped_column(String(255))
+    principal_kind: Mapped[str] = mapped_column(String(16))
+    principal_id: Mapped[str] = mapped_column(String(64))
+    customer_id: Mapped[str | None] = mapped_column(String(64))
+    link_code_hash: Mapped[str | None] = mapped_column(String(64))
+    link_expires_at: Mapped[datetime | None] = mapped_column(TS)
+    link_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    verified_at: Mapped[datetime | None] = mapped_column(TS)
+    created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class ProcessedEventRow(Base):
+    """Slack (and email) delivery ids already handled: retries change nothing."""
+
+    __tablename__ = "processed_events"
+
+    event_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    source: Mapped[str] = mapped_column(String(16))
+    received_at: Mapped[datetime] = mapped_column(TS)
+
+
+class TokenUsageRow(Base):
+    __tablename__ = "token_usage"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    conversation_id: Mapped[str] = mapped_column(String(64), index=True)
+    run_id: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(128))
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cache_creation_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    cache_read_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class CaseNoteRow(Base):
+    __tablename__ = "case_notes"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    conversation_id: Mapped[str] = mapped_column(String(64), index=True)
+    author: Mapped[str] = mapped_column(String(96))
+    kind: Mapped[str] = mapped_column(String(16))  # note | escalation
+    text: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(TS)

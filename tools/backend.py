@@ -1,0 +1,248 @@
+"""The commerce backend seam: what the tool catalogue may ask of a shop.
+
+Every read takes the ``customer_id`` the *runtime* bound to the session; the
+model never supplies it. A read of something the customer does not own returns
+``None`` exactly as a missing record does (S1: someone else's order looks like
+a missing one).
+
+Every write takes an ``idempotency_key`` derived by the runtime. Like a real
+payments API, a repeated key returns the stored result and performs nothing a
+second time; ``lookup_write`` lets the ledger reconcile after a crash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, Protocol
+
+OrderStatus = Literal["PENDING", "PAID", "SHIPPED", "DELIVERED", "CANCELLED"]
+PaymentStatus = Literal["captured", "failed", "refunded"]
+ReturnStatus = Literal["requested", "received", "refunded", "rejected"]
+MessageChannel = Literal["email", "sms"]
+KnowledgeKind = Literal["policy", "help"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Address:
+    line1: str
+    city: str
+    postal_code: str
+    country: str
+    line2: str | None = None
+    region: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PaymentMethod:
+    id: str
+    brand: str
+    last4: str
+    exp_month: int
+    exp_year: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Customer:
+    id: str
+    name: str
+    email: str
+    phone: str | None = None
+    address: Address | None = None
+    slack_user_id: str | None = None
+    created_at: datetime | None = None
+    payment_methods: tuple[PaymentMethod, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class OrderItem:
+    sku: str
+    name: str
+    qty: int
+    unit_minor: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Order:
+    id: str
+    customer_id: str
+    status: OrderStatus
+    currency: str
+    total_minor: int
+    placed_at: datetime
+    items: tuple[OrderItem, ...]
+    delivered_at: datetime | None = None
+    shipping_address: Address | None = None
+    notes: str | None = None  # written by outsiders: untrusted text
+
+
+@dataclass(frozen=True, kw_only=True)
+class Payment:
+    id: str
+    order_id: str
+    amount_minor: int
+    currency: str
+    status: PaymentStatus
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class Refund:
+    id: str
+    order_id: str
+    amount_minor: int
+    currency: str
+    created_at: datetime
+    reason_code: str | None = None
+    return_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReturnItem:
+    sku: str
+    qty: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Return:
+    id: str
+    order_id: str
+    items: tuple[ReturnItem, ...]
+    status: ReturnStatus
+    created_at: datetime
+    reason_code: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Invoice:
+    id: str
+    order_id: str
+    amount_minor: int
+    currency: str
+    issued_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class Shipment:
+    order_id: str
+    status: str  # not_shipped | in_transit | delivered | cancelled
+    carrier: str | None
+    tracking_number: str | None
+    shipped_at: datetime | None
+    delivered_at: datetime | None
+    estimated_delivery: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnowledgeHit:
+    doc_id: str
+    version: int
+    section_id: str
+    kind: KnowledgeKind
+    title: str
+    text: str
+
+    @property
+    def evidence_id(self) -> str:
+        return f"{self.doc_id}@{self.version}#{self.section_id}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutboxMessage:
+    id: str
+    customer_id: str
+    channel: MessageChannel
+    to: str
+    template: str
+    body: str
+    sent_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class StaffMember:
+    id: str
+    name: str
+    role: Literal["rep", "supervisor"]
+    slack_user_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriteRecord:
+    """What the backend stored for one idempotency key."""
+
+    key: str
+    operation: str
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+class BackendError(Exception):
+    """A business-rule refusal by the backend (never an infrastructure failure).
+
+    ``code`` is a stable snake_case reason the model can act on; ``details``
+    carries structured facts (``{"refundable_minor": 1500}``).
+    """
+
+    def __init__(self, code: str, message: str = "", **details: Any) -> None:
+        super().__init__(message or code)
+        self.code = code
+        self.details = details
+
+
+class CommerceBackend(Protocol):
+    """A shop's system of record. The sandbox store implements it over SQL."""
+
+    # -- identity and staff -------------------------------------------------
+    async def get_customer(self, customer_id: str) -> Customer | None: ...
+    async def find_customer_by_slack_user(self, slack_user_id: str) -> Customer | None: ...
+    async def find_customer_by_email(self, email: str) -> Customer | None: ...
+    async def get_staff(self, staff_id: str) -> StaffMember | None: ...
+    async def find_staff_by_slack_user(self, slack_user_id: str) -> StaffMember | None: ...
+
+    # -- reads, always scoped to the bound customer -------------------------
+    async def list_orders(self, customer_id: str, *, status: OrderStatus | None = None) -> list[Order]: ...
+    async def get_order(self, customer_id: str, order_id: str) -> Order | None: ...
+    async def track_shipment(self, customer_id: str, order_id: str) -> Shipment | None: ...
+    async def list_payments(self, customer_id: str, *, order_id: str | None = None) -> list[Payment]: ...
+    async def list_refunds(self, customer_id: str, *, order_id: str | None = None) -> list[Refund]: ...
+    async def get_invoices(self, customer_id: str, *, invoice_id: str | None = None) -> list[Invoice]: ...
+    async def list_returns(self, customer_id: str) -> list[Return]: ...
+    async def get_return(self, customer_id: str, return_id: str) -> Return | None: ...
+    async def refundable_minor(self, customer_id: str, order_id: str) -> int | None:
+        """Captured minus refunded for an owned order; ``None`` if not owned/missing."""
+        ...
+
+    async def refunds_since(self, customer_id: str, since: datetime) -> list[Refund]: ...
+    async def search_knowledge(
+        self, query: str, *, kind: KnowledgeKind | None = None, limit: int = 5
+    ) -> list[KnowledgeHit]: ...
+
+    # -- writes: idempotent by key; BackendError for business refusals -------
+    async def issue_refund(
+        self, customer_id: str, order_id: str, *, amount_minor: int, currency: str,
+        reason_code: str, return_id: str | None, idempotency_key: str,
+    ) -> Refund: ...
+    async def cancel_order(
+        self, customer_id: str, order_id: str, *, reason_code: str, idempotency_key: str
+    ) -> Order: ...
+    async def update_shipping_address(
+        self, customer_id: str, order_id: str, *, address: Address, idempotency_key: str
+    ) -> Order: ...
+    async def create_reorder(self, customer_id: str, order_id: str, *, idempotency_key: str) -> Order: ...
+    async def create_return(
+        self, customer_id: str, order_id: str, *, items: list[ReturnItem], reason_code: str,
+        idempotency_key: str,
+    ) -> Return: ...
+    async def retry_payment(self, customer_id: str, order_id: str, *, idempotency_key: str) -> Payment: ...
+    async def update_contact_details(
+        self, customer_id: str, *, email: str | None, phone: str | None, idempotency_key: str
+    ) -> Customer: ...
+    async def send_message(
+        self, customer_id: str, *, channel: MessageChannel, template: str, body: str,
+        idempotency_key: str,
+    ) -> OutboxMessage:
+        """Send to the contact detail *on file* for ``channel`` (S3); never another address."""
+        ...
+
+    async def lookup_write(self, idempotency_key: str) -> WriteRecord | None:
+        """The stored result of a write made with this key, if the backend made it."""
+        ...

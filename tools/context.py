@@ -1,0 +1,118 @@
+"""What a tool handler receives besides its arguments, and how it fails.
+
+Handlers never see the model, the loop or the database; they get a
+:class:`ToolContext` built by the runtime from the *authenticated* session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, Protocol
+
+from tools.backend import CommerceBackend, KnowledgeHit
+
+PrincipalKind = Literal["customer", "rep", "supervisor", "system"]
+ToolGroup = Literal["always", "account", "orders", "returns", "billing"]
+LOADABLE_GROUPS: tuple[ToolGroup, ...] = ("account", "orders", "returns", "billing")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Principal:
+    """Who is acting, and the one account the session is bound to."""
+
+    kind: PrincipalKind
+    id: str
+    customer_id: str | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:{self.id}"
+
+    @property
+    def is_staff(self) -> bool:
+        return self.kind in ("rep", "supervisor")
+
+
+class ToolFailure(Exception):
+    """A recoverable outcome the model can act on: becomes an ``is_error`` tool result.
+
+    ``code`` is stable snake_case (``not_found``, ``amount_exceeds_refundable``);
+    ``details`` are structured facts safe to show the model.
+    """
+
+    def __init__(self, code: str, message: str = "", **details: Any) -> None:
+        super().__init__(message or code)
+        self.code = code
+        self.message = message
+        self.details = details
+
+    def as_result(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"error": self.code}
+        if self.message:
+            out["message"] = self.message
+        out.update(self.details)
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseView:
+    conversation_id: str
+    status: str
+    customer_id: str | None
+    channel: str
+    notes: tuple[str, ...]
+
+
+class CaseDesk(Protocol):
+    """Case management for the current conversation (implemented by the runtime)."""
+
+    async def get_case(self) -> CaseView: ...
+    async def add_note(self, note: str) -> int: ...
+    async def escalate(self, reason: str, summary: str) -> dict[str, Any]: ...
+
+
+class RunControl(Protocol):
+    """The run's own state that the ``always`` tools act on (implemented by the runtime)."""
+
+    def load_group(self, group: ToolGroup) -> list[str]:
+        """Add a group to the conversation's tools; returns the names now loaded."""
+        ...
+
+    def record_knowledge(self, hits: list[KnowledgeHit]) -> None:
+        """Remember evidence ids ``search_knowledge`` returned in this run (C11)."""
+        ...
+
+    def finish(self, resolution: str, action_ids: list[str], sources: list[str]) -> dict[str, Any]:
+        """Verify the claims against the run's tool log; raise ToolFailure if any is false."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rules:
+    """The business-rule numbers from the policy that handlers' checks need."""
+
+    refund_window_days: int = 30
+    max_refunds_per_customer_per_day: int = 3
+    return_window_days: int = 30
+    untrusted_text_limit: int = 600
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolContext:
+    principal: Principal
+    backend: CommerceBackend
+    case: CaseDesk
+    run: RunControl
+    rules: Rules
+    now: datetime
+    #: Set by the gatekeeper for actions; derived from the operation's identity.
+    idempotency_key: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def customer_id(self) -> str:
+        """The bound account. Tools that need one fail cleanly when there is none."""
+        if not self.principal.customer_id:
+            raise ToolFailure("no_account_bound", "This conversation is not bound to a customer account.")
+        return self.principal.customer_id

@@ -1,0 +1,109 @@
+"""The tool registry: JSON Schema the model sees, metadata it never sees.
+
+A :class:`ToolDef` is data. The gatekeeper reads ``meta`` to decide; the
+handler only runs once the gatekeeper says ``Execute``. Per-tool hooks:
+
+* ``check(args, ctx)`` – business rules (refundable amount, window, state);
+  run at judgement time and again immediately before execution.
+* ``key(args, ctx)`` – the idempotency key from the operation's identity.
+* ``money(args)`` – the amount at stake, for ceilings and aggregate limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agent.llm.base import ToolSpec
+from tools.context import LOADABLE_GROUPS, ToolContext, ToolGroup
+
+Handler = Callable[[dict[str, Any], ToolContext], Awaitable[dict[str, Any]]]
+Check = Callable[[dict[str, Any], ToolContext], Awaitable[None]]
+KeyFn = Callable[[dict[str, Any], ToolContext], str]
+MoneyFn = Callable[[dict[str, Any]], "Money | None"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Money:
+    amount_minor: int
+    currency: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolMeta:
+    """What the runtime knows about a tool and the model never sees."""
+
+    group: ToolGroup
+    kind: Literal["read", "action"]
+    #: 0 read · 1 reversible action · 2 moves money or cancels · 3 account takeover risk.
+    risk_tier: int
+    scopes: frozenset[str]
+    idempotent: bool = True
+    #: False: a crash mid-call is never retried; the ledger routes it to a human.
+    retryable: bool = True
+    timeout_s: float = 10.0
+    approval_expiry_s: int = 24 * 3600
+    requires_evidence: bool = False
+    #: Actions that need the acting principal's confirmation of exact arguments (C6).
+    needs_confirmation: bool = False
+    #: Runtime tools (finish, load_tools, case tools) never reach the backend.
+    runtime: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolDef:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    meta: ToolMeta
+    handler: Handler
+    check: Check | None = None
+    key: KeyFn | None = None
+    money: MoneyFn | None = None
+    #: One line for the "other groups" listing and for approval cards.
+    summary: Callable[[dict[str, Any]], str] | None = None
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(name=self.name, description=self.description, input_schema=self.input_schema)
+
+    def describe(self, args: dict[str, Any]) -> str:
+        if self.summary is not None:
+            return self.summary(args)
+        return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in sorted(args.items()))})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Registry:
+    tools: Mapping[str, ToolDef]
+    group_blurbs: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, tools: Iterable[ToolDef], group_blurbs: Mapping[str, str] | None = None) -> Registry:
+        table: dict[str, ToolDef] = {}
+        for tool in tools:
+            if tool.name in table:
+                raise ValueError(f"duplicate tool {tool.name}")
+            table[tool.name] = tool
+        return cls(tools=table, group_blurbs=dict(group_blurbs or {}))
+
+    def get(self, name: str) -> ToolDef | None:
+        return self.tools.get(name)
+
+    def names_for(self, groups: Iterable[str]) -> list[str]:
+        wanted = {"always", *groups}
+        return [t.name for t in self.tools.values() if t.meta.group in wanted]
+
+    def specs_for(self, groups: Iterable[str]) -> list[ToolSpec]:
+        """Tool list in a stable order (registry order) so the cached prefix holds."""
+        wanted = {"always", *groups}
+        return [t.spec() for t in self.tools.values() if t.meta.group in wanted]
+
+    def unloaded_listing(self, groups: Iterable[str]) -> str:
+        loaded = set(groups)
+        lines = [
+            f"- {g}: {self.group_blurbs.get(g, '')}".rstrip()
+            for g in LOADABLE_GROUPS
+            if g not in loaded
+        ]
+        return "\n".join(lines)
