@@ -15,6 +15,8 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 import storage.models  # noqa: F401  (registers the runtime tables)
 from storage.db import Base, Database, create_database
 
+pytest_plugins = ["tests.fakes.plugin"]
+
 PG_URL = os.environ.get("SIGNOFF_TEST_PG_URL")
 
 

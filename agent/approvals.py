@@ -1,0 +1,239 @@
+"""The one decision function (C7), resume after a decision (C8), and expiry.
+
+``decide`` serves Slack buttons, the HTTP API and the CLI alike. Every
+transition is compare-and-set on ``version`` from ``pending``; the resume job
+is enqueued in the same transaction as the decision. The approved action runs
+once, after the last required approval, with the whole gate re-run first.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from agent.errors import DecisionError
+from agent.loop import run_loop
+from agent.turn import TurnResult, event_block
+from agent.wording import APPROVED_EVENT, EXPIRED_EVENT, REJECTED_EVENT, SUPERSEDED_EVENT
+from storage.audit import AuditEvent
+from storage.conversations import StepWrite
+from storage.records import Approval
+from tools.context import Principal
+
+if TYPE_CHECKING:
+    from agent.runtime import ApplyResult, Runtime
+
+RESUME_JOB = "resume"
+#: The deciding request normally executes and answers first; the job is the safety net.
+RESUME_DELAY_S = 2.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecideResult:
+    approval: Approval
+    result: Any | None
+
+
+def _principal_of(key: str, customer_id: str | None) -> Principal:
+    kind, _, ident = key.partition(":")
+    return Principal(kind=kind, id=ident, customer_id=customer_id)  # type: ignore[arg-type]
+
+
+def _event(rt: Runtime, a: Approval, kind: str, actor: Principal | None, **data: Any) -> AuditEvent:
+    return AuditEvent(kind=kind, run_id=a.run_id, proposal_id=a.proposal_id, principal=actor.key if actor else "system",
+                      tool=a.tool, args_hash=a.args_hash, idempotency_key=a.idempotency_key,
+                      policy_version=rt.s.policy.version, data={"approval_id": a.id, **data})
+
+
+async def decide(rt: Runtime, approval_id: str, *, expected_version: int, decision: str, actor: Principal,
+                 comment: str | None = None, edited_arguments: dict[str, Any] | None = None) -> DecideResult:
+    """Approve or reject ``approval_id`` at ``expected_version`` as ``actor``.
+
+    Raises :class:`DecisionError` with code not_found, forbidden, own_request,
+    conflict (version moved, already decided) or expired.
+    """
+    s = rt.s
+    if decision not in ("approve", "reject"):
+        raise DecisionError("invalid", "decision must be approve or reject")
+    a = await s.approvals.get(approval_id)
+    if a is None:
+        raise DecisionError("not_found", "No such approval.")
+    if actor.kind not in s.policy.approvers.roles_that_may_approve or actor.kind != a.required_role:
+        raise DecisionError("forbidden", f"Only a {a.required_role} may decide this approval.")
+    if actor.key == a.requester:
+        raise DecisionError("own_request", "You cannot decide an approval you requested.")
+    if any(d.actor == actor.key for d in a.decisions):
+        raise DecisionError("conflict", "You have already approved this; a different supervisor must decide.")
+    if a.status == "expired":
+        raise DecisionError("expired", "This approval has expired.")
+    if a.status != "pending":
+        raise DecisionError("conflict", f"This approval is already {a.status}.")
+    now = s.clock()
+    if now >= a.expires_at:
+        await _expire(rt, a)
+        raise DecisionError("expired", "This approval has expired.")
+    if a.version != expected_version:
+        raise DecisionError("conflict", f"This approval changed (version {a.version}); reload it.")
+    if decision == "reject" and not (comment and comment.strip()):
+        raise DecisionError("invalid", "A rejection needs a comment.")
+    if edited_arguments is not None and decision == "approve":
+        return await _approve_edited(rt, a, actor, comment, edited_arguments)
+    entry = {"actor": actor.key, "decision": decision, "comment": comment, "at": now.isoformat()}
+    decisions = [d.__dict__ for d in a.decisions] + [entry]
+    final = decision == "reject" or len(decisions) >= a.approvals_required
+    values: dict[str, Any] = {"decisions": decisions}
+    if final:
+        values |= {"status": "approved" if decision == "approve" else "rejected", "decider": actor.key,
+                   "comment": comment, "decided_at": now}
+    kind = ("approval.approved" if decision == "approve" else "approval.rejected") if final else "approval.partially_approved"
+    job = (RESUME_JOB, {"approval_id": a.id}, f"resume:{a.id}", RESUME_DELAY_S) if final else None
+    moved = await s.approvals.transition(a.id, expected_version=expected_version, values=values,
+                                         audit=[_event(rt, a, kind, actor, comment=bool(comment))],
+                                         job=job)
+    if moved is None:
+        raise DecisionError("conflict", "Someone else decided this approval first.")
+    result = None
+    if moved.status == "approved":
+        result = await execute_approved(rt, moved)
+        moved = await s.approvals.get(a.id) or moved
+    if final:
+        await _notify(rt, moved)
+    return DecideResult(approval=moved, result=result)
+
+
+async def execute_approved(rt: Runtime, a: Approval) -> Any:
+    """Run the approved action once, re-running the whole gate first; store the result."""
+    if a.result is not None:
+        return a.result
+    conv = await rt.s.conversations.get(a.conversation_id)
+    run = await rt.s.conversations.get_run(a.run_id)
+    assert conv is not None and run is not None
+    requester = _principal_of(a.requester, a.customer_id)
+    async with rt.lock(conv.id):
+        turn = await rt.turn(conv, requester, run=run)
+        applied = await rt.apply(turn, tool=a.tool, args=a.arguments, origin=a.id, approval=a)
+    result = _result_for_approver(a, applied)
+    await rt.s.approvals.set_result(a.id, result, audit=[_event(rt, a, "approval.executed", None,
+                                                               status=result.get("status"))])
+    return result
+
+
+def _result_for_approver(a: Approval, applied: ApplyResult) -> dict[str, Any]:
+    tool = a.tool
+    if applied.decision == "execute" and not applied.is_error:
+        body = applied.result if isinstance(applied.result, dict) else {"result": applied.result}
+        return {"status": DONE_STATUS.get(tool, "DONE"), **body}
+    if applied.decision == "approval" and applied.approval is not None:
+        return {"status": "REOPENED", "new_approval_id": applied.approval.id,
+                "reason": "The policy or ceiling changed while this waited; a new approval is required."}
+    reason = applied.result if isinstance(applied.result, dict) else {"detail": applied.result}
+    return {"status": "FAILED", "reason": "A precondition no longer holds; nothing was done.", **reason}
+
+
+DONE_STATUS = {"issue_refund": "REFUNDED", "cancel_order": "CANCELLED", "create_return": "RETURN_CREATED",
+               "update_contact_details": "UPDATED", "update_shipping_address": "UPDATED",
+               "send_message": "SENT", "send_password_reset": "SENT", "send_payment_link": "SENT",
+               "create_reorder": "CREATED", "retry_payment": "CHARGED"}
+
+
+async def _approve_edited(rt: Runtime, a: Approval, actor: Principal, comment: str | None,
+                          edited: dict[str, Any]) -> DecideResult:
+    """An edited approval is a new proposal, judged from scratch; the old one is superseded."""
+    s = rt.s
+    moved = await s.approvals.transition(
+        a.id, expected_version=a.version,
+        values={"status": "superseded", "decider": actor.key, "comment": comment, "decided_at": s.clock()},
+        audit=[_event(rt, a, "approval.superseded", actor, edited=True)])
+    if moved is None:
+        raise DecisionError("conflict", "Someone else decided this approval first.")
+    conv = await s.conversations.get(a.conversation_id)
+    run = await s.conversations.get_run(a.run_id)
+    assert conv is not None and run is not None
+    requester = _principal_of(a.requester, a.customer_id)
+    async with rt.lock(conv.id):
+        turn = await rt.turn(conv, requester, run=run)
+        applied = await rt.apply(turn, tool=a.tool, args=edited, origin=f"edit:{a.id}")
+        new_id = applied.approval.id if applied.approval else None
+        text = SUPERSEDED_EVENT.format(id=a.id, summary=s.registry.tools[a.tool].describe(edited),
+                                       outcome=json.dumps(applied.result, default=str)[:1500])
+        await turn._commit(StepWrite(conversation_id=conv.id, run_id=run.id, messages=[("user", [event_block(text)])]))
+        reply = await run_loop(turn)
+    await _follow_up(rt, conv.id, reply)
+    final = await s.approvals.get(a.id) or moved
+    return DecideResult(approval=replace(final, superseded_by=new_id), result=applied.result)
+
+
+async def _expire(rt: Runtime, a: Approval) -> bool:
+    moved = await rt.s.approvals.transition(
+        a.id, expected_version=a.version, values={"status": "expired", "decided_at": rt.s.clock()},
+        audit=[_event(rt, a, "approval.expired", None)],
+        job=(RESUME_JOB, {"approval_id": a.id}, f"resume:{a.id}", 0.0))
+    if moved is not None:
+        await _notify(rt, moved)
+    return moved is not None
+
+
+async def expire_stale(rt: Runtime) -> int:
+    """The scheduled job: every pending approval past ``expires_at`` becomes expired."""
+    n = 0
+    for a in await rt.s.approvals.expired_pending(rt.s.clock()):
+        n += await _expire(rt, a)
+    return n
+
+
+async def resume(rt: Runtime, approval_id: str) -> TurnResult | None:
+    """Resume the approval's run with an observation and post the agent's follow-up."""
+    s = rt.s
+    a = await s.approvals.get(approval_id)
+    if a is None or a.status in ("pending", "superseded"):
+        return None
+    if a.status == "approved" and a.result is None:
+        await execute_approved(rt, a)
+        a = await s.approvals.get(approval_id) or a
+    text = _observation(a)
+    conv = await s.conversations.get(a.conversation_id)
+    run = await s.conversations.get_run(a.run_id)
+    assert conv is not None and run is not None
+    principal = _principal_of(a.requester, a.customer_id)
+    async with rt.lock(conv.id):
+        history = await s.conversations.history(conv.id)
+        marker = f"Approval {a.id} "
+        if any(marker in str(b.get("text", "")) for m in history for b in m.content):
+            return None  # already resumed (a job re-run after a crash)
+        turn = await rt.turn(conv, principal, run=run)
+        await turn._commit(StepWrite(conversation_id=conv.id, run_id=run.id, messages=[("user", [event_block(text)])],
+                                     run_status="running",
+                                     audit=[turn._event("run.resumed", data={"approval_id": a.id, "status": a.status})]))
+        reply = await run_loop(turn)
+    await _follow_up(rt, conv.id, reply)
+    return reply
+
+
+def _observation(a: Approval) -> str:
+    if a.status == "approved":
+        return APPROVED_EVENT.format(id=a.id, outcome=json.dumps(a.result, default=str)[:1500])
+    if a.status == "rejected":
+        return REJECTED_EVENT.format(id=a.id, comment=(a.comment or "")[:500])
+    return EXPIRED_EVENT.format(id=a.id)
+
+
+async def _follow_up(rt: Runtime, conversation_id: str, reply: TurnResult) -> None:
+    conv = await rt.s.conversations.get(conversation_id)
+    if conv is not None and reply.reply:
+        try:
+            await rt.s.notifier.follow_up(conv, reply.reply)
+        except Exception:  # after commit: the reply is in the history already
+            import logging
+
+            logging.getLogger(__name__).exception("follow-up notification failed")
+
+
+async def _notify(rt: Runtime, a: Approval) -> None:
+    try:
+        await rt.s.notifier.approval_decided(a)
+    except Exception:
+        import logging
+
+        logging.getLogger(__name__).exception("approval notification failed")
+

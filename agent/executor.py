@@ -1,0 +1,140 @@
+"""Execution behind the idempotency ledger (C9): insert the key, then call.
+
+A repeated key returns the stored result and calls nothing. An ``executing``
+entry left by a crash is reconciled with the downstream by the same key: if
+the downstream has a record of the write, the handler is re-invoked with that
+key (the backend answers from its record; no second side effect); if it has
+none, a retryable tool is released to run once, and a non-retryable one is
+routed to a person.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from storage.audit import AuditEvent
+from storage.ledger import Ledger
+from storage.records import LedgerEntry
+from tools.context import ToolContext, ToolFailure
+from tools.registry import ToolDef
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecOutcome:
+    result: Any
+    is_error: bool
+    latency_ms: float
+    deduplicated: bool = False
+    needs_human: bool = False
+
+
+def action_id_of(result: Any) -> str | None:
+    """The id an action returned (refund, return, message, order), for ``finish`` checks."""
+    if isinstance(result, dict):
+        for k in ("refund_id", "return_id", "message_id", "order_id", "id", "payment_id"):
+            v = result.get(k)
+            if isinstance(v, str):
+                return v
+    return None
+
+
+class Executor:
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    async def run(self, tool: ToolDef, args: dict[str, Any], ctx: ToolContext, *, key: str | None,
+                  proposal_id: str | None, run_id: str | None,
+                  audit: AuditEvent | None = None) -> ExecOutcome:
+        """Execute a decided proposal; reads and runtime tools skip the ledger."""
+        start = time.perf_counter()
+        if key is None:
+            return await self._call(tool, args, ctx, start)
+        held = await self.ledger.claim(key=key, tool=tool.name, arguments=args,
+                                       proposal_id=proposal_id, run_id=run_id)
+        if held is not None:
+            return await self._already(held, tool, args, ctx, start, audit)
+        return await self._call_keyed(tool, args, replace(ctx, idempotency_key=key), key, start, audit)
+
+    async def _call(self, tool: ToolDef, args: dict[str, Any], ctx: ToolContext, start: float) -> ExecOutcome:
+        try:
+            result = await asyncio.wait_for(tool.handler(args, ctx), timeout=tool.meta.timeout_s)
+        except ToolFailure as f:
+            return ExecOutcome(result=f.as_result(), is_error=True, latency_ms=_ms(start))
+        return ExecOutcome(result=result, is_error=False, latency_ms=_ms(start))
+
+    async def _call_keyed(self, tool: ToolDef, args: dict[str, Any], ctx: ToolContext, key: str,
+                          start: float, audit: AuditEvent | None) -> ExecOutcome:
+        try:
+            result = await asyncio.wait_for(tool.handler(args, ctx), timeout=tool.meta.timeout_s)
+        except ToolFailure as f:
+            # A business refusal: nothing happened downstream, so the key is free again.
+            await self.ledger.release(key)
+            return ExecOutcome(result=f.as_result(), is_error=True, latency_ms=_ms(start))
+        except Exception:  # infrastructure: outcome unknown until reconciled
+            log.exception("tool %s failed with key %s", tool.name, key)
+            entry = await self.ledger.get(key)
+            if entry is None:
+                raise
+            return await self.reconcile(entry, tool, ctx, audit=audit, start=start)
+        await self.ledger.settle(key, status="succeeded", result=result,
+                                 audit=[_executed(audit, key, result, start)] if audit else ())
+        return ExecOutcome(result=result, is_error=False, latency_ms=_ms(start))
+
+    async def _already(self, held: LedgerEntry, tool: ToolDef, args: dict[str, Any], ctx: ToolContext,
+                       start: float, audit: AuditEvent | None) -> ExecOutcome:
+        if held.status == "succeeded":
+            return ExecOutcome(result=held.result, is_error=False, latency_ms=_ms(start), deduplicated=True)
+        if held.status == "needs_human":
+            return _needs_human(start)
+        return ExecOutcome(
+            result={"error": "in_progress", "message": "This action is already being carried out."},
+            is_error=True, latency_ms=_ms(start),
+        )
+
+    async def reconcile(self, entry: LedgerEntry, tool: ToolDef, ctx: ToolContext, *,
+                        audit: AuditEvent | None = None, start: float | None = None) -> ExecOutcome:
+        """Settle an ``executing`` entry against the downstream's own record of the key."""
+        start = time.perf_counter() if start is None else start
+        record = await ctx.backend.lookup_write(entry.key)
+        keyed = replace(ctx, idempotency_key=entry.key)
+        if record is not None:
+            # The side effect happened; the backend answers from its record.
+            result = await asyncio.wait_for(tool.handler(entry.arguments, keyed), timeout=tool.meta.timeout_s)
+            await self.ledger.settle(entry.key, status="succeeded", result=result,
+                                     audit=[_executed(audit, entry.key, result, start)] if audit else ())
+            return ExecOutcome(result=result, is_error=False, latency_ms=_ms(start), deduplicated=True)
+        if tool.meta.retryable:
+            await self.ledger.release(entry.key)
+            return ExecOutcome(
+                result={"error": "temporarily_unavailable", "message": "The action did not go through; you may retry once."},
+                is_error=True, latency_ms=_ms(start),
+            )
+        await self.ledger.settle(entry.key, status="needs_human", result=None,
+                                 audit=[_flagged(audit, entry.key)] if audit else ())
+        return _needs_human(start)
+
+
+def _ms(start: float) -> float:
+    return round((time.perf_counter() - start) * 1000, 3)
+
+
+def _needs_human(start: float) -> ExecOutcome:
+    return ExecOutcome(
+        result={"error": "needs_human", "message": "A person must check whether this went through; escalate."},
+        is_error=True, latency_ms=_ms(start), needs_human=True,
+    )
+
+
+def _executed(base: AuditEvent, key: str, result: Any, start: float) -> AuditEvent:
+    return replace(base, kind="execution.succeeded", idempotency_key=key, latency_ms=_ms(start),
+                   data={**base.data, "action_id": action_id_of(result)})
+
+
+def _flagged(base: AuditEvent, key: str) -> AuditEvent:
+    return replace(base, kind="execution.needs_human", idempotency_key=key)

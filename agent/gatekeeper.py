@@ -1,0 +1,215 @@
+"""The gatekeeper (C5): every proposal is judged by code, never by the model.
+
+Order: known & loaded tool → schema → repeat interception → scope → rollout
+stage → business rules (ownership included: someone else's order is
+``not_found``) → rate and budget limits (aggregate refunds per run and per day,
+so splitting does not dodge approval) → evidence (C11) → confirmation gate (C6)
+→ approval routing (C7) → idempotency key. Execution itself is the executor's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from agent.decisions import (
+    Decision,
+    Execute,
+    Intercept,
+    NeedsApproval,
+    NeedsConfirmation,
+    Record,
+    Reject,
+)
+from agent.policy import Policy
+from storage.audit import canonical_json, sha256_hex
+from storage.gates import ApprovalRepo, ConfirmationRepo
+from storage.records import Approval
+from tools.context import Principal, ToolContext, ToolFailure
+from tools.registry import Registry, ToolDef
+
+DEDUP_WINDOW_STEPS = 5
+
+
+def args_hash(tool: str, args: Any) -> str:
+    return sha256_hex(tool + "\x00" + canonical_json(args))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecentCall:
+    step: int
+    tool: str
+    hash: str
+    result: Any
+
+
+@dataclass(kw_only=True)
+class RunFacts:
+    """What the gate knows about the run in progress (kept by the runtime)."""
+
+    principal: Principal
+    channel: str
+    conversation_id: str
+    run_id: str
+    loaded_groups: set[str]
+    knowledge_ids: set[str] = field(default_factory=set)
+    recent: deque[RecentCall] = field(default_factory=lambda: deque(maxlen=64))
+    action_counts: Counter[str] = field(default_factory=Counter)
+    tool_counts: Counter[str] = field(default_factory=Counter)
+    step: int = 0
+
+    def remember(self, tool: str, h: str, result: Any) -> None:
+        self.recent.append(RecentCall(step=self.step, tool=tool, hash=h, result=result))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Proposed:
+    tool: str
+    args: Any
+    hash: str
+
+
+class Gatekeeper:
+    """Judges proposals; returns a :class:`Decision`. Has no side effects."""
+
+    def __init__(self, *, registry: Registry, policy: Policy, confirmations: ConfirmationRepo,
+                 approvals: ApprovalRepo) -> None:
+        self.registry = registry
+        self.policy = policy
+        self.confirmations = confirmations
+        self.approvals = approvals
+        self._validators = {
+            name: Draft202012Validator(t.input_schema) for name, t in registry.tools.items()
+        }
+
+    async def judge(self, p: Proposed, facts: RunFacts, ctx: ToolContext, *,
+                    approval: Approval | None = None, dedup: bool = True) -> Decision:
+        tool = self.registry.get(p.tool)
+        if tool is None:
+            return Reject(reason="unknown_tool", message=f"There is no tool named {p.tool[:64]!r}.")
+        if tool.meta.group != "always" and tool.meta.group not in facts.loaded_groups:
+            return Reject(reason="tool_not_loaded",
+                          message=f"Call load_tools with group {tool.meta.group!r} first.")
+        if not isinstance(p.args, dict):
+            return Reject(reason="invalid_arguments", message="Arguments must be a JSON object.")
+        errors = sorted(self._validators[p.tool].iter_errors(p.args), key=lambda e: list(e.path))
+        if errors:
+            return Reject(reason="invalid_arguments",
+                          details={"problems": [_describe(e) for e in errors[:5]]})
+        if dedup:
+            prev = self._recent(p, facts)
+            if prev is not None:
+                return Intercept(previous=prev.result, step=prev.step)
+        missing = tool.meta.scopes - self.policy.scopes_for(facts.principal.kind)
+        if missing:
+            return Reject(reason="not_permitted", message="This action is not available to you here.")
+        stage = self.policy.stage(facts.channel, facts.principal.kind)
+        if tool.meta.kind == "action" and not tool.meta.runtime:
+            refusal = self._stage_refusal(tool, stage)
+            if refusal is not None:
+                return refusal
+        try:
+            if tool.check is not None:
+                await tool.check(p.args, ctx)
+        except ToolFailure as f:
+            return Reject(reason=f.code, message=f.message, details=f.details)
+        if tool.meta.kind == "read" or tool.meta.runtime:
+            return Execute(key=None)
+        return await self._judge_action(tool, p, facts, ctx, stage, approval)
+
+    async def _judge_action(self, tool: ToolDef, p: Proposed, facts: RunFacts, ctx: ToolContext,
+                            stage: str, approval: Approval | None) -> Decision:
+        lim = self.policy.limits
+        if approval is None and facts.action_counts.total() >= lim.max_actions_per_run:
+            return Reject(reason="run_action_limit_reached",
+                          message="Too many actions in this conversation; escalate to a person.")
+        if facts.tool_counts[tool.name] >= lim.max_calls_per_tool_per_run:
+            return Reject(reason="tool_call_limit_reached", message="Escalate to a person.")
+        if tool.meta.requires_evidence:
+            cited = p.args.get("evidence") or []
+            if not cited:
+                return Reject(reason="evidence_required",
+                              message="Cite the evidence ids search_knowledge returned in this conversation.")
+            unknown = [e for e in cited if e not in facts.knowledge_ids]
+            if unknown:
+                return Reject(reason="evidence_not_retrieved", details={"unknown_evidence": unknown},
+                              message="Only evidence ids returned by search_knowledge in this run count.")
+        needs_approval, reason, approvers = await self._approval_verdict(tool, p, facts, ctx)
+        if isinstance(needs_approval, Reject):
+            return needs_approval
+        summary = tool.describe(p.args)
+        key = tool.key(p.args, ctx) if tool.key else None
+        if stage == "shadow":
+            return Record(summary=summary, would_need="approval" if needs_approval else "execute")
+        if tool.meta.needs_confirmation and approval is None:
+            confirmed = await self.confirmations.find_confirmed(
+                facts.conversation_id, facts.principal.key, tool.name, p.hash)
+            if confirmed is None:
+                return NeedsConfirmation(summary=summary)
+        if needs_approval:
+            if approval is not None and approval.status == "approved" and _covers(approval, approvers):
+                return Execute(key=key)
+            return NeedsApproval(summary=summary, required_role=self.policy.approvers.required_role,
+                                 approvals_required=approvers, reason=reason, key=key)
+        return Execute(key=key)
+
+    async def _approval_verdict(self, tool: ToolDef, p: Proposed, facts: RunFacts,
+                                ctx: ToolContext) -> tuple[bool | Reject, str, int]:
+        """Whether policy routes this action to a supervisor, why, and how many must approve."""
+        if tool.meta.risk_tier >= self.policy.always_approve_tier:
+            return True, "risk_tier", 1
+        money = tool.money(p.args) if tool.money else None
+        if money is None:
+            return False, "", 0
+        kind = facts.principal.kind
+        customer = facts.principal.customer_id
+        today = 0
+        if customer:
+            since = ctx.now - timedelta(hours=24)
+            refunds = await ctx.backend.refunds_since(customer, since)
+            today = sum(r.amount_minor for r in refunds if r.currency == money.currency)
+            pending = await self.approvals.pending_for_customer(customer)
+            today += sum(
+                int(a.arguments.get("amount_minor", 0)) for a in pending
+                if isinstance(a.arguments, dict) and a.arguments.get("currency") == money.currency
+                and a.args_hash != p.hash
+            )
+        aggregate = today + money.amount_minor
+        if aggregate > self.policy.daily_refund_cap(money.currency):
+            return Reject(reason="daily_amount_limit_reached",
+                          message="This exceeds what can be refunded today; escalate to a person."), "", 0
+        if aggregate <= self.policy.ceiling(kind, money.currency):
+            return False, "", 0
+        approvers = 2 if aggregate > self.policy.dual_threshold(money.currency) else 1
+        reason = "over_ceiling" if money.amount_minor > self.policy.ceiling(kind, money.currency) else "aggregate_over_ceiling"
+        return True, reason, approvers
+
+    def _stage_refusal(self, tool: ToolDef, stage: str) -> Reject | None:
+        if stage == "reads":
+            return Reject(reason="action_not_enabled",
+                          message="Actions are not enabled on this channel yet; offer to escalate.")
+        if stage == "actions" and tool.name not in self.policy.rollout.enabled_actions:
+            return Reject(reason="action_not_enabled",
+                          message="This action is not enabled yet; offer to escalate.")
+        return None
+
+    def _recent(self, p: Proposed, facts: RunFacts) -> RecentCall | None:
+        for call in reversed(facts.recent):
+            if facts.step - call.step > DEDUP_WINDOW_STEPS:
+                break
+            if call.tool == p.tool and call.hash == p.hash:
+                return call
+        return None
+
+
+def _covers(approval: Approval, approvers_now: int) -> bool:
+    return approval.approvals_required >= approvers_now
+
+
+def _describe(err: Any) -> str:
+    where = "/".join(str(x) for x in err.path) or "(arguments)"
+    return f"{where}: {err.message}"[:300]

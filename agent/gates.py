@@ -1,0 +1,171 @@
+"""Opening human gates from inside a turn: confirmations, approvals, escalation.
+
+Deciding them (confirm, approve, reject, expire) is ``agent.approvals``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from agent.decisions import NeedsApproval
+from agent.gatekeeper import Proposed
+from agent.notify import EscalationNotice
+from storage.models import ApprovalRow, ConfirmationRow
+from storage.records import Approval, Confirmation, StoredMessage
+
+if TYPE_CHECKING:
+    from agent.turn import Turn
+
+CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
+
+
+def confirmation_code() -> str:
+    """A short code a customer can type back by email (no ambiguous characters)."""
+    return "".join(secrets.choice(CODE_ALPHABET) for _ in range(6))
+
+
+async def request_confirmation(turn: Turn, p: Proposed, proposal_id: str, summary: str) -> Confirmation:
+    s = turn.services
+    for existing in await s.confirmations.pending(turn.conversation.id):
+        if existing.tool == p.tool and existing.args_hash == p.hash and existing.principal == turn.principal.key:
+            return existing
+    from agent.turn import new_id
+
+    row = ConfirmationRow(
+        id=new_id("cnf"), conversation_id=turn.conversation.id, run_id=turn.run.id,
+        proposal_id=proposal_id, tool=p.tool, arguments=p.args, args_hash=p.hash,
+        principal=turn.principal.key, code=confirmation_code(), summary=summary, status="pending",
+        version=1, created_at=s.clock(),
+    )
+    event = turn._event("confirmation.requested", proposal_id=proposal_id, tool=p.tool, args_hash=p.hash,
+                        data={"confirmation_id": row.id})
+    return await s.confirmations.create(row, audit=[event])
+
+
+async def consume_confirmation(turn: Turn, p: Proposed) -> None:
+    s = turn.services
+    conf = await s.confirmations.find_confirmed(turn.conversation.id, turn.principal.key, p.tool, p.hash)
+    if conf is not None:
+        await s.confirmations.transition(
+            conf.id, expected_version=conf.version, from_status="confirmed", to_status="consumed",
+            at=s.clock(), audit=[turn._event("confirmation.consumed", tool=p.tool, args_hash=p.hash,
+                                             data={"confirmation_id": conf.id})])
+
+
+async def request_approval(turn: Turn, p: Proposed, proposal_id: str, decision: NeedsApproval,
+                           *, supersedes: Approval | None = None) -> Approval:
+    s = turn.services
+    now = s.clock()
+    from agent.turn import new_id
+
+    cited = p.args.get("evidence") or [] if isinstance(p.args, dict) else []
+    row = ApprovalRow(
+        id=new_id("apr"), proposal_id=proposal_id, run_id=turn.run.id, conversation_id=turn.conversation.id,
+        tool=p.tool, arguments=p.args, args_hash=p.hash, customer_id=turn.principal.customer_id,
+        summary=decision.summary, status="pending", version=1, required_role=decision.required_role,
+        approvals_required=decision.approvals_required, decisions=[], requester=turn.principal.key,
+        rationale=(turn._assistant_text or "")[:2000] or None,
+        evidence=[{"id": e, **turn.facts_notes().get(e, {})} for e in cited],
+        provenance=provenance(turn.history, p.args), idempotency_key=decision.key,
+        policy_version=s.policy.version, expires_at=now + timedelta(seconds=s.policy.expiry_s(p.tool)),
+        created_at=now,
+    )
+    event = turn._event("approval.requested", proposal_id=proposal_id, tool=p.tool, args_hash=p.hash,
+                        idempotency_key=decision.key,
+                        data={"approval_id": row.id, "reason": decision.reason,
+                              "approvals_required": decision.approvals_required,
+                              **({"supersedes": supersedes.id} if supersedes else {})})
+    approval = await s.approvals.create(row, audit=[event])
+    await _best_effort(s.notifier.approval_requested(approval))
+    return approval
+
+
+async def escalate(turn: Turn, reason: str, summary: str) -> dict[str, Any]:
+    s = turn.services
+    trace = tuple(
+        {"tool": pr.tool, "decision": pr.decision, "reason": pr.reason, "is_error": pr.is_error,
+         "result": _excerpt(pr.result)}
+        for pr in await s.conversations.proposals(turn.run.id)
+    )
+    await s.conversations.add_case_note(
+        turn.conversation.id, author=f"agent:{turn.run.id}", kind="escalation",
+        text=f"{reason}: {summary}"[:2000], status="escalated",
+        audit=[turn._event("escalation", data={"reason": reason[:64]})])
+    notice = EscalationNotice(conversation=turn.conversation, reason=reason[:200], summary=summary[:2000],
+                              trace=trace)
+    await _best_effort(s.notifier.escalated(notice))
+    return {"status": "escalated", "message": "A person has the case and the full trace."}
+
+
+def provenance(history: list[StoredMessage], args: Any) -> dict[str, str]:
+    """Where each argument's value came from, for the approver.
+
+    ``system_of_record``: returned by one of our own read tools in this conversation
+    (outside any untrusted wrapper). ``untrusted_text``: appears only in what
+    outsiders wrote (the customer's messages, order notes, documents).
+    ``model``: neither — the model produced it.
+    """
+    trusted: set[str] = set()
+    untrusted: list[str] = []
+    for m in history:
+        for block in m.content:
+            if block.get("type") == "text" and m.role == "user":
+                untrusted.append(str(block.get("text", "")))
+            elif block.get("type") == "tool_result" and not block.get("is_error"):
+                _collect(_loads(block.get("content")), trusted, untrusted)
+    out: dict[str, str] = {}
+    if not isinstance(args, dict):
+        return out
+    for name, value in args.items():
+        if name == "evidence":
+            out[name] = "search_knowledge"
+            continue
+        text = json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else str(value)
+        if text in trusted:
+            out[name] = "system_of_record"
+        elif any(text in u for u in untrusted):
+            out[name] = "untrusted_text"
+        else:
+            out[name] = "model"
+    return out
+
+
+def _loads(content: Any) -> Any:
+    if isinstance(content, str):
+        try:
+            return json.loads(content)
+        except ValueError:
+            return content
+    return content
+
+
+def _collect(obj: Any, trusted: set[str], untrusted: list[str]) -> None:
+    if isinstance(obj, dict):
+        if "untrusted_data" in obj:
+            untrusted.append(json.dumps(obj["untrusted_data"], ensure_ascii=False))
+        for k, v in obj.items():
+            if k != "untrusted_data":
+                _collect(v, trusted, untrusted)
+    elif isinstance(obj, list):
+        for v in obj:
+            _collect(v, trusted, untrusted)
+    elif obj is not None:
+        trusted.add(str(obj))
+
+
+def _excerpt(result: Any) -> Any:
+    text = json.dumps(result, ensure_ascii=False, default=str) if not isinstance(result, str) else result
+    return text[:300]
+
+
+async def _best_effort(aw: Any) -> None:
+    import logging
+
+    try:
+        await aw
+    except Exception:  # notification is after commit: log, never lose state
+        logging.getLogger(__name__).exception("notification failed")
+

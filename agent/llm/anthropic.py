@@ -1,0 +1,231 @@
+"""The Anthropic Messages API behind :class:`agent.llm.base.ModelClient`.
+
+The only module that imports ``anthropic``; every SDK exception is translated
+to :class:`agent.errors.ModelUnavailable` here. The SDK's own retries are off:
+we retry 429/529/5xx and connection errors ourselves (honouring
+``retry-after``) so that the breaker sees one outcome per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, get_args
+
+import anthropic
+
+from agent.errors import ModelUnavailable
+from agent.llm.base import Block, ModelRequest, ModelResponse, StopReason, Usage
+from agent.llm.breaker import CircuitBreaker
+from agent.llm.retry import (
+    Retryable,
+    RetryPolicy,
+    Sleep,
+    check_outbound,
+    counts_against_provider,
+    is_retryable_status,
+    parse_retry_after,
+    send_with_retries,
+)
+
+log = logging.getLogger(__name__)
+
+_STOP_REASONS: frozenset[str] = frozenset(get_args(StopReason))
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnthropicConfig:
+    """Connection and retry settings; ``base_url=None`` lets the SDK read ``ANTHROPIC_BASE_URL``.
+
+    ``max_tokens`` is a ceiling: a request asking for more is clamped to it.
+    """
+
+    model: str
+    api_key: str = field(repr=False)
+    base_url: str | None = None
+    timeout_s: float = 60
+    max_retries: int = 4
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 20
+    max_tokens: int = 1024
+
+
+class AnthropicClient:
+    """A :class:`~agent.llm.base.ModelClient` on the official ``AsyncAnthropic`` SDK.
+
+    Sends ``system`` as one text block carrying ``cache_control`` so that the
+    tools followed by the system prompt form the cached prefix. Raises
+    :class:`ModelUnavailable` with reason ``unavailable`` (retries spent),
+    ``bad_request`` (a 4xx: our bug, logged with the request id, not retried),
+    ``bad_response`` or ``circuit_open``.
+    """
+
+    def __init__(
+        self,
+        config: AnthropicConfig,
+        *,
+        breaker: CircuitBreaker | None = None,
+        sleep: Sleep = asyncio.sleep,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self._config = config
+        self._sdk = anthropic.AsyncAnthropic(
+            api_key=config.api_key,
+            base_url=config.base_url,
+            timeout=config.timeout_s,
+            max_retries=0,
+        )
+        self._breaker = breaker or CircuitBreaker(name=f"anthropic:{config.model}")
+        self._policy = RetryPolicy(
+            max_retries=config.max_retries,
+            backoff_base_s=config.backoff_base_s,
+            backoff_max_s=config.backoff_max_s,
+        )
+        self._sleep = sleep
+        self._rand = rand
+
+    @property
+    def model_name(self) -> str:
+        """The Anthropic model id requests are sent to."""
+        return self._config.model
+
+    @property
+    def base_url(self) -> str:
+        """Where requests go (the config's, else ``ANTHROPIC_BASE_URL``, else the SDK default)."""
+        return str(self._sdk.base_url)
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        """The circuit breaker guarding this client (state and trip count for metrics)."""
+        return self._breaker
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Send one Messages API request; see the class docstring for failures."""
+        check_outbound(self.base_url, client="AnthropicClient")
+        params = build_params(request, model=self._config.model, max_tokens=self._config.max_tokens)
+
+        async def attempt() -> ModelResponse:
+            return await self._attempt(params, request)
+
+        async def with_retries() -> ModelResponse:
+            return await send_with_retries(
+                attempt, policy=self._policy, what="anthropic", sleep=self._sleep, rand=self._rand
+            )
+
+        return await self._breaker.call(with_retries, is_failure=counts_against_provider)
+
+    async def aclose(self) -> None:
+        """Close the SDK's HTTP connection pool."""
+        await self._sdk.close()
+
+    async def __aenter__(self) -> AnthropicClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _attempt(self, params: dict[str, Any], request: ModelRequest) -> ModelResponse:
+        try:
+            message = await self._sdk.messages.create(**params)
+        except anthropic.APIStatusError as exc:
+            raise _status_failure(exc, request) from exc
+        except anthropic.APIConnectionError as exc:
+            raise Retryable(f"connection error: {exc}") from exc
+        except anthropic.AnthropicError as exc:
+            raise ModelUnavailable(
+                f"anthropic: unusable response: {exc}", reason="bad_response"
+            ) from exc
+        response = to_model_response(message)
+        log.debug(
+            "anthropic answered",
+            extra={
+                "request_id": response.request_id,
+                "usage": response.usage,
+                "metadata": dict(request.metadata),
+            },
+        )
+        return response
+
+
+def build_params(request: ModelRequest, *, model: str, max_tokens: int) -> dict[str, Any]:
+    """The Messages API body for ``request``: tools in the given order, then a cached system."""
+    params: dict[str, Any] = {
+        "model": model,
+        "max_tokens": min(request.max_tokens, max_tokens),
+        "messages": [message.as_api() for message in request.messages],
+    }
+    if request.system:
+        params["system"] = [
+            {"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}
+        ]
+    if request.tools:
+        params["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+            for t in request.tools
+        ]
+    return params
+
+
+def to_model_response(message: Any) -> ModelResponse:
+    """Map an SDK ``Message`` to :class:`ModelResponse` with plain-dict blocks."""
+    content = [_block(b) for b in message.content]
+    usage = message.usage
+    return ModelResponse(
+        stop_reason=_stop_reason(message.stop_reason, content),
+        content=content,
+        usage=Usage(
+            input_tokens=usage.input_tokens or 0,
+            output_tokens=usage.output_tokens or 0,
+            cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
+            cache_read_input_tokens=usage.cache_read_input_tokens or 0,
+        ),
+        model=message.model,
+        request_id=getattr(message, "_request_id", None),
+    )
+
+
+def _block(block: Any) -> Block:
+    # Text and tool_use keep exactly the API's shape; SDK-only extras
+    # (citations=None, caller, toolset_name) would otherwise leak into history.
+    if block.type == "text":
+        return {"type": "text", "text": block.text}
+    if block.type == "tool_use":
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+    dumped: Block = block.model_dump(mode="json", exclude_none=True)
+    return dumped
+
+
+def _stop_reason(raw: str | None, content: list[Block]) -> StopReason:
+    if raw in _STOP_REASONS:
+        return raw  # type: ignore[return-value]
+    if raw == "model_context_window_exceeded":
+        return "max_tokens"
+    if raw is not None:
+        log.warning("anthropic: unknown stop_reason %r", raw)
+    return "tool_use" if any(b.get("type") == "tool_use" for b in content) else "end_turn"
+
+
+def _status_failure(exc: anthropic.APIStatusError, request: ModelRequest) -> Exception:
+    status = exc.status_code
+    if is_retryable_status(status):
+        return Retryable(
+            f"HTTP {status}: {exc.message}",
+            status=status,
+            retry_after_s=parse_retry_after(exc.response.headers),
+            request_id=exc.request_id,
+        )
+    log.error(
+        "anthropic rejected the request: HTTP %s, request id %s: %s",
+        status,
+        exc.request_id,
+        exc.message,
+        extra={"status": status, "request_id": exc.request_id, "metadata": dict(request.metadata)},
+    )
+    return ModelUnavailable(
+        f"anthropic rejected the request (HTTP {status}, request id {exc.request_id})",
+        reason="bad_request",
+        request_id=exc.request_id,
+    )

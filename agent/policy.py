@@ -1,0 +1,144 @@
+"""The versioned policy: ceilings, tiers, limits, approvers, expiries, rollout.
+
+Read once from YAML (the bundled default or ``SIGNOFF_POLICY_FILE``), validated
+strictly, and then only consulted as data. The model never sees these numbers.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agent.errors import ConfigError
+from tools.context import PrincipalKind, Rules
+
+Stage = Literal["shadow", "assist", "reads", "actions", "full"]
+StaffRole = Literal["rep", "supervisor"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Scopes(_Strict):
+    customer: frozenset[str]
+    rep: frozenset[str]
+    supervisor: frozenset[str]
+    system: frozenset[str]
+
+
+class Ceilings(_Strict):
+    customer: dict[str, int]
+    rep: dict[str, int]
+    supervisor: dict[str, int]
+    default: int = Field(ge=0)
+
+
+class Approvers(_Strict):
+    required_role: StaffRole
+    roles_that_may_approve: frozenset[StaffRole]
+
+
+class Limits(_Strict):
+    refund_window_days: int = Field(ge=0)
+    return_window_days: int = Field(ge=0)
+    max_refunds_per_customer_per_day: int = Field(ge=0)
+    max_actions_per_run: int = Field(ge=1)
+    max_calls_per_tool_per_run: int = Field(ge=1)
+    max_refund_minor_per_customer_per_day: dict[str, int]
+    max_refund_minor_per_customer_per_day_default: int = Field(ge=0)
+    untrusted_text_limit: int = Field(ge=50, le=10000)
+
+
+class RunLimits(_Strict):
+    max_steps_per_turn: int = Field(ge=1, le=100)
+    max_tokens_per_conversation: int = Field(ge=1000)
+    max_seconds_per_turn: float = Field(gt=0)
+
+
+class Rollout(_Strict):
+    default: Stage
+    channels: dict[str, dict[str, Stage]]
+    enabled_actions: frozenset[str]
+
+
+class Policy(_Strict):
+    version: str = Field(min_length=1, max_length=32)
+    scopes: Scopes
+    ceilings: Ceilings
+    dual_approval_above: dict[str, int]
+    dual_approval_default: int = Field(ge=0)
+    always_approve_tier: int = Field(ge=1, le=9)
+    approvers: Approvers
+    approval_expiry_s: dict[str, int]
+    limits: Limits
+    run: RunLimits
+    rollout: Rollout
+
+    # -- lookups -----------------------------------------------------------------
+    def scopes_for(self, kind: PrincipalKind) -> frozenset[str]:
+        return getattr(self.scopes, kind)
+
+    def ceiling(self, kind: PrincipalKind, currency: str) -> int:
+        if kind == "system":
+            return 0
+        table: dict[str, int] = getattr(self.ceilings, kind)
+        return table.get(currency, self.ceilings.default)
+
+    def dual_threshold(self, currency: str) -> int:
+        return self.dual_approval_above.get(currency, self.dual_approval_default)
+
+    def daily_refund_cap(self, currency: str) -> int:
+        lim = self.limits
+        return lim.max_refund_minor_per_customer_per_day.get(
+            currency, lim.max_refund_minor_per_customer_per_day_default
+        )
+
+    def expiry_s(self, tool: str) -> int:
+        return self.approval_expiry_s.get(tool, self.approval_expiry_s.get("default", 86400))
+
+    def stage(self, channel: str, kind: PrincipalKind) -> Stage:
+        if kind == "system":
+            return "full"
+        return self.rollout.channels.get(channel, {}).get(kind, self.rollout.default)
+
+    def rules(self) -> Rules:
+        lim = self.limits
+        return Rules(
+            refund_window_days=lim.refund_window_days,
+            max_refunds_per_customer_per_day=lim.max_refunds_per_customer_per_day,
+            return_window_days=lim.return_window_days,
+            untrusted_text_limit=lim.untrusted_text_limit,
+        )
+
+
+def parse_policy(text: str, *, source: str = "policy") -> Policy:
+    """Parse and validate policy YAML; errors name the file and the field."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"SIGNOFF_POLICY_FILE: {source}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"SIGNOFF_POLICY_FILE: {source}: must be a mapping")
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"SIGNOFF_POLICY_FILE: {source}: {where}: {err['msg']}") from None
+
+
+def load_policy(path: Path | None = None) -> Policy:
+    """The policy at ``path``, or the bundled default."""
+    if path is None:
+        text = resources.files("agent").joinpath("data/policy.yaml").read_text(encoding="utf-8")
+        return parse_policy(text, source="bundled default")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"SIGNOFF_POLICY_FILE: cannot read {path}: {exc.strerror}") from None
+    return parse_policy(text, source=str(path))

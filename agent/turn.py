@@ -1,0 +1,419 @@
+"""One turn of one run: what the loop's steps do, and the run's own tools.
+
+A turn owns the in-memory view of the run (history, loaded groups, evidence
+retrieved, recent calls) and writes every iteration through
+``ConversationRepo.commit`` in one short transaction.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from agent import gates
+from agent.decisions import Decision, Execute, Intercept, NeedsApproval, NeedsConfirmation, Record, Reject
+from agent.errors import BudgetExceeded, StepLimitExceeded
+from agent.executor import ExecOutcome, action_id_of
+from agent.gatekeeper import Proposed, RunFacts, args_hash
+from agent.llm.base import Block, Message, ModelClient, ModelRequest, ModelResponse, ToolSpec
+from agent.prompt import system_prompt
+from agent.services import Services
+from agent.wording import GIVE_UP_REPLY, REFUSAL_REPLY
+from storage.audit import AuditEvent
+from storage.conversations import NewProposal, ProposalOutcome, StepWrite, UsageWrite
+from storage.records import Approval, Conversation, Run, StoredMessage
+from tools.backend import KnowledgeHit
+from tools.context import CaseView, Principal, ToolContext, ToolFailure, ToolGroup
+
+EVENT_OPEN, EVENT_CLOSE = "<signoff_event>", "</signoff_event>"
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:20]}"
+
+
+def sanitize_user_text(text: str) -> str:
+    """Users cannot forge runtime events: neutralise the tag in anything they write."""
+    return text.replace("<signoff_event", "<signoff-event-quoted").replace("</signoff_event", "</signoff-event-quoted")
+
+
+def event_block(text: str) -> Block:
+    return {"type": "text", "text": f"{EVENT_OPEN}{text}{EVENT_CLOSE}"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pending:
+    kind: str  # confirmation | approval
+    id: str
+    summary: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnResult:
+    conversation_id: str
+    run_id: str
+    reply: str
+    iterations: int
+    input_tokens: int
+    output_tokens: int
+    pending: tuple[Pending, ...]
+    outcome: str  # answered | finished | escalated | gave_up | refused
+
+
+@dataclass(kw_only=True)
+class Turn:
+    """The machinery behind the loop's steps for one turn."""
+
+    services: Services
+    conversation: Conversation
+    run: Run
+    principal: Principal
+    model: ModelClient
+    history: list[StoredMessage]
+    facts: RunFacts
+    now: datetime
+    iterations: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tokens_before: int = 0
+    started: float = field(default_factory=time.monotonic)
+    replies: list[str] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)
+    executed: list[dict[str, Any]] = field(default_factory=list)
+    finished: dict[str, Any] | None = None
+    escalated: bool = False
+    _assistant_text: str = ""
+    notes: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    # -- the request ---------------------------------------------------------------
+    def request(self) -> ModelRequest:
+        registry = self.services.registry
+        groups = sorted(self.facts.loaded_groups)
+        specs: list[ToolSpec] = []
+        listing = registry.unloaded_listing(groups)
+        for spec in registry.specs_for(groups):
+            if spec.name == "load_tools":
+                extra = f"\nGroups not loaded yet:\n{listing}" if listing else "\nAll groups are loaded."
+                spec = ToolSpec(name=spec.name, description=spec.description + extra, input_schema=spec.input_schema)
+            specs.append(spec)
+        system = system_prompt(principal_kind=self.principal.kind, customer_id=self.principal.customer_id)
+        return ModelRequest(system=system, messages=merged(self.history), tools=specs,
+                            metadata={"conversation_id": self.conversation.id, "run_id": self.run.id})
+
+    def check_budgets(self) -> None:
+        limits = self.services.policy.run
+        if self.iterations >= limits.max_steps_per_turn:
+            raise StepLimitExceeded(f"{self.iterations} steps without an answer")
+        if self.tokens_before + self.input_tokens + self.output_tokens >= limits.max_tokens_per_conversation:
+            raise BudgetExceeded("token budget for this conversation is spent")
+        if time.monotonic() - self.started > limits.max_seconds_per_turn:
+            raise BudgetExceeded("wall-time cap for this turn reached")
+
+    # -- steps -----------------------------------------------------------------------
+    async def answer(self, response: ModelResponse) -> TurnResult:
+        self._count(response)
+        content = response.content or [{"type": "text", "text": "…"}]
+        await self._commit(StepWrite(conversation_id=self.conversation.id, run_id=self.run.id,
+                                     messages=[("assistant", content)], usage=self._usage(response),
+                                     run_status=self._status_after(), run_steps_delta=1,
+                                     audit=[self._event("model.answer", data={"stop_reason": response.stop_reason})]))
+        self.replies.append(response.text)
+        return self.result("answered")
+
+    async def record_partial(self, response: ModelResponse) -> None:
+        self._count(response)
+        await self._commit(StepWrite(conversation_id=self.conversation.id, run_id=self.run.id,
+                                     messages=[("assistant", response.content)], usage=self._usage(response),
+                                     run_steps_delta=1))
+
+    async def refused(self, response: ModelResponse) -> TurnResult:
+        self._count(response)
+        content = response.content or [{"type": "text", "text": REFUSAL_REPLY}]
+        await self._commit(StepWrite(conversation_id=self.conversation.id, run_id=self.run.id,
+                                     messages=[("assistant", content)], usage=self._usage(response),
+                                     run_steps_delta=1))
+        await self.escalate("model_refusal", "The model declined to continue this conversation.")
+        self.replies.append(response.text or REFUSAL_REPLY)
+        return self.result("refused")
+
+    async def give_up(self, *, reason: str, detail: str) -> TurnResult:
+        """An honest reply, the user's message kept, and the case handed to a person."""
+        step = StepWrite(conversation_id=self.conversation.id, run_id=self.run.id,
+                         audit=[self._event("run.gave_up", data={"reason": reason, "detail": detail[:200]})])
+        if self.history and self.history[-1].role == "user":
+            step.messages.append(("assistant", [{"type": "text", "text": GIVE_UP_REPLY}]))
+        await self._commit(step)
+        await self.escalate(reason, f"The agent stopped: {detail[:200]}")
+        self.replies.append(GIVE_UP_REPLY)
+        return self.result("gave_up")
+
+    async def run_tools(self, response: ModelResponse | None, uses: list[Block]) -> TurnResult | None:
+        """Persist the proposals, judge and act on each, persist the results. ``response``
+        is ``None`` when repairing a history whose tool calls were never answered."""
+        known = await self.services.conversations.proposals_by_tool_use(
+            self.conversation.id, [u["id"] for u in uses])
+        self.facts.step += 1
+        fresh = [u for u in uses if u["id"] not in known]
+        proposals = {u["id"]: known.get(u["id"]) for u in uses}
+        new = [NewProposal(id=new_id("prop"), tool_use_id=u["id"], tool=str(u.get("name", ""))[:64],
+                           arguments=u.get("input"), args_hash=args_hash(str(u.get("name")), u.get("input")),
+                           principal=self.principal.key, step=self.facts.step,
+                           policy_version=self.services.policy.version) for u in fresh]
+        step = StepWrite(conversation_id=self.conversation.id, run_id=self.run.id, new_proposals=new,
+                         audit=[self._event("proposal", proposal_id=p.id, tool=p.tool, args_hash=p.args_hash)
+                                for p in new])
+        if response is not None:
+            self._count(response)
+            step.messages.append(("assistant", response.content))
+            step.usage = self._usage(response)
+            self._assistant_text = response.text
+        await self._commit(step)
+        ids = {p.tool_use_id: p.id for p in new} | {k: v.id for k, v in proposals.items() if v is not None}
+        results: list[Block] = []
+        outcomes: list[ProposalOutcome] = []
+        audit: list[AuditEvent] = []
+        for use in uses:
+            prior = proposals[use["id"]]
+            if prior is not None and prior.decision is not None:
+                result, is_error = prior.result, prior.is_error
+            else:
+                result, is_error, outcome, events = await self.handle(use, ids[use["id"]])
+                outcomes.append(outcome)
+                audit.extend(events)
+            results.append(tool_result(use["id"], result, is_error))
+        await self._commit(StepWrite(
+            conversation_id=self.conversation.id, run_id=self.run.id, messages=[("user", results)],
+            outcomes=outcomes, audit=audit, run_steps_delta=1, run_state=self.run_state(),
+            loaded_groups=sorted(self.facts.loaded_groups), pending_ids=[p.id for p in self.pending],
+            run_status="completed" if self.finished else ("escalated" if self.escalated else None),
+        ))
+        if self.finished is not None:
+            self.replies.append(self._assistant_text or self.finished.get("resolution", ""))
+            return self.result("finished")
+        return None
+
+    async def handle(self, use: Block, proposal_id: str) -> tuple[Any, bool, ProposalOutcome, list[AuditEvent]]:
+        """Judge one proposal and act on the decision."""
+        name, args = str(use.get("name", "")), use.get("input")
+        proposed = Proposed(tool=name, args=args, hash=args_hash(name, args))
+        ctx = self.tool_context()
+        decision = await self.services.gatekeeper.judge(proposed, self.facts, ctx)
+        result, is_error, key = await self.act(decision, proposed, proposal_id, ctx)
+        if not isinstance(decision, NeedsConfirmation | NeedsApproval | Intercept):
+            self.facts.remember(name, proposed.hash, result)
+        outcome = ProposalOutcome(id=proposal_id, decision=decision.tag,
+                                  reason=decision.reason if isinstance(decision, Reject) else None,
+                                  result=result, is_error=is_error, idempotency_key=key)
+        event = self._event(f"gate.{decision.tag}", proposal_id=proposal_id, tool=name,
+                            args_hash=proposed.hash, idempotency_key=key,
+                            data={"reason": decision.reason} if isinstance(decision, Reject) else {})
+        return result, is_error, outcome, [event]
+
+    async def act(self, decision: Decision, p: Proposed, proposal_id: str,
+                  ctx: ToolContext, approval: Approval | None = None) -> tuple[Any, bool, str | None]:
+        match decision:
+            case Reject():
+                return decision.as_result(), True, None
+            case Intercept(previous=prev, step=at):
+                return {"intercepted": True, "message": f"You made this exact call {self.facts.step - at} "
+                        "step(s) ago. Its result is below; do not repeat it.", "previous_result": prev}, False, None
+            case NeedsConfirmation(summary=summary):
+                conf = await gates.request_confirmation(self, p, proposal_id, summary)
+                self.pending.append(Pending(kind="confirmation", id=conf.id, summary=summary))
+                return {"status": "CONFIRMATION_REQUIRED", "confirmation_id": conf.id, "action": summary,
+                        "message": f"Ask the {'customer' if self.principal.kind == 'customer' else 'rep'} to "
+                        "confirm exactly this action. Nothing has been done yet."}, False, None
+            case NeedsApproval():
+                appr = await gates.request_approval(self, p, proposal_id, decision)
+                self.pending.append(Pending(kind="approval", id=appr.id, summary=decision.summary))
+                return {"status": "PENDING_APPROVAL", "approval_id": appr.id, "action": decision.summary,
+                        "message": "A supervisor must approve this before it happens. Tell the truth: it is "
+                        "pending, not done."}, False, decision.key
+            case Record(summary=summary, would_need=need):
+                return {"status": "RECORDED_NOT_EXECUTED", "action": summary, "would_need": need,
+                        "message": "Shadow mode: nothing was executed. A person will handle it."}, False, None
+            case Execute(key=key):
+                outcome = await self.execute(p, proposal_id, ctx, key)
+                return outcome.result, outcome.is_error, key
+        raise AssertionError(decision)
+
+    async def execute(self, p: Proposed, proposal_id: str, ctx: ToolContext, key: str | None) -> ExecOutcome:
+        tool = self.services.registry.tools[p.tool]
+        base = self._event("execution", proposal_id=proposal_id, tool=p.tool, args_hash=p.hash)
+        outcome = await self.services.executor.run(tool, p.args, ctx, key=key, proposal_id=proposal_id,
+                                                   run_id=self.run.id, audit=base)
+        if tool.meta.kind == "action" and not tool.meta.runtime:
+            self.facts.action_counts[p.tool] += 1
+            if not outcome.is_error:
+                await gates.consume_confirmation(self, p)
+                self.executed.append({"tool": p.tool, "action_id": action_id_of(outcome.result),
+                                      "proposal_id": proposal_id})
+        self.facts.tool_counts[p.tool] += 1
+        if outcome.needs_human:
+            await self.escalate("needs_human", f"{p.tool} may or may not have gone through; check it.")
+        return outcome
+
+    async def repair(self) -> None:
+        """A crash between a tool call and its result leaves unanswered tool_use blocks:
+        answer them now (the ledger guarantees no second side effect)."""
+        if not self.history or self.history[-1].role != "assistant":
+            return
+        uses = [b for b in self.history[-1].content if b.get("type") == "tool_use"]
+        if uses:
+            await self.run_tools(None, uses)
+
+    # -- context for tools: CaseDesk and RunControl ---------------------------------
+    def tool_context(self) -> ToolContext:
+        return ToolContext(principal=self.principal, backend=self.services.backend, case=_Desk(self),
+                           run=_Control(self), rules=self.services.policy.rules(), now=self.now)
+
+    async def escalate(self, reason: str, summary: str) -> dict[str, Any]:
+        self.escalated = True
+        return await gates.escalate(self, reason, summary)
+
+    def run_state(self) -> dict[str, Any]:
+        return {"knowledge_ids": sorted(self.facts.knowledge_ids), "executed": self.executed_all(),
+                "knowledge_notes": self.facts_notes()}
+
+    def facts_notes(self) -> dict[str, dict[str, str]]:
+        return {**self.run.state.get("knowledge_notes", {}), **self.notes}
+
+    def executed_all(self) -> list[dict[str, Any]]:
+        return list(self.run.state.get("executed", [])) + self.executed
+
+    # -- bookkeeping -----------------------------------------------------------------
+    def result(self, outcome: str) -> TurnResult:
+        reply = next((r for r in reversed(self.replies) if r), "")
+        return TurnResult(conversation_id=self.conversation.id, run_id=self.run.id, reply=reply,
+                          iterations=self.iterations, input_tokens=self.input_tokens,
+                          output_tokens=self.output_tokens, pending=tuple(self.pending), outcome=outcome)
+
+    def _status_after(self) -> str:
+        if self.finished:
+            return "completed"
+        return "escalated" if self.escalated else "waiting"
+
+    def _count(self, response: ModelResponse) -> None:
+        self.iterations += 1
+        u = response.usage
+        self.input_tokens += u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+        self.output_tokens += u.output_tokens
+
+    def _usage(self, r: ModelResponse) -> UsageWrite:
+        u = r.usage
+        return UsageWrite(model=r.model, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
+                          cache_creation_tokens=u.cache_creation_input_tokens,
+                          cache_read_tokens=u.cache_read_input_tokens)
+
+    def _event(self, kind: str, **fields: Any) -> AuditEvent:
+        return AuditEvent(kind=kind, run_id=self.run.id, trace_id=self.run.trace_id, principal=self.principal.key,
+                          model=self.run.model, prompt_version=self.run.prompt_version,
+                          policy_version=self.services.policy.version, **fields)
+
+    async def _commit(self, step: StepWrite) -> None:
+        next_seq = await self.services.conversations.commit(step)
+        base = next_seq - len(step.messages)
+        for i, (role, content) in enumerate(step.messages):
+            self.history.append(StoredMessage(seq=base + i, role=role, content=content, run_id=self.run.id))  # type: ignore[arg-type]
+
+
+def tool_result(tool_use_id: str, result: Any, is_error: bool) -> Block:
+    import json
+
+    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
+    block: Block = {"type": "tool_result", "tool_use_id": tool_use_id, "content": text}
+    if is_error:
+        block["is_error"] = True
+    return block
+
+
+def merged(history: list[StoredMessage]) -> list[Message]:
+    """Consecutive same-role messages become one (as the API itself would merge them)."""
+    out: list[Message] = []
+    for m in history:
+        if out and out[-1].role == m.role:
+            out[-1] = Message(role=m.role, content=[*out[-1].content, *m.content])
+        else:
+            out.append(Message(role=m.role, content=list(m.content)))
+    return out
+
+
+@dataclass(frozen=True)
+class _Desk:
+    turn: Turn
+
+    async def get_case(self) -> CaseView:
+        t = self.turn
+        notes = await t.services.conversations.case_notes(t.conversation.id)
+        return CaseView(conversation_id=t.conversation.id, status=t.conversation.status,
+                        customer_id=t.principal.customer_id, channel=t.conversation.channel,
+                        notes=tuple(f"[{k}] {txt}" for k, _a, txt in notes[-20:]))
+
+    async def add_note(self, note: str) -> int:
+        t = self.turn
+        return await t.services.conversations.add_case_note(
+            t.conversation.id, author=f"agent:{t.run.id}", kind="note", text=note,
+            audit=[t._event("case.note")])
+
+    async def escalate(self, reason: str, summary: str) -> dict[str, Any]:
+        return await self.turn.escalate(reason, summary)
+
+
+@dataclass(frozen=True)
+class _Control:
+    turn: Turn
+
+    def load_group(self, group: ToolGroup) -> list[str]:
+        self.turn.facts.loaded_groups.add(group)
+        return self.turn.services.registry.names_for(self.turn.facts.loaded_groups)
+
+    def record_knowledge(self, hits: list[KnowledgeHit]) -> None:
+        self.turn.facts.knowledge_ids.update(h.evidence_id for h in hits)
+        for h in hits:
+            self.turn.notes[h.evidence_id] = {"title": h.title, "excerpt": h.text[:400]}
+
+    def finish(self, resolution: str, action_ids: list[str], sources: list[str]) -> dict[str, Any]:
+        t = self.turn
+        done = t.executed_all()
+        known = {e["action_id"] for e in done if e.get("action_id")} | {e["proposal_id"] for e in done}
+        unknown = [a for a in action_ids if a not in known]
+        if unknown:
+            raise ToolFailure("unverified_action_ids", "No tool in this conversation returned these ids.",
+                              unknown_action_ids=unknown)
+        bad_sources = [s for s in sources if s not in t.facts.knowledge_ids]
+        if bad_sources:
+            raise ToolFailure("unverified_sources", "search_knowledge did not return these ids.",
+                              unknown_sources=bad_sources)
+        claimed = claimed_tools(resolution)
+        missing = sorted(c for c in claimed if c not in {e["tool"] for e in done})
+        if missing:
+            raise ToolFailure("claims_unverified_action",
+                              "The resolution claims an action no tool carried out in this conversation.",
+                              claimed=missing)
+        t.finished = {"resolution": resolution, "action_ids": action_ids, "sources": sources}
+        return {"status": "finished"}
+
+
+_CLAIMS = {
+    "issue_refund": ("refunded", "issued a refund", "issued the refund", "refund has been", "refund was issued"),
+    "cancel_order": ("cancelled the order", "canceled the order", "order has been cancelled", "order was cancelled"),
+    "create_return": ("return has been created", "created a return", "started a return", "return is open"),
+}
+
+
+def claimed_tools(resolution: str) -> set[str]:
+    """Actions a resolution claims as done (plain past-tense phrases, no negation)."""
+    text = resolution.lower()
+    out = set()
+    for tool, phrases in _CLAIMS.items():
+        for phrase in phrases:
+            i = text.find(phrase)
+            if i >= 0 and not any(neg in text[max(0, i - 12):i] for neg in ("not ", "n't ", "never ")):
+                out.add(tool)
+    return out
+
+
+__all__ = ["Pending", "Turn", "TurnResult", "event_block", "merged", "new_id", "sanitize_user_text"]

@@ -1,0 +1,113 @@
+"""The composition root: the only place real clients are built from settings."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+
+from agent.errors import ConfigError
+from agent.executor import Executor
+from agent.gatekeeper import Gatekeeper
+from agent.llm.base import ModelClient
+from agent.notify import Notifier, RecordingNotifier
+from agent.policy import Policy, load_policy
+from agent.runtime import Runtime
+from agent.services import Services
+from bot.settings import Settings
+from storage.audit import AuditLog
+from storage.conversations import ConversationRepo
+from storage.db import Database, create_database
+from storage.gates import ApprovalRepo, ConfirmationRepo
+from storage.jobs import JobQueue
+from storage.ledger import Ledger
+from storage.sandbox import SandboxStore
+from storage.store_io import load_dataset, store_is_empty
+from tools.catalogue import build_registry
+from tools.dataset import load_dataset_file
+
+log = logging.getLogger(__name__)
+
+
+def demo_dataset_path() -> Path:
+    return Path(str(resources.files("tools").joinpath("data/demo.json")))
+
+
+def build_model(settings: Settings) -> ModelClient:
+    """The configured model client. ``scripted`` is the demo planner (no network)."""
+    provider = settings.provider
+    if provider == "anthropic":
+        from agent.llm.anthropic import AnthropicClient, AnthropicConfig
+
+        return AnthropicClient(AnthropicConfig(model=settings.signoff_model, api_key=settings.anthropic_api_key,
+                                               base_url=settings.anthropic_base_url))
+    if provider == "openai":
+        from agent.llm.openai_compat import OpenAICompatClient, OpenAIConfig
+
+        assert settings.openai_base_url
+        return OpenAICompatClient(OpenAIConfig(model=settings.signoff_model, base_url=settings.openai_base_url,
+                                               api_key=settings.openai_api_key))
+    from agent.planner import DemoPlanner
+
+    return DemoPlanner()
+
+
+@dataclass(frozen=True, kw_only=True)
+class App:
+    settings: Settings | None
+    db: Database
+    runtime: Runtime
+    backend: SandboxStore
+    notifier: Notifier
+
+    async def close(self) -> None:
+        await self.db.dispose()
+
+
+def build_services(*, db: Database, model: ModelClient, policy: Policy | None = None,
+                   notifier: Notifier | None = None, clock: Callable[[], datetime] | None = None) -> Services:
+    clock = clock or (lambda: datetime.now(UTC))
+    policy = policy or load_policy()
+    registry = build_registry()
+    jobs = JobQueue(db, clock=clock)
+    confirmations = ConfirmationRepo(db)
+    approvals = ApprovalRepo(db, jobs)
+    ledger = Ledger(db)
+    return Services(
+        db=db, conversations=ConversationRepo(db), confirmations=confirmations, approvals=approvals,
+        ledger=ledger, jobs=jobs, audit=AuditLog(db), registry=registry, policy=policy,
+        gatekeeper=Gatekeeper(registry=registry, policy=policy, confirmations=confirmations, approvals=approvals),
+        executor=Executor(ledger), backend=SandboxStore(db, clock=clock), notifier=notifier or RecordingNotifier(),
+        model=model, clock=clock,
+    )
+
+
+async def create_app(settings: Settings, *, model: ModelClient | None = None, notifier: Notifier | None = None,
+                     clock: Callable[[], datetime] | None = None, seed: bool = True) -> App:
+    """Build the runtime from settings; seed an empty store with the configured dataset."""
+    db = create_database(settings.signoff_database_url)
+    policy = load_policy(settings.signoff_policy_file)
+    services = build_services(db=db, model=model or build_model(settings), policy=policy, notifier=notifier,
+                              clock=clock)
+    if seed:
+        await seed_store(db, settings.signoff_store_seed)
+    return App(settings=settings, db=db, runtime=Runtime(services), backend=services.backend,  # type: ignore[arg-type]
+               notifier=services.notifier)
+
+
+async def seed_store(db: Database, path: Path | None) -> bool:
+    """Load the seed dataset when the store is empty; the bundled demo is rebased to now."""
+    try:
+        if not await store_is_empty(db):
+            return False
+    except Exception as exc:  # the tables are missing: migrations were not run
+        raise ConfigError(f"SIGNOFF_DATABASE_URL: database not migrated ({type(exc).__name__}); "
+                          "run `signoff db upgrade`") from None
+    bundled = path is None
+    dataset = load_dataset_file(path or demo_dataset_path())
+    await load_dataset(db, dataset, rebase_to=datetime.now(UTC) if bundled else None)
+    log.info("seeded the sandbox store from %s", path or "the bundled demo dataset")
+    return True

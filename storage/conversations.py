@@ -1,0 +1,504 @@
+"""Conversations, their message history, runs and proposals.
+
+The loop writes one :class:`StepWrite` per iteration in one short transaction
+(never held across a model call): messages, proposals, outcomes, run state,
+token usage and the audit events that describe them commit together, so a
+crash leaves history, proposals and audit consistent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from storage.audit import AuditEvent, append_audit_many
+from storage.db import Database
+from storage.models import (
+    CaseNoteRow,
+    ConversationRow,
+    MessageRow,
+    ProposalRow,
+    RunRow,
+    TokenUsageRow,
+)
+from storage.records import Conversation, Proposal, Run, StoredMessage
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(ts: datetime | None) -> datetime | None:
+    if ts is not None and ts.tzinfo is None:
+        return ts.replace(tzinfo=UTC)
+    return ts
+
+
+def to_conversation(row: ConversationRow) -> Conversation:
+    return Conversation(
+        id=row.id,
+        channel=row.channel,
+        external_ref=row.external_ref,
+        principal_kind=row.principal_kind,
+        principal_id=row.principal_id,
+        customer_id=row.customer_id,
+        status=row.status,
+        loaded_groups=tuple(row.loaded_groups or ()),
+        model=row.model,
+        prompt_version=row.prompt_version,
+        next_seq=row.next_seq,
+        meta=dict(row.meta or {}),
+        created_at=_aware(row.created_at) or utcnow(),
+    )
+
+
+def to_run(row: RunRow) -> Run:
+    return Run(
+        id=row.id,
+        conversation_id=row.conversation_id,
+        status=row.status,  # type: ignore[arg-type]
+        steps=row.steps,
+        model=row.model,
+        prompt_version=row.prompt_version,
+        policy_version=row.policy_version,
+        trace_id=row.trace_id,
+        pending_ids=tuple(row.pending_ids or ()),
+        state=dict(row.state or {}),
+    )
+
+
+def to_proposal(row: ProposalRow) -> Proposal:
+    return Proposal(
+        id=row.id,
+        run_id=row.run_id,
+        conversation_id=row.conversation_id,
+        tool_use_id=row.tool_use_id,
+        tool=row.tool,
+        arguments=row.arguments,
+        args_hash=row.args_hash,
+        principal=row.principal,
+        step=row.step,
+        decision=row.decision,
+        reason=row.reason,
+        idempotency_key=row.idempotency_key,
+        result=row.result,
+        is_error=row.is_error,
+        policy_version=row.policy_version,
+        created_at=_aware(row.created_at) or utcnow(),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewProposal:
+    id: str
+    tool_use_id: str
+    tool: str
+    arguments: Any
+    args_hash: str
+    principal: str
+    step: int
+    policy_version: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProposalOutcome:
+    id: str
+    decision: str
+    reason: str | None
+    result: Any
+    is_error: bool
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class UsageWrite:
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cache_creation_tokens: int
+    cache_read_tokens: int
+
+
+@dataclass(kw_only=True)
+class StepWrite:
+    """Everything one loop iteration changes, committed atomically."""
+
+    conversation_id: str
+    run_id: str | None = None
+    messages: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)
+    new_proposals: list[NewProposal] = field(default_factory=list)
+    outcomes: list[ProposalOutcome] = field(default_factory=list)
+    run_status: str | None = None
+    run_steps_delta: int = 0
+    run_state: dict[str, Any] | None = None
+    pending_ids: list[str] | None = None
+    loaded_groups: list[str] | None = None
+    conversation_status: str | None = None
+    usage: UsageWrite | None = None
+    audit: list[AuditEvent] = field(default_factory=list)
+    #: Expected next seq: a concurrent writer on the same conversation loses (IntegrityError).
+    expect_seq: int | None = None
+
+
+class ConcurrentTurn(Exception):
+    """Another writer appended to this conversation first."""
+
+
+class ConversationRepo:
+    """Conversations, history, runs, proposals, usage and case notes."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def create(
+        self,
+        *,
+        id: str,
+        channel: str,
+        external_ref: str | None,
+        principal_kind: str,
+        principal_id: str,
+        customer_id: str | None,
+        model: str,
+        prompt_version: str,
+        loaded_groups: list[str],
+        meta: dict[str, Any] | None = None,
+    ) -> Conversation:
+        """Insert-if-absent on ``external_ref`` (a Slack thread, an email thread)."""
+        now = utcnow()
+        row = ConversationRow(
+            id=id,
+            channel=channel,
+            external_ref=external_ref,
+            principal_kind=principal_kind,
+            principal_id=principal_id,
+            customer_id=customer_id,
+            status="open",
+            loaded_groups=list(loaded_groups),
+            model=model,
+            prompt_version=prompt_version,
+            next_seq=0,
+            meta=dict(meta or {}),
+            created_at=now,
+            updated_at=now,
+        )
+        try:
+            async with self.db.sessions() as s, s.begin():
+                s.add(row)
+        except IntegrityError:
+            if external_ref is None:
+                raise
+            existing = await self.get_by_external_ref(external_ref)
+            assert existing is not None
+            return existing
+        return to_conversation(row)
+
+    async def get(self, conversation_id: str) -> Conversation | None:
+        async with self.db.sessions() as s:
+            row = await s.get(ConversationRow, conversation_id)
+            return to_conversation(row) if row else None
+
+    async def get_by_external_ref(self, external_ref: str) -> Conversation | None:
+        async with self.db.sessions() as s:
+            row = (
+                await s.execute(
+                    select(ConversationRow).where(ConversationRow.external_ref == external_ref)
+                )
+            ).scalar_one_or_none()
+            return to_conversation(row) if row else None
+
+    async def set_meta(self, conversation_id: str, meta: dict[str, Any]) -> None:
+        async with self.db.sessions() as s, s.begin():
+            await s.execute(
+                update(ConversationRow)
+                .where(ConversationRow.id == conversation_id)
+                .values(meta=meta)
+            )
+
+    async def history(self, conversation_id: str) -> list[StoredMessage]:
+        async with self.db.sessions() as s:
+            rows = (
+                await s.execute(
+                    select(MessageRow.seq, MessageRow.role, MessageRow.content, MessageRow.run_id)
+                    .where(MessageRow.conversation_id == conversation_id)
+                    .order_by(MessageRow.seq)
+                )
+            ).all()
+        return [StoredMessage(seq=r[0], role=r[1], content=r[2], run_id=r[3]) for r in rows]
+
+    # -- runs ------------------------------------------------------------------
+    async def open_run(self, conversation_id: str) -> Run | None:
+        """The conversation's unfinished run (running or waiting), if any."""
+        async with self.db.sessions() as s:
+            row = (
+                await s.execute(
+                    select(RunRow)
+                    .where(
+                        RunRow.conversation_id == conversation_id,
+                        RunRow.status.in_(("running", "waiting")),
+                    )
+                    .order_by(RunRow.created_at.desc())
+                    .limit(1)
+                )
+            ).scalar_one_or_none()
+            return to_run(row) if row else None
+
+    async def create_run(
+        self,
+        *,
+        id: str,
+        conversation_id: str,
+        model: str,
+        prompt_version: str,
+        policy_version: str,
+        trace_id: str,
+        audit: list[AuditEvent] | None = None,
+    ) -> Run:
+        now = utcnow()
+        row = RunRow(
+            id=id,
+            conversation_id=conversation_id,
+            status="running",
+            steps=0,
+            model=model,
+            prompt_version=prompt_version,
+            policy_version=policy_version,
+            trace_id=trace_id,
+            pending_ids=[],
+            state={},
+            created_at=now,
+            updated_at=now,
+        )
+        async with self.db.sessions() as s, s.begin():
+            s.add(row)
+            if audit:
+                await s.flush()
+                await append_audit_many(s, audit)
+        return to_run(row)
+
+    async def stale_runs(self, *, older_than: datetime, limit: int = 100) -> list[Run]:
+        """Runs left ``running`` (a turn interrupted by a crash) since before ``older_than``."""
+        async with self.db.sessions() as s:
+            rows = (await s.execute(
+                select(RunRow).where(RunRow.status == "running", RunRow.updated_at < older_than).limit(limit)
+            )).scalars().all()
+            return [to_run(r) for r in rows]
+
+    async def get_run(self, run_id: str) -> Run | None:
+        async with self.db.sessions() as s:
+            row = await s.get(RunRow, run_id)
+            return to_run(row) if row else None
+
+    # -- proposals -------------------------------------------------------------
+    async def proposals(self, run_id: str) -> list[Proposal]:
+        async with self.db.sessions() as s:
+            rows = (
+                (
+                    await s.execute(
+                        select(ProposalRow)
+                        .where(ProposalRow.run_id == run_id)
+                        .order_by(ProposalRow.created_at, ProposalRow.id)
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            return [to_proposal(r) for r in rows]
+
+    async def get_proposal(self, proposal_id: str) -> Proposal | None:
+        async with self.db.sessions() as s:
+            row = await s.get(ProposalRow, proposal_id)
+            return to_proposal(row) if row else None
+
+    async def proposals_by_tool_use(
+        self, conversation_id: str, tool_use_ids: list[str]
+    ) -> dict[str, Proposal]:
+        if not tool_use_ids:
+            return {}
+        async with self.db.sessions() as s:
+            rows = (
+                (
+                    await s.execute(
+                        select(ProposalRow).where(
+                            ProposalRow.conversation_id == conversation_id,
+                            ProposalRow.tool_use_id.in_(tool_use_ids),
+                        )
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            return {r.tool_use_id: to_proposal(r) for r in rows}
+
+    # -- the step write ----------------------------------------------------------
+    async def commit(self, step: StepWrite) -> int:
+        """Apply ``step`` atomically; returns the conversation's next seq."""
+        now = utcnow()
+        try:
+            async with self.db.sessions() as s, s.begin():
+                next_seq = await self._write(s, step, now)
+        except IntegrityError as exc:
+            raise ConcurrentTurn(str(exc.orig)) from exc
+        return next_seq
+
+    async def _write(self, s: AsyncSession, step: StepWrite, now: datetime) -> int:
+        n = len(step.messages)
+        conv_values: dict[str, Any] = {"updated_at": now}
+        if step.loaded_groups is not None:
+            conv_values["loaded_groups"] = step.loaded_groups
+        if step.conversation_status is not None:
+            conv_values["status"] = step.conversation_status
+        stmt = update(ConversationRow).where(ConversationRow.id == step.conversation_id)
+        if step.expect_seq is not None:
+            stmt = stmt.where(ConversationRow.next_seq == step.expect_seq)
+        result = await s.execute(
+            stmt.values(next_seq=ConversationRow.next_seq + n, **conv_values).returning(
+                ConversationRow.next_seq
+            )
+        )
+        next_seq = result.scalar_one_or_none()
+        if next_seq is None:
+            raise ConcurrentTurn(f"conversation {step.conversation_id} moved on")
+        first = next_seq - n
+        for i, (role, content) in enumerate(step.messages):
+            s.add(
+                MessageRow(
+                    conversation_id=step.conversation_id,
+                    seq=first + i,
+                    role=role,
+                    content=content,
+                    run_id=step.run_id,
+                    created_at=now,
+                )
+            )
+        for p in step.new_proposals:
+            s.add(
+                ProposalRow(
+                    id=p.id,
+                    run_id=step.run_id,
+                    conversation_id=step.conversation_id,
+                    tool_use_id=p.tool_use_id,
+                    tool=p.tool,
+                    arguments=p.arguments,
+                    args_hash=p.args_hash,
+                    principal=p.principal,
+                    step=p.step,
+                    policy_version=p.policy_version,
+                    created_at=now,
+                )
+            )
+        if step.new_proposals:
+            await s.flush()
+        for o in step.outcomes:
+            await s.execute(
+                update(ProposalRow)
+                .where(ProposalRow.id == o.id)
+                .values(
+                    decision=o.decision,
+                    reason=o.reason,
+                    result=o.result,
+                    is_error=o.is_error,
+                    idempotency_key=o.idempotency_key,
+                )
+            )
+        if step.run_id is not None and (
+            step.run_status
+            or step.run_steps_delta
+            or step.run_state is not None
+            or step.pending_ids is not None
+        ):
+            values: dict[str, Any] = {"updated_at": now}
+            if step.run_status:
+                values["status"] = step.run_status
+            if step.run_steps_delta:
+                values["steps"] = RunRow.steps + step.run_steps_delta
+            if step.run_state is not None:
+                values["state"] = step.run_state
+            if step.pending_ids is not None:
+                values["pending_ids"] = step.pending_ids
+            await s.execute(update(RunRow).where(RunRow.id == step.run_id).values(**values))
+        if step.usage is not None and step.run_id is not None:
+            u = step.usage
+            s.add(
+                TokenUsageRow(
+                    conversation_id=step.conversation_id,
+                    run_id=step.run_id,
+                    model=u.model,
+                    input_tokens=u.input_tokens,
+                    output_tokens=u.output_tokens,
+                    cache_creation_tokens=u.cache_creation_tokens,
+                    cache_read_tokens=u.cache_read_tokens,
+                    created_at=now,
+                )
+            )
+        if step.audit:
+            await append_audit_many(s, step.audit)
+        return next_seq
+
+    # -- usage and case notes ----------------------------------------------------
+    async def tokens_used(self, conversation_id: str) -> dict[str, int]:
+        from sqlalchemy import func
+
+        async with self.db.sessions() as s:
+            row = (
+                await s.execute(
+                    select(
+                        func.coalesce(func.sum(TokenUsageRow.input_tokens), 0),
+                        func.coalesce(func.sum(TokenUsageRow.output_tokens), 0),
+                        func.coalesce(func.sum(TokenUsageRow.cache_creation_tokens), 0),
+                        func.coalesce(func.sum(TokenUsageRow.cache_read_tokens), 0),
+                    ).where(TokenUsageRow.conversation_id == conversation_id)
+                )
+            ).one()
+        return {
+            "input": int(row[0]),
+            "output": int(row[1]),
+            "cache_creation": int(row[2]),
+            "cache_read": int(row[3]),
+        }
+
+    async def add_case_note(
+        self,
+        conversation_id: str,
+        *,
+        author: str,
+        kind: str,
+        text: str,
+        audit: list[AuditEvent] | None = None,
+        status: str | None = None,
+    ) -> int:
+        async with self.db.sessions() as s, s.begin():
+            row = CaseNoteRow(
+                conversation_id=conversation_id,
+                author=author,
+                kind=kind,
+                text=text,
+                created_at=utcnow(),
+            )
+            s.add(row)
+            if status is not None:
+                await s.execute(
+                    update(ConversationRow)
+                    .where(ConversationRow.id == conversation_id)
+                    .values(status=status)
+                )
+            await s.flush()
+            if audit:
+                await append_audit_many(s, audit)
+            return row.id
+
+    async def case_notes(self, conversation_id: str) -> list[tuple[str, str, str]]:
+        async with self.db.sessions() as s:
+            rows = (
+                await s.execute(
+                    select(CaseNoteRow.kind, CaseNoteRow.author, CaseNoteRow.text)
+                    .where(CaseNoteRow.conversation_id == conversation_id)
+                    .order_by(CaseNoteRow.id)
+                )
+            ).all()
+        return [(r[0], r[1], r[2]) for r in rows]

@@ -1,0 +1,305 @@
+"""Confirmations and approvals: durable human gates with compare-and-set.
+
+Every status change is ``UPDATE … WHERE id = ? AND version = ? AND status = ?``;
+a writer that loses the race changes nothing and learns it from the row count.
+The audit events (and any resume job) for a transition commit in the same
+transaction as the transition itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+
+from storage.audit import AuditEvent, append_audit_many
+from storage.db import Database
+from storage.jobs import JobQueue
+from storage.models import ApprovalRow, ConfirmationRow
+from storage.records import Approval, Confirmation, Decision
+
+
+def _aware(ts: datetime | None) -> datetime | None:
+    if ts is not None and ts.tzinfo is None:
+        return ts.replace(tzinfo=UTC)
+    return ts
+
+
+def to_confirmation(r: ConfirmationRow) -> Confirmation:
+    return Confirmation(
+        id=r.id,
+        conversation_id=r.conversation_id,
+        run_id=r.run_id,
+        proposal_id=r.proposal_id,
+        tool=r.tool,
+        arguments=r.arguments,
+        args_hash=r.args_hash,
+        principal=r.principal,
+        code=r.code,
+        summary=r.summary,
+        status=r.status,
+        version=r.version,  # type: ignore[arg-type]
+        created_at=_aware(r.created_at),
+        decided_at=_aware(r.decided_at),  # type: ignore[arg-type]
+    )
+
+
+def to_approval(r: ApprovalRow) -> Approval:
+    return Approval(
+        id=r.id,
+        proposal_id=r.proposal_id,
+        run_id=r.run_id,
+        conversation_id=r.conversation_id,
+        tool=r.tool,
+        arguments=r.arguments,
+        args_hash=r.args_hash,
+        customer_id=r.customer_id,
+        summary=r.summary,
+        status=r.status,
+        version=r.version,  # type: ignore[arg-type]
+        required_role=r.required_role,
+        approvals_required=r.approvals_required,
+        decisions=tuple(Decision(**d) for d in (r.decisions or [])),
+        requester=r.requester,
+        decider=r.decider,
+        comment=r.comment,
+        rationale=r.rationale,
+        evidence=tuple(r.evidence or ()),
+        provenance=dict(r.provenance or {}),
+        idempotency_key=r.idempotency_key,
+        policy_version=r.policy_version,
+        result=r.result,
+        superseded_by=r.superseded_by,
+        slack_ref=r.slack_ref,
+        expires_at=_aware(r.expires_at),
+        created_at=_aware(r.created_at),  # type: ignore[arg-type]
+        decided_at=_aware(r.decided_at),
+    )
+
+
+class ConfirmationRepo:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def create(
+        self, row: ConfirmationRow, *, audit: Sequence[AuditEvent] = ()
+    ) -> Confirmation:
+        """Insert a pending confirmation; any other pending one in the conversation is superseded."""
+        async with self.db.sessions() as s, s.begin():
+            await s.execute(
+                update(ConfirmationRow)
+                .where(
+                    ConfirmationRow.conversation_id == row.conversation_id,
+                    ConfirmationRow.status == "pending",
+                )
+                .values(
+                    status="superseded",
+                    version=ConfirmationRow.version + 1,
+                    decided_at=row.created_at,
+                )
+            )
+            s.add(row)
+            await s.flush()
+            if audit:
+                await append_audit_many(s, list(audit))
+        return to_confirmation(row)
+
+    async def get(self, confirmation_id: str) -> Confirmation | None:
+        async with self.db.sessions() as s:
+            r = await s.get(ConfirmationRow, confirmation_id)
+            return to_confirmation(r) if r else None
+
+    async def pending(self, conversation_id: str) -> list[Confirmation]:
+        async with self.db.sessions() as s:
+            rows = (
+                (
+                    await s.execute(
+                        select(ConfirmationRow).where(
+                            ConfirmationRow.conversation_id == conversation_id,
+                            ConfirmationRow.status == "pending",
+                        )
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            return [to_confirmation(r) for r in rows]
+
+    async def find_confirmed(
+        self, conversation_id: str, principal: str, tool: str, args_hash: str
+    ) -> Confirmation | None:
+        """A confirmed, not yet consumed confirmation of exactly these arguments."""
+        async with self.db.sessions() as s:
+            r = (
+                await s.execute(
+                    select(ConfirmationRow)
+                    .where(
+                        ConfirmationRow.conversation_id == conversation_id,
+                        ConfirmationRow.principal == principal,
+                        ConfirmationRow.tool == tool,
+                        ConfirmationRow.args_hash == args_hash,
+                        ConfirmationRow.status == "confirmed",
+                    )
+                    .limit(1)
+                )
+            ).scalar_one_or_none()
+            return to_confirmation(r) if r else None
+
+    async def transition(
+        self,
+        confirmation_id: str,
+        *,
+        expected_version: int,
+        from_status: str,
+        to_status: str,
+        at: datetime,
+        audit: Sequence[AuditEvent] = (),
+    ) -> Confirmation | None:
+        """Compare-and-set; ``None`` when another writer got there first."""
+        async with self.db.sessions() as s, s.begin():
+            res = await s.execute(
+                update(ConfirmationRow)
+                .where(
+                    ConfirmationRow.id == confirmation_id,
+                    ConfirmationRow.version == expected_version,
+                    ConfirmationRow.status == from_status,
+                )
+                .values(status=to_status, version=expected_version + 1, decided_at=at)
+            )
+            if res.rowcount != 1:
+                return None
+            if audit:
+                await append_audit_many(s, list(audit))
+            r = await s.get(ConfirmationRow, confirmation_id)
+            assert r is not None
+            return to_confirmation(r)
+
+
+class ApprovalRepo:
+    def __init__(self, db: Database, jobs: JobQueue) -> None:
+        self.db = db
+        self.jobs = jobs
+
+    async def create(self, row: ApprovalRow, *, audit: Sequence[AuditEvent] = ()) -> Approval:
+        async with self.db.sessions() as s, s.begin():
+            s.add(row)
+            await s.flush()
+            if audit:
+                await append_audit_many(s, list(audit))
+        return to_approval(row)
+
+    async def get(self, approval_id: str) -> Approval | None:
+        async with self.db.sessions() as s:
+            r = await s.get(ApprovalRow, approval_id)
+            return to_approval(r) if r else None
+
+    async def list(self, *, status: str | None = None, limit: int = 200) -> list[Approval]:
+        async with self.db.sessions() as s:
+            q = select(ApprovalRow).order_by(ApprovalRow.created_at.desc()).limit(limit)
+            if status:
+                q = q.where(ApprovalRow.status == status)
+            return [to_approval(r) for r in (await s.execute(q)).scalars().all()]
+
+    async def pending_for_customer(self, customer_id: str) -> list[Approval]:
+        async with self.db.sessions() as s:
+            rows = (
+                (
+                    await s.execute(
+                        select(ApprovalRow).where(
+                            ApprovalRow.customer_id == customer_id, ApprovalRow.status == "pending"
+                        )
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            return [to_approval(r) for r in rows]
+
+    async def find_approved(self, run_id: str, tool: str, args_hash: str) -> Approval | None:
+        async with self.db.sessions() as s:
+            r = (
+                await s.execute(
+                    select(ApprovalRow)
+                    .where(
+                        ApprovalRow.run_id == run_id,
+                        ApprovalRow.tool == tool,
+                        ApprovalRow.args_hash == args_hash,
+                        ApprovalRow.status == "approved",
+                    )
+                    .limit(1)
+                )
+            ).scalar_one_or_none()
+            return to_approval(r) if r else None
+
+    async def expired_pending(self, now: datetime, limit: int = 100) -> list[Approval]:
+        async with self.db.sessions() as s:
+            rows = (
+                (
+                    await s.execute(
+                        select(ApprovalRow)
+                        .where(ApprovalRow.status == "pending", ApprovalRow.expires_at <= now)
+                        .limit(limit)
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            return [to_approval(r) for r in rows]
+
+    async def transition(
+        self,
+        approval_id: str,
+        *,
+        expected_version: int,
+        values: dict[str, Any],
+        audit: Sequence[AuditEvent] = (),
+        job: tuple[str, dict[str, Any], str] | None = None,
+        new_row: ApprovalRow | None = None,
+    ) -> Approval | None:
+        """CAS from ``pending`` at ``expected_version``; ``None`` if the row moved on.
+
+        ``job`` (kind, payload, dedup key, delay in seconds) is enqueued in the same transaction, so a
+        decision is never recorded without its resume work, nor the reverse.
+        """
+        async with self.db.sessions() as s, s.begin():
+            res = await s.execute(
+                update(ApprovalRow)
+                .where(
+                    ApprovalRow.id == approval_id,
+                    ApprovalRow.version == expected_version,
+                    ApprovalRow.status == "pending",
+                )
+                .values(version=expected_version + 1, **values)
+            )
+            if res.rowcount != 1:
+                return None
+            if new_row is not None:
+                s.add(new_row)
+            await s.flush()
+            if audit:
+                await append_audit_many(s, list(audit))
+            if job is not None:
+                kind, payload, dedup, delay = job
+                run_after = datetime.now(UTC) + timedelta(seconds=delay)
+                await self.jobs.enqueue(kind, payload, dedup_key=dedup, run_after=run_after, session=s)
+            r = await s.get(ApprovalRow, approval_id)
+            assert r is not None
+            return to_approval(r)
+
+    async def set_result(
+        self, approval_id: str, result: Any, *, audit: Sequence[AuditEvent] = ()
+    ) -> None:
+        async with self.db.sessions() as s, s.begin():
+            await s.execute(
+                update(ApprovalRow).where(ApprovalRow.id == approval_id).values(result=result)
+            )
+            if audit:
+                await append_audit_many(s, list(audit))
+
+    async def set_slack_ref(self, approval_id: str, ref: dict[str, Any]) -> None:
+        async with self.db.sessions() as s, s.begin():
+            await s.execute(
+                update(ApprovalRow).where(ApprovalRow.id == approval_id).values(slack_ref=ref)
+            )

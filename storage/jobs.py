@@ -1,0 +1,240 @@
+"""The durable job queue behind resume and expiry work.
+
+A job is ``queued`` until ``run_after``; a claim makes it ``running`` under a
+lease that ends at ``run_after = now + lease_s``. A worker that dies leaves a
+``running`` job whose lease expires, and the next claim takes it again, so
+handlers must be idempotent (they are: every write goes through the ledger).
+``complete`` makes it ``done``; ``fail`` requeues it with backoff or, after
+``max_attempts`` claims, makes it ``failed``.
+
+Claims are race-free on both databases: PostgreSQL takes rows with
+``SELECT … FOR UPDATE SKIP LOCKED``; SQLite (transactions already ``BEGIN
+IMMEDIATE``) marks them with a single ``UPDATE … RETURNING``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, cast
+
+from sqlalchemy import ColumnElement, CursorResult, Table, and_, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from storage.audit import utc
+from storage.db import Database
+from storage.models import JobRow
+
+JobStatus = Literal["queued", "running", "done", "failed"]
+Clock = Callable[[], datetime]
+
+_JOBS = cast(Table, JobRow.__table__)
+_ACTIVE = ("queued", "running")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """A unit of background work. While ``running``, ``run_after`` is when its lease ends."""
+
+    id: int
+    kind: str
+    payload: dict[str, Any]
+    attempts: int
+    run_after: datetime
+    dedup_key: str | None
+    status: JobStatus = "queued"
+    last_error: str | None = None
+
+
+def default_backoff(attempts: int) -> float:
+    """Seconds before retry number ``attempts``: 5 s doubling, capped at 15 min."""
+    return float(min(5 * 2 ** max(attempts - 1, 0), 900))
+
+
+def _job(row: Any) -> Job:
+    return Job(
+        id=row.id,
+        kind=row.kind,
+        payload=row.payload,
+        attempts=row.attempts,
+        run_after=utc(row.run_after),
+        dedup_key=row.dedup_key,
+        status=row.status,
+        last_error=row.last_error,
+    )
+
+
+class JobQueue:
+    """Repository over ``jobs``. ``clock`` returns aware UTC now (tests pass a fake)."""
+
+    def __init__(self, db: Database, *, clock: Clock | None = None) -> None:
+        self._db = db
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    def _now(self) -> datetime:
+        return utc(self._clock())
+
+    async def enqueue(
+        self,
+        kind: str,
+        payload: dict[str, Any],
+        *,
+        dedup_key: str | None = None,
+        run_after: datetime | None = None,
+        session: AsyncSession | None = None,
+    ) -> int | None:
+        """Queue a job; return its id, or ``None`` if ``dedup_key`` was ever used before.
+
+        With ``session`` the insert joins the caller's open transaction, so the
+        job exists exactly when the state change that asked for it commits.
+        """
+        if session is not None:
+            return await self._insert(session, kind, payload, dedup_key, run_after)
+        async with self._db.sessions() as s, s.begin():
+            return await self._insert(s, kind, payload, dedup_key, run_after)
+
+    async def _insert(
+        self,
+        session: AsyncSession,
+        kind: str,
+        payload: dict[str, Any],
+        dedup_key: str | None,
+        run_after: datetime | None,
+    ) -> int | None:
+        now = self._now()
+        dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+        stmt = (
+            dialect.insert(_JOBS)
+            .values(
+                kind=kind,
+                payload=payload,
+                dedup_key=dedup_key,
+                status="queued",
+                attempts=0,
+                run_after=now if run_after is None else utc(run_after),
+                created_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=["dedup_key"])
+            .returning(_JOBS.c.id)
+        )
+        return (await session.execute(stmt)).scalar_one_or_none()
+
+    async def claim(
+        self,
+        worker_id: str,
+        *,
+        kinds: Sequence[str] | None = None,
+        limit: int = 1,
+        lease_s: float = 60,
+        max_attempts: int = 5,
+    ) -> list[Job]:
+        """Take up to ``limit`` due jobs for ``worker_id``, longest-due first; returned by id.
+
+        Due means queued with ``run_after <= now``, or running with an expired
+        lease. Each claim counts as an attempt; a job whose lease expires after
+        ``max_attempts`` claims is made ``failed`` instead of being run again.
+        """
+        now = self._now()
+        due = and_(_JOBS.c.status.in_(_ACTIVE), _JOBS.c.run_after <= now)
+        if kinds is not None:
+            due = and_(due, _JOBS.c.kind.in_(list(kinds)))
+        claimed = {
+            "status": "running",
+            "locked_by": worker_id,
+            "locked_at": now,
+            "run_after": now + timedelta(seconds=lease_s),
+            "attempts": _JOBS.c.attempts + 1,
+        }
+        async with self._db.sessions() as s, s.begin():
+            if self._db.is_postgres:
+                target = await self._lock_due_pg(s, due, limit, max_attempts)
+                if target is None:
+                    return []
+            else:
+                await s.execute(_exhausted(due, max_attempts))
+                target = _JOBS.c.id.in_(_oldest(due, limit).scalar_subquery())
+            stmt = update(_JOBS).where(target).values(**claimed).returning(*_JOBS.c)
+            rows = (await s.execute(stmt)).all()
+        return sorted((_job(r) for r in rows), key=lambda j: j.id)
+
+    async def _lock_due_pg(
+        self, s: AsyncSession, due: ColumnElement[bool], limit: int, max_attempts: int
+    ) -> ColumnElement[bool] | None:
+        """Lock due rows other claimers are not holding; fail the exhausted ones.
+
+        Returns the condition selecting the rows to claim, or ``None``.
+        """
+        picked = _oldest(due, limit).add_columns(_JOBS.c.status, _JOBS.c.attempts)
+        rows = (await s.execute(picked.with_for_update(skip_locked=True))).all()
+        dead = [r.id for r in rows if r.status == "running" and r.attempts >= max_attempts]
+        if dead:
+            await s.execute(_exhausted(_JOBS.c.id.in_(dead), max_attempts))
+        ids = [r.id for r in rows if r.id not in dead]
+        return _JOBS.c.id.in_(ids) if ids else None
+
+    async def complete(self, job_id: int, *, worker_id: str | None = None) -> bool:
+        """Mark a running job done; with ``worker_id``, only if that worker still holds it."""
+        stmt = update(_JOBS).where(_JOBS.c.id == job_id, _JOBS.c.status == "running")
+        if worker_id is not None:
+            stmt = stmt.where(_JOBS.c.locked_by == worker_id)
+        async with self._db.sessions() as s, s.begin():
+            result = await s.execute(stmt.values(status="done", last_error=None))
+        return bool(cast(CursorResult[Any], result).rowcount)
+
+    async def fail(
+        self,
+        job_id: int,
+        error: str,
+        *,
+        retry_in_s: float | None = None,
+        max_attempts: int = 5,
+        worker_id: str | None = None,
+    ) -> JobStatus | None:
+        """Record a failed attempt: requeue after ``retry_in_s`` (default
+        :func:`default_backoff`) or, once ``max_attempts`` claims are used,
+        mark it ``failed``. Returns the new status, or ``None`` if the job is
+        not running (or, with ``worker_id``, not held by that worker)."""
+        now = self._now()
+        find = select(_JOBS.c.attempts).where(_JOBS.c.id == job_id, _JOBS.c.status == "running")
+        if worker_id is not None:
+            find = find.where(_JOBS.c.locked_by == worker_id)
+        async with self._db.sessions() as s, s.begin():
+            attempts = (await s.execute(find.with_for_update())).scalar_one_or_none()
+            if attempts is None:
+                return None
+            status: JobStatus = "failed" if attempts >= max_attempts else "queued"
+            values: dict[str, Any] = {"status": status, "last_error": error, "locked_by": None}
+            if status == "queued":
+                delay = default_backoff(attempts) if retry_in_s is None else retry_in_s
+                values["run_after"] = now + timedelta(seconds=delay)
+            await s.execute(update(_JOBS).where(_JOBS.c.id == job_id).values(**values))
+        return status
+
+    async def pending_count(self, *, kinds: Sequence[str] | None = None) -> int:
+        """Jobs not yet done or failed (queued or running)."""
+        stmt = select(func.count()).select_from(_JOBS).where(_JOBS.c.status.in_(_ACTIVE))
+        if kinds is not None:
+            stmt = stmt.where(_JOBS.c.kind.in_(list(kinds)))
+        async with self._db.sessions() as s, s.begin():
+            return int((await s.execute(stmt)).scalar_one())
+
+    async def get(self, job_id: int) -> Job | None:
+        """One job by id, whatever its status."""
+        async with self._db.sessions() as s, s.begin():
+            row = (await s.execute(select(_JOBS).where(_JOBS.c.id == job_id))).first()
+        return None if row is None else _job(row)
+
+
+def _oldest(due: ColumnElement[bool], limit: int) -> Any:
+    return select(_JOBS.c.id).where(due).order_by(_JOBS.c.run_after, _JOBS.c.id).limit(limit)
+
+
+def _exhausted(where: ColumnElement[bool], max_attempts: int) -> Any:
+    """Fail running jobs whose lease expired after their last allowed attempt."""
+    return (
+        update(_JOBS)
+        .where(where, _JOBS.c.status == "running", _JOBS.c.attempts >= max_attempts)
+        .values(status="failed", locked_by=None, last_error="lease expired on the last attempt")
+    )

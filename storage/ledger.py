@@ -1,0 +1,117 @@
+"""The idempotency ledger (C9): insert the key, then call the downstream.
+
+``claim`` inserts ``executing`` under a unique key before any side effect. A
+second claimant of the same key gets the existing entry back instead: a
+finished entry's stored result is returned to the caller, and an ``executing``
+one is either in flight elsewhere or left by a crash (``recover`` finds those).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from storage.audit import AuditEvent, append_audit_many
+from storage.db import Database
+from storage.models import ToolExecutionRow
+from storage.records import LedgerEntry
+
+
+def _entry(r: ToolExecutionRow) -> LedgerEntry:
+    return LedgerEntry(
+        key=r.key,
+        tool=r.tool,
+        status=r.status,
+        result=r.result,  # type: ignore[arg-type]
+        proposal_id=r.proposal_id,
+        run_id=r.run_id,
+        arguments=r.arguments,
+    )
+
+
+class Ledger:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def claim(
+        self, *, key: str, tool: str, arguments: Any, proposal_id: str | None, run_id: str | None
+    ) -> LedgerEntry | None:
+        """``None``: the key is ours, go ahead. Otherwise the entry that already holds it."""
+        now = datetime.now(UTC)
+        try:
+            async with self.db.sessions() as s, s.begin():
+                s.add(
+                    ToolExecutionRow(
+                        key=key,
+                        tool=tool,
+                        arguments=arguments,
+                        proposal_id=proposal_id,
+                        run_id=run_id,
+                        status="executing",
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
+            return None
+        except IntegrityError:
+            existing = await self.get(key)
+            assert existing is not None, f"ledger key {key} vanished"
+            return existing
+
+    async def get(self, key: str) -> LedgerEntry | None:
+        async with self.db.sessions() as s:
+            r = (
+                await s.execute(select(ToolExecutionRow).where(ToolExecutionRow.key == key))
+            ).scalar_one_or_none()
+            return _entry(r) if r else None
+
+    async def settle(
+        self,
+        key: str,
+        *,
+        status: str,
+        result: Any,
+        audit: Sequence[AuditEvent] = (),
+        only_if: str = "executing",
+    ) -> bool:
+        """Record the outcome; false when the row was not in ``only_if`` (already settled)."""
+        async with self.db.sessions() as s, s.begin():
+            res = await s.execute(
+                update(ToolExecutionRow)
+                .where(ToolExecutionRow.key == key, ToolExecutionRow.status == only_if)
+                .values(status=status, result=result, updated_at=datetime.now(UTC))
+            )
+            if res.rowcount != 1:
+                return False
+            if audit:
+                await append_audit_many(s, list(audit))
+            return True
+
+    async def release(self, key: str) -> None:
+        """Drop an ``executing`` claim whose downstream call provably never happened."""
+        from sqlalchemy import delete
+
+        async with self.db.sessions() as s, s.begin():
+            await s.execute(
+                delete(ToolExecutionRow).where(
+                    ToolExecutionRow.key == key, ToolExecutionRow.status == "executing"
+                )
+            )
+
+    async def in_flight(self) -> list[LedgerEntry]:
+        """Entries left ``executing`` — after a crash, each needs reconciling."""
+        async with self.db.sessions() as s:
+            rows = (
+                (
+                    await s.execute(
+                        select(ToolExecutionRow).where(ToolExecutionRow.status == "executing")
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            return [_entry(r) for r in rows]

@@ -1,0 +1,46 @@
+"""Alembic environment: async engines, the URL from the caller (never os.environ here)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from alembic import context
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import create_async_engine
+
+import storage.models  # noqa: F401
+import storage.store_models  # noqa: F401
+from storage.db import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def _run(connection: Connection) -> None:
+    context.configure(connection=connection, target_metadata=target_metadata,
+                      render_as_batch=connection.dialect.name == "sqlite", compare_type=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def _online() -> None:
+    url = config.get_main_option("sqlalchemy.url")
+    assert url, "storage.migrate sets sqlalchemy.url"
+    engine = create_async_engine(url)
+    async with engine.connect() as conn:
+        await conn.run_sync(_run)
+        await conn.commit()
+    await engine.dispose()
+
+
+if context.is_offline_mode():
+    context.configure(url=config.get_main_option("sqlalchemy.url"), target_metadata=target_metadata,
+                      literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    existing = config.attributes.get("connection")
+    if existing is not None:
+        _run(existing)
+    else:
+        asyncio.run(_online())

@@ -1,0 +1,169 @@
+"""Frozen records the repositories return; ORM rows never leave ``storage/``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "superseded"]
+ConfirmationStatus = Literal["pending", "confirmed", "declined", "superseded", "consumed"]
+RunStatus = Literal["running", "waiting", "completed", "escalated", "failed"]
+LedgerStatus = Literal["executing", "succeeded", "failed", "needs_human"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Conversation:
+    id: str
+    channel: str
+    external_ref: str | None
+    principal_kind: str
+    principal_id: str
+    customer_id: str | None
+    status: str
+    loaded_groups: tuple[str, ...]
+    model: str
+    prompt_version: str
+    next_seq: int
+    meta: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredMessage:
+    seq: int
+    role: Literal["user", "assistant"]
+    content: list[dict[str, Any]]
+    run_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    id: str
+    conversation_id: str
+    status: RunStatus
+    steps: int
+    model: str
+    prompt_version: str
+    policy_version: str
+    trace_id: str
+    pending_ids: tuple[str, ...]
+    state: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Proposal:
+    id: str
+    run_id: str
+    conversation_id: str
+    tool_use_id: str
+    tool: str
+    arguments: Any
+    args_hash: str
+    principal: str
+    step: int
+    decision: str | None
+    reason: str | None
+    idempotency_key: str | None
+    result: Any | None
+    is_error: bool
+    policy_version: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class Confirmation:
+    id: str
+    conversation_id: str
+    run_id: str
+    proposal_id: str
+    tool: str
+    arguments: Any
+    args_hash: str
+    principal: str
+    code: str
+    summary: str
+    status: ConfirmationStatus
+    version: int
+    created_at: datetime
+    decided_at: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    actor: str
+    decision: Literal["approve", "reject"]
+    comment: str | None
+    at: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Approval:
+    id: str
+    proposal_id: str
+    run_id: str
+    conversation_id: str
+    tool: str
+    arguments: Any
+    args_hash: str
+    customer_id: str | None
+    summary: str
+    status: ApprovalStatus
+    version: int
+    required_role: str
+    approvals_required: int
+    decisions: tuple[Decision, ...]
+    requester: str
+    decider: str | None
+    comment: str | None
+    rationale: str | None
+    evidence: tuple[dict[str, Any], ...]
+    provenance: dict[str, Any]
+    idempotency_key: str | None
+    policy_version: str
+    result: Any | None
+    superseded_by: str | None
+    slack_ref: dict[str, Any] | None
+    expires_at: datetime
+    created_at: datetime
+    decided_at: datetime | None
+
+    def as_public(self) -> dict[str, Any]:
+        """The JSON shape the HTTP API and CLI show."""
+        return {
+            "id": self.id,
+            "status": self.status,
+            "version": self.version,
+            "tool": self.tool,
+            "arguments": self.arguments,
+            "summary": self.summary,
+            "customerId": self.customer_id,
+            "conversationId": self.conversation_id,
+            "runId": self.run_id,
+            "requiredRole": self.required_role,
+            "approvalsRequired": self.approvals_required,
+            "decisions": [d.__dict__ for d in self.decisions],
+            "requester": self.requester,
+            "decider": self.decider,
+            "comment": self.comment,
+            "rationale": {"text": self.rationale, "trust": "untrusted (written by the model)"},
+            "evidence": list(self.evidence),
+            "provenance": self.provenance,
+            "policyVersion": self.policy_version,
+            "result": self.result,
+            "supersededBy": self.superseded_by,
+            "expiresAt": self.expires_at.isoformat(),
+            "createdAt": self.created_at.isoformat(),
+            "decidedAt": self.decided_at.isoformat() if self.decided_at else None,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class LedgerEntry:
+    key: str
+    tool: str
+    status: LedgerStatus
+    result: Any | None
+    proposal_id: str | None
+    run_id: str | None
+    arguments: Any = field(default=None)

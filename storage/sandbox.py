@@ -1,0 +1,457 @@
+"""The sandbox store: the demo shop's system of record, over SQL.
+
+:class:`SandboxStore` implements :class:`tools.backend.CommerceBackend`.
+Reads are scoped to the bound customer: someone else's order, return or invoice
+is answered exactly like a missing one. Writes are idempotent: one transaction
+checks ``store_writes`` for the key, performs the write
+(:mod:`storage.sandbox_writes`) and stores the result under the key; a
+concurrent duplicate loses on the primary key, rolls back its side effects and
+returns the winner's stored result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from storage import sandbox_writes as w
+from storage import store_codec as codec
+from storage import store_fts
+from storage.db import Database
+from storage.store_models import (
+    StoreCustomerRow,
+    StoreInvoiceRow,
+    StoreOrderRow,
+    StorePaymentRow,
+    StoreRefundRow,
+    StoreReturnRow,
+    StoreStaffRow,
+    StoreWriteRow,
+)
+from tools.backend import (
+    Address,
+    BackendError,
+    Customer,
+    Invoice,
+    KnowledgeHit,
+    KnowledgeKind,
+    MessageChannel,
+    Order,
+    OrderStatus,
+    OutboxMessage,
+    Payment,
+    Refund,
+    Return,
+    ReturnItem,
+    Shipment,
+    StaffMember,
+    WriteRecord,
+)
+
+T = TypeVar("T")
+Perform = Callable[[AsyncSession, datetime], Awaitable[T]]
+
+CARRIERS = ("UPS", "FedEx", "USPS", "DHL")
+SHIP_AFTER = timedelta(days=1)
+DELIVERY_ESTIMATE = timedelta(days=5)
+_SHIPMENT_STATUS = {
+    "PENDING": "not_shipped",
+    "PAID": "not_shipped",
+    "SHIPPED": "in_transit",
+    "DELIVERED": "delivered",
+    "CANCELLED": "cancelled",
+}
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _by_customer(customer_id: str) -> Any:
+    return StoreOrderRow.customer_id == customer_id
+
+
+class SandboxStore:
+    """A :class:`~tools.backend.CommerceBackend` over the ``store_*`` tables."""
+
+    def __init__(self, db: Database, *, clock: Callable[[], datetime] | None = None) -> None:
+        self._db = db
+        self._clock = clock or _utcnow
+
+    # -- identity and staff -------------------------------------------------
+    async def _one(self, stmt: Any, convert: Callable[[Any], T]) -> T | None:
+        async with self._db.sessions() as s, s.begin():
+            row = (await s.execute(stmt)).scalar_one_or_none()
+            return None if row is None else convert(row)
+
+    async def _many(self, stmt: Any, convert: Callable[[Any], T]) -> list[T]:
+        async with self._db.sessions() as s, s.begin():
+            return [convert(row) for row in (await s.scalars(stmt))]
+
+    async def get_customer(self, customer_id: str) -> Customer | None:
+        """The customer with this id."""
+        return await self._one(
+            select(StoreCustomerRow).where(StoreCustomerRow.id == customer_id), codec.customer
+        )
+
+    async def find_customer_by_slack_user(self, slack_user_id: str) -> Customer | None:
+        """The customer a Slack user id is listed on."""
+        stmt = select(StoreCustomerRow).where(StoreCustomerRow.slack_user_id == slack_user_id)
+        return await self._one(stmt, codec.customer)
+
+    async def find_customer_by_email(self, email: str) -> Customer | None:
+        """The customer with this email on file (case-insensitive)."""
+        stmt = select(StoreCustomerRow).where(
+            func.lower(StoreCustomerRow.email) == email.strip().lower()
+        )
+        return await self._one(stmt.limit(1), codec.customer)
+
+    async def get_staff(self, staff_id: str) -> StaffMember | None:
+        """The staff member with this id."""
+        return await self._one(
+            select(StoreStaffRow).where(StoreStaffRow.id == staff_id), codec.staff
+        )
+
+    async def find_staff_by_slack_user(self, slack_user_id: str) -> StaffMember | None:
+        """The staff member a Slack user id belongs to."""
+        stmt = select(StoreStaffRow).where(StoreStaffRow.slack_user_id == slack_user_id)
+        return await self._one(stmt, codec.staff)
+
+    # -- reads, scoped to the bound customer ----------------------------------
+    async def list_orders(
+        self, customer_id: str, *, status: OrderStatus | None = None
+    ) -> list[Order]:
+        """The customer's orders, newest first, optionally of one status."""
+        stmt = select(StoreOrderRow).where(_by_customer(customer_id))
+        if status is not None:
+            stmt = stmt.where(StoreOrderRow.status == status)
+        stmt = stmt.order_by(StoreOrderRow.placed_at.desc(), StoreOrderRow.id.desc())
+        return await self._many(stmt, codec.order)
+
+    async def get_order(self, customer_id: str, order_id: str) -> Order | None:
+        """One of the customer's orders; ``None`` if missing or not theirs."""
+        stmt = select(StoreOrderRow).where(StoreOrderRow.id == order_id, _by_customer(customer_id))
+        return await self._one(stmt, codec.order)
+
+    async def track_shipment(self, customer_id: str, order_id: str) -> Shipment | None:
+        """Where the order is, derived deterministically from the order itself."""
+        order = await self.get_order(customer_id, order_id)
+        return None if order is None else shipment_of(order)
+
+    async def list_payments(
+        self, customer_id: str, *, order_id: str | None = None
+    ) -> list[Payment]:
+        """Payments on the customer's orders (one order's if ``order_id``), oldest first."""
+        stmt = select(StorePaymentRow).join(StoreOrderRow).where(_by_customer(customer_id))
+        if order_id is not None:
+            stmt = stmt.where(StorePaymentRow.order_id == order_id)
+        stmt = stmt.order_by(StorePaymentRow.created_at, StorePaymentRow.id)
+        return await self._many(stmt, codec.payment)
+
+    async def list_refunds(self, customer_id: str, *, order_id: str | None = None) -> list[Refund]:
+        """Refunds on the customer's orders (one order's if ``order_id``), oldest first."""
+        stmt = select(StoreRefundRow).join(StoreOrderRow).where(_by_customer(customer_id))
+        if order_id is not None:
+            stmt = stmt.where(StoreRefundRow.order_id == order_id)
+        stmt = stmt.order_by(StoreRefundRow.created_at, StoreRefundRow.id)
+        return await self._many(stmt, codec.refund)
+
+    async def get_invoices(
+        self, customer_id: str, *, invoice_id: str | None = None
+    ) -> list[Invoice]:
+        """The customer's invoices (or the one with ``invoice_id``, if theirs), oldest first."""
+        stmt = select(StoreInvoiceRow).join(StoreOrderRow).where(_by_customer(customer_id))
+        if invoice_id is not None:
+            stmt = stmt.where(StoreInvoiceRow.id == invoice_id)
+        stmt = stmt.order_by(StoreInvoiceRow.issued_at, StoreInvoiceRow.id)
+        return await self._many(stmt, codec.invoice)
+
+    async def list_returns(self, customer_id: str) -> list[Return]:
+        """The customer's returns, newest first."""
+        stmt = (
+            select(StoreReturnRow)
+            .join(StoreOrderRow)
+            .where(_by_customer(customer_id))
+            .order_by(StoreReturnRow.created_at.desc(), StoreReturnRow.id.desc())
+        )
+        return await self._many(stmt, codec.return_)
+
+    async def get_return(self, customer_id: str, return_id: str) -> Return | None:
+        """One of the customer's returns; ``None`` if missing or not theirs."""
+        stmt = (
+            select(StoreReturnRow)
+            .join(StoreOrderRow)
+            .where(StoreReturnRow.id == return_id, _by_customer(customer_id))
+        )
+        return await self._one(stmt, codec.return_)
+
+    async def refundable_minor(self, customer_id: str, order_id: str) -> int | None:
+        """Captured minus refunded for an owned order; ``None`` if not owned/missing."""
+        async with self._db.sessions() as s, s.begin():
+            try:
+                order = await w.owned_order(s, customer_id, order_id, lock=False)
+            except BackendError:
+                return None
+            captured, refunded = await w.money_on(s, order.id)
+            return max(0, captured - refunded)
+
+    async def refunds_since(self, customer_id: str, since: datetime) -> list[Refund]:
+        """The customer's refunds created at or after ``since`` (for per-day limits)."""
+        stmt = (
+            select(StoreRefundRow)
+            .join(StoreOrderRow)
+            .where(_by_customer(customer_id), StoreRefundRow.created_at >= since)
+            .order_by(StoreRefundRow.created_at, StoreRefundRow.id)
+        )
+        return await self._many(stmt, codec.refund)
+
+    async def search_knowledge(
+        self, query: str, *, kind: KnowledgeKind | None = None, limit: int = 5
+    ) -> list[KnowledgeHit]:
+        """Knowledge sections best matching ``query`` (any text is safe: it is reduced to words)."""
+        terms = store_fts.query_terms(query)
+        if not terms or limit < 1:
+            return []
+        stmt = store_fts.search_statement(
+            self._db.engine.dialect.name, terms, kind=kind, limit=min(limit, 50)
+        )
+        async with self._db.sessions() as s, s.begin():
+            rows = (await s.execute(stmt)).all()
+        return [
+            KnowledgeHit(
+                doc_id=r[0], version=r[1], section_id=r[2], kind=r[3], title=r[4], text=r[5]
+            )
+            for r in rows
+        ]
+
+    # -- writes: idempotent by key ---------------------------------------------
+    async def _write(
+        self, key: str, operation: str, customer_id: str, cls: type[T], perform: Perform[T]
+    ) -> T:
+        async with self._db.sessions() as s:
+            try:
+                async with s.begin():
+                    stored = await s.get(StoreWriteRow, key)
+                    if stored is not None:
+                        return _replay(stored, operation, customer_id, cls)
+                    now = self._clock()
+                    result = await perform(s, now)
+                    s.add(
+                        StoreWriteRow(
+                            key=key,
+                            operation=operation,
+                            customer_id=customer_id,
+                            result=codec.encode(result),
+                            created_at=now,
+                        )
+                    )
+                    await s.flush()
+                return result
+            except IntegrityError:
+                pass  # a concurrent write with the same key won; ours was rolled back
+        async with self._db.sessions() as s, s.begin():
+            stored = await s.get(StoreWriteRow, key)
+            if stored is None:
+                raise RuntimeError(f"write {operation} failed on a constraint, not on its key")
+            return _replay(stored, operation, customer_id, cls)
+
+    async def issue_refund(
+        self,
+        customer_id: str,
+        order_id: str,
+        *,
+        amount_minor: int,
+        currency: str,
+        reason_code: str,
+        return_id: str | None,
+        idempotency_key: str,
+    ) -> Refund:
+        """Refund part or all of what was captured on an owned order."""
+        return await self._write(
+            idempotency_key,
+            "issue_refund",
+            customer_id,
+            Refund,
+            lambda s, now: w.issue_refund(
+                s,
+                now,
+                customer_id,
+                order_id,
+                amount_minor=amount_minor,
+                currency=currency,
+                reason_code=reason_code,
+                return_id=return_id,
+            ),
+        )
+
+    async def cancel_order(
+        self, customer_id: str, order_id: str, *, reason_code: str, idempotency_key: str
+    ) -> Order:
+        """Cancel a PENDING/PAID order, refunding anything captured."""
+        return await self._write(
+            idempotency_key,
+            "cancel_order",
+            customer_id,
+            Order,
+            lambda s, now: w.cancel_order(
+                s,
+                now,
+                customer_id,
+                order_id,
+                reason_code=reason_code,
+            ),
+        )
+
+    async def update_shipping_address(
+        self, customer_id: str, order_id: str, *, address: Address, idempotency_key: str
+    ) -> Order:
+        """Change the shipping address of an order that has not shipped."""
+        return await self._write(
+            idempotency_key,
+            "update_shipping_address",
+            customer_id,
+            Order,
+            lambda s, now: w.update_shipping_address(s, customer_id, order_id, address=address),
+        )
+
+    async def create_reorder(
+        self, customer_id: str, order_id: str, *, idempotency_key: str
+    ) -> Order:
+        """A new PENDING order with the same items as an owned order."""
+        return await self._write(
+            idempotency_key,
+            "create_reorder",
+            customer_id,
+            Order,
+            lambda s, now: w.create_reorder(s, now, customer_id, order_id),
+        )
+
+    async def create_return(
+        self,
+        customer_id: str,
+        order_id: str,
+        *,
+        items: list[ReturnItem],
+        reason_code: str,
+        idempotency_key: str,
+    ) -> Return:
+        """Request a return of items of a delivered order."""
+        return await self._write(
+            idempotency_key,
+            "create_return",
+            customer_id,
+            Return,
+            lambda s, now: w.create_return(
+                s,
+                now,
+                customer_id,
+                order_id,
+                items=items,
+                reason_code=reason_code,
+            ),
+        )
+
+    async def retry_payment(
+        self, customer_id: str, order_id: str, *, idempotency_key: str
+    ) -> Payment:
+        """Turn the latest failed payment into a new captured one."""
+        return await self._write(
+            idempotency_key,
+            "retry_payment",
+            customer_id,
+            Payment,
+            lambda s, now: w.retry_payment(s, now, customer_id, order_id),
+        )
+
+    async def update_contact_details(
+        self, customer_id: str, *, email: str | None, phone: str | None, idempotency_key: str
+    ) -> Customer:
+        """Replace the email and/or phone on file."""
+        return await self._write(
+            idempotency_key,
+            "update_contact_details",
+            customer_id,
+            Customer,
+            lambda s, now: w.update_contact_details(s, customer_id, email=email, phone=phone),
+        )
+
+    async def send_message(
+        self,
+        customer_id: str,
+        *,
+        channel: MessageChannel,
+        template: str,
+        body: str,
+        idempotency_key: str,
+    ) -> OutboxMessage:
+        """Send to the contact detail *on file* for ``channel`` (S3); never another address."""
+        return await self._write(
+            idempotency_key,
+            "send_message",
+            customer_id,
+            OutboxMessage,
+            lambda s, now: w.send_message(
+                s,
+                now,
+                customer_id,
+                channel=channel,
+                template=template,
+                body=body,
+            ),
+        )
+
+    async def lookup_write(self, idempotency_key: str) -> WriteRecord | None:
+        """The stored result of a write made with this key, if the backend made it."""
+        async with self._db.sessions() as s, s.begin():
+            row = await s.get(StoreWriteRow, idempotency_key)
+            if row is None:
+                return None
+            return WriteRecord(key=row.key, operation=row.operation, result=dict(row.result))
+
+
+def _replay(stored: StoreWriteRow, operation: str, customer_id: str, cls: type[T]) -> T:
+    if stored.operation != operation or (stored.customer_id not in (None, customer_id)):
+        raise BackendError(
+            "idempotency_conflict",
+            "this idempotency key was used for a different write",
+            operation=stored.operation,
+        )
+    return codec.decode(cls, stored.result)
+
+
+def shipment_of(order: Order) -> Shipment:
+    """The shipment view of an order: carrier and tracking number are derived from its id."""
+    status = _SHIPMENT_STATUS[order.status]
+    if status in ("not_shipped", "cancelled"):
+        eta = order.placed_at + DELIVERY_ESTIMATE if status == "not_shipped" else None
+        return Shipment(
+            order_id=order.id,
+            status=status,
+            carrier=None,
+            tracking_number=None,
+            shipped_at=None,
+            delivered_at=None,
+            estimated_delivery=eta,
+        )
+    digest = hashlib.sha256(order.id.encode()).hexdigest()
+    carrier = CARRIERS[int(digest[:8], 16) % len(CARRIERS)]
+    number = str(int(digest[8:24], 16)).zfill(20)[:18]
+    tracking = f"1Z{digest[24:40].upper()}" if carrier == "UPS" else number
+    shipped = order.placed_at + SHIP_AFTER
+    if order.delivered_at is not None:
+        shipped = min(shipped, order.delivered_at)
+    return Shipment(
+        order_id=order.id,
+        status=status,
+        carrier=carrier,
+        tracking_number=tracking,
+        shipped_at=shipped,
+        delivered_at=order.delivered_at,
+        estimated_delivery=order.placed_at + DELIVERY_ESTIMATE,
+    )

@@ -1,0 +1,342 @@
+"""The catalogue as data: names, order, metadata, scopes, schema strictness,
+idempotency keys and approval-card summaries (C3, C4, C9)."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any, cast
+
+import jsonschema
+import pytest
+
+from tools.catalogue import GROUP_BLURBS, build_registry
+from tools.context import LOADABLE_GROUPS, ToolContext
+from tools.registry import Money
+from tools.schemas import iter_object_schemas
+
+REG = build_registry()
+TOOLS = list(REG.tools.values())
+
+CONTRACT = {
+    "always": ["search_knowledge", "get_case", "add_case_note", "escalate_to_human", "finish",
+               "load_tools"],
+    "account": ["get_account", "list_payment_methods", "update_contact_details",
+                "send_password_reset", "send_payment_link"],
+    "orders": ["get_order", "list_orders", "track_shipment", "cancel_order",
+               "update_shipping_address", "create_reorder", "send_message"],
+    "returns": ["get_return", "list_returns", "create_return"],
+    "billing": ["get_invoices", "list_payments", "issue_refund", "retry_payment"],
+}
+
+#: name → (kind, tier, scope, needs_confirmation, requires_evidence)
+TABLE: dict[str, tuple[str, int, str, bool, bool]] = {
+    "search_knowledge": ("read", 0, "knowledge:read", False, False),
+    "get_case": ("read", 0, "case:read", False, False),
+    "add_case_note": ("action", 0, "case:write", False, False),
+    "escalate_to_human": ("action", 0, "case:escalate", False, False),
+    "finish": ("action", 0, "run:control", False, False),
+    "load_tools": ("action", 0, "run:control", False, False),
+    "get_account": ("read", 0, "account:read", False, False),
+    "list_payment_methods": ("read", 0, "account:read", False, False),
+    "update_contact_details": ("action", 3, "account:contact", True, True),
+    "send_password_reset": ("action", 1, "account:write", True, False),
+    "send_payment_link": ("action", 1, "account:write", True, False),
+    "get_order": ("read", 0, "orders:read", False, False),
+    "list_orders": ("read", 0, "orders:read", False, False),
+    "track_shipment": ("read", 0, "orders:read", False, False),
+    "cancel_order": ("action", 2, "orders:write", True, True),
+    "update_shipping_address": ("action", 1, "orders:write", True, False),
+    "create_reorder": ("action", 1, "orders:write", True, False),
+    "send_message": ("action", 1, "messages:send", True, False),
+    "get_return": ("read", 0, "returns:read", False, False),
+    "list_returns": ("read", 0, "returns:read", False, False),
+    "create_return": ("action", 1, "returns:write", True, False),
+    "get_invoices": ("read", 0, "billing:read", False, False),
+    "list_payments": ("read", 0, "billing:read", False, False),
+    "issue_refund": ("action", 2, "billing:refund", True, True),
+    "retry_payment": ("action", 1, "billing:write", True, False),
+}
+
+RUNTIME = {"get_case", "add_case_note", "escalate_to_human", "finish", "load_tools"}
+
+
+def test_registry_holds_the_contract_tool_names_in_stable_group_order() -> None:
+    """Names are public contract; order is always, account, orders, returns, billing."""
+    expected = [name for group in CONTRACT.values() for name in group]
+    assert list(REG.tools) == expected
+    assert [t.meta.group for t in TOOLS] == [g for g, names in CONTRACT.items() for _ in names]
+    assert list(build_registry().tools) == expected  # deterministic across builds
+
+
+@pytest.mark.parametrize("name", list(TABLE))
+def test_metadata_table(name: str) -> None:
+    """Kind, tier, scope, confirmation and evidence flags per tool."""
+    kind, tier, scope, confirm, evidence = TABLE[name]
+    meta = REG.tools[name].meta
+    assert (meta.kind, meta.risk_tier, meta.scopes) == (kind, tier, frozenset({scope}))
+    assert (meta.needs_confirmation, meta.requires_evidence) == (confirm, evidence)
+    assert meta.runtime == (name in RUNTIME)
+
+
+def test_read_and_action_naming_convention() -> None:
+    """Reads are named get_/list_/search_/track_; actions are verbs, not read prefixes."""
+    read_prefix = re.compile(r"^(get|list|search|track)_")
+    for tool in TOOLS:
+        assert bool(read_prefix.match(tool.name)) == (tool.meta.kind == "read"), tool.name
+
+
+def test_risky_tools_flags() -> None:
+    """Evidence for tier ≥ 2, confirmation for every tier ≥ 1 action, retry_payment never
+    retried, approval expiry 24 h for refunds and 4 h for cancellations."""
+    for tool in TOOLS:
+        assert tool.meta.requires_evidence == (tool.meta.risk_tier >= 2)
+        assert tool.meta.needs_confirmation == (tool.meta.risk_tier >= 1)
+        assert ("evidence" in tool.input_schema["properties"]) == tool.meta.requires_evidence
+        assert tool.meta.retryable == (tool.name != "retry_payment")
+        assert tool.meta.timeout_s > 0
+    assert REG.tools["issue_refund"].meta.approval_expiry_s == 24 * 3600
+    assert REG.tools["cancel_order"].meta.approval_expiry_s == 4 * 3600
+    assert REG.tools["send_message"].meta.approval_expiry_s == 24 * 3600
+
+
+def test_every_backend_action_has_key_check_and_summary() -> None:
+    """Each tier ≥ 1 action derives an idempotency key, re-checks rules and renders a card line."""
+    for tool in TOOLS:
+        if tool.meta.risk_tier >= 1:
+            assert tool.key and tool.check and tool.summary, tool.name
+        if tool.meta.kind == "read":
+            assert tool.key is None and tool.check is None
+
+
+@pytest.mark.parametrize("tool", TOOLS, ids=lambda t: t.name)
+def test_schema_is_valid_draft_2020_12_and_strict(tool: Any) -> None:
+    """Every schema is valid Draft 2020-12, closed at every object level, every string bounded."""
+    jsonschema.Draft202012Validator.check_schema(tool.input_schema)
+    assert tool.input_schema["type"] == "object"
+    objects = list(iter_object_schemas(tool.input_schema))
+    assert objects
+    for sub in objects:
+        assert sub.get("additionalProperties") is False, tool.name
+        assert set(sub.get("required", [])) <= set(sub["properties"])
+    for string in _strings(tool.input_schema):
+        assert "maxLength" in string or "enum" in string, (tool.name, string)
+
+
+def _strings(schema: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if isinstance(schema, dict):
+        if schema.get("type") == "string":
+            out.append(schema)
+        for value in schema.values():
+            out.extend(_strings(value))
+    elif isinstance(schema, list):
+        for value in schema:
+            out.extend(_strings(value))
+    return out
+
+
+def _props(schema: Any) -> set[str]:
+    names: set[str] = set()
+    for sub in iter_object_schemas(schema):
+        names |= set(sub["properties"])
+    return names
+
+
+def test_no_tool_takes_a_customer_id_or_an_address_for_messages() -> None:
+    """Identity comes from the session (S1); messages take no address or free body (S3)."""
+    for tool in TOOLS:
+        assert not {"customer_id", "customer", "account_id"} & _props(tool.input_schema)
+    for name in ("send_message", "send_password_reset", "send_payment_link"):
+        props = _props(REG.tools[name].input_schema)
+        assert not {"to", "email", "phone", "address", "body", "text", "recipient"} & props
+
+
+def test_send_message_schema_refuses_any_address_or_body() -> None:
+    """An injected recipient or body is a schema error, not a parameter."""
+    validator = jsonschema.Draft202012Validator(REG.tools["send_message"].input_schema)
+    ok = {"channel": "email", "template": "order_update", "order_id": "O-1042"}
+    assert validator.is_valid(ok)
+    for extra in ({"to": "evil@example.com"}, {"body": "hi"}, {"email": "x@y.z"}):
+        assert not validator.is_valid({**ok, **extra})
+    assert not validator.is_valid({**ok, "template": "free_text"})
+    assert not validator.is_valid({**ok, "channel": "slack"})
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("get_order", {"order_id": "1042; DROP TABLE"}),
+        ("get_order", {"order_id": "O-1042", "customer_id": "C-8"}),
+        ("issue_refund", {"order_id": "O-1", "amount_minor": 0, "currency": "USD",
+                          "reason_code": "damaged"}),
+        ("issue_refund", {"order_id": "O-1", "amount_minor": 1.5, "currency": "USD",
+                          "reason_code": "damaged"}),
+        ("issue_refund", {"order_id": "O-1", "amount_minor": 100, "currency": "usd",
+                          "reason_code": "damaged"}),
+        ("issue_refund", {"order_id": "O-1", "amount_minor": 100, "currency": "USD",
+                          "reason_code": "because I said so"}),
+        ("issue_refund", {"order_id": "O-1", "amount_minor": 100, "currency": "USD",
+                          "reason_code": "damaged", "evidence": ["see the order note"]}),
+        ("issue_refund", {"order_id": "O-1", "amount_minor": 100, "currency": "USD",
+                          "reason_code": "damaged", "evidence": []}),
+        ("cancel_order", {"order_id": "O-1"}),
+        ("load_tools", {"group": "admin"}),
+        ("update_contact_details", {}),
+        ("update_contact_details", {"email": "not an email"}),
+        ("update_shipping_address", {"order_id": "O-1", "address": {"line1": "x", "city": "y",
+                                     "postal_code": "123", "country": "USA"}}),
+        ("create_return", {"order_id": "O-1", "items": [], "reason_code": "damaged"}),
+        ("search_knowledge", {"query": "x" * 301}),
+        ("finish", {"resolution": "done", "action_ids": [], "sources": ["made up"]}),
+    ],
+)
+def test_schema_rejects_malformed_arguments(name: str, args: dict[str, Any]) -> None:
+    """Patterns, enums, integer money and closed objects reject what the model must not send."""
+    assert not jsonschema.Draft202012Validator(REG.tools[name].input_schema).is_valid(args)
+
+
+def test_evidence_id_pattern_accepts_the_documented_form() -> None:
+    """``{doc_id}@{version}#{section_id}`` as search_knowledge returns it."""
+    schema = REG.tools["issue_refund"].input_schema
+    args = {"order_id": "O-1042", "amount_minor": 18900, "currency": "USD",
+            "reason_code": "damaged", "evidence": ["refund-policy@7#window"], "return_id": "RT-31"}
+    jsonschema.Draft202012Validator(schema).validate(args)
+
+
+def _ctx(customer_id: str = "C-7", now: datetime | None = None) -> ToolContext:
+    principal = SimpleNamespace(customer_id=customer_id)
+    fake = SimpleNamespace(customer_id=customer_id, principal=principal, idempotency_key=None,
+                           now=now or datetime(2025, 6, 10, 23, 59, tzinfo=UTC))
+    return cast(ToolContext, fake)
+
+
+KEYS = [
+    ("issue_refund", {"order_id": "O-1042", "amount_minor": 18900, "currency": "USD",
+                      "reason_code": "damaged", "evidence": ["refund-policy@7#window"]},
+     "refund:O-1042:18900:USD:-"),
+    ("issue_refund", {"order_id": "O-1042", "amount_minor": 500, "currency": "USD",
+                      "reason_code": "goodwill", "return_id": "RT-31"},
+     "refund:O-1042:500:USD:RT-31"),
+    ("cancel_order", {"order_id": "O-1043", "reason_code": "customer_request"},
+     "cancel:O-1043"),
+    ("send_message", {"channel": "sms", "template": "shipping_delay", "order_id": "O-1044"},
+     "message:shipping_delay:C-7:sms:O-1044:2025-06-10"),
+    ("send_password_reset", {}, "password_reset:C-7:2025-06-10"),
+    ("send_payment_link", {"order_id": "O-1045"}, "payment_link:C-7:O-1045:2025-06-10"),
+    ("send_payment_link", {}, "payment_link:C-7:-:2025-06-10"),
+    ("create_return", {"order_id": "O-1042", "reason_code": "damaged",
+                       "items": [{"sku": "MUG-1", "qty": 1}, {"sku": "LAMP-9", "qty": 1}]},
+     "return:O-1042:LAMP-9x1,MUG-1x1"),
+    ("create_reorder", {"order_id": "O-1042"}, "reorder:O-1042:2025-06-10"),
+    ("retry_payment", {"order_id": "O-1045"}, "retry_payment:O-1045:2025-06-10"),
+]
+
+
+@pytest.mark.parametrize(("name", "args", "expected"), KEYS, ids=[k[0] for k in KEYS])
+def test_idempotency_key_is_the_operation_identity(
+    name: str, args: dict[str, Any], expected: str
+) -> None:
+    """Keys come from the operation (order, amount, template, day), never free text."""
+    key = REG.tools[name].key
+    assert key is not None
+    assert key(args, _ctx()) == expected
+
+
+def test_keys_ignore_free_text_and_order_of_items() -> None:
+    """Evidence, reason wording and item order do not change the key; the amount does."""
+    refund = REG.tools["issue_refund"].key
+    ret = REG.tools["create_return"].key
+    assert refund and ret
+    base = {"order_id": "O-1", "amount_minor": 100, "currency": "USD", "reason_code": "damaged"}
+    assert refund(base, _ctx()) == refund({**base, "reason_code": "goodwill",
+                                          "evidence": ["a@1#b"]}, _ctx())
+    assert refund(base, _ctx()) != refund({**base, "amount_minor": 99}, _ctx())
+    items = [{"sku": "A", "qty": 1}, {"sku": "B", "qty": 2}]
+    r1 = {"order_id": "O-1", "items": items, "reason_code": "damaged"}
+    r2 = {"order_id": "O-1", "items": items[::-1], "reason_code": "wrong_size"}
+    assert ret(r1, _ctx()) == ret(r2, _ctx())
+
+
+def test_address_and_contact_keys_hash_canonical_values() -> None:
+    """Whitespace/case variants of the same address or email give the same key."""
+    addr = REG.tools["update_shipping_address"].key
+    contact = REG.tools["update_contact_details"].key
+    assert addr and contact
+    a = {"line1": "1 Main St", "city": "Springfield", "postal_code": "12345", "country": "US"}
+    b = {**a, "line1": " 1  Main St "}
+    k1 = addr({"order_id": "O-1", "address": a}, _ctx())
+    assert k1 == addr({"order_id": "O-1", "address": b}, _ctx())
+    assert re.fullmatch(r"address:O-1:[0-9a-f]{64}", k1)
+    assert k1 != addr({"order_id": "O-1", "address": {**a, "city": "Shelbyville"}}, _ctx())
+    c1 = contact({"email": "New@Example.com"}, _ctx())
+    assert c1 == contact({"email": "new@example.com "}, _ctx())
+    assert re.fullmatch(r"contact:C-7:[0-9a-f]{64}", c1)
+    assert c1 != contact({"email": "new@example.com"}, _ctx("C-8"))
+
+
+def test_day_keys_roll_over_at_utc_midnight() -> None:
+    """Per-day keys use the UTC date of ctx.now."""
+    key = REG.tools["send_password_reset"].key
+    assert key
+    late = datetime(2025, 6, 10, 23, 59, tzinfo=UTC)
+    assert key({}, _ctx(now=late)) != key({}, _ctx(now=datetime(2025, 6, 11, 0, 1, tzinfo=UTC)))
+
+
+def test_money_hook() -> None:
+    """Refunds report their amount for ceilings; cancellations report none at proposal time."""
+    refund = REG.tools["issue_refund"].money
+    cancel = REG.tools["cancel_order"].money
+    assert refund and cancel
+    args = {"order_id": "O-1", "amount_minor": 18900, "currency": "USD", "reason_code": "damaged"}
+    assert refund(args) == Money(amount_minor=18900, currency="USD")
+    assert cancel({"order_id": "O-1", "reason_code": "customer_request"}) is None
+    assert all(t.money is None for t in TOOLS if t.name not in ("issue_refund", "cancel_order"))
+
+
+SUMMARIES = [
+    ("issue_refund", {"order_id": "O-1042", "amount_minor": 18900, "currency": "USD",
+                      "reason_code": "damaged"}, "Refund 189.00 USD on O-1042 (damaged)"),
+    ("issue_refund", {"order_id": "O-1042", "amount_minor": 500, "currency": "JPY",
+                      "reason_code": "returned", "return_id": "RT-31"},
+     "Refund 500 JPY on O-1042 (returned) for return RT-31"),
+    ("cancel_order", {"order_id": "O-1043", "reason_code": "customer_request"},
+     "Cancel O-1043 (customer_request)"),
+    ("create_return", {"order_id": "O-1042", "reason_code": "damaged",
+                       "items": [{"sku": "MUG-1", "qty": 2}]},
+     "Return 2 x MUG-1 from O-1042 (damaged)"),
+    ("update_shipping_address", {"order_id": "O-1043", "address": {
+        "line1": "9 Elm Rd", "city": "Austin", "region": "TX", "postal_code": "73301",
+        "country": "US"}}, "Ship O-1043 to 9 Elm Rd, Austin, TX, 73301, US"),
+    ("send_message", {"channel": "email", "template": "order_update", "order_id": "O-1"},
+     "Send the order_update email about O-1 to the contact on file"),
+    ("update_contact_details", {"email": "new@example.com"},
+     "Change contact details: email to new@example.com"),
+]
+
+
+@pytest.mark.parametrize(("name", "args", "expected"), SUMMARIES, ids=[s[0] for s in SUMMARIES])
+def test_summary_is_one_human_readable_line(name: str, args: dict[str, Any], expected: str) -> None:
+    """Approval cards show exact arguments in words."""
+    assert REG.tools[name].describe(args) == expected
+
+
+def test_group_blurbs_list_unloaded_groups_one_line_each() -> None:
+    """The model sees the groups it has not loaded, one line each (C4)."""
+    assert set(GROUP_BLURBS) == set(LOADABLE_GROUPS)
+    listing = REG.unloaded_listing(["orders"])
+    assert listing.splitlines() == [
+        f"- {g}: {GROUP_BLURBS[g]}" for g in ("account", "returns", "billing")
+    ]
+    specs = REG.specs_for(["billing"])
+    assert [s.name for s in specs] == CONTRACT["always"] + CONTRACT["billing"]
+
+
+def test_descriptions_say_what_and_when() -> None:
+    """Descriptions are substantial and the risky ones say when not to act."""
+    for tool in TOOLS:
+        assert 60 <= len(tool.description) <= 700, tool.name
+    assert "another customer" in REG.tools["issue_refund"].description
+    assert "evidence" in REG.tools["issue_refund"].description
+    assert "other address" in REG.tools["send_message"].description

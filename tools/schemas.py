@@ -1,0 +1,215 @@
+"""Shared JSON-Schema fragments for the tool catalogue.
+
+Every fragment is strict: patterns or enums over free text, ``maxLength`` on
+every string, integer money in minor units, and ``additionalProperties: false``
+on every object (:func:`obj` adds it). The fragments are plain dicts; callers
+get fresh copies so no two schemas share a mutable object.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+Schema = dict[str, Any]
+
+ORDER_ID_PATTERN = r"^O-[0-9A-Za-z]{1,16}$"
+RETURN_ID_PATTERN = r"^RT-[0-9A-Za-z]{1,16}$"
+INVOICE_ID_PATTERN = r"^INV-[0-9A-Za-z]{1,16}$"
+EVIDENCE_ID_PATTERN = r"^[a-z0-9-]+@[0-9]+#[a-z0-9-]+$"
+SKU_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_./:-]{0,63}$"
+#: Ids a tool returned for an action (refunds, returns, messages, orders).
+ACTION_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
+
+#: The most money a single call may name (1,000,000.00 in a two-decimal currency).
+MAX_AMOUNT_MINOR = 100_000_000
+
+REFUND_REASONS = (
+    "damaged",
+    "defective",
+    "not_received",
+    "wrong_item",
+    "late_delivery",
+    "returned",
+    "duplicate_charge",
+    "cancelled_order",
+    "price_adjustment",
+    "goodwill",
+)
+CANCEL_REASONS = (
+    "customer_request",
+    "ordered_by_mistake",
+    "duplicate_order",
+    "delivery_too_slow",
+    "payment_issue",
+    "address_issue",
+)
+RETURN_REASONS = (
+    "damaged",
+    "defective",
+    "wrong_item",
+    "wrong_size",
+    "not_as_described",
+    "arrived_late",
+    "no_longer_needed",
+)
+ESCALATION_REASONS = (
+    "customer_request",
+    "policy_exception",
+    "cannot_resolve",
+    "tool_failure",
+    "suspected_fraud",
+    "sensitive_topic",
+    "complaint",
+    "other",
+)
+MESSAGE_TEMPLATES = ("order_update", "shipping_delay", "return_label", "refund_confirmation")
+MESSAGE_CHANNELS = ("email", "sms")
+ORDER_STATUSES = ("PENDING", "PAID", "SHIPPED", "DELIVERED", "CANCELLED")
+KNOWLEDGE_KINDS = ("policy", "help")
+TOOL_GROUPS = ("account", "orders", "returns", "billing")
+
+
+def obj(properties: Mapping[str, Schema], required: Iterable[str] = (), **extra: Any) -> Schema:
+    """An object schema that rejects unknown keys."""
+    schema: Schema = {
+        "type": "object",
+        "properties": {k: copy.deepcopy(v) for k, v in properties.items()},
+        "additionalProperties": False,
+    }
+    req = list(required)
+    if req:
+        unknown = set(req) - set(properties)
+        if unknown:
+            raise ValueError(f"required names unknown properties: {sorted(unknown)}")
+        schema["required"] = req
+    schema.update(extra)
+    return schema
+
+
+def text(max_length: int, description: str, *, min_length: int = 1) -> Schema:
+    """Free text, bounded. Use only where no enum or pattern can describe the value."""
+    return {
+        "type": "string",
+        "minLength": min_length,
+        "maxLength": max_length,
+        "description": description,
+    }
+
+
+def enum(values: Iterable[str], description: str) -> Schema:
+    """A closed set of strings."""
+    return {"type": "string", "enum": list(values), "description": description}
+
+
+def pattern(regex: str, max_length: int, description: str) -> Schema:
+    """A string that must match ``regex``."""
+    return {"type": "string", "pattern": regex, "maxLength": max_length, "description": description}
+
+
+def order_id() -> Schema:
+    return pattern(ORDER_ID_PATTERN, 18, "Order id as shown to the customer, e.g. O-1042.")
+
+
+def return_id() -> Schema:
+    return pattern(RETURN_ID_PATTERN, 19, "Return id, e.g. RT-31.")
+
+
+def invoice_id() -> Schema:
+    return pattern(INVOICE_ID_PATTERN, 20, "Invoice id, e.g. INV-2001.")
+
+
+def evidence_id() -> Schema:
+    return pattern(
+        EVIDENCE_ID_PATTERN,
+        128,
+        "An evidence_id exactly as search_knowledge returned it, e.g. refund-policy@7#window.",
+    )
+
+
+def evidence() -> Schema:
+    """The citations a tier-2 action carries: evidence ids retrieved in this run."""
+    return {
+        "type": "array",
+        "items": evidence_id(),
+        "minItems": 1,
+        "maxItems": 5,
+        "uniqueItems": True,
+        "description": "evidence_ids from search_knowledge results in this conversation "
+        "that justify the action. Never invent one.",
+    }
+
+
+def amount_minor() -> Schema:
+    return {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": MAX_AMOUNT_MINOR,
+        "description": "Amount in minor units: 18900 means 189.00 in a two-decimal currency.",
+    }
+
+
+def currency() -> Schema:
+    return pattern(r"^[A-Z]{3}$", 3, "ISO 4217 currency code of the order, e.g. USD.")
+
+
+def address() -> Schema:
+    """A postal address (country as ISO 3166-1 alpha-2)."""
+    return obj(
+        {
+            "line1": text(200, "Street and number."),
+            "line2": text(200, "Apartment, suite, floor (optional)."),
+            "city": text(100, "City."),
+            "region": text(100, "State, province or region (optional)."),
+            "postal_code": pattern(r"^[A-Za-z0-9][A-Za-z0-9 -]{1,11}$", 12, "Postal code."),
+            "country": pattern(r"^[A-Z]{2}$", 2, "ISO 3166-1 alpha-2 country code, e.g. US."),
+        },
+        required=("line1", "city", "postal_code", "country"),
+    )
+
+
+def return_items() -> Schema:
+    """Which items of an order to return, by SKU and quantity."""
+    return {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": 50,
+        "items": obj(
+            {
+                "sku": pattern(SKU_PATTERN, 64, "The item's SKU exactly as get_order lists it."),
+                "qty": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 100,
+                    "description": "Quantity.",
+                },
+            },
+            required=("sku", "qty"),
+        ),
+        "description": "Items to return, each SKU once.",
+    }
+
+
+def email() -> Schema:
+    return pattern(
+        r"^[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,24}$",
+        254,
+        "Email address.",
+    )
+
+
+def phone() -> Schema:
+    return pattern(r"^\+[1-9][0-9]{6,14}$", 16, "Phone number in E.164 form, e.g. +14155550123.")
+
+
+def iter_object_schemas(schema: Any) -> Iterable[Schema]:
+    """Every object-typed sub-schema (for the strictness tests)."""
+    if isinstance(schema, dict):
+        if schema.get("type") == "object":
+            yield schema
+        for value in schema.values():
+            yield from iter_object_schemas(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            yield from iter_object_schemas(value)
