@@ -172,7 +172,8 @@ class Runtime:
             outcomes=[ProposalOutcome(id=prop.id, decision=decision.tag, reason=getattr(decision, "reason", None),
                                       result=result, is_error=is_error, idempotency_key=key)],
             audit=[turn._event(f"gate.{decision.tag}", proposal_id=prop.id, tool=tool, args_hash=p.hash,
-                               idempotency_key=key, data={"origin": origin})],
+                               idempotency_key=key, data={"origin": origin, "is_error": is_error,
+                                                          "reason": getattr(decision, "reason", None)})],
             run_state=turn.run_state(), pending_ids=[x.id for x in turn.pending]))
         new_approval = None
         if decision.tag == "approval":

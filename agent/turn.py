@@ -119,7 +119,7 @@ class Turn:
         await self._commit(StepWrite(conversation_id=self.conversation.id, run_id=self.run.id,
                                      messages=[("assistant", content)], usage=self._usage(response),
                                      run_status=self._status_after(), run_steps_delta=1,
-                                     audit=[self._event("model.answer", data={"stop_reason": response.stop_reason})]))
+                                     audit=[self._ended("answered")]))
         self.replies.append(response.text)
         return self.result("answered")
 
@@ -134,7 +134,7 @@ class Turn:
         content = response.content or [{"type": "text", "text": REFUSAL_REPLY}]
         await self._commit(StepWrite(conversation_id=self.conversation.id, run_id=self.run.id,
                                      messages=[("assistant", content)], usage=self._usage(response),
-                                     run_steps_delta=1))
+                                     run_steps_delta=1, audit=[self._ended("refused")]))
         await self.escalate("model_refusal", "The model declined to continue this conversation.")
         self.replies.append(response.text or REFUSAL_REPLY)
         return self.result("refused")
@@ -142,7 +142,8 @@ class Turn:
     async def give_up(self, *, reason: str, detail: str) -> TurnResult:
         """An honest reply, the user's message kept, and the case handed to a person."""
         step = StepWrite(conversation_id=self.conversation.id, run_id=self.run.id,
-                         audit=[self._event("run.gave_up", data={"reason": reason, "detail": detail[:200]})])
+                         audit=[self._event("run.gave_up", data={"reason": reason, "detail": detail[:200]}),
+                                self._ended("gave_up")])
         if self.history and self.history[-1].role == "user":
             step.messages.append(("assistant", [{"type": "text", "text": GIVE_UP_REPLY}]))
         await self._commit(step)
@@ -153,7 +154,8 @@ class Turn:
     async def run_tools(self, response: ModelResponse | None, uses: list[Block]) -> TurnResult | None:
         """Persist the proposals, judge and act on each, persist the results. ``response``
         is ``None`` when repairing a history whose tool calls were never answered."""
-        known = await self.services.conversations.proposals_by_tool_use(
+        # Only a repair (no fresh response) can meet proposals that already exist.
+        known = {} if response is not None else await self.services.conversations.proposals_by_tool_use(
             self.conversation.id, [u["id"] for u in uses])
         self.facts.step += 1
         fresh = [u for u in uses if u["id"] not in known]
@@ -186,7 +188,8 @@ class Turn:
             results.append(tool_result(use["id"], result, is_error))
         await self._commit(StepWrite(
             conversation_id=self.conversation.id, run_id=self.run.id, messages=[("user", results)],
-            outcomes=outcomes, audit=audit, run_steps_delta=1, run_state=self.run_state(),
+            outcomes=outcomes, audit=audit + ([self._ended("finished")] if self.finished else []),
+            run_steps_delta=1, run_state=self.run_state(),
             loaded_groups=sorted(self.facts.loaded_groups), pending_ids=[p.id for p in self.pending],
             run_status="completed" if self.finished else ("escalated" if self.escalated else None),
         ))
@@ -209,7 +212,8 @@ class Turn:
                                   result=result, is_error=is_error, idempotency_key=key)
         event = self._event(f"gate.{decision.tag}", proposal_id=proposal_id, tool=name,
                             args_hash=proposed.hash, idempotency_key=key,
-                            data={"reason": decision.reason} if isinstance(decision, Reject) else {})
+                            data={"is_error": is_error,
+                                  **({"reason": decision.reason} if isinstance(decision, Reject) else {})})
         return result, is_error, outcome, [event]
 
     async def act(self, decision: Decision, p: Proposed, proposal_id: str,
@@ -242,7 +246,9 @@ class Turn:
 
     async def execute(self, p: Proposed, proposal_id: str, ctx: ToolContext, key: str | None) -> ExecOutcome:
         tool = self.services.registry.tools[p.tool]
-        base = self._event("execution", proposal_id=proposal_id, tool=p.tool, args_hash=p.hash)
+        money = tool.money(p.args) if tool.money else None
+        base = self._event("execution", proposal_id=proposal_id, tool=p.tool, args_hash=p.hash,
+                           data={"amount_minor": money.amount_minor, "currency": money.currency} if money else {})
         outcome = await self.services.executor.run(tool, p.args, ctx, key=key, proposal_id=proposal_id,
                                                    run_id=self.run.id, audit=base)
         if tool.meta.kind == "action" and not tool.meta.runtime:
@@ -307,6 +313,13 @@ class Turn:
         return UsageWrite(model=r.model, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
                           cache_creation_tokens=u.cache_creation_input_tokens,
                           cache_read_tokens=u.cache_read_input_tokens)
+
+    def _ended(self, outcome: str) -> AuditEvent:
+        return self._event("turn.ended", data={
+            "outcome": outcome, "iterations": self.iterations, "escalated": self.escalated,
+            "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+            "channel": self.conversation.channel},
+            latency_ms=round((time.monotonic() - self.started) * 1000, 3))
 
     def _event(self, kind: str, **fields: Any) -> AuditEvent:
         return AuditEvent(kind=kind, run_id=self.run.id, trace_id=self.run.trace_id, principal=self.principal.key,

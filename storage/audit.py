@@ -257,6 +257,8 @@ async def append_audit_many(session: AsyncSession, events: Sequence[AuditEvent])
         prev_hash = row["hash"]
     await session.execute(insert(_EVENTS), rows)
     await session.execute(_WRITE_HEAD, {"seq": seq, "hash": prev_hash})
+    # Observers (metrics) hear about these once the transaction commits.
+    session.info.setdefault("audit_events", []).extend(events)
     return [row["seq"] for row in rows]
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -27,6 +27,13 @@ from storage.models import (
     TokenUsageRow,
 )
 from storage.records import Conversation, Proposal, Run, StoredMessage
+
+
+_CONV: Table = ConversationRow.__table__  # type: ignore[assignment]
+_MSG: Table = MessageRow.__table__  # type: ignore[assignment]
+_PROP: Table = ProposalRow.__table__  # type: ignore[assignment]
+_RUN: Table = RunRow.__table__  # type: ignore[assignment]
+_USAGE: Table = TokenUsageRow.__table__  # type: ignore[assignment]
 
 
 def utcnow() -> datetime:
@@ -347,95 +354,67 @@ class ConversationRepo:
         return next_seq
 
     async def _write(self, s: AsyncSession, step: StepWrite, now: datetime) -> int:
+        # Core statements, batched: this runs once or twice per agent step, and
+        # the runtime's own cost per step is a design target (bench/step_cost.py).
         n = len(step.messages)
         conv_values: dict[str, Any] = {"updated_at": now}
         if step.loaded_groups is not None:
             conv_values["loaded_groups"] = step.loaded_groups
         if step.conversation_status is not None:
             conv_values["status"] = step.conversation_status
-        stmt = update(ConversationRow).where(ConversationRow.id == step.conversation_id)
+        stmt = update(_CONV).where(_CONV.c.id == step.conversation_id)
         if step.expect_seq is not None:
-            stmt = stmt.where(ConversationRow.next_seq == step.expect_seq)
+            stmt = stmt.where(_CONV.c.next_seq == step.expect_seq)
         result = await s.execute(
-            stmt.values(next_seq=ConversationRow.next_seq + n, **conv_values).returning(
-                ConversationRow.next_seq
-            )
+            stmt.values(next_seq=_CONV.c.next_seq + n, **conv_values).returning(_CONV.c.next_seq)
         )
         next_seq = result.scalar_one_or_none()
         if next_seq is None:
             raise ConcurrentTurn(f"conversation {step.conversation_id} moved on")
         first = next_seq - n
-        for i, (role, content) in enumerate(step.messages):
-            s.add(
-                MessageRow(
-                    conversation_id=step.conversation_id,
-                    seq=first + i,
-                    role=role,
-                    content=content,
-                    run_id=step.run_id,
-                    created_at=now,
-                )
-            )
-        for p in step.new_proposals:
-            s.add(
-                ProposalRow(
-                    id=p.id,
-                    run_id=step.run_id,
-                    conversation_id=step.conversation_id,
-                    tool_use_id=p.tool_use_id,
-                    tool=p.tool,
-                    arguments=p.arguments,
-                    args_hash=p.args_hash,
-                    principal=p.principal,
-                    step=p.step,
-                    policy_version=p.policy_version,
-                    created_at=now,
-                )
-            )
+        if step.messages:
+            await s.execute(insert(_MSG), [
+                {"conversation_id": step.conversation_id, "seq": first + i, "role": role,
+                 "content": content, "run_id": step.run_id, "created_at": now}
+                for i, (role, content) in enumerate(step.messages)
+            ])
         if step.new_proposals:
-            await s.flush()
-        for o in step.outcomes:
+            await s.execute(insert(_PROP), [
+                {"id": p.id, "run_id": step.run_id, "conversation_id": step.conversation_id,
+                 "tool_use_id": p.tool_use_id, "tool": p.tool, "arguments": p.arguments,
+                 "args_hash": p.args_hash, "principal": p.principal, "step": p.step,
+                 "policy_version": p.policy_version, "created_at": now, "is_error": False}
+                for p in step.new_proposals
+            ])
+        if step.outcomes:
             await s.execute(
-                update(ProposalRow)
-                .where(ProposalRow.id == o.id)
-                .values(
-                    decision=o.decision,
-                    reason=o.reason,
-                    result=o.result,
-                    is_error=o.is_error,
-                    idempotency_key=o.idempotency_key,
-                )
+                update(_PROP).where(_PROP.c.id == bindparam("o_id")).values(
+                    decision=bindparam("o_decision"), reason=bindparam("o_reason"),
+                    result=bindparam("o_result"), is_error=bindparam("o_is_error"),
+                    idempotency_key=bindparam("o_key")),
+                [{"o_id": o.id, "o_decision": o.decision, "o_reason": o.reason, "o_result": o.result,
+                  "o_is_error": o.is_error, "o_key": o.idempotency_key} for o in step.outcomes],
             )
         if step.run_id is not None and (
-            step.run_status
-            or step.run_steps_delta
-            or step.run_state is not None
-            or step.pending_ids is not None
+            step.run_status or step.run_steps_delta or step.run_state is not None or step.pending_ids is not None
         ):
             values: dict[str, Any] = {"updated_at": now}
             if step.run_status:
                 values["status"] = step.run_status
             if step.run_steps_delta:
-                values["steps"] = RunRow.steps + step.run_steps_delta
+                values["steps"] = _RUN.c.steps + step.run_steps_delta
             if step.run_state is not None:
                 values["state"] = step.run_state
             if step.pending_ids is not None:
                 values["pending_ids"] = step.pending_ids
-            await s.execute(update(RunRow).where(RunRow.id == step.run_id).values(**values))
+            await s.execute(update(_RUN).where(_RUN.c.id == step.run_id).values(**values))
         if step.usage is not None and step.run_id is not None:
             u = step.usage
-            s.add(
-                TokenUsageRow(
-                    conversation_id=step.conversation_id,
-                    run_id=step.run_id,
-                    model=u.model,
-                    input_tokens=u.input_tokens,
-                    output_tokens=u.output_tokens,
-                    cache_creation_tokens=u.cache_creation_tokens,
-                    cache_read_tokens=u.cache_read_tokens,
-                    created_at=now,
-                )
-            )
+            await s.execute(insert(_USAGE).values(
+                conversation_id=step.conversation_id, run_id=step.run_id, model=u.model,
+                input_tokens=u.input_tokens, output_tokens=u.output_tokens,
+                cache_creation_tokens=u.cache_creation_tokens, cache_read_tokens=u.cache_read_tokens,
+                created_at=now))
         if step.audit:
             await append_audit_many(s, step.audit)
         return next_seq

@@ -8,13 +8,17 @@ read-then-write (the audit chain head, the ledger) can never deadlock into
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import JSON, MetaData, event
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
-from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.orm import DeclarativeBase, Session
+
+log = logging.getLogger(__name__)
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -34,12 +38,49 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
 
 
+#: Called after commit with the audit events that transaction appended.
+Observer = Callable[[list[Any]], None]
+
+
+class ObservedSession(Session):
+    """A session that tells observers about committed audit events (metrics)."""
+
+
+@event.listens_for(ObservedSession, "after_commit")
+def _after_commit(session: Session) -> None:
+    events = session.info.pop("audit_events", None)
+    if not events:
+        return
+    for observer in session.info.get("observers", ()):
+        try:
+            observer(events)
+        except Exception:  # an observer never breaks a committed write
+            log.exception("audit observer failed")
+
+
+@event.listens_for(ObservedSession, "after_rollback")
+def _after_rollback(session: Session) -> None:
+    session.info.pop("audit_events", None)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Database:
     """An engine plus its session factory; the only handle repositories receive."""
 
     engine: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
+    observers: list[Observer] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, engine: AsyncEngine) -> Database:
+        observers: list[Observer] = []
+        sessions = async_sessionmaker(engine, expire_on_commit=False, sync_session_class=ObservedSession,
+                                      info={"observers": observers})
+        return cls(engine=engine, sessions=sessions, observers=observers)
+
+    def observe(self, observer: Observer) -> None:
+        """Call ``observer(events)`` after each commit that appended audit events."""
+        self.observers.append(observer)
 
     @property
     def is_postgres(self) -> bool:
@@ -84,4 +125,4 @@ def create_database(url: str, *, echo: bool = False, pool_size: int = 10) -> Dat
     engine = create_async_engine(url, **kwargs)
     if is_sqlite_url(url):
         _sqlite_pragmas(engine)
-    return Database(engine=engine, sessions=async_sessionmaker(engine, expire_on_commit=False))
+    return Database.of(engine)

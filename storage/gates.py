@@ -127,6 +127,16 @@ class ConfirmationRepo:
             )
             return [to_confirmation(r) for r in rows]
 
+    async def pending_by_code(self, conversation_id: str, code: str) -> Confirmation | None:
+        """The pending confirmation in this conversation whose code is ``code`` (email replies)."""
+        async with self.db.sessions() as s:
+            r = (await s.execute(
+                select(ConfirmationRow).where(ConfirmationRow.conversation_id == conversation_id,
+                                              ConfirmationRow.code == code.upper(),
+                                              ConfirmationRow.status == "pending").limit(1)
+            )).scalar_one_or_none()
+            return to_confirmation(r) if r else None
+
     async def find_confirmed(
         self, conversation_id: str, principal: str, tool: str, args_hash: str
     ) -> Confirmation | None:

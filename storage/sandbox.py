@@ -2,27 +2,25 @@
 
 :class:`SandboxStore` implements :class:`tools.backend.CommerceBackend`.
 Reads are scoped to the bound customer: someone else's order, return or invoice
-is answered exactly like a missing one. Writes are idempotent: one transaction
-checks ``store_writes`` for the key, performs the write
-(:mod:`storage.sandbox_writes`) and stores the result under the key; a
-concurrent duplicate loses on the primary key, rolls back its side effects and
-returns the winner's stored result.
+is answered exactly like a missing one. Writes are idempotent
+(:mod:`storage.store_ledger`): one transaction checks ``store_writes`` for the
+key, performs the write (business rules in :mod:`storage.sandbox_writes`) and
+stores the result under the key; a concurrent duplicate loses on the primary
+key, rolls back its side effects and returns the winner's stored result.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import func, select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage import sandbox_writes as w
 from storage import store_codec as codec
 from storage import store_fts
+from storage import store_ledger as ledger
 from storage.db import Database
 from storage.store_models import (
     StoreCustomerRow,
@@ -32,7 +30,6 @@ from storage.store_models import (
     StoreRefundRow,
     StoreReturnRow,
     StoreStaffRow,
-    StoreWriteRow,
 )
 from tools.backend import (
     Address,
@@ -55,18 +52,6 @@ from tools.backend import (
 )
 
 T = TypeVar("T")
-Perform = Callable[[AsyncSession, datetime], Awaitable[T]]
-
-CARRIERS = ("UPS", "FedEx", "USPS", "DHL")
-SHIP_AFTER = timedelta(days=1)
-DELIVERY_ESTIMATE = timedelta(days=5)
-_SHIPMENT_STATUS = {
-    "PENDING": "not_shipped",
-    "PAID": "not_shipped",
-    "SHIPPED": "in_transit",
-    "DELIVERED": "delivered",
-    "CANCELLED": "cancelled",
-}
 
 
 def _utcnow() -> datetime:
@@ -142,7 +127,7 @@ class SandboxStore:
     async def track_shipment(self, customer_id: str, order_id: str) -> Shipment | None:
         """Where the order is, derived deterministically from the order itself."""
         order = await self.get_order(customer_id, order_id)
-        return None if order is None else shipment_of(order)
+        return None if order is None else codec.shipment_of(order)
 
     async def list_payments(
         self, customer_id: str, *, order_id: str | None = None
@@ -232,34 +217,12 @@ class SandboxStore:
 
     # -- writes: idempotent by key ---------------------------------------------
     async def _write(
-        self, key: str, operation: str, customer_id: str, cls: type[T], perform: Perform[T]
+        self, key: str, operation: str, customer_id: str, cls: type[T], perform: ledger.Perform[T]
     ) -> T:
-        async with self._db.sessions() as s:
-            try:
-                async with s.begin():
-                    stored = await s.get(StoreWriteRow, key)
-                    if stored is not None:
-                        return _replay(stored, operation, customer_id, cls)
-                    now = self._clock()
-                    result = await perform(s, now)
-                    s.add(
-                        StoreWriteRow(
-                            key=key,
-                            operation=operation,
-                            customer_id=customer_id,
-                            result=codec.encode(result),
-                            created_at=now,
-                        )
-                    )
-                    await s.flush()
-                return result
-            except IntegrityError:
-                pass  # a concurrent write with the same key won; ours was rolled back
-        async with self._db.sessions() as s, s.begin():
-            stored = await s.get(StoreWriteRow, key)
-            if stored is None:
-                raise RuntimeError(f"write {operation} failed on a constraint, not on its key")
-            return _replay(stored, operation, customer_id, cls)
+        return await ledger.run_once(
+            self._db, self._clock, key=key, operation=operation, customer_id=customer_id,
+            cls=cls, perform=perform,
+        )  # fmt: skip
 
     async def issue_refund(
         self,
@@ -408,50 +371,4 @@ class SandboxStore:
 
     async def lookup_write(self, idempotency_key: str) -> WriteRecord | None:
         """The stored result of a write made with this key, if the backend made it."""
-        async with self._db.sessions() as s, s.begin():
-            row = await s.get(StoreWriteRow, idempotency_key)
-            if row is None:
-                return None
-            return WriteRecord(key=row.key, operation=row.operation, result=dict(row.result))
-
-
-def _replay(stored: StoreWriteRow, operation: str, customer_id: str, cls: type[T]) -> T:
-    if stored.operation != operation or (stored.customer_id not in (None, customer_id)):
-        raise BackendError(
-            "idempotency_conflict",
-            "this idempotency key was used for a different write",
-            operation=stored.operation,
-        )
-    return codec.decode(cls, stored.result)
-
-
-def shipment_of(order: Order) -> Shipment:
-    """The shipment view of an order: carrier and tracking number are derived from its id."""
-    status = _SHIPMENT_STATUS[order.status]
-    if status in ("not_shipped", "cancelled"):
-        eta = order.placed_at + DELIVERY_ESTIMATE if status == "not_shipped" else None
-        return Shipment(
-            order_id=order.id,
-            status=status,
-            carrier=None,
-            tracking_number=None,
-            shipped_at=None,
-            delivered_at=None,
-            estimated_delivery=eta,
-        )
-    digest = hashlib.sha256(order.id.encode()).hexdigest()
-    carrier = CARRIERS[int(digest[:8], 16) % len(CARRIERS)]
-    number = str(int(digest[8:24], 16)).zfill(20)[:18]
-    tracking = f"1Z{digest[24:40].upper()}" if carrier == "UPS" else number
-    shipped = order.placed_at + SHIP_AFTER
-    if order.delivered_at is not None:
-        shipped = min(shipped, order.delivered_at)
-    return Shipment(
-        order_id=order.id,
-        status=status,
-        carrier=carrier,
-        tracking_number=tracking,
-        shipped_at=shipped,
-        delivered_at=order.delivered_at,
-        estimated_delivery=order.placed_at + DELIVERY_ESTIMATE,
-    )
+        return await ledger.lookup(self._db, idempotency_key)

@@ -7,9 +7,10 @@ idempotency key returns exactly the dataclass the first call returned.
 
 from __future__ import annotations
 
+import hashlib
 import types
 from dataclasses import fields, is_dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -35,6 +36,7 @@ from tools.backend import (
     Refund,
     Return,
     ReturnItem,
+    Shipment,
     StaffMember,
 )
 
@@ -212,4 +214,48 @@ def decode(cls: type[T], data: dict[str, Any]) -> T:
     hints = _hints(cls)
     return cls(
         **{name: _decode_value(hints[name], value) for name, value in data.items() if name in hints}
+    )
+
+
+CARRIERS = ("UPS", "FedEx", "USPS", "DHL")
+SHIP_AFTER = timedelta(days=1)
+DELIVERY_ESTIMATE = timedelta(days=5)
+_SHIPMENT_STATUS = {
+    "PENDING": "not_shipped",
+    "PAID": "not_shipped",
+    "SHIPPED": "in_transit",
+    "DELIVERED": "delivered",
+    "CANCELLED": "cancelled",
+}
+
+
+def shipment_of(order: Order) -> Shipment:
+    """The shipment view of an order: carrier and tracking number are derived from its id."""
+    status = _SHIPMENT_STATUS[order.status]
+    if status in ("not_shipped", "cancelled"):
+        eta = order.placed_at + DELIVERY_ESTIMATE if status == "not_shipped" else None
+        return Shipment(
+            order_id=order.id,
+            status=status,
+            carrier=None,
+            tracking_number=None,
+            shipped_at=None,
+            delivered_at=None,
+            estimated_delivery=eta,
+        )
+    digest = hashlib.sha256(order.id.encode()).hexdigest()
+    carrier = CARRIERS[int(digest[:8], 16) % len(CARRIERS)]
+    number = str(int(digest[8:24], 16)).zfill(20)[:18]
+    tracking = f"1Z{digest[24:40].upper()}" if carrier == "UPS" else number
+    shipped = order.placed_at + SHIP_AFTER
+    if order.delivered_at is not None:
+        shipped = min(shipped, order.delivered_at)
+    return Shipment(
+        order_id=order.id,
+        status=status,
+        carrier=carrier,
+        tracking_number=tracking,
+        shipped_at=shipped,
+        delivered_at=order.delivered_at,
+        estimated_delivery=order.placed_at + DELIVERY_ESTIMATE,
     )

@@ -38,14 +38,16 @@ _SQLITE_CREATE = (
     f"CREATE VIRTUAL TABLE IF NOT EXISTS {FTS_TABLE} USING fts5("
     f"doc_title, text, content='{SECTIONS}', content_rowid='id', tokenize='porter unicode61')",
     f"CREATE TRIGGER IF NOT EXISTS {FTS_TABLE}_ai AFTER INSERT ON {SECTIONS} BEGIN "
-    f"INSERT INTO {FTS_TABLE}(rowid, doc_title, text) VALUES (new.id, new.doc_title, new.text); END",
+    f"INSERT INTO {FTS_TABLE}(rowid, doc_title, text) "
+    f"VALUES (new.id, new.doc_title, new.text); END",
     f"CREATE TRIGGER IF NOT EXISTS {FTS_TABLE}_ad AFTER DELETE ON {SECTIONS} BEGIN "
     f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, doc_title, text) "
     f"VALUES ('delete', old.id, old.doc_title, old.text); END",
     f"CREATE TRIGGER IF NOT EXISTS {FTS_TABLE}_au AFTER UPDATE ON {SECTIONS} BEGIN "
     f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, doc_title, text) "
     f"VALUES ('delete', old.id, old.doc_title, old.text); "
-    f"INSERT INTO {FTS_TABLE}(rowid, doc_title, text) VALUES (new.id, new.doc_title, new.text); END",
+    f"INSERT INTO {FTS_TABLE}(rowid, doc_title, text) "
+    f"VALUES (new.id, new.doc_title, new.text); END",
 )
 _SQLITE_DROP = (
     f"DROP TRIGGER IF EXISTS {FTS_TABLE}_au",

@@ -14,11 +14,13 @@ ids compare as numbers), so export → load → export is byte-for-byte stable.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, func, insert, select, text
+from pydantic import BaseModel
+from sqlalchemy import func, insert, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -87,115 +89,60 @@ def _shift(t: datetime | None, by: timedelta) -> datetime | None:
     return None if t is None else t + by
 
 
+def _row(
+    rec: BaseModel, by: timedelta, times: tuple[str, ...] = (), **extra: object
+) -> dict[str, Any]:
+    """A record's columns: nested lists dropped, times shifted by ``by``, ``extra`` merged."""
+    row = {k: v for k, v in rec.model_dump().items() if not isinstance(v, list)}
+    for name in times:
+        if row[name] is not None:
+            row[name] += by
+    return {**row, **extra}
+
+
+def _children(parent_key: str, parents: list[Any], attr: str) -> list[dict[str, Any]]:
+    return [
+        {**child.model_dump(), parent_key: parent.id, "position": n}
+        for parent in parents
+        for n, child in enumerate(getattr(parent, attr))
+    ]
+
+
+def _sections(ds: Dataset) -> list[dict[str, Any]]:
+    return [
+        {
+            "doc_id": d.id,
+            "section_id": sec.id,
+            "position": n,
+            "doc_title": d.title,
+            "text": sec.text,
+        }
+        for d in ds.knowledge
+        for n, sec in enumerate(d.sections)
+    ]
+
+
 def _rows(ds: Dataset, by: timedelta) -> list[tuple[type[Any], list[dict[str, Any]]]]:
     """Insert batches in foreign-key order."""
+    customers = [_row(c, by, ("created_at",), address=_address(c.address)) for c in ds.customers]
+    orders = [
+        _row(o, by, ("placed_at", "delivered_at"), shipping_address=_address(o.shipping_address))
+        for o in ds.orders
+    ]
     return [
-        (
-            StoreCustomerRow,
-            [
-                {
-                    "id": c.id,
-                    "name": c.name,
-                    "email": c.email,
-                    "phone": c.phone,
-                    "address": _address(c.address),
-                    "slack_user_id": c.slack_user_id,
-                    "created_at": _shift(c.created_at, by),
-                }
-                for c in ds.customers
-            ],
-        ),
-        (
-            StorePaymentMethodRow,
-            [
-                {
-                    "id": m.id,
-                    "customer_id": c.id,
-                    "position": n,
-                    "brand": m.brand,
-                    "last4": m.last4,
-                    "exp_month": m.exp_month,
-                    "exp_year": m.exp_year,
-                }
-                for c in ds.customers
-                for n, m in enumerate(c.payment_methods)
-            ],
-        ),
-        (StoreStaffRow, [s.model_dump() for s in ds.staff]),
-        (
-            StoreOrderRow,
-            [
-                {
-                    "id": o.id,
-                    "customer_id": o.customer_id,
-                    "status": o.status,
-                    "currency": o.currency,
-                    "total_minor": o.total_minor,
-                    "placed_at": _shift(o.placed_at, by),
-                    "delivered_at": _shift(o.delivered_at, by),
-                    "shipping_address": _address(o.shipping_address),
-                    "notes": o.notes,
-                }
-                for o in ds.orders
-            ],
-        ),
-        (
-            StoreOrderItemRow,
-            [
-                {"order_id": o.id, "position": n, **i.model_dump()}
-                for o in ds.orders
-                for n, i in enumerate(o.items)
-            ],
-        ),
-        (
-            StorePaymentRow,
-            [{**p.model_dump(), "created_at": p.created_at + by} for p in ds.payments],
-        ),
-        (
-            StoreReturnRow,
-            [
-                {
-                    "id": r.id,
-                    "order_id": r.order_id,
-                    "status": r.status,
-                    "reason_code": r.reason_code,
-                    "created_at": r.created_at + by,
-                }
-                for r in ds.returns
-            ],
-        ),
-        (
-            StoreReturnItemRow,
-            [
-                {"return_id": r.id, "position": n, **i.model_dump()}
-                for r in ds.returns
-                for n, i in enumerate(r.items)
-            ],
-        ),
-        (StoreRefundRow, [{**r.model_dump(), "created_at": r.created_at + by} for r in ds.refunds]),
-        (StoreInvoiceRow, [{**i.model_dump(), "issued_at": i.issued_at + by} for i in ds.invoices]),
-        (
-            StoreKnowledgeDocRow,
-            [
-                {"id": d.id, "version": d.version, "kind": d.kind, "title": d.title}
-                for d in ds.knowledge
-            ],
-        ),
-        (
-            StoreKnowledgeSectionRow,
-            [
-                {
-                    "doc_id": d.id,
-                    "section_id": sec.id,
-                    "position": n,
-                    "doc_title": d.title,
-                    "text": sec.text,
-                }
-                for d in ds.knowledge
-                for n, sec in enumerate(d.sections)
-            ],
-        ),
-        (StoreOutboxRow, [{**m.model_dump(), "sent_at": m.sent_at + by} for m in ds.outbox]),
+        (StoreCustomerRow, customers),
+        (StorePaymentMethodRow, _children("customer_id", ds.customers, "payment_methods")),
+        (StoreStaffRow, [_row(m, by) for m in ds.staff]),
+        (StoreOrderRow, orders),
+        (StoreOrderItemRow, _children("order_id", ds.orders, "items")),
+        (StorePaymentRow, [_row(p, by, ("created_at",)) for p in ds.payments]),
+        (StoreReturnRow, [_row(r, by, ("created_at",)) for r in ds.returns]),
+        (StoreReturnItemRow, _children("return_id", ds.returns, "items")),
+        (StoreRefundRow, [_row(r, by, ("created_at",)) for r in ds.refunds]),
+        (StoreInvoiceRow, [_row(i, by, ("issued_at",)) for i in ds.invoices]),
+        (StoreKnowledgeDocRow, [_row(d, by) for d in ds.knowledge]),
+        (StoreKnowledgeSectionRow, _sections(ds)),
+        (StoreOutboxRow, [_row(m, by, ("sent_at",)) for m in ds.outbox]),
     ]
 
 
@@ -225,7 +172,9 @@ async def load_dataset(
     except IntegrityError as exc:
         if not await store_is_empty(db):
             raise StoreNotEmpty() from None
-        raise StoreLoadError(f"the dataset conflicts with rows already in the store: {exc.orig}") from None
+        raise StoreLoadError(
+            f"the dataset conflicts with rows already in the store: {exc.orig}"
+        ) from None
     return LoadReport(
         customers=len(dataset.customers),
         staff=len(dataset.staff),
@@ -247,163 +196,75 @@ def _natural(ident: str) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in _NUM.split(ident) if p)
 
 
-async def _all(s: AsyncSession, stmt: Select[Any]) -> list[Any]:
-    rows = list(await s.scalars(stmt))
-    return sorted(rows, key=lambda r: _natural(r.id))
+def _json(value: object) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    return value
 
 
-def _t(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat().replace("+00:00", "Z")
+def _pick(row: object, names: str, **extra: object) -> dict[str, Any]:
+    """``names`` (space-separated attributes) of ``row``, JSON-ready, ``None`` left out."""
+    out = {n: _json(getattr(row, n)) for n in names.split()}
+    out.update(extra)
+    return {k: v for k, v in out.items() if v is not None}
 
 
-def _export_obj(
-    customers: list[Any],
-    staff: list[Any],
-    orders: list[Any],
-    payments: list[Any],
-    refunds: list[Any],
-    returns: list[Any],
-    invoices: list[Any],
-    docs: list[Any],
-    outbox: list[Any],
-) -> dict[str, Any]:
-    return {
-        "customers": [
-            {
-                "id": c.id,
-                "name": c.name,
-                "email": c.email,
-                "phone": c.phone,
-                "address": c.address,
-                "slack_user_id": c.slack_user_id,
-                "created_at": _t(c.created_at),
-                "payment_methods": [
-                    {
-                        "id": m.id,
-                        "brand": m.brand,
-                        "last4": m.last4,
-                        "exp_month": m.exp_month,
-                        "exp_year": m.exp_year,
-                    }
-                    for m in c.payment_methods
-                ],
-            }
-            for c in customers
-        ],
-        "orders": [
-            {
-                "id": o.id,
-                "customer_id": o.customer_id,
-                "status": o.status,
-                "currency": o.currency,
-                "total_minor": o.total_minor,
-                "placed_at": _t(o.placed_at),
-                "delivered_at": _t(o.delivered_at),
-                "items": [
-                    {"sku": i.sku, "name": i.name, "qty": i.qty, "unit_minor": i.unit_minor}
-                    for i in o.items
-                ],
-                "shipping_address": o.shipping_address,
-                "notes": o.notes,
-            }
-            for o in orders
-        ],
-        "payments": [
-            {
-                "id": p.id,
-                "order_id": p.order_id,
-                "amount_minor": p.amount_minor,
-                "currency": p.currency,
-                "status": p.status,
-                "created_at": _t(p.created_at),
-            }
-            for p in payments
-        ],
-        "refunds": [
-            {
-                "id": r.id,
-                "order_id": r.order_id,
-                "amount_minor": r.amount_minor,
-                "currency": r.currency,
-                "created_at": _t(r.created_at),
-                "reason_code": r.reason_code,
-                "return_id": r.return_id,
-            }
-            for r in refunds
-        ],
-        "returns": [
-            {
-                "id": r.id,
-                "order_id": r.order_id,
-                "items": [{"sku": i.sku, "qty": i.qty} for i in r.items],
-                "status": r.status,
-                "created_at": _t(r.created_at),
-                "reason_code": r.reason_code,
-            }
-            for r in returns
-        ],
-        "invoices": [
-            {
-                "id": i.id,
-                "order_id": i.order_id,
-                "amount_minor": i.amount_minor,
-                "currency": i.currency,
-                "issued_at": _t(i.issued_at),
-            }
-            for i in invoices
-        ],
-        "knowledge": [
-            {
-                "id": d.id,
-                "version": d.version,
-                "kind": d.kind,
-                "title": d.title,
-                "sections": [{"id": sec.section_id, "text": sec.text} for sec in d.sections],
-            }
-            for d in docs
-        ],
-        "staff": [
-            {"id": m.id, "slack_user_id": m.slack_user_id, "name": m.name, "role": m.role}
-            for m in staff
-        ],
-        "outbox": [
-            {
-                "id": m.id,
-                "customer_id": m.customer_id,
-                "channel": m.channel,
-                "to": m.to,
-                "template": m.template,
-                "body": m.body,
-                "sent_at": _t(m.sent_at),
-            }
-            for m in outbox
-        ],
-    }
+def _customer(c: StoreCustomerRow) -> dict[str, Any]:
+    cards = [_pick(m, "id brand last4 exp_month exp_year") for m in c.payment_methods]
+    return _pick(c, "id name email phone address slack_user_id created_at", payment_methods=cards)
+
+
+def _order(o: StoreOrderRow) -> dict[str, Any]:
+    items = [_pick(i, "sku name qty unit_minor") for i in o.items]
+    fields = (
+        "id customer_id status currency total_minor placed_at delivered_at shipping_address notes"
+    )
+    return _pick(o, fields, items=items)
+
+
+def _return(r: StoreReturnRow) -> dict[str, Any]:
+    items = [_pick(i, "sku qty") for i in r.items]
+    return _pick(r, "id order_id status created_at reason_code", items=items)
+
+
+def _doc(d: StoreKnowledgeDocRow) -> dict[str, Any]:
+    sections = [{"id": sec.section_id, "text": sec.text} for sec in d.sections]
+    return _pick(d, "id version kind title", sections=sections)
+
+
+def _refund(r: StoreRefundRow) -> dict[str, Any]:
+    return _pick(r, "id order_id amount_minor currency created_at reason_code return_id")
+
+
+def _fields(names: str) -> Callable[[Any], dict[str, Any]]:
+    return lambda row: _pick(row, names)
+
+
+_EXPORT: tuple[tuple[str, type[Any], Callable[[Any], dict[str, Any]]], ...] = (
+    ("customers", StoreCustomerRow, _customer),
+    ("orders", StoreOrderRow, _order),
+    ("payments", StorePaymentRow, _fields("id order_id amount_minor currency status created_at")),
+    (
+        "refunds",
+        StoreRefundRow,
+        _fields("id order_id amount_minor currency created_at reason_code return_id"),
+    ),
+    ("returns", StoreReturnRow, _return),
+    ("invoices", StoreInvoiceRow, _fields("id order_id amount_minor currency issued_at")),
+    ("knowledge", StoreKnowledgeDocRow, _doc),
+    ("staff", StoreStaffRow, _fields("id slack_user_id name role")),
+    ("outbox", StoreOutboxRow, _fields("id customer_id channel to template body sent_at")),
+)
 
 
 async def export_model(db: Database) -> Dataset:
     """The store's current state as a validated :class:`~tools.dataset.Dataset`."""
+    obj: dict[str, Any] = {}
     async with db.sessions() as s, s.begin():
-        obj = _export_obj(
-            await _all(s, select(StoreCustomerRow)),
-            await _all(s, select(StoreStaffRow)),
-            await _all(s, select(StoreOrderRow)),
-            await _all(s, select(StorePaymentRow)),
-            await _all(s, select(StoreRefundRow)),
-            await _all(s, select(StoreReturnRow)),
-            await _all(s, select(StoreInvoiceRow)),
-            await _all(s, select(StoreKnowledgeDocRow)),
-            await _all(s, select(StoreOutboxRow)),
-        )
-    return parse_dataset(_drop_none(obj))
-
-
-def _drop_none(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _drop_none(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_drop_none(v) for v in value]
-    return value
+        for name, model, convert in _EXPORT:
+            rows = sorted(await s.scalars(select(model)), key=lambda r: _natural(r.id))
+            obj[name] = [convert(row) for row in rows]
+    return parse_dataset(obj)
 
 
 async def export_dataset(db: Database) -> dict[str, Any]:

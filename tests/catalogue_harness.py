@@ -6,8 +6,8 @@ in the order the gatekeeper runs them (minus policy, confirmation and ledger).
 from __future__ import annotations
 
 import copy
-import json
 import dataclasses
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,75 +33,163 @@ ADDRESS = {"line1": "1 Main St", "city": "Springfield", "postal_code": "12345", 
 def _order(oid: str, cust: str, status: str, total: int, placed: str, **extra: Any) -> dict:
     items = extra.pop("items", [{"sku": "MUG-1", "name": "Mug", "qty": 1, "unit_minor": total}])
     return {
-        "id": oid, "customer_id": cust, "status": status, "currency": extra.pop("currency", "USD"),
-        "total_minor": total, "placed_at": placed, "items": items,
-        "shipping_address": ADDRESS, **extra,
+        "id": oid,
+        "customer_id": cust,
+        "status": status,
+        "currency": extra.pop("currency", "USD"),
+        "total_minor": total,
+        "placed_at": placed,
+        "items": items,
+        "shipping_address": ADDRESS,
+        **extra,
     }
 
 
 def _pay(pid: str, oid: str, amount: int, status: str = "captured", cur: str = "USD") -> dict:
-    return {"id": pid, "order_id": oid, "amount_minor": amount, "currency": cur,
-            "status": status, "created_at": "2025-06-01T10:00:00Z"}
+    return {
+        "id": pid,
+        "order_id": oid,
+        "amount_minor": amount,
+        "currency": cur,
+        "status": status,
+        "created_at": "2025-06-01T10:00:00Z",
+    }
 
 
 BASE: dict[str, Any] = {
     "customers": [
-        {"id": "C-7", "name": "Jane Doe", "email": "jane@example.com", "phone": "+14155550123",
-         "address": ADDRESS, "created_at": "2024-01-02T00:00:00Z",
-         "payment_methods": [
-             {"id": "pm-1", "brand": "visa", "last4": "4242", "exp_month": 12, "exp_year": 2030},
-             {"id": "pm-2", "brand": "amex", "last4": "0005", "exp_month": 1, "exp_year": 2024},
-         ]},
+        {
+            "id": "C-7",
+            "name": "Jane Doe",
+            "email": "jane@example.com",
+            "phone": "+14155550123",
+            "address": ADDRESS,
+            "created_at": "2024-01-02T00:00:00Z",
+            "payment_methods": [
+                {"id": "pm-1", "brand": "visa", "last4": "4242", "exp_month": 12, "exp_year": 2030},
+                {"id": "pm-2", "brand": "amex", "last4": "0005", "exp_month": 1, "exp_year": 2024},
+            ],
+        },
         {"id": "C-8", "name": "Bob Roe", "email": "bob@example.org"},
     ],
     "orders": [
-        _order("O-1042", "C-7", "DELIVERED", 18900, "2025-06-01T09:00:00Z",
-               delivered_at="2025-06-05T15:00:00Z", notes=INJECTION,
-               items=[{"sku": "MUG-1", "name": "Mug", "qty": 2, "unit_minor": 4500},
-                      {"sku": "LAMP-9", "name": "Desk lamp", "qty": 1, "unit_minor": 9900}]),
+        _order(
+            "O-1042",
+            "C-7",
+            "DELIVERED",
+            18900,
+            "2025-06-01T09:00:00Z",
+            delivered_at="2025-06-05T15:00:00Z",
+            notes=INJECTION,
+            items=[
+                {"sku": "MUG-1", "name": "Mug", "qty": 2, "unit_minor": 4500},
+                {"sku": "LAMP-9", "name": "Desk lamp", "qty": 1, "unit_minor": 9900},
+            ],
+        ),
         _order("O-1043", "C-7", "PAID", 5000, "2025-06-08T09:00:00Z"),
         _order("O-1044", "C-7", "SHIPPED", 7000, "2025-06-07T09:00:00Z"),
         _order("O-1045", "C-7", "PENDING", 3000, "2025-06-09T09:00:00Z"),
-        _order("O-1046", "C-7", "DELIVERED", 2500, "2025-03-01T09:00:00Z",
-               delivered_at="2025-03-04T09:00:00Z"),
-        _order("O-1047", "C-7", "DELIVERED", 6000, "2025-06-02T09:00:00Z",
-               delivered_at="2025-06-06T09:00:00Z", currency="EUR"),
+        _order(
+            "O-1046",
+            "C-7",
+            "DELIVERED",
+            2500,
+            "2025-03-01T09:00:00Z",
+            delivered_at="2025-03-04T09:00:00Z",
+        ),
+        _order(
+            "O-1047",
+            "C-7",
+            "DELIVERED",
+            6000,
+            "2025-06-02T09:00:00Z",
+            delivered_at="2025-06-06T09:00:00Z",
+            currency="EUR",
+        ),
         _order("O-1048", "C-7", "CANCELLED", 1000, "2025-05-20T09:00:00Z"),
-        _order("O-2001", "C-8", "DELIVERED", 9900, "2025-06-02T09:00:00Z",
-               delivered_at="2025-06-06T09:00:00Z"),
+        _order(
+            "O-2001",
+            "C-8",
+            "DELIVERED",
+            9900,
+            "2025-06-02T09:00:00Z",
+            delivered_at="2025-06-06T09:00:00Z",
+        ),
         _order("O-2002", "C-8", "PAID", 1200, "2025-06-08T09:00:00Z"),
     ],
     "payments": [
-        _pay("P-1", "O-1042", 18900), _pay("P-2", "O-1043", 5000), _pay("P-3", "O-1044", 7000),
-        _pay("P-4", "O-1045", 3000, "failed"), _pay("P-5", "O-1046", 2500),
-        _pay("P-6", "O-1047", 6000, cur="EUR"), _pay("P-7", "O-2001", 9900),
+        _pay("P-1", "O-1042", 18900),
+        _pay("P-2", "O-1043", 5000),
+        _pay("P-3", "O-1044", 7000),
+        _pay("P-4", "O-1045", 3000, "failed"),
+        _pay("P-5", "O-1046", 2500),
+        _pay("P-6", "O-1047", 6000, cur="EUR"),
+        _pay("P-7", "O-2001", 9900),
         _pay("P-8", "O-2002", 1200, "failed"),
     ],
     "refunds": [
-        {"id": "R-1", "order_id": "O-1047", "amount_minor": 1000, "currency": "EUR",
-         "created_at": "2025-06-07T10:00:00Z", "reason_code": "damaged"},
+        {
+            "id": "R-1",
+            "order_id": "O-1047",
+            "amount_minor": 1000,
+            "currency": "EUR",
+            "created_at": "2025-06-07T10:00:00Z",
+            "reason_code": "damaged",
+        },
     ],
     "returns": [
-        {"id": "RT-31", "order_id": "O-1042", "items": [{"sku": "MUG-1", "qty": 1}],
-         "status": "requested", "created_at": "2025-06-06T10:00:00Z", "reason_code": "damaged"},
-        {"id": "RT-77", "order_id": "O-2001", "items": [{"sku": "MUG-1", "qty": 1}],
-         "status": "requested", "created_at": "2025-06-07T10:00:00Z"},
+        {
+            "id": "RT-31",
+            "order_id": "O-1042",
+            "items": [{"sku": "MUG-1", "qty": 1}],
+            "status": "requested",
+            "created_at": "2025-06-06T10:00:00Z",
+            "reason_code": "damaged",
+        },
+        {
+            "id": "RT-77",
+            "order_id": "O-2001",
+            "items": [{"sku": "MUG-1", "qty": 1}],
+            "status": "requested",
+            "created_at": "2025-06-07T10:00:00Z",
+        },
     ],
     "invoices": [
-        {"id": "INV-2001", "order_id": "O-1042", "amount_minor": 18900, "currency": "USD",
-         "issued_at": "2025-06-01T09:05:00Z"},
-        {"id": "INV-3001", "order_id": "O-2001", "amount_minor": 9900, "currency": "USD",
-         "issued_at": "2025-06-02T09:05:00Z"},
+        {
+            "id": "INV-2001",
+            "order_id": "O-1042",
+            "amount_minor": 18900,
+            "currency": "USD",
+            "issued_at": "2025-06-01T09:05:00Z",
+        },
+        {
+            "id": "INV-3001",
+            "order_id": "O-2001",
+            "amount_minor": 9900,
+            "currency": "USD",
+            "issued_at": "2025-06-02T09:05:00Z",
+        },
     ],
     "knowledge": [
-        {"id": "refund-policy", "version": 7, "kind": "policy", "title": "Refund policy",
-         "sections": [
-             {"id": "window", "text": "Refunds are available within 30 days of delivery."},
-             {"id": "damaged", "text": "Damaged items are refunded in full. " + "x" * 900},
-         ]},
-        {"id": "shipping-help", "version": 2, "kind": "help", "title": "Shipping delays",
-         "sections": [{"id": "delays", "text": "Parcels may be delayed in peak season. "
-                       + INJECTION}]},
+        {
+            "id": "refund-policy",
+            "version": 7,
+            "kind": "policy",
+            "title": "Refund policy",
+            "sections": [
+                {"id": "window", "text": "Refunds are available within 30 days of delivery."},
+                {"id": "damaged", "text": "Damaged items are refunded in full. " + "x" * 900},
+            ],
+        },
+        {
+            "id": "shipping-help",
+            "version": 2,
+            "kind": "help",
+            "title": "Shipping delays",
+            "sections": [
+                {"id": "delays", "text": "Parcels may be delayed in peak season. " + INJECTION}
+            ],
+        },
     ],
 }
 
@@ -127,8 +215,13 @@ class Desk:
         self.escalations: list[tuple[str, str]] = []
 
     async def get_case(self) -> CaseView:
-        return CaseView(conversation_id="conv_1", status="open", customer_id="C-7",
-                        channel="api", notes=tuple(self.notes))
+        return CaseView(
+            conversation_id="conv_1",
+            status="open",
+            customer_id="C-7",
+            channel="api",
+            notes=tuple(self.notes),
+        )
 
     async def add_note(self, note: str) -> int:
         self.notes.append(note)
@@ -174,7 +267,11 @@ def make_ctx(
 ) -> ToolContext:
     return ToolContext(
         principal=Principal(kind="customer", id=customer_id or "anon", customer_id=customer_id),
-        backend=store, case=desk or Desk(), run=run or Run(), rules=rules or Rules(), now=now,
+        backend=store,
+        case=desk or Desk(),
+        run=run or Run(),
+        rules=rules or Rules(),
+        now=now,
     )
 
 

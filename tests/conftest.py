@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import create_async_engine
 
 import storage.models  # noqa: F401  (registers the runtime tables)
 from storage.db import Base, Database, create_database
@@ -48,7 +48,7 @@ async def make_pg(schema: str) -> Database:
     )
     async with engine.begin() as conn:
         await conn.run_sync(Base.metadata.create_all)
-    return Database(engine=engine, sessions=async_sessionmaker(engine, expire_on_commit=False))
+    return Database.of(engine)
 
 
 async def drop_pg(schema: str) -> None:

@@ -7,7 +7,15 @@ from typing import Any
 
 from storage.db import Database
 from storage.store_io import export_dataset
-from tests.catalogue_harness import call, check, handler_only, make_ctx, make_store, same_but_id
+from tests.catalogue_harness import (
+    call,
+    check,
+    dataset,
+    handler_only,
+    make_ctx,
+    make_store,
+    same_but_id,
+)
 
 EVIDENCE = ["identity-policy@1#verify"]
 
@@ -47,17 +55,24 @@ async def test_list_payment_methods_shows_brand_last4_and_expiry(db: Database) -
     out = await call("list_payment_methods", {}, make_ctx(store))
     assert out["count"] == 2
     assert [(m["payment_method_id"], m["last4"], m["expired"]) for m in out["payment_methods"]] == [
-        ("pm-1", "4242", False), ("pm-2", "0005", True)]
+        ("pm-1", "4242", False),
+        ("pm-2", "0005", True),
+    ]
 
 
 async def test_update_contact_details_changes_the_email_on_file(db: Database) -> None:
     """After check and handler the store holds the new email; the result is masked."""
     store = await make_store(db)
     ctx = make_ctx(store)
-    out = await call("update_contact_details", {"email": "Jane.New@Example.com",
-                                                "evidence": EVIDENCE}, ctx)
-    assert out == {"customer_id": "C-7", "updated": ["email"], "email": "j***@example.com",
-                   "phone": "***0123"}
+    out = await call(
+        "update_contact_details", {"email": "Jane.New@Example.com", "evidence": EVIDENCE}, ctx
+    )
+    assert out == {
+        "customer_id": "C-7",
+        "updated": ["email"],
+        "email": "j***@example.com",
+        "phone": "***0123",
+    }
     customer = await store.get_customer("C-7")
     assert customer is not None and customer.email == "jane.new@example.com"
 
@@ -67,7 +82,8 @@ async def test_update_contact_details_check_refuses_empty_and_unchanged(db: Data
     store = await make_store(db)
     ctx = make_ctx(store)
     assert (await check("update_contact_details", {"evidence": EVIDENCE}, ctx))["error"] == (
-        "nothing_to_update")
+        "nothing_to_update"
+    )
     same = await check("update_contact_details", {"email": "JANE@example.com"}, ctx)
     assert same is not None and same["error"] == "no_change"
 
@@ -89,7 +105,8 @@ async def test_send_password_reset_goes_to_the_email_on_file(db: Database) -> No
     assert again["message_id"] == first["message_id"]
     outbox = await _outbox(db)
     assert [(m["to"], m["template"], m["channel"]) for m in outbox] == [
-        ("jane@example.com", "password_reset", "email")]
+        ("jane@example.com", "password_reset", "email")
+    ]
     assert "reset" in outbox[0]["body"]
 
 
@@ -133,3 +150,24 @@ async def test_send_payment_link_handler_refuses_another_customers_order(db: Dat
     out = await handler_only("send_payment_link", {"order_id": "O-2002"}, make_ctx(store))
     assert out["error"] == "not_found"
     assert await _outbox(db) == []
+
+
+async def test_update_contact_details_same_phone_in_another_format_is_no_change(
+    db: Database,
+) -> None:
+    """A phone number on file is compared by its digits, not its spacing."""
+    data = dataset()
+    data["customers"][0]["phone"] = "+1 415 555 0123"
+    store = await make_store(db, data)
+    out = await check("update_contact_details", {"phone": "+14155550123"}, make_ctx(store))
+    assert out is not None and out["error"] == "no_change"
+
+
+async def test_password_reset_result_never_shows_the_link_to_the_model(db: Database) -> None:
+    """The reset token goes to the inbox on file only; the tool result has no body or URL."""
+    store = await make_store(db)
+    out = await call("send_password_reset", {}, make_ctx(store))
+    [msg] = await _outbox(db)
+    token = msg["body"].split("token=")[1].split()[0]
+    assert token not in str(out) and "http" not in str(out)
+    assert set(out) == {"message_id", "channel", "template", "to", "sent_at"}

@@ -33,8 +33,9 @@ async def test_search_knowledge_text_is_wrapped_and_truncated(db: Database) -> N
 async def test_search_knowledge_injected_text_stays_inside_the_wrapper(db: Database) -> None:
     """An instruction in a help article appears only as untrusted data."""
     store = await make_store(db)
-    out = await call("search_knowledge", {"query": "delayed parcels", "kind": "help"},
-                     make_ctx(store))
+    out = await call(
+        "search_knowledge", {"query": "delayed parcels", "kind": "help"}, make_ctx(store)
+    )
     assert [h["evidence_id"] for h in out["hits"]] == ["shipping-help@2#delays"]
     assert INJECTION in out["hits"][0]["content"]["untrusted_data"]["text"]
     assert all(h["kind"] == "help" for h in out["hits"])
@@ -54,21 +55,31 @@ async def test_case_tools_delegate_to_the_case_desk(db: Database) -> None:
     desk = Desk()
     ctx = make_ctx(store, desk=desk)
     assert await call("add_case_note", {"note": "Customer reports damage."}, ctx) == {
-        "note_id": 1, "added": True}
+        "note_id": 1,
+        "added": True,
+    }
     case = await call("get_case", {}, ctx)
     assert case["conversation_id"] == "conv_1" and case["status"] == "open"
-    assert case["notes"] == [{"untrusted_data": {"source": "case_note",
-                                                 "text": "Customer reports damage.",
-                                                 "truncated": False}}]
+    assert case["notes"] == [
+        {
+            "untrusted_data": {
+                "source": "case_note",
+                "text": "Customer reports damage.",
+                "truncated": False,
+            }
+        }
+    ]
 
 
 async def test_escalate_to_human_hands_off_through_the_desk(db: Database) -> None:
     """Escalation records reason and summary and says so."""
     store = await make_store(db)
     desk = Desk()
-    out = await call("escalate_to_human",
-                     {"reason": "customer_request", "summary": "Wants a person."},
-                     make_ctx(store, desk=desk))
+    out = await call(
+        "escalate_to_human",
+        {"reason": "customer_request", "summary": "Wants a person."},
+        make_ctx(store, desk=desk),
+    )
     assert out["escalated"] is True and out["case_status"] == "escalated"
     assert desk.escalations == [("customer_request", "Wants a person.")]
 
@@ -78,12 +89,18 @@ async def test_finish_delegates_and_surfaces_runtime_refusals(db: Database) -> N
     store = await make_store(db)
     run = Run()
     ctx = make_ctx(store, run=run)
-    bad = await call("finish", {"resolution": "Refunded.", "action_ids": ["R-1"],
-                                "sources": ["refund-policy@7#window"]}, ctx)
+    bad = await call(
+        "finish",
+        {"resolution": "Refunded.", "action_ids": ["R-1"], "sources": ["refund-policy@7#window"]},
+        ctx,
+    )
     assert bad["error"] == "unverified_sources"
     await call("search_knowledge", {"query": "refund window"}, ctx)
-    ok = await call("finish", {"resolution": "Refunded.", "action_ids": ["R-1"],
-                               "sources": ["refund-policy@7#window"]}, ctx)
+    ok = await call(
+        "finish",
+        {"resolution": "Refunded.", "action_ids": ["R-1"], "sources": ["refund-policy@7#window"]},
+        ctx,
+    )
     assert ok == {"finished": True}
     assert run.finished == ("Refunded.", ["R-1"], ["refund-policy@7#window"])
 

@@ -21,8 +21,13 @@ from tests.catalogue_harness import (
 )
 from tools.context import Rules
 
-NEW_ADDRESS = {"line1": "9 Elm Rd", "city": "Austin", "region": "TX", "postal_code": "73301",
-               "country": "US"}
+NEW_ADDRESS = {
+    "line1": "9 Elm Rd",
+    "city": "Austin",
+    "region": "TX",
+    "postal_code": "73301",
+    "country": "US",
+}
 
 
 async def _outbox(db: Database) -> list[dict[str, Any]]:
@@ -36,11 +41,24 @@ async def test_get_order_is_trimmed_with_refundable_amount(db: Database) -> None
     """The order view has what the next step needs and no street address."""
     store = await make_store(db)
     out = await call("get_order", {"order_id": "O-1042"}, make_ctx(store))
-    assert set(out) == {"order_id", "status", "currency", "total_minor", "total",
-                        "refundable_minor", "placed_at", "delivered_at", "items", "ship_to",
-                        "notes"}
+    assert set(out) == {
+        "order_id",
+        "status",
+        "currency",
+        "total_minor",
+        "total",
+        "refundable_minor",
+        "placed_at",
+        "delivered_at",
+        "items",
+        "ship_to",
+        "notes",
+    }
     assert (out["status"], out["refundable_minor"], out["total"]) == (
-        "DELIVERED", 18900, "189.00 USD")
+        "DELIVERED",
+        18900,
+        "189.00 USD",
+    )
     assert [(i["sku"], i["qty"]) for i in out["items"]] == [("MUG-1", 2), ("LAMP-9", 1)]
     assert out["ship_to"] == {"city": "Springfield", "country": "US"}
     assert ADDRESS["line1"] not in str(out)
@@ -51,8 +69,9 @@ async def test_get_order_wraps_an_injected_note_and_truncates_it(db: Database) -
     store = await make_store(db)
     ctx = make_ctx(store, rules=Rules(untrusted_text_limit=20))
     out = await call("get_order", {"order_id": "O-1042"}, ctx)
-    assert out["notes"] == {"untrusted_data": {"source": "order_note", "text": INJECTION[:20],
-                                               "truncated": True}}
+    assert out["notes"] == {
+        "untrusted_data": {"source": "order_note", "text": INJECTION[:20], "truncated": True}
+    }
 
 
 async def test_get_order_refundable_reflects_earlier_refunds(db: Database) -> None:
@@ -89,8 +108,11 @@ async def test_cancel_order_cancels_a_paid_order_and_refunds_it(db: Database) ->
     """A PAID order is cancelled; the store refunds what was captured; replay is a no-op."""
     store = await make_store(db)
     ctx = make_ctx(store)
-    args = {"order_id": "O-1043", "reason_code": "customer_request",
-            "evidence": ["refund-policy@7#window"]}
+    args = {
+        "order_id": "O-1043",
+        "reason_code": "customer_request",
+        "evidence": ["refund-policy@7#window"],
+    }
     out = await call("cancel_order", args, ctx)
     assert out == {"order_id": "O-1043", "status": "CANCELLED", "cancelled": True}
     payments = await call("list_payments", {"order_id": "O-1043"}, ctx)
@@ -101,15 +123,17 @@ async def test_cancel_order_cancels_a_paid_order_and_refunds_it(db: Database) ->
     assert len(payments["refunds"]) == 1
 
 
-@pytest.mark.parametrize("oid,status", [("O-1044", "SHIPPED"), ("O-1042", "DELIVERED"),
-                                        ("O-1048", "CANCELLED")])
+@pytest.mark.parametrize(
+    "oid,status", [("O-1044", "SHIPPED"), ("O-1042", "DELIVERED"), ("O-1048", "CANCELLED")]
+)
 async def test_cancel_order_check_refuses_orders_past_cancellation(
     db: Database, oid: str, status: str
 ) -> None:
     """Only PENDING/PAID orders can be cancelled; the status is given back."""
     store = await make_store(db)
-    out = await check("cancel_order", {"order_id": oid, "reason_code": "customer_request"},
-                      make_ctx(store))
+    out = await check(
+        "cancel_order", {"order_id": oid, "reason_code": "customer_request"}, make_ctx(store)
+    )
     assert out is not None
     assert (out["error"], out["status"]) == ("order_not_cancellable", status)
 
@@ -117,8 +141,9 @@ async def test_cancel_order_check_refuses_orders_past_cancellation(
 async def test_cancel_order_backend_refusal_has_the_same_code(db: Database) -> None:
     """If state changed after the check, the store's refusal reaches the model unchanged."""
     store = await make_store(db)
-    out = await handler_only("cancel_order", {"order_id": "O-1044",
-                                              "reason_code": "customer_request"}, make_ctx(store))
+    out = await handler_only(
+        "cancel_order", {"order_id": "O-1044", "reason_code": "customer_request"}, make_ctx(store)
+    )
     assert (out["error"], out["status"]) == ("order_not_cancellable", "SHIPPED")
 
 
@@ -129,19 +154,19 @@ async def test_update_shipping_address_before_shipping(db: Database) -> None:
     """A PAID order's destination changes; only city/country are echoed back."""
     store = await make_store(db)
     ctx = make_ctx(store)
-    out = await call("update_shipping_address", {"order_id": "O-1043", "address": NEW_ADDRESS},
-                     ctx)
-    assert out == {"order_id": "O-1043", "status": "PAID",
-                   "ship_to": {"city": "Austin", "country": "US"}}
+    out = await call("update_shipping_address", {"order_id": "O-1043", "address": NEW_ADDRESS}, ctx)
+    assert out == {
+        "order_id": "O-1043",
+        "status": "PAID",
+        "ship_to": {"city": "Austin", "country": "US"},
+    }
     order = await store.get_order("C-7", "O-1043")
     assert order is not None and order.shipping_address is not None
     assert (order.shipping_address.line1, order.shipping_address.region) == ("9 Elm Rd", "TX")
 
 
 @pytest.mark.parametrize("oid", ["O-1044", "O-1042", "O-1048"])
-async def test_update_shipping_address_check_refuses_after_shipping(
-    db: Database, oid: str
-) -> None:
+async def test_update_shipping_address_check_refuses_after_shipping(db: Database, oid: str) -> None:
     """Shipped, delivered and cancelled orders keep their address."""
     store = await make_store(db)
     args = {"order_id": oid, "address": NEW_ADDRESS}
@@ -180,10 +205,16 @@ async def test_create_reorder_check_requires_an_owned_order(db: Database) -> Non
 async def test_send_message_order_update_goes_to_the_email_on_file(db: Database) -> None:
     """The body is rendered from the record; the recipient is the contact on file (S3)."""
     store = await make_store(db)
-    out = await call("send_message", {"channel": "email", "template": "order_update",
-                                      "order_id": "O-1044"}, make_ctx(store))
-    assert (out["channel"], out["template"], out["to"]) == ("email", "order_update",
-                                                            "j***@example.com")
+    out = await call(
+        "send_message",
+        {"channel": "email", "template": "order_update", "order_id": "O-1044"},
+        make_ctx(store),
+    )
+    assert (out["channel"], out["template"], out["to"]) == (
+        "email",
+        "order_update",
+        "j***@example.com",
+    )
     [msg] = await _outbox(db)
     assert msg["to"] == "jane@example.com"
     assert msg["body"] == "Update on your order O-1044: it is on its way."
@@ -205,8 +236,11 @@ async def test_send_message_sms_uses_the_phone_on_file(db: Database) -> None:
 async def test_send_message_never_carries_outsiders_text(db: Database) -> None:
     """An order whose note holds an injection sends only our template text."""
     store = await make_store(db)
-    await call("send_message", {"channel": "email", "template": "order_update",
-                                "order_id": "O-1042"}, make_ctx(store))
+    await call(
+        "send_message",
+        {"channel": "email", "template": "order_update", "order_id": "O-1042"},
+        make_ctx(store),
+    )
     [msg] = await _outbox(db)
     assert INJECTION not in msg["body"] and "Mug" not in msg["body"]
     assert msg["body"] == "Update on your order O-1042: it is delivered."
@@ -216,10 +250,14 @@ async def test_send_message_return_label_and_refund_confirmation(db: Database) -
     """Templates that need a record render from the latest matching record."""
     store = await make_store(db)
     ctx = make_ctx(store)
-    await call("send_message", {"channel": "email", "template": "return_label",
-                                "order_id": "O-1042"}, ctx)
-    await call("send_message", {"channel": "email", "template": "refund_confirmation",
-                                "order_id": "O-1047"}, ctx)
+    await call(
+        "send_message", {"channel": "email", "template": "return_label", "order_id": "O-1042"}, ctx
+    )
+    await call(
+        "send_message",
+        {"channel": "email", "template": "refund_confirmation", "order_id": "O-1047"},
+        ctx,
+    )
     by_template = {m["template"]: m for m in await _outbox(db)}
     label, refund = by_template["return_label"], by_template["refund_confirmation"]
     assert "RT-31" in label["body"] and "O-1042" in label["body"]
@@ -229,17 +267,32 @@ async def test_send_message_return_label_and_refund_confirmation(db: Database) -
 @pytest.mark.parametrize(
     ("args", "customer", "error"),
     [
-        ({"channel": "sms", "template": "order_update", "order_id": "O-2001"}, "C-8",
-         "no_contact_on_file"),
+        (
+            {"channel": "sms", "template": "order_update", "order_id": "O-2001"},
+            "C-8",
+            "no_contact_on_file",
+        ),
         ({"channel": "email", "template": "order_update"}, "C-7", "order_id_required"),
-        ({"channel": "email", "template": "order_update", "order_id": "O-2001"}, "C-7",
-         "not_found"),
-        ({"channel": "email", "template": "return_label", "order_id": "O-1043"}, "C-7",
-         "no_return_for_order"),
-        ({"channel": "email", "template": "refund_confirmation", "order_id": "O-1042"}, "C-7",
-         "no_refund_for_order"),
-        ({"channel": "email", "template": "shipping_delay", "order_id": "O-1042"}, "C-7",
-         "template_not_applicable"),
+        (
+            {"channel": "email", "template": "order_update", "order_id": "O-2001"},
+            "C-7",
+            "not_found",
+        ),
+        (
+            {"channel": "email", "template": "return_label", "order_id": "O-1043"},
+            "C-7",
+            "no_return_for_order",
+        ),
+        (
+            {"channel": "email", "template": "refund_confirmation", "order_id": "O-1042"},
+            "C-7",
+            "no_refund_for_order",
+        ),
+        (
+            {"channel": "email", "template": "shipping_delay", "order_id": "O-1042"},
+            "C-7",
+            "template_not_applicable",
+        ),
     ],
 )
 async def test_send_message_check_failures(
@@ -257,6 +310,7 @@ async def test_message_ids_and_order_ids_fit_the_schema_patterns(db: Database) -
     """Ids the store creates can be passed back to tools and finish."""
     store = await make_store(db)
     ctx = make_ctx(store)
-    msg = await call("send_message", {"channel": "email", "template": "order_update",
-                                      "order_id": "O-1043"}, ctx)
+    msg = await call(
+        "send_message", {"channel": "email", "template": "order_update", "order_id": "O-1043"}, ctx
+    )
     assert re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", msg["message_id"])

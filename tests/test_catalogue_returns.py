@@ -20,9 +20,14 @@ async def test_get_return_shows_status_and_items(db: Database) -> None:
     """A return of the bound customer, trimmed."""
     store = await make_store(db)
     out = await call("get_return", {"return_id": "RT-31"}, make_ctx(store))
-    assert out == {"return_id": "RT-31", "order_id": "O-1042", "status": "requested",
-                   "reason_code": "damaged", "items": [{"sku": "MUG-1", "qty": 1}],
-                   "created_at": "2025-06-06T10:00:00Z"}
+    assert out == {
+        "return_id": "RT-31",
+        "order_id": "O-1042",
+        "status": "requested",
+        "reason_code": "damaged",
+        "items": [{"sku": "MUG-1", "qty": 1}],
+        "created_at": "2025-06-06T10:00:00Z",
+    }
 
 
 async def test_list_returns_only_the_bound_customers(db: Database) -> None:
@@ -39,7 +44,10 @@ async def test_create_return_for_a_delivered_item(db: Database) -> None:
     args = _ret([{"sku": "LAMP-9", "qty": 1}])
     out = await call("create_return", args, ctx)
     assert (out["status"], out["order_id"], out["items"]) == (
-        "requested", "O-1042", [{"sku": "LAMP-9", "qty": 1}])
+        "requested",
+        "O-1042",
+        [{"sku": "LAMP-9", "qty": 1}],
+    )
     assert out["return_id"].startswith("RT-")
     assert (await call("get_return", {"return_id": out["return_id"]}, ctx))["status"] == "requested"
     assert (await handler_only("create_return", args, ctx))["return_id"] == out["return_id"]
@@ -61,12 +69,21 @@ async def test_create_return_merges_repeated_skus(db: Database) -> None:
     ("args", "error", "details"),
     [
         (_ret([{"sku": "MUG-1", "qty": 1}], "O-1043"), "order_not_delivered", {"status": "PAID"}),
-        (_ret([{"sku": "MUG-1", "qty": 1}], "O-1046"), "outside_return_window",
-         {"delivered_at": "2025-03-04T09:00:00Z"}),
-        (_ret([{"sku": "SOFA-1", "qty": 1}]), "invalid_items",
-         {"sku": "SOFA-1", "returnable_qty": 0}),
-        (_ret([{"sku": "MUG-1", "qty": 2}]), "invalid_items",
-         {"sku": "MUG-1", "qty": 2, "returnable_qty": 1}),
+        (
+            _ret([{"sku": "MUG-1", "qty": 1}], "O-1046"),
+            "outside_return_window",
+            {"delivered_at": "2025-03-04T09:00:00Z"},
+        ),
+        (
+            _ret([{"sku": "SOFA-1", "qty": 1}]),
+            "invalid_items",
+            {"sku": "SOFA-1", "returnable_qty": 0},
+        ),
+        (
+            _ret([{"sku": "MUG-1", "qty": 2}]),
+            "invalid_items",
+            {"sku": "MUG-1", "qty": 2, "returnable_qty": 1},
+        ),
         (_ret([{"sku": "MUG-1", "qty": 1}], "O-2001"), "not_found", {"order_id": "O-2001"}),
     ],
 )
@@ -97,4 +114,7 @@ async def test_create_return_backend_refusal_matches_the_check(db: Database) -> 
     by_store = await handler_only("create_return", args, make_ctx(store))
     assert by_check is not None
     assert (by_store["error"], by_store["sku"], by_store["returnable_qty"]) == (
-        by_check["error"], by_check["sku"], by_check["returnable_qty"])
+        by_check["error"],
+        by_check["sku"],
+        by_check["returnable_qty"],
+    )

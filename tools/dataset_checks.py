@@ -78,7 +78,8 @@ def _unique_ids(ds: Dataset) -> list[str]:
         for si, sec in enumerate(doc.sections):
             if sec.id in seen:
                 errors.append(
-                    f"knowledge[{di}].sections[{si}].id: duplicate section id {sec.id!r} in {doc.id!r}"
+                    f"knowledge[{di}].sections[{si}].id: "
+                    f"duplicate section id {sec.id!r} in {doc.id!r}"
                 )
             seen.add(sec.id)
     return errors
@@ -92,7 +93,8 @@ def _unique_contacts(ds: Dataset) -> list[str]:
         key = c.email.lower()
         if key in emails:
             errors.append(
-                f"customers[{i}].email: duplicate email {c.email!r} (first at customers[{emails[key]}])"
+                f"customers[{i}].email: duplicate email {c.email!r} "
+                f"(first at customers[{emails[key]}])"
             )
         emails.setdefault(key, i)
     people = [("customers", ds.customers), ("staff", ds.staff)]
@@ -103,7 +105,8 @@ def _unique_contacts(ds: Dataset) -> list[str]:
             path = f"{name}[{i}].slack_user_id"
             if row.slack_user_id in slack:
                 errors.append(
-                    f"{path}: duplicate Slack user {row.slack_user_id!r} (first at {slack[row.slack_user_id]})"
+                    f"{path}: duplicate Slack user {row.slack_user_id!r} "
+                    f"(first at {slack[row.slack_user_id]})"
                 )
             slack.setdefault(row.slack_user_id, path)
     return errors
@@ -119,7 +122,8 @@ def _order_refs(ds: Dataset, orders: dict[str, OrderRecord]) -> list[str]:
             errors.append(f"orders[{i}].delivered_at: required when status is DELIVERED")
         if o.status != "DELIVERED" and o.delivered_at is not None:
             errors.append(
-                f"orders[{i}].delivered_at: only a DELIVERED order has a delivery time (status {o.status})"
+                f"orders[{i}].delivered_at: only a DELIVERED order has a delivery time "
+                f"(status {o.status})"
             )
         if o.delivered_at is not None and o.delivered_at < o.placed_at:
             errors.append(f"orders[{i}].delivered_at: before placed_at")
@@ -131,7 +135,8 @@ def _order_refs(ds: Dataset, orders: dict[str, OrderRecord]) -> list[str]:
                 errors.append(f"{name}[{i}].order_id: unknown order {row.order_id!r}")
             elif row.currency != order.currency:
                 errors.append(
-                    f"{name}[{i}].currency: {row.currency!r} differs from order {order.id!r} currency {order.currency!r}"
+                    f"{name}[{i}].currency: {row.currency!r} differs from order {order.id!r} "
+                    f"currency {order.currency!r}"
                 )
     for i, r in enumerate(ds.returns):
         if r.order_id not in orders:
@@ -161,7 +166,8 @@ def _return_items(ds: Dataset, orders: dict[str, OrderRecord]) -> list[str]:
                 returned[(order.id, item.sku)] += item.qty
                 if returned[(order.id, item.sku)] > ordered[item.sku]:
                     errors.append(
-                        f"{path}.qty: returns of {item.sku!r} exceed the {ordered[item.sku]} ordered in {order.id!r}"
+                        f"{path}.qty: returns of {item.sku!r} exceed the "
+                        f"{ordered[item.sku]} ordered in {order.id!r}"
                     )
     return errors
 
@@ -181,14 +187,16 @@ def _refund_totals(ds: Dataset, orders: dict[str, OrderRecord]) -> list[str]:
                 errors.append(f"refunds[{i}].return_id: unknown return {rf.return_id!r}")
             elif ret.order_id != rf.order_id:
                 errors.append(
-                    f"refunds[{i}].return_id: return {ret.id!r} is for order {ret.order_id!r}, not {rf.order_id!r}"
+                    f"refunds[{i}].return_id: return {ret.id!r} is for order "
+                    f"{ret.order_id!r}, not {rf.order_id!r}"
                 )
         if rf.order_id not in orders:
             continue
         refunded[rf.order_id] += rf.amount_minor
         if refunded[rf.order_id] > captured[rf.order_id]:
             errors.append(
-                f"refunds[{i}].amount_minor: refunds of order {rf.order_id!r} total {refunded[rf.order_id]}, "
+                f"refunds[{i}].amount_minor: refunds of order {rf.order_id!r} "
+                f"total {refunded[rf.order_id]}, "
                 f"more than the {captured[rf.order_id]} captured"
             )
     return errors

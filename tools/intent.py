@@ -35,7 +35,7 @@ _RULES: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
         (("packages?", "parcels?", "shipments?", "deliver(?:y|ies|ed|ing)?"), O_),
         (("ship(?:ping|ped|s)?", "track(?:ing|ed)?", "courier", "carrier"), O_),
         (("dispatch(?:ed)?", "in transit", "eta", "arriv(?:e|ed|es|ing|al)"), O_),
-        (("(?:not|never|n't|yet to) (?:be(?:en)? )?(?:received|come|shown up)",), O_),
+        (("(?:not|never|[a-z]+n't|yet to) (?:be(?:en)? )?(?:received|come|shown up)",), O_),
         (("where(?:'s| is| are)? (?:my|the) (?:stuff|things?|items?)", "still waiting"), O_),
         (("lost", "late", "delay(?:ed|s)?"), O_),
         (
@@ -43,6 +43,7 @@ _RULES: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
             O_,
         ),
         (("(?:shipping|delivery|postal|street|new) address", "wrong address", "moved"), O_),
+        (("(?:change|update|correct|fix) (?:my |the )?(?:delivery |shipping )?address",), O_),
         (("O-[0-9A-Za-z]{1,16}",), O_),
         # -- returns -----------------------------------------------------------------
         (("return(?:s|ed|ing)?", "(?:send|sent) (?:it|them|this|these|everything) back"), R_),
@@ -52,13 +53,23 @@ _RULES: tuple[tuple[re.Pattern[str], frozenset[str]], ...] = tuple(
         (("missing (?:item|part|piece)s?",), R_),
         (("broken", "damaged?", "defective", "faulty", "cracked", "smashed"), {*R_, BILLING}),
         (("doesn't work", "does not work", "stopped working"), {*R_, BILLING}),
+        (("warranty", "guarantee"), R_),
         (("RT-[0-9A-Za-z]{1,16}",), {RETURNS}),
         # -- billing ----------------------------------------------------------------------
         (("refund(?:s|ed|ing)?", "money back", "reimburse(?:d|ment)?", "compensat(?:e|ion)"), B_),
         (("charge[sd]?", "charging", "double[- ]?charged", "billed", "overcharged", "twice"), B_),
         (("payments?", "pay", "paid", "paying", "declined", "didn't go through"), B_),
         (("invoices?", "receipts?", "vat", "bills?", "billing", "statements?"), {BILLING}),
-        (("transactions?", "INV-[0-9A-Za-z]{1,16}"), {BILLING}),
+        (("transactions?", "INV-[0-9A-Za-z]{1,16}", "gift ?cards?"), {BILLING}),
+        (
+            (
+                "price (?:drop(?:ped|s)?|adjustment|match)",
+                "discount",
+                "coupon",
+                "promo(?:tion)? code",
+            ),
+            B_,
+        ),
         # -- account --------------------------------------------------------------------------
         (("password", "log ?in", "logging in", "sign ?in", "signing in", "locked out"), A_),
         (("can't access", "username", "accounts?", "profile", "contact details"), A_),

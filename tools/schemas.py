@@ -30,11 +30,15 @@ REFUND_REASONS = (
     "defective",
     "not_received",
     "wrong_item",
+    "wrong_size",
+    "not_as_described",
     "late_delivery",
     "returned",
+    "changed_mind",
     "duplicate_charge",
     "cancelled_order",
     "price_adjustment",
+    "customer_request",
     "goodwill",
 )
 CANCEL_REASONS = (
@@ -52,7 +56,7 @@ RETURN_REASONS = (
     "wrong_size",
     "not_as_described",
     "arrived_late",
-    "no_longer_needed",
+    "changed_mind",
 )
 ESCALATION_REASONS = (
     "customer_request",

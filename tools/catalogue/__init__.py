@@ -3,6 +3,10 @@
 Order is ``always``, then ``account``, ``orders``, ``returns``, ``billing``
 (and, inside each group, the order the module lists them): the tool list is
 the start of the cached prompt prefix, so it must not shuffle between runs.
+
+Each group module exports ``TOOLS``; its handlers and hooks are private, and
+what the model reads about each tool is its ``ToolDef.description`` (kept
+under test in ``tests/snapshots/tool_schemas.json``).
 """
 
 from __future__ import annotations

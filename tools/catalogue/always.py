@@ -38,7 +38,7 @@ def _runtime_meta(kind: str, scope: str, *, idempotent: bool = True) -> ToolMeta
     )
 
 
-async def search_knowledge(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _search_knowledge(args: dict[str, Any], ctx: ToolContext) -> Result:
     with backend_errors():
         hits = await ctx.backend.search_knowledge(args["query"], kind=args.get("kind"), limit=5)
     ctx.run.record_knowledge(hits)
@@ -46,7 +46,7 @@ async def search_knowledge(args: dict[str, Any], ctx: ToolContext) -> Result:
     return {"hits": [knowledge_hit_result(h, limit=limit) for h in hits], "count": len(hits)}
 
 
-async def get_case(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _get_case(args: dict[str, Any], ctx: ToolContext) -> Result:
     case = await ctx.case.get_case()
     limit = ctx.rules.untrusted_text_limit
     return {
@@ -58,22 +58,22 @@ async def get_case(args: dict[str, Any], ctx: ToolContext) -> Result:
     }
 
 
-async def add_case_note(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _add_case_note(args: dict[str, Any], ctx: ToolContext) -> Result:
     note_id = await ctx.case.add_note(args["note"])
     return {"note_id": note_id, "added": True}
 
 
-async def escalate_to_human(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _escalate_to_human(args: dict[str, Any], ctx: ToolContext) -> Result:
     out = await ctx.case.escalate(args["reason"], args["summary"])
     return {"escalated": True, **to_json_result(out)}
 
 
-async def finish(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _finish(args: dict[str, Any], ctx: ToolContext) -> Result:
     out = ctx.run.finish(args["resolution"], list(args["action_ids"]), list(args["sources"]))
-    return to_json_result(out)
+    return {"finished": True, **to_json_result(out)}
 
 
-async def load_tools(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _load_tools(args: dict[str, Any], ctx: ToolContext) -> Result:
     names = ctx.run.load_group(args["group"])
     return {"group": args["group"], "tools_now_loaded": list(names)}
 
@@ -98,7 +98,7 @@ TOOLS: tuple[ToolDef, ...] = (
             required=("query",),
         ),
         meta=read_meta("always", "knowledge:read"),
-        handler=search_knowledge,
+        handler=_search_knowledge,
     ),
     ToolDef(
         name="get_case",
@@ -108,7 +108,7 @@ TOOLS: tuple[ToolDef, ...] = (
         ),
         input_schema=obj({}),
         meta=_runtime_meta("read", "case:read"),
-        handler=get_case,
+        handler=_get_case,
     ),
     ToolDef(
         name="add_case_note",
@@ -119,7 +119,7 @@ TOOLS: tuple[ToolDef, ...] = (
         ),
         input_schema=obj({"note": text(2000, "The note, plain text.")}, required=("note",)),
         meta=_runtime_meta("action", "case:write", idempotent=False),
-        handler=add_case_note,
+        handler=_add_case_note,
     ),
     ToolDef(
         name="escalate_to_human",
@@ -137,7 +137,7 @@ TOOLS: tuple[ToolDef, ...] = (
             required=("reason", "summary"),
         ),
         meta=_runtime_meta("action", "case:escalate", idempotent=False),
-        handler=escalate_to_human,
+        handler=_escalate_to_human,
     ),
     ToolDef(
         name="finish",
@@ -169,7 +169,7 @@ TOOLS: tuple[ToolDef, ...] = (
             required=("resolution", "action_ids", "sources"),
         ),
         meta=_runtime_meta("action", "run:control"),
-        handler=finish,
+        handler=_finish,
     ),
     ToolDef(
         name="load_tools",
@@ -181,6 +181,6 @@ TOOLS: tuple[ToolDef, ...] = (
         ),
         input_schema=obj({"group": enum(TOOL_GROUPS, "The group to load.")}, required=("group",)),
         meta=_runtime_meta("action", "run:control"),
-        handler=load_tools,
+        handler=_load_tools,
     ),
 )

@@ -49,7 +49,7 @@ Result = dict[str, Any]
 LIST_CAP = 30
 
 
-async def get_invoices(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _get_invoices(args: dict[str, Any], ctx: ToolContext) -> Result:
     with backend_errors():
         invoices = await ctx.backend.get_invoices(
             ctx.customer_id, invoice_id=args.get("invoice_id")
@@ -60,7 +60,7 @@ async def get_invoices(args: dict[str, Any], ctx: ToolContext) -> Result:
     return listing("invoices", (invoice_result(i) for i in invoices), cap=LIST_CAP)
 
 
-async def list_payments(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _list_payments(args: dict[str, Any], ctx: ToolContext) -> Result:
     oid = args.get("order_id")
     if oid:
         await owned_order(ctx, oid)
@@ -77,18 +77,18 @@ async def list_payments(args: dict[str, Any], ctx: ToolContext) -> Result:
 # -- issue_refund (tier 2) ---------------------------------------------------------------
 
 
-def refund_key(args: dict[str, Any], ctx: ToolContext) -> str:
+def _refund_key(args: dict[str, Any], ctx: ToolContext) -> str:
     return (
         f"refund:{args['order_id']}:{args['amount_minor']}:{args['currency']}:"
         f"{args.get('return_id') or '-'}"
     )
 
 
-def refund_money(args: dict[str, Any]) -> Money:
+def _refund_money(args: dict[str, Any]) -> Money:
     return Money(amount_minor=args["amount_minor"], currency=args["currency"])
 
 
-async def refund_check(args: dict[str, Any], ctx: ToolContext) -> None:
+async def _refund_check(args: dict[str, Any], ctx: ToolContext) -> None:
     order = await owned_order(ctx, args["order_id"])
     if args.get("return_id"):
         await _check_return(ctx, args["return_id"], order.id)
@@ -135,7 +135,7 @@ async def _check_return(ctx: ToolContext, rid: str, oid: str) -> None:
         raise ToolFailure("return_not_eligible", f"The return is {ret.status}.", status=ret.status)
 
 
-async def issue_refund(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _issue_refund(args: dict[str, Any], ctx: ToolContext) -> Result:
     with backend_errors():
         refund = await ctx.backend.issue_refund(
             ctx.customer_id,
@@ -144,12 +144,12 @@ async def issue_refund(args: dict[str, Any], ctx: ToolContext) -> Result:
             currency=args["currency"],
             reason_code=args["reason_code"],
             return_id=args.get("return_id"),
-            idempotency_key=write_key(refund_key, args, ctx),
+            idempotency_key=write_key(_refund_key, args, ctx),
         )
     return refund_result(refund)
 
 
-def refund_summary(args: dict[str, Any]) -> str:
+def _refund_summary(args: dict[str, Any]) -> str:
     line = (
         f"Refund {format_money(args['amount_minor'], args['currency'])} on "
         f"{args['order_id']} ({args['reason_code']})"
@@ -160,11 +160,11 @@ def refund_summary(args: dict[str, Any]) -> str:
 # -- retry_payment (tier 1, never blindly retried) -------------------------------------
 
 
-def retry_key(args: dict[str, Any], ctx: ToolContext) -> str:
+def _retry_key(args: dict[str, Any], ctx: ToolContext) -> str:
     return f"retry_payment:{args['order_id']}:{day(ctx)}"
 
 
-async def retry_check(args: dict[str, Any], ctx: ToolContext) -> None:
+async def _retry_check(args: dict[str, Any], ctx: ToolContext) -> None:
     order = await owned_order(ctx, args["order_id"])
     captured, failed = await captured_and_failed(ctx, order.id)
     if order.status == "CANCELLED" or not failed:
@@ -177,10 +177,10 @@ async def retry_check(args: dict[str, Any], ctx: ToolContext) -> None:
         raise ToolFailure("nothing_to_retry", "This order is already paid.", status=order.status)
 
 
-async def retry_payment(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _retry_payment(args: dict[str, Any], ctx: ToolContext) -> Result:
     with backend_errors():
         payment = await ctx.backend.retry_payment(
-            ctx.customer_id, args["order_id"], idempotency_key=write_key(retry_key, args, ctx)
+            ctx.customer_id, args["order_id"], idempotency_key=write_key(_retry_key, args, ctx)
         )
     return payment_result(payment)
 
@@ -194,7 +194,7 @@ TOOLS: tuple[ToolDef, ...] = (
         ),
         input_schema=obj({"invoice_id": invoice_id()}),
         meta=read_meta("billing", "billing:read"),
-        handler=get_invoices,
+        handler=_get_invoices,
     ),
     ToolDef(
         name="list_payments",
@@ -205,7 +205,7 @@ TOOLS: tuple[ToolDef, ...] = (
         ),
         input_schema=obj({"order_id": order_id()}),
         meta=read_meta("billing", "billing:read"),
-        handler=list_payments,
+        handler=_list_payments,
     ),
     ToolDef(
         name="issue_refund",
@@ -229,11 +229,11 @@ TOOLS: tuple[ToolDef, ...] = (
             required=("order_id", "amount_minor", "currency", "reason_code"),
         ),
         meta=action_meta("billing", "billing:refund", 2, approval_expiry_s=DAY, timeout_s=20.0),
-        handler=issue_refund,
-        check=refund_check,
-        key=refund_key,
-        money=refund_money,
-        summary=refund_summary,
+        handler=_issue_refund,
+        check=_refund_check,
+        key=_refund_key,
+        money=_refund_money,
+        summary=_refund_summary,
     ),
     ToolDef(
         name="retry_payment",
@@ -245,9 +245,9 @@ TOOLS: tuple[ToolDef, ...] = (
         ),
         input_schema=obj({"order_id": order_id()}, required=("order_id",)),
         meta=action_meta("billing", "billing:write", 1, timeout_s=30.0, retryable=False),
-        handler=retry_payment,
-        check=retry_check,
-        key=retry_key,
+        handler=_retry_payment,
+        check=_retry_check,
+        key=_retry_key,
         summary=lambda args: f"Charge the saved payment method again for {args['order_id']}",
     ),
 )

@@ -63,18 +63,18 @@ async def _order_view(ctx: ToolContext, oid: str) -> Result:
     return order_result(order, refundable_minor=refundable, limit=ctx.rules.untrusted_text_limit)
 
 
-async def get_order(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _get_order(args: dict[str, Any], ctx: ToolContext) -> Result:
     return await _order_view(ctx, args["order_id"])
 
 
-async def list_orders(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _list_orders(args: dict[str, Any], ctx: ToolContext) -> Result:
     with backend_errors():
         orders = await ctx.backend.list_orders(ctx.customer_id, status=args.get("status"))
     orders.sort(key=lambda o: o.placed_at, reverse=True)
     return listing("orders", (order_line(o) for o in orders), cap=LIST_CAP)
 
 
-async def track_shipment(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _track_shipment(args: dict[str, Any], ctx: ToolContext) -> Result:
     with backend_errors():
         shipment = await ctx.backend.track_shipment(ctx.customer_id, args["order_id"])
     if shipment is None:
@@ -88,11 +88,11 @@ async def track_shipment(args: dict[str, Any], ctx: ToolContext) -> Result:
 # -- cancel_order (tier 2) ---------------------------------------------------------
 
 
-def cancel_key(args: dict[str, Any], ctx: ToolContext) -> str:
+def _cancel_key(args: dict[str, Any], ctx: ToolContext) -> str:
     return f"cancel:{args['order_id']}"
 
 
-async def cancel_check(args: dict[str, Any], ctx: ToolContext) -> None:
+async def _cancel_check(args: dict[str, Any], ctx: ToolContext) -> None:
     order = await owned_order(ctx, args["order_id"])
     if order.status not in CANCELLABLE:
         raise ToolFailure(
@@ -102,13 +102,13 @@ async def cancel_check(args: dict[str, Any], ctx: ToolContext) -> None:
         )
 
 
-async def cancel_order(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _cancel_order(args: dict[str, Any], ctx: ToolContext) -> Result:
     with backend_errors():
         order = await ctx.backend.cancel_order(
             ctx.customer_id,
             args["order_id"],
             reason_code=args["reason_code"],
-            idempotency_key=write_key(cancel_key, args, ctx),
+            idempotency_key=write_key(_cancel_key, args, ctx),
         )
     return {"order_id": order.id, "status": order.status, "cancelled": order.status == "CANCELLED"}
 
@@ -123,11 +123,11 @@ def _canonical_address(raw: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def address_key(args: dict[str, Any], ctx: ToolContext) -> str:
+def _address_key(args: dict[str, Any], ctx: ToolContext) -> str:
     return f"address:{args['order_id']}:{digest(_canonical_address(args['address']))}"
 
 
-async def address_check(args: dict[str, Any], ctx: ToolContext) -> None:
+async def _address_check(args: dict[str, Any], ctx: ToolContext) -> None:
     order = await owned_order(ctx, args["order_id"])
     if order.status not in CANCELLABLE:
         raise ToolFailure(
@@ -137,19 +137,19 @@ async def address_check(args: dict[str, Any], ctx: ToolContext) -> None:
         )
 
 
-async def update_shipping_address(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _update_shipping_address(args: dict[str, Any], ctx: ToolContext) -> Result:
     fields = _canonical_address(args["address"])
     with backend_errors():
         order = await ctx.backend.update_shipping_address(
             ctx.customer_id,
             args["order_id"],
             address=Address(**fields),
-            idempotency_key=write_key(address_key, args, ctx),
+            idempotency_key=write_key(_address_key, args, ctx),
         )
     return {"order_id": order.id, "status": order.status, "ship_to": place(order.shipping_address)}
 
 
-def address_summary(args: dict[str, Any]) -> str:
+def _address_summary(args: dict[str, Any]) -> str:
     a = _canonical_address(args["address"])
     parts = [a.get("line1"), a.get("line2"), a.get("city"), a.get("region"), a.get("postal_code")]
     line = ", ".join(p for p in parts if p)
@@ -159,18 +159,18 @@ def address_summary(args: dict[str, Any]) -> str:
 # -- create_reorder (tier 1) -------------------------------------------------------
 
 
-def reorder_key(args: dict[str, Any], ctx: ToolContext) -> str:
+def _reorder_key(args: dict[str, Any], ctx: ToolContext) -> str:
     return f"reorder:{args['order_id']}:{day(ctx)}"
 
 
-async def reorder_check(args: dict[str, Any], ctx: ToolContext) -> None:
+async def _reorder_check(args: dict[str, Any], ctx: ToolContext) -> None:
     await owned_order(ctx, args["order_id"])
 
 
-async def create_reorder(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _create_reorder(args: dict[str, Any], ctx: ToolContext) -> Result:
     with backend_errors():
         order = await ctx.backend.create_reorder(
-            ctx.customer_id, args["order_id"], idempotency_key=write_key(reorder_key, args, ctx)
+            ctx.customer_id, args["order_id"], idempotency_key=write_key(_reorder_key, args, ctx)
         )
     return {"reordered_from": args["order_id"], **order_line(order)}
 
@@ -186,7 +186,7 @@ _STATUS_TEXT = {
 }
 
 
-def message_key(args: dict[str, Any], ctx: ToolContext) -> str:
+def _message_key(args: dict[str, Any], ctx: ToolContext) -> str:
     return (
         f"message:{args['template']}:{ctx.customer_id}:{args['channel']}:"
         f"{args.get('order_id') or '-'}:{day(ctx)}"
@@ -246,11 +246,11 @@ async def _render_delay(ctx: ToolContext, oid: str, status: str) -> str:
     return f"Your order {oid} is delayed. We are sorry for the wait.{when}"
 
 
-async def message_check(args: dict[str, Any], ctx: ToolContext) -> None:
+async def _message_check(args: dict[str, Any], ctx: ToolContext) -> None:
     await _render(args, ctx)
 
 
-async def send_message(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _send_message(args: dict[str, Any], ctx: ToolContext) -> Result:
     body = await _render(args, ctx)
     with backend_errors():
         message = await ctx.backend.send_message(
@@ -258,12 +258,12 @@ async def send_message(args: dict[str, Any], ctx: ToolContext) -> Result:
             channel=args["channel"],
             template=args["template"],
             body=body,
-            idempotency_key=write_key(message_key, args, ctx),
+            idempotency_key=write_key(_message_key, args, ctx),
         )
     return message_result(message)
 
 
-def message_summary(args: dict[str, Any]) -> str:
+def _message_summary(args: dict[str, Any]) -> str:
     about = f" about {args['order_id']}" if args.get("order_id") else ""
     return f"Send the {args['template']} {args['channel']}{about} to the contact on file"
 
@@ -278,7 +278,7 @@ TOOLS: tuple[ToolDef, ...] = (
         ),
         input_schema=obj({"order_id": order_id()}, required=("order_id",)),
         meta=read_meta("orders", "orders:read"),
-        handler=get_order,
+        handler=_get_order,
     ),
     ToolDef(
         name="list_orders",
@@ -288,7 +288,7 @@ TOOLS: tuple[ToolDef, ...] = (
         ),
         input_schema=obj({"status": enum(ORDER_STATUSES, "Only orders in this status.")}),
         meta=read_meta("orders", "orders:read"),
-        handler=list_orders,
+        handler=_list_orders,
     ),
     ToolDef(
         name="track_shipment",
@@ -299,7 +299,7 @@ TOOLS: tuple[ToolDef, ...] = (
         ),
         input_schema=obj({"order_id": order_id()}, required=("order_id",)),
         meta=read_meta("orders", "orders:read"),
-        handler=track_shipment,
+        handler=_track_shipment,
     ),
     ToolDef(
         name="cancel_order",
@@ -319,9 +319,9 @@ TOOLS: tuple[ToolDef, ...] = (
             required=("order_id", "reason_code"),
         ),
         meta=action_meta("orders", "orders:write", 2, approval_expiry_s=4 * HOUR),
-        handler=cancel_order,
-        check=cancel_check,
-        key=cancel_key,
+        handler=_cancel_order,
+        check=_cancel_check,
+        key=_cancel_key,
         money=lambda args: None,
         summary=lambda args: f"Cancel {args['order_id']} ({args['reason_code']})",
     ),
@@ -336,10 +336,10 @@ TOOLS: tuple[ToolDef, ...] = (
             {"order_id": order_id(), "address": address()}, required=("order_id", "address")
         ),
         meta=action_meta("orders", "orders:write", 1),
-        handler=update_shipping_address,
-        check=address_check,
-        key=address_key,
-        summary=address_summary,
+        handler=_update_shipping_address,
+        check=_address_check,
+        key=_address_key,
+        summary=_address_summary,
     ),
     ToolDef(
         name="create_reorder",
@@ -350,9 +350,9 @@ TOOLS: tuple[ToolDef, ...] = (
         ),
         input_schema=obj({"order_id": order_id()}, required=("order_id",)),
         meta=action_meta("orders", "orders:write", 1),
-        handler=create_reorder,
-        check=reorder_check,
-        key=reorder_key,
+        handler=_create_reorder,
+        check=_reorder_check,
+        key=_reorder_key,
         summary=lambda args: f"Place a new order with the items of {args['order_id']}",
     ),
     ToolDef(
@@ -373,9 +373,9 @@ TOOLS: tuple[ToolDef, ...] = (
             required=("channel", "template"),
         ),
         meta=action_meta("orders", "messages:send", 1),
-        handler=send_message,
-        check=message_check,
-        key=message_key,
-        summary=message_summary,
+        handler=_send_message,
+        check=_message_check,
+        key=_message_key,
+        summary=_message_summary,
     ),
 )

@@ -25,7 +25,7 @@ Result = dict[str, Any]
 LIST_CAP = 20
 
 
-async def get_return(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _get_return(args: dict[str, Any], ctx: ToolContext) -> Result:
     with backend_errors():
         ret = await ctx.backend.get_return(ctx.customer_id, args["return_id"])
     if ret is None:
@@ -33,7 +33,7 @@ async def get_return(args: dict[str, Any], ctx: ToolContext) -> Result:
     return return_result(ret)
 
 
-async def list_returns(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _list_returns(args: dict[str, Any], ctx: ToolContext) -> Result:
     with backend_errors():
         returns = await ctx.backend.list_returns(ctx.customer_id)
     returns.sort(key=lambda r: r.created_at, reverse=True)
@@ -50,12 +50,12 @@ def _wanted(args: dict[str, Any]) -> Counter[str]:
     return wanted
 
 
-def return_key(args: dict[str, Any], ctx: ToolContext) -> str:
+def _return_key(args: dict[str, Any], ctx: ToolContext) -> str:
     items = ",".join(f"{sku}x{qty}" for sku, qty in sorted(_wanted(args).items()))
     return f"return:{args['order_id']}:{items}"
 
 
-async def return_check(args: dict[str, Any], ctx: ToolContext) -> None:
+async def _return_check(args: dict[str, Any], ctx: ToolContext) -> None:
     order = await owned_order(ctx, args["order_id"])
     if order.status != "DELIVERED":
         raise ToolFailure(
@@ -93,7 +93,7 @@ async def return_check(args: dict[str, Any], ctx: ToolContext) -> None:
             )
 
 
-async def create_return(args: dict[str, Any], ctx: ToolContext) -> Result:
+async def _create_return(args: dict[str, Any], ctx: ToolContext) -> Result:
     items = [ReturnItem(sku=sku, qty=qty) for sku, qty in sorted(_wanted(args).items())]
     with backend_errors():
         ret = await ctx.backend.create_return(
@@ -101,12 +101,12 @@ async def create_return(args: dict[str, Any], ctx: ToolContext) -> Result:
             args["order_id"],
             items=items,
             reason_code=args["reason_code"],
-            idempotency_key=write_key(return_key, args, ctx),
+            idempotency_key=write_key(_return_key, args, ctx),
         )
     return return_result(ret)
 
 
-def return_summary(args: dict[str, Any]) -> str:
+def _return_summary(args: dict[str, Any]) -> str:
     items = ", ".join(f"{qty} x {sku}" for sku, qty in sorted(_wanted(args).items()))
     return f"Return {items} from {args['order_id']} ({args['reason_code']})"
 
@@ -120,7 +120,7 @@ TOOLS: tuple[ToolDef, ...] = (
         ),
         input_schema=obj({"return_id": return_id()}, required=("return_id",)),
         meta=read_meta("returns", "returns:read"),
-        handler=get_return,
+        handler=_get_return,
     ),
     ToolDef(
         name="list_returns",
@@ -130,7 +130,7 @@ TOOLS: tuple[ToolDef, ...] = (
         ),
         input_schema=obj({}),
         meta=read_meta("returns", "returns:read"),
-        handler=list_returns,
+        handler=_list_returns,
     ),
     ToolDef(
         name="create_return",
@@ -149,9 +149,9 @@ TOOLS: tuple[ToolDef, ...] = (
             required=("order_id", "items", "reason_code"),
         ),
         meta=action_meta("returns", "returns:write", 1),
-        handler=create_return,
-        check=return_check,
-        key=return_key,
-        summary=return_summary,
+        handler=_create_return,
+        check=_return_check,
+        key=_return_key,
+        summary=_return_summary,
     ),
 )

@@ -1,0 +1,167 @@
+"""Read-only queries the faces (HTTP API, email bridge) need beyond the runtime's verbs.
+
+Nothing here writes or decides. Every lookup that a principal drives is scoped
+the same way the runtime scopes it: a conversation the viewer may not see is
+reported exactly like a missing one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agent.runtime import Runtime
+from agent.turn import EVENT_CLOSE, EVENT_OPEN
+from storage.records import Approval, Confirmation, Conversation, StoredMessage
+from tools.context import Principal
+
+Role = Literal["user", "assistant", "event"]
+
+#: Tool-result statuses a person should see instead of a bare "ok".
+_STATUSES = {"CONFIRMATION_REQUIRED": "confirmation_required", "PENDING_APPROVAL": "pending_approval",
+             "RECORDED_NOT_EXECUTED": "recorded_not_executed"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolSummary:
+    """One tool call as a person sees it: its name and how it ended."""
+
+    name: str
+    outcome: str  # ok | error | confirmation_required | pending_approval | repeated | recorded_not_executed | unanswered
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenderedMessage:
+    """A turn rendered for people: text, plus the tool calls an assistant turn made."""
+
+    seq: int
+    role: Role
+    text: str
+    tools: tuple[ToolSummary, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationView:
+    conversation: Conversation
+    messages: tuple[RenderedMessage, ...]
+    history: tuple[StoredMessage, ...]
+    pending_confirmations: tuple[Confirmation, ...]
+    pending_approvals: tuple[Approval, ...]
+
+
+async def database_ok(rt: Runtime) -> bool:
+    """A trivial read through a repository: does the database answer at all?"""
+    try:
+        await rt.s.conversations.get("healthz")
+    except Exception:
+        return False
+    return True
+
+
+async def visible_conversation(rt: Runtime, viewer: Principal, conversation_id: str) -> Conversation | None:
+    """The conversation if ``viewer`` may see it (its principal, or staff); else ``None``."""
+    conv = await rt.s.conversations.get(conversation_id)
+    if conv is None or not rt.may_see(viewer, conv):
+        return None
+    return conv
+
+
+async def conversation_view(rt: Runtime, viewer: Principal, conversation_id: str) -> ConversationView | None:
+    """The conversation with its history rendered for people, or ``None`` if not visible."""
+    conv = await visible_conversation(rt, viewer, conversation_id)
+    if conv is None:
+        return None
+    history = await rt.s.conversations.history(conv.id)
+    confirmations = await rt.s.confirmations.pending(conv.id)
+    approvals = [a for a in await rt.s.approvals.pending_for_customer(conv.customer_id or "")
+                 if a.conversation_id == conv.id] if conv.customer_id else []
+    return ConversationView(conversation=conv, messages=tuple(render_history(history)), history=tuple(history),
+                            pending_confirmations=tuple(confirmations), pending_approvals=tuple(approvals))
+
+
+async def pending_confirmations(rt: Runtime, conversation_id: str, principal_key: str) -> list[Confirmation]:
+    """The confirmations in a conversation still waiting for this principal's answer."""
+    return [c for c in await rt.s.confirmations.pending(conversation_id) if c.principal == principal_key]
+
+
+async def get_confirmation(rt: Runtime, confirmation_id: str) -> Confirmation | None:
+    return await rt.s.confirmations.get(confirmation_id)
+
+
+async def get_approval(rt: Runtime, approval_id: str) -> Approval | None:
+    return await rt.s.approvals.get(approval_id)
+
+
+async def list_approvals(rt: Runtime, *, status: str | None, limit: int) -> list[Approval]:
+    return await rt.s.approvals.list(status=status, limit=limit)
+
+
+# -- rendering -------------------------------------------------------------------------
+
+@dataclass
+class _Draft:
+    seq: int
+    role: Role
+    text: str
+    tools: list[list[str]] = field(default_factory=list)  # [tool_use_id, name, outcome]
+
+    def freeze(self) -> RenderedMessage:
+        return RenderedMessage(seq=self.seq, role=self.role, text=self.text,
+                               tools=tuple(ToolSummary(name=n, outcome=o) for _i, n, o in self.tools))
+
+
+def render_history(history: list[StoredMessage]) -> list[RenderedMessage]:
+    """User and assistant text in order; runtime events apart; tool results folded into their calls."""
+    drafts: list[_Draft] = []
+    calls: dict[str, list[str]] = {}
+    for m in history:
+        texts: list[str] = []
+        for block in m.content:
+            kind = block.get("type")
+            if kind == "text":
+                text = str(block.get("text", ""))
+                if m.role == "user" and text.startswith(EVENT_OPEN):
+                    drafts.append(_Draft(seq=m.seq, role="event", text=_strip_event(text)))
+                else:
+                    texts.append(text)
+            elif kind == "tool_use" and m.role == "assistant":
+                call = [str(block.get("id", "")), str(block.get("name", "")), "unanswered"]
+                calls[call[0]] = call
+                if not drafts or drafts[-1].seq != m.seq or drafts[-1].role != "assistant":
+                    drafts.append(_Draft(seq=m.seq, role="assistant", text=""))
+                drafts[-1].tools.append(call)
+            elif kind == "tool_result":
+                call = calls.get(str(block.get("tool_use_id", "")))
+                if call is not None:
+                    call[2] = _outcome(block)
+        if texts:
+            text = "\n".join(t for t in texts if t)
+            if m.role == "assistant" and drafts and drafts[-1].seq == m.seq and drafts[-1].role == "assistant":
+                drafts[-1].text = text
+            else:
+                drafts.append(_Draft(seq=m.seq, role=m.role, text=text))
+    return [d.freeze() for d in drafts]
+
+
+def _strip_event(text: str) -> str:
+    return text.removeprefix(EVENT_OPEN).removesuffix(EVENT_CLOSE)
+
+
+def _outcome(block: dict[str, Any]) -> str:
+    if block.get("is_error"):
+        return "error"
+    try:
+        body = json.loads(block.get("content") or "null")
+    except (TypeError, ValueError):
+        return "ok"
+    if isinstance(body, dict):
+        if body.get("intercepted"):
+            return "repeated"
+        return _STATUSES.get(str(body.get("status")), "ok")
+    return "ok"
+
+
+__all__ = ["ConversationView", "RenderedMessage", "ToolSummary", "conversation_view", "database_ok",
+           "get_approval", "get_confirmation", "list_approvals", "pending_confirmations", "render_history",
+           "visible_conversation"]

@@ -1,0 +1,63 @@
+"""What the HTTP API and the email bridge say to people when code, not the agent, answers.
+
+Every error body is ``{"error": CODE, "message": TEXT}``; the codes are stable,
+the texts are for humans and may be reworded.
+"""
+
+from __future__ import annotations
+
+#: HTTP status for each error code the API can answer with.
+STATUS: dict[str, int] = {
+    "bad_request": 400,
+    "unauthorized": 401,
+    "forbidden": 403,
+    "own_request": 403,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "conflict": 409,
+    "expired": 410,
+    "too_large": 413,
+    "unsupported_media_type": 415,
+    "invalid": 422,
+    "internal": 500,
+    "unavailable": 503,
+}
+
+MALFORMED_JSON = "The request body is not valid JSON."
+NOT_AN_OBJECT = "The request body must be a JSON object."
+BODY_TOO_LARGE = "The request body is too large (at most {limit} bytes)."
+WRONG_CONTENT_TYPE = "Send the body as application/json."
+WRONG_EMAIL_CONTENT_TYPE = "Send the email as application/json, multipart/form-data or a URL-encoded form."
+NO_TOKEN = "Send a bearer token: Authorization: Bearer <JWT>."
+BAD_TOKEN = "The bearer token is not valid: {reason}."
+AUTH_NOT_CONFIGURED = "The HTTP API has no authentication configured (SIGNOFF_JWT_SECRET or SIGNOFF_JWKS_URL)."
+KEYS_UNAVAILABLE = "The signing keys could not be fetched; try again shortly."
+UNKNOWN_CUSTOMER = "This token names a customer we do not know."
+UNKNOWN_STAFF = "This token names a staff member we do not know, or with another role."
+STAFF_ONLY = "Only support staff may do this."
+SUPERVISOR_ONLY = "Only a supervisor may do this."
+CUSTOMER_ID_STAFF_ONLY = "customerId is for staff; a customer's account comes from their token."
+CUSTOMER_ID_REQUIRED = "Staff must name the customer (customerId) to start a conversation."
+CUSTOMER_ID_MISMATCH = "This conversation is bound to another customer than customerId."
+NO_SUCH_CUSTOMER = "No such customer."
+NO_SUCH_CONVERSATION = "No such conversation."
+NO_SUCH_CONFIRMATION = "No such confirmation."
+NO_SUCH_APPROVAL = "No such approval."
+NO_SUCH_ROUTE = "No such endpoint."
+METHOD_NOT_ALLOWED = "This endpoint does not accept {method}."
+BUSY = "This conversation is busy with another request; try again."
+MODEL_UNAVAILABLE = "The assistant is unavailable right now; try again shortly."
+INTERNAL = "Something went wrong on our side. It has been logged."
+DATABASE_DOWN = "The database is not answering."
+METRICS_OFF = "Metrics are not enabled on this server."
+
+# -- the email bridge -------------------------------------------------------------------
+EMAIL_NOT_CONFIGURED = "The email bridge has no shared secret configured (SIGNOFF_EMAIL_SECRET)."
+EMAIL_BAD_SIGNATURE = "The webhook signature is missing, stale or wrong."
+EMAIL_UNPARSEABLE = "The inbound email could not be read: {reason}."
+EMAIL_AUTH_FAILED = "The sender's domain failed {check}; the message was not accepted."
+EMAIL_UNKNOWN_SENDER = "The sender is not a customer on file; the message was not accepted."
+CONFIRM_HINT = "Reply YES or with code {code} to confirm: {summary}"
+CONFIRM_HINT_MANY = "To confirm one of these, reply with its code:"
+EMAIL_SIGNATURE = "\n\n-- \nThis reply was written by our support assistant. Reply to this email to continue."
+EMPTY_REPLY = "Thanks for your message — we're on it."

@@ -1,0 +1,273 @@
+"""The operator's CLI: ``main(argv) -> int`` so tests call it directly.
+
+Sync exists only here (``asyncio.run``); every command is a thin layer over the
+runtime, the repositories or the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agent.errors import ConfigError, DecisionError
+from bot.settings import Settings, load_settings
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="signoff", description="A support agent whose model proposes and whose code decides.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="run the canonical scenarios on a temporary SQLite store")
+    demo.add_argument("--live", action="store_true", help="drive the demo with the configured model")
+
+    serve = sub.add_parser("serve", help="HTTP: /slack/events, /api/*, /metrics, /healthz")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--no-worker", action="store_true", help="do not run the resume/expiry worker in-process")
+
+    sub.add_parser("worker", help="the resume/expiry worker alone")
+
+    db = sub.add_parser("db", help="database migrations")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    db_sub.add_parser("upgrade", help="Alembic migrations to head")
+
+    store = sub.add_parser("store", help="the sandbox store")
+    store_sub = store.add_subparsers(dest="store_command", required=True)
+    load = store_sub.add_parser("load", help="load a dataset into an empty store")
+    load.add_argument("file", type=Path)
+    export = store_sub.add_parser("export", help="the store's current state in the dataset format")
+    export.add_argument("--out", type=Path)
+
+    ap = sub.add_parser("approvals", help="list, show and decide approvals")
+    ap_sub = ap.add_subparsers(dest="approvals_command", required=True)
+    ls = ap_sub.add_parser("list")
+    ls.add_argument("--status", default="pending", choices=["pending", "approved", "rejected", "expired", "superseded", "all"])
+    show = ap_sub.add_parser("show")
+    show.add_argument("id")
+    for verb in ("approve", "reject"):
+        d = ap_sub.add_parser(verb)
+        d.add_argument("id")
+        d.add_argument("--as", dest="staff_id", required=True, help="the deciding staff member's id")
+        d.add_argument("--comment")
+        d.add_argument("--version", type=int, help="expected version (default: the current one)")
+
+    audit = sub.add_parser("audit", help="the audit chain")
+    audit_sub = audit.add_subparsers(dest="audit_command", required=True)
+    audit_sub.add_parser("verify", help="exit 0 and a count when the chain holds; else exit 1")
+
+    ev = sub.add_parser("eval", help="run evaluation suites")
+    ev.add_argument("suites", nargs="*")
+    ev.add_argument("--model", default="scripted")
+    ev.add_argument("--runs", type=int, default=3)
+    ev.add_argument("--json", dest="json_out", type=Path, help="also write the report as JSON")
+
+    tok = sub.add_parser("token", help="a development JWT (HS256 with SIGNOFF_JWT_SECRET)")
+    tok.add_argument("--sub", required=True)
+    tok.add_argument("--role", required=True, choices=["customer", "rep", "supervisor"])
+    tok.add_argument("--customer")
+    tok.add_argument("--ttl", type=int, default=3600)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return asyncio.run(_dispatch(args))
+    except ConfigError as exc:
+        print(f"signoff: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "demo":
+        from bot.demo import run_demo
+
+        return await run_demo(live=args.live)
+    settings = load_settings()
+    match args.command:
+        case "db":
+            return await _db_upgrade(settings)
+        case "store":
+            return await _store(settings, args)
+        case "approvals":
+            return await _approvals(settings, args)
+        case "audit":
+            return await _audit_verify(settings)
+        case "token":
+            return _token(settings, args)
+        case "serve":
+            return await _serve(settings, args)
+        case "worker":
+            return await _worker(settings)
+        case "eval":
+            from agent.evaluation.runner import run_cli
+
+            return await run_cli(suites=args.suites, model=args.model, runs=args.runs, json_out=args.json_out,
+                                 settings=settings)
+    raise AssertionError(args.command)
+
+
+async def _db_upgrade(settings: Settings) -> int:
+    from storage.migrate import upgrade
+
+    await upgrade(settings.signoff_database_url)
+    print(f"database at head: {_redact(settings.signoff_database_url)}")
+    return 0
+
+
+async def _store(settings: Settings, args: argparse.Namespace) -> int:
+    from storage.db import create_database
+    from storage.store_io import StoreNotEmpty, export_dataset, load_dataset
+    from tools.dataset import DatasetError, load_dataset_file
+
+    db = create_database(settings.signoff_database_url)
+    try:
+        if args.store_command == "load":
+            try:
+                dataset = load_dataset_file(args.file)
+                report = await load_dataset(db, dataset)
+            except DatasetError as exc:
+                print(f"signoff: {args.file}: invalid dataset", file=sys.stderr)
+                for line in exc.errors[:50]:
+                    print(f"  {line}", file=sys.stderr)
+                return 1
+            except StoreNotEmpty as exc:
+                print(f"signoff: {exc}", file=sys.stderr)
+                return 1
+            print(f"loaded {args.file}: {_counts(report)}")
+            return 0
+        data = await export_dataset(db)
+        text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        if args.out:
+            args.out.write_text(text, encoding="utf-8")
+            print(f"exported to {args.out}")
+        else:
+            sys.stdout.write(text)
+        return 0
+    finally:
+        await db.dispose()
+
+
+def _counts(report: Any) -> str:
+    counts = getattr(report, "counts", None)
+    if isinstance(counts, dict):
+        return ", ".join(f"{v} {k}" for k, v in counts.items())
+    return str(report)
+
+
+async def _approvals(settings: Settings, args: argparse.Namespace) -> int:
+    from bot.app import create_app
+    from tools.context import Principal
+
+    app = await create_app(settings, seed=False)
+    try:
+        approvals = app.runtime.s.approvals
+        if args.approvals_command == "list":
+            rows = await approvals.list(status=None if args.status == "all" else args.status)
+            if not rows:
+                print(f"no {args.status} approvals")
+            for a in rows:
+                print(f"{a.id}  v{a.version}  {a.status:<10} {a.required_role:<10} "
+                      f"expires {a.expires_at:%Y-%m-%d %H:%M}Z  {a.summary}")
+            return 0
+        a = await approvals.get(args.id)
+        if a is None:
+            print(f"signoff: no approval {args.id}", file=sys.stderr)
+            return 1
+        if args.approvals_command == "show":
+            print(json.dumps(a.as_public(), indent=2, ensure_ascii=False, default=str))
+            return 0
+        staff = await app.backend.get_staff(args.staff_id)
+        if staff is None:
+            print(f"signoff: no staff member {args.staff_id}", file=sys.stderr)
+            return 1
+        actor = Principal(kind=staff.role, id=staff.id)
+        try:
+            out = await app.runtime.decide(a.id, expected_version=args.version or a.version,
+                                           decision=args.approvals_command, actor=actor, comment=args.comment)
+        except DecisionError as exc:
+            print(f"signoff: {exc.code}: {exc}", file=sys.stderr)
+            return 1
+        print(f"{out.approval.id} is {out.approval.status} (version {out.approval.version})")
+        if out.result is not None:
+            print(json.dumps(out.result, indent=2, ensure_ascii=False, default=str))
+        return 0
+    finally:
+        await app.close()
+
+
+async def _audit_verify(settings: Settings) -> int:
+    from storage.audit import AuditLog
+    from storage.db import create_database
+
+    db = create_database(settings.signoff_database_url)
+    try:
+        result = await AuditLog(db).verify()
+    finally:
+        await db.dispose()
+    if result.ok:
+        print(f"audit chain verified: {result.count} events")
+        return 0
+    print(f"audit chain BROKEN at seq {result.broken_seq}: {result.reason}", file=sys.stderr)
+    return 1
+
+
+def _token(settings: Settings, args: argparse.Namespace) -> int:
+    if not settings.signoff_jwt_secret:
+        raise ConfigError("SIGNOFF_JWT_SECRET: required to mint a development token")
+    if args.role == "customer" and args.customer and args.customer != args.sub:
+        print("signoff: a customer's token is for their own account (--customer must equal --sub)", file=sys.stderr)
+        return 2
+    from bot.auth import make_token
+
+    print(make_token(settings.signoff_jwt_secret, sub=args.sub, role=args.role, customer=args.customer,
+                     ttl_s=args.ttl, audience=settings.signoff_jwt_audience, issuer=settings.signoff_jwt_issuer))
+    return 0
+
+
+async def _serve(settings: Settings, args: argparse.Namespace) -> int:
+    from bot.app import create_app
+    from bot.http import serve
+
+    app = await create_app(settings)
+    try:
+        await serve(app, host=args.host, port=args.port, worker=not args.no_worker)
+    finally:
+        await app.close()
+    return 0
+
+
+async def _worker(settings: Settings) -> int:
+    import signal
+
+    from agent.worker import Worker
+    from bot.app import create_app
+
+    app = await create_app(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await Worker(app.runtime).run_forever(stop)
+    finally:
+        await app.close()
+    return 0
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
