@@ -37,7 +37,7 @@ class ExecOutcome:
 def action_id_of(result: Any) -> str | None:
     """The id an action returned (refund, return, message, order), for ``finish`` checks."""
     if isinstance(result, dict):
-        for k in ("refund_id", "return_id", "message_id", "order_id", "id", "payment_id"):
+        for k in ("refund_id", "return_id", "message_id", "payment_id", "id", "order_id"):
             v = result.get(k)
             if isinstance(v, str):
                 return v

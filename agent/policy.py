@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -18,6 +18,9 @@ from tools.context import PrincipalKind, Rules
 
 Stage = Literal["shadow", "assist", "reads", "actions", "full"]
 StaffRole = Literal["rep", "supervisor"]
+StagedKind = Literal["customer", "rep", "supervisor"]
+#: Amounts, counts and seconds in per-currency/per-tool tables: a negative one is a typo.
+NonNegative = Annotated[int, Field(ge=0)]
 
 
 class _Strict(BaseModel):
@@ -32,9 +35,9 @@ class Scopes(_Strict):
 
 
 class Ceilings(_Strict):
-    customer: dict[str, int]
-    rep: dict[str, int]
-    supervisor: dict[str, int]
+    customer: dict[str, NonNegative]
+    rep: dict[str, NonNegative]
+    supervisor: dict[str, NonNegative]
     default: int = Field(ge=0)
 
 
@@ -49,7 +52,7 @@ class Limits(_Strict):
     max_refunds_per_customer_per_day: int = Field(ge=0)
     max_actions_per_run: int = Field(ge=1)
     max_calls_per_tool_per_run: int = Field(ge=1)
-    max_refund_minor_per_customer_per_day: dict[str, int]
+    max_refund_minor_per_customer_per_day: dict[str, NonNegative]
     max_refund_minor_per_customer_per_day_default: int = Field(ge=0)
     untrusted_text_limit: int = Field(ge=50, le=10000)
 
@@ -62,7 +65,7 @@ class RunLimits(_Strict):
 
 class Rollout(_Strict):
     default: Stage
-    channels: dict[str, dict[str, Stage]]
+    channels: dict[str, dict[StagedKind, Stage]]
     enabled_actions: frozenset[str]
 
 
@@ -70,11 +73,11 @@ class Policy(_Strict):
     version: str = Field(min_length=1, max_length=32)
     scopes: Scopes
     ceilings: Ceilings
-    dual_approval_above: dict[str, int]
+    dual_approval_above: dict[str, NonNegative]
     dual_approval_default: int = Field(ge=0)
     always_approve_tier: int = Field(ge=1, le=9)
     approvers: Approvers
-    approval_expiry_s: dict[str, int]
+    approval_expiry_s: dict[str, NonNegative]
     limits: Limits
     run: RunLimits
     rollout: Rollout
@@ -121,7 +124,10 @@ def parse_policy(text: str, *, source: str = "policy") -> Policy:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"SIGNOFF_POLICY_FILE: {source}: not valid YAML: {exc}") from None
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ConfigError(f"SIGNOFF_POLICY_FILE: {source}: not valid YAML{at}: {problem}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"SIGNOFF_POLICY_FILE: {source}: must be a mapping")
     try:

@@ -86,6 +86,8 @@ class Turn:
     finished: dict[str, Any] | None = None
     escalated: bool = False
     _assistant_text: str = ""
+    _unsaved_steps: int = 0
+    _saved: dict[str, Any] = field(default_factory=dict)
     notes: dict[str, dict[str, str]] = field(default_factory=dict)
 
     # -- the request ---------------------------------------------------------------
@@ -118,7 +120,7 @@ class Turn:
         content = response.content or [{"type": "text", "text": "…"}]
         await self._commit(StepWrite(conversation_id=self.conversation.id, run_id=self.run.id,
                                      messages=[("assistant", content)], usage=self._usage(response),
-                                     run_status=self._status_after(), run_steps_delta=1,
+                                     run_status=self._status_after(), run_steps_delta=self._flush_steps(1),
                                      audit=[self._ended("answered")]))
         self.replies.append(response.text)
         return self.result("answered")
@@ -127,14 +129,14 @@ class Turn:
         self._count(response)
         await self._commit(StepWrite(conversation_id=self.conversation.id, run_id=self.run.id,
                                      messages=[("assistant", response.content)], usage=self._usage(response),
-                                     run_steps_delta=1))
+                                     run_steps_delta=self._flush_steps(1)))
 
     async def refused(self, response: ModelResponse) -> TurnResult:
         self._count(response)
         content = response.content or [{"type": "text", "text": REFUSAL_REPLY}]
         await self._commit(StepWrite(conversation_id=self.conversation.id, run_id=self.run.id,
                                      messages=[("assistant", content)], usage=self._usage(response),
-                                     run_steps_delta=1, audit=[self._ended("refused")]))
+                                     run_steps_delta=self._flush_steps(1), audit=[self._ended("refused")]))
         await self.escalate("model_refusal", "The model declined to continue this conversation.")
         self.replies.append(response.text or REFUSAL_REPLY)
         return self.result("refused")
@@ -186,13 +188,14 @@ class Turn:
                 outcomes.append(outcome)
                 audit.extend(events)
             results.append(tool_result(use["id"], result, is_error))
-        await self._commit(StepWrite(
+        step = StepWrite(
             conversation_id=self.conversation.id, run_id=self.run.id, messages=[("user", results)],
             outcomes=outcomes, audit=audit + ([self._ended("finished")] if self.finished else []),
-            run_steps_delta=1, run_state=self.run_state(),
-            loaded_groups=sorted(self.facts.loaded_groups), pending_ids=[p.id for p in self.pending],
             run_status="completed" if self.finished else ("escalated" if self.escalated else None),
-        ))
+        )
+        self._unsaved_steps += 1
+        self._run_changes(step, final=self.finished is not None or self.escalated)
+        await self._commit(step)
         if self.finished is not None:
             self.replies.append(self._assistant_text or self.finished.get("resolution", ""))
             return self.result("finished")
@@ -313,6 +316,24 @@ class Turn:
         return UsageWrite(model=r.model, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
                           cache_creation_tokens=u.cache_creation_input_tokens,
                           cache_read_tokens=u.cache_read_input_tokens)
+
+    def _flush_steps(self, extra: int) -> int:
+        n, self._unsaved_steps = self._unsaved_steps + extra, 0
+        return n
+
+    def _run_changes(self, step: StepWrite, *, final: bool = False) -> None:
+        """Write the run's state only when it changed (a step's own cost is a design target)."""
+        state, groups, pending = self.run_state(), sorted(self.facts.loaded_groups), [p.id for p in self.pending]
+        changed = False
+        if state != self._saved.get("state"):
+            step.run_state, changed = state, True
+        if pending != self._saved.get("pending", list(self.run.pending_ids)):
+            step.pending_ids, changed = pending, True
+        if groups != self._saved.get("groups", sorted(self.conversation.loaded_groups)):
+            step.loaded_groups = groups
+        if changed or final or step.run_status:
+            step.run_steps_delta, self._unsaved_steps = self._unsaved_steps, 0
+        self._saved.update(state=state, groups=groups, pending=pending)
 
     def _ended(self, outcome: str) -> AuditEvent:
         return self._event("turn.ended", data={

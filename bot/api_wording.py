@@ -61,3 +61,16 @@ CONFIRM_HINT = "Reply YES or with code {code} to confirm: {summary}"
 CONFIRM_HINT_MANY = "To confirm one of these, reply with its code:"
 EMAIL_SIGNATURE = "\n\n-- \nThis reply was written by our support assistant. Reply to this email to continue."
 EMPTY_REPLY = "Thanks for your message — we're on it."
+
+
+class ApiError(Exception):
+    """A refusal the client caused; rendered as ``{"error": code, "message": message}``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code if code in STATUS else "bad_request"
+        self.message = message
+
+    @property
+    def status(self) -> int:
+        return STATUS[self.code]

@@ -24,6 +24,7 @@ import jwt
 from jwt import PyJWKClient
 
 from bot import api_wording as say
+from bot.api_wording import ApiError
 from tools.backend import CommerceBackend
 from tools.context import Principal
 
@@ -35,13 +36,8 @@ ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 _ID = re.compile(ID_PATTERN)
 
 
-class AuthError(Exception):
-    """Authentication failed; ``code`` is an API error code (unauthorized, forbidden, unavailable)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class AuthError(ApiError):
+    """Authentication failed; ``code`` is unauthorized (401), forbidden (403) or unavailable (503)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,8 +85,7 @@ class Authenticator:
         self.config = config
         self.backend = backend
         self._jwks = (PyJWKClient(config.jwks_url, cache_keys=True, lifespan=config.jwks_cache_s,
-                                  timeout=config.jwks_timeout_s)  # type: ignore[arg-type]
-                      if config.jwks_url else None)
+                                  timeout=config.jwks_timeout_s) if config.jwks_url else None)
 
     async def authenticate(self, authorization: str | None) -> Caller:
         """The caller behind an ``Authorization`` header; raises :class:`AuthError`."""

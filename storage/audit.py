@@ -248,18 +248,40 @@ async def append_audit_many(session: AsyncSession, events: Sequence[AuditEvent])
     """
     if not events:
         return []
-    seq, prev_hash = await _lock_head(session)
+    # The last head this process wrote, shared per Database: a guarded UPDATE
+    # (``WHERE seq = ? AND hash = ?``) both validates it and takes the chain
+    # lock in one round trip; if anyone else moved the head, read it locked.
+    cache: dict[str, Any] | None = session.info.get("audit_head")
+    rows: list[dict[str, Any]] = []
+    if cache and "seq" in cache:
+        rows = _chain(cache["seq"], cache["hash"], events)
+        moved = await session.execute(
+            _WRITE_HEAD.where(_HEAD.c.seq == cache["seq"], _HEAD.c.hash == cache["hash"]),
+            {"seq": rows[-1]["seq"], "hash": rows[-1]["hash"]},
+        )
+        if moved.rowcount != 1:  # type: ignore[attr-defined]
+            rows = []
+    if not rows:
+        seq, prev_hash = await _lock_head(session)
+        rows = _chain(seq, prev_hash, events)
+        await session.execute(_WRITE_HEAD, {"seq": rows[-1]["seq"], "hash": rows[-1]["hash"]})
+    await session.execute(insert(_EVENTS), rows)
+    if cache is not None:
+        # A rollback leaves this stale; the guarded UPDATE above then falls back.
+        cache.update(seq=rows[-1]["seq"], hash=rows[-1]["hash"])
+    # Observers (metrics) hear about these once the transaction commits.
+    session.info.setdefault("audit_events", []).extend(events)
+    return [row["seq"] for row in rows]
+
+
+def _chain(seq: int, prev_hash: str, events: Sequence[AuditEvent]) -> list[dict[str, Any]]:
     rows = []
     for event in events:
         seq += 1
         row = _row_values(seq, prev_hash, event)
         rows.append(row)
         prev_hash = row["hash"]
-    await session.execute(insert(_EVENTS), rows)
-    await session.execute(_WRITE_HEAD, {"seq": seq, "hash": prev_hash})
-    # Observers (metrics) hear about these once the transaction commits.
-    session.info.setdefault("audit_events", []).extend(events)
-    return [row["seq"] for row in rows]
+    return rows
 
 
 async def append_audit(session: AsyncSession, event: AuditEvent) -> int:

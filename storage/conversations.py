@@ -206,12 +206,12 @@ class ConversationRepo:
         return to_conversation(row)
 
     async def get(self, conversation_id: str) -> Conversation | None:
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             row = await s.get(ConversationRow, conversation_id)
             return to_conversation(row) if row else None
 
     async def get_by_external_ref(self, external_ref: str) -> Conversation | None:
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             row = (
                 await s.execute(
                     select(ConversationRow).where(ConversationRow.external_ref == external_ref)
@@ -228,7 +228,7 @@ class ConversationRepo:
             )
 
     async def history(self, conversation_id: str) -> list[StoredMessage]:
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             rows = (
                 await s.execute(
                     select(MessageRow.seq, MessageRow.role, MessageRow.content, MessageRow.run_id)
@@ -241,7 +241,7 @@ class ConversationRepo:
     # -- runs ------------------------------------------------------------------
     async def open_run(self, conversation_id: str) -> Run | None:
         """The conversation's unfinished run (running or waiting), if any."""
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             row = (
                 await s.execute(
                     select(RunRow)
@@ -290,20 +290,20 @@ class ConversationRepo:
 
     async def stale_runs(self, *, older_than: datetime, limit: int = 100) -> list[Run]:
         """Runs left ``running`` (a turn interrupted by a crash) since before ``older_than``."""
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             rows = (await s.execute(
                 select(RunRow).where(RunRow.status == "running", RunRow.updated_at < older_than).limit(limit)
             )).scalars().all()
             return [to_run(r) for r in rows]
 
     async def get_run(self, run_id: str) -> Run | None:
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             row = await s.get(RunRow, run_id)
             return to_run(row) if row else None
 
     # -- proposals -------------------------------------------------------------
     async def proposals(self, run_id: str) -> list[Proposal]:
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             rows = (
                 (
                     await s.execute(
@@ -318,7 +318,7 @@ class ConversationRepo:
             return [to_proposal(r) for r in rows]
 
     async def get_proposal(self, proposal_id: str) -> Proposal | None:
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             row = await s.get(ProposalRow, proposal_id)
             return to_proposal(row) if row else None
 
@@ -327,7 +327,7 @@ class ConversationRepo:
     ) -> dict[str, Proposal]:
         if not tool_use_ids:
             return {}
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             rows = (
                 (
                     await s.execute(
@@ -423,7 +423,7 @@ class ConversationRepo:
     async def tokens_used(self, conversation_id: str) -> dict[str, int]:
         from sqlalchemy import func
 
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             row = (
                 await s.execute(
                     select(
@@ -472,7 +472,7 @@ class ConversationRepo:
             return row.id
 
     async def case_notes(self, conversation_id: str) -> list[tuple[str, str, str]]:
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             rows = (
                 await s.execute(
                     select(CaseNoteRow.kind, CaseNoteRow.author, CaseNoteRow.text)

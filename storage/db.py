@@ -70,13 +70,20 @@ class Database:
     engine: AsyncEngine
     sessions: async_sessionmaker[AsyncSession]
     observers: list[Observer] = field(default_factory=list)
+    #: Sessions for reads only: on SQLite they begin DEFERRED, taking no write lock.
+    readers: async_sessionmaker[AsyncSession] | None = None
 
     @classmethod
     def of(cls, engine: AsyncEngine) -> Database:
         observers: list[Observer] = []
         sessions = async_sessionmaker(engine, expire_on_commit=False, sync_session_class=ObservedSession,
-                                      info={"observers": observers})
-        return cls(engine=engine, sessions=sessions, observers=observers)
+                                      info={"observers": observers, "audit_head": {}})
+        readers = async_sessionmaker(engine.execution_options(signoff_readonly=True), expire_on_commit=False)
+        return cls(engine=engine, sessions=sessions, observers=observers, readers=readers)
+
+    def reader(self) -> AsyncSession:
+        """A session for reads (never write through it)."""
+        return (self.readers or self.sessions)()
 
     def observe(self, observer: Observer) -> None:
         """Call ``observer(events)`` after each commit that appended audit events."""
@@ -110,7 +117,11 @@ def _sqlite_pragmas(engine: AsyncEngine) -> None:
 
     @event.listens_for(sync_engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # Readers take no write lock (WAL lets them run beside the one writer).
+        if conn.get_execution_options().get("signoff_readonly"):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def create_database(url: str, *, echo: bool = False, pool_size: int = 10) -> Database:

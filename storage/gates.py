@@ -107,12 +107,12 @@ class ConfirmationRepo:
         return to_confirmation(row)
 
     async def get(self, confirmation_id: str) -> Confirmation | None:
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             r = await s.get(ConfirmationRow, confirmation_id)
             return to_confirmation(r) if r else None
 
     async def pending(self, conversation_id: str) -> list[Confirmation]:
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             rows = (
                 (
                     await s.execute(
@@ -129,7 +129,7 @@ class ConfirmationRepo:
 
     async def pending_by_code(self, conversation_id: str, code: str) -> Confirmation | None:
         """The pending confirmation in this conversation whose code is ``code`` (email replies)."""
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             r = (await s.execute(
                 select(ConfirmationRow).where(ConfirmationRow.conversation_id == conversation_id,
                                               ConfirmationRow.code == code.upper(),
@@ -141,7 +141,7 @@ class ConfirmationRepo:
         self, conversation_id: str, principal: str, tool: str, args_hash: str
     ) -> Confirmation | None:
         """A confirmed, not yet consumed confirmation of exactly these arguments."""
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             r = (
                 await s.execute(
                     select(ConfirmationRow)
@@ -201,19 +201,19 @@ class ApprovalRepo:
         return to_approval(row)
 
     async def get(self, approval_id: str) -> Approval | None:
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             r = await s.get(ApprovalRow, approval_id)
             return to_approval(r) if r else None
 
     async def list(self, *, status: str | None = None, limit: int = 200) -> list[Approval]:
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             q = select(ApprovalRow).order_by(ApprovalRow.created_at.desc()).limit(limit)
             if status:
                 q = q.where(ApprovalRow.status == status)
             return [to_approval(r) for r in (await s.execute(q)).scalars().all()]
 
     async def pending_for_customer(self, customer_id: str) -> list[Approval]:
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             rows = (
                 (
                     await s.execute(
@@ -228,7 +228,7 @@ class ApprovalRepo:
             return [to_approval(r) for r in rows]
 
     async def find_approved(self, run_id: str, tool: str, args_hash: str) -> Approval | None:
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             r = (
                 await s.execute(
                     select(ApprovalRow)
@@ -244,7 +244,7 @@ class ApprovalRepo:
             return to_approval(r) if r else None
 
     async def expired_pending(self, now: datetime, limit: int = 100) -> list[Approval]:
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             rows = (
                 (
                     await s.execute(

@@ -63,7 +63,7 @@ class Ledger:
             return existing
 
     async def get(self, key: str) -> LedgerEntry | None:
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             r = (
                 await s.execute(select(ToolExecutionRow).where(ToolExecutionRow.key == key))
             ).scalar_one_or_none()
@@ -104,7 +104,7 @@ class Ledger:
 
     async def in_flight(self) -> list[LedgerEntry]:
         """Entries left ``executing`` — after a crash, each needs reconciling."""
-        async with self.db.sessions() as s:
+        async with self.db.reader() as s:
             rows = (
                 (
                     await s.execute(

@@ -174,7 +174,7 @@ class AuditEventRow(Base):
     ts: Mapped[datetime] = mapped_column(TS)
     kind: Mapped[str] = mapped_column(String(48))
     run_id: Mapped[str | None] = mapped_column(String(64), index=True)
-    proposal_id: Mapped[str | None] = mapped_column(String(64))
+    proposal_id: Mapped[str | None] = mapped_column(String(64), index=True)
     trace_id: Mapped[str | None] = mapped_column(String(64))
     principal: Mapped[str | None] = mapped_column(String(96))
     tool: Mapped[str | None] = mapped_column(String(64))

@@ -262,8 +262,8 @@ async def create_return(
     if not items:
         raise BackendError("invalid_items", "name at least one item to return")
     available: dict[str, int] = defaultdict(int)
-    for item in order.items:
-        available[item.sku] += item.qty
+    for line in order.items:
+        available[line.sku] += line.qty
     earlier = await s.scalars(
         select(StoreReturnRow).where(
             StoreReturnRow.order_id == order.id, StoreReturnRow.status != "rejected"

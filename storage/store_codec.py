@@ -12,7 +12,7 @@ import types
 from dataclasses import fields, is_dataclass
 from datetime import datetime, timedelta
 from functools import cache
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 from storage.store_models import (
     StoreCustomerRow,
@@ -28,14 +28,18 @@ from tools.backend import (
     Address,
     Customer,
     Invoice,
+    MessageChannel,
     Order,
     OrderItem,
+    OrderStatus,
     OutboxMessage,
     Payment,
     PaymentMethod,
+    PaymentStatus,
     Refund,
     Return,
     ReturnItem,
+    ReturnStatus,
     Shipment,
     StaffMember,
 )
@@ -98,7 +102,7 @@ def order(row: StoreOrderRow) -> Order:
     return Order(
         id=row.id,
         customer_id=row.customer_id,
-        status=row.status,  # type: ignore[arg-type]
+        status=cast(OrderStatus, row.status),
         currency=row.currency,
         total_minor=row.total_minor,
         placed_at=row.placed_at,
@@ -118,8 +122,8 @@ def payment(row: StorePaymentRow) -> Payment:
         order_id=row.order_id,
         amount_minor=row.amount_minor,
         currency=row.currency,
-        status=row.status,
-        created_at=row.created_at,  # type: ignore[arg-type]
+        status=cast(PaymentStatus, row.status),
+        created_at=row.created_at,
     )
 
 
@@ -141,7 +145,7 @@ def return_(row: StoreReturnRow) -> Return:
     return Return(
         id=row.id,
         order_id=row.order_id,
-        status=row.status,  # type: ignore[arg-type]
+        status=cast(ReturnStatus, row.status),
         created_at=row.created_at,
         reason_code=row.reason_code,
         items=tuple(ReturnItem(sku=i.sku, qty=i.qty) for i in row.items),
@@ -164,7 +168,7 @@ def outbox(row: StoreOutboxRow) -> OutboxMessage:
     return OutboxMessage(
         id=row.id,
         customer_id=row.customer_id,
-        channel=row.channel,  # type: ignore[arg-type]
+        channel=cast(MessageChannel, row.channel),
         to=row.to,
         template=row.template,
         body=row.body,
@@ -211,7 +215,7 @@ def _decode_value(tp: Any, value: Any) -> Any:
 
 def decode(cls: type[T], data: dict[str, Any]) -> T:
     """Re-hydrate a dataclass written by :func:`encode`."""
-    hints = _hints(cls)
+    hints = _hints(cast(type, cls))
     return cls(
         **{name: _decode_value(hints[name], value) for name, value in data.items() if name in hints}
     )

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+import storage.audit  # noqa: F401  (the PostgreSQL audit guard hooks create_all)
 import storage.models  # noqa: F401  (registers the runtime tables)
 from storage.db import Base, Database, create_database
 

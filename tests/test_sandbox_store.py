@@ -14,10 +14,11 @@ import inspect
 import os
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
 
 import pytest
 from alembic.migration import MigrationContext
@@ -44,6 +45,7 @@ from tools.dataset import DEMO_DATASET_PATH, load_dataset_file, parse_dataset
 DEMO = load_dataset_file(DEMO_DATASET_PATH)
 assert DEMO.as_of is not None
 AS_OF: datetime = DEMO.as_of
+T = TypeVar("T")
 
 
 class Clock:
@@ -67,9 +69,16 @@ async def store(any_db: Database, clock: Clock) -> SandboxStore:
     return SandboxStore(any_db, clock=clock)
 
 
-async def _refusal(call: Callable[[], object]) -> tuple[str, str, dict[str, object]]:
+def must(value: T | None) -> T:
+    """``value``, asserted present."""
+    assert value is not None
+    return value
+
+
+async def _refusal(call: Callable[[], Awaitable[object]]) -> tuple[str, str, dict[str, object]]:
+    """The (code, message, details) of the BackendError ``call`` raises."""
     with pytest.raises(BackendError) as info:
-        await call()  # type: ignore[misc]
+        await call()
     return info.value.code, str(info.value), info.value.details
 
 
@@ -142,7 +151,7 @@ async def test_another_customers_records_read_exactly_like_missing_ones(
     assert await store.get_return("C-12", rejected.id) is None
     assert await store.get_return("C-8", rejected.id) is not None
 
-    def refund(order_id: str) -> Callable[[], object]:
+    def refund(order_id: str) -> Callable[[], Awaitable[object]]:
         return lambda: store.issue_refund(
             "C-12",
             order_id,
@@ -162,7 +171,7 @@ async def test_another_customers_records_read_exactly_like_missing_ones(
         lambda: store.cancel_order("C-15", "O-0", reason_code="x", idempotency_key="c2")
     )
     assert cancel_theirs == cancel_missing
-    assert (await store.get_order("C-8", "O-1051")).status == "PAID"  # type: ignore[union-attr]
+    assert must(await store.get_order("C-8", "O-1051")).status == "PAID"
 
 
 async def test_money_reads_are_scoped_and_ordered(store: SandboxStore) -> None:
@@ -187,10 +196,8 @@ async def test_money_reads_are_scoped_and_ordered(store: SandboxStore) -> None:
     returns = await store.list_returns("C-11")
     assert [r.status for r in returns] == ["requested"] and returns[0].items[0].sku == "GLV-WNT-M"
     assert await store.refundable_minor("C-7", "O-1042") == 18900
-    assert (
-        await store.refundable_minor("C-9", "O-1060")
-        == 2 * (await store.get_order("C-9", "O-1060")).total_minor
-    )  # type: ignore[union-attr]
+    double_charged = must(await store.get_order("C-9", "O-1060"))
+    assert await store.refundable_minor("C-9", "O-1060") == 2 * double_charged.total_minor
 
 
 async def test_track_shipment_is_derived_deterministically_from_the_order(
@@ -282,7 +289,7 @@ async def test_refund_refusals_carry_structured_details(
 ) -> None:
     """Too much, wrong currency or a non-positive amount are refused with stable codes."""
 
-    def refund(amount: int, currency: str = "USD") -> Callable[[], object]:
+    def refund(amount: int, currency: str = "USD") -> Callable[[], Awaitable[object]]:
         return lambda: store.issue_refund(
             "C-7",
             "O-1042",
@@ -313,7 +320,7 @@ async def test_refund_against_a_return_marks_it_refunded(store: SandboxStore) ->
         idempotency_key="rr1",
     )
     assert refund.return_id == ret.id
-    assert (await store.get_return("C-11", ret.id)).status == "refunded"  # type: ignore[union-attr]
+    assert must(await store.get_return("C-11", ret.id)).status == "refunded"
     rejected = next(r for r in await store.list_returns("C-8") if r.status == "rejected")
     code, _, details = await _refusal(
         lambda: store.issue_refund(
@@ -333,15 +340,18 @@ async def test_repeated_key_returns_the_stored_result_without_a_second_side_effe
     store: SandboxStore, any_db: Database
 ) -> None:
     """Same key twice: one refund row, one outbox row, identical results."""
-    kwargs = dict(
-        amount_minor=1500,
-        currency="USD",
-        reason_code="damaged",
-        return_id=None,
-        idempotency_key="same",
-    )
-    a = await store.issue_refund("C-7", "O-1042", **kwargs)  # type: ignore[arg-type]
-    b = await store.issue_refund("C-7", "O-1042", **kwargs)  # type: ignore[arg-type]
+    a, b = [
+        await store.issue_refund(
+            "C-7",
+            "O-1042",
+            amount_minor=1500,
+            currency="USD",
+            reason_code="damaged",
+            return_id=None,
+            idempotency_key="same",
+        )
+        for _ in range(2)
+    ]
     assert a == b
     assert len(await store.list_refunds("C-7", order_id="O-1042")) == 1
     m1 = await store.send_message(
@@ -447,7 +457,7 @@ async def test_shipping_address_changes_until_shipped(store: SandboxStore) -> No
     new = Address(line1="9 Elm St", city="Boulder", region="CO", postal_code="80302", country="US")
     order = await store.update_shipping_address("C-7", "O-1044", address=new, idempotency_key="a1")
     assert order.shipping_address == new
-    assert (await store.get_order("C-7", "O-1044")).shipping_address == new  # type: ignore[union-attr]
+    assert must(await store.get_order("C-7", "O-1044")).shipping_address == new
     code, _, details = await _refusal(
         lambda: store.update_shipping_address("C-7", "O-1045", address=new, idempotency_key="a2")
     )
@@ -517,17 +527,15 @@ async def test_retry_payment_captures_once_and_never_double_charges(store: Sandb
     """The latest failed payment becomes a captured one; a paid order has nothing to retry."""
     payment = await store.retry_payment("C-10", "O-1065", idempotency_key="pay1")
     assert payment.status == "captured" and payment.id.startswith("P-")
-    assert (await store.get_order("C-10", "O-1065")).status == "PAID"  # type: ignore[union-attr]
+    assert must(await store.get_order("C-10", "O-1065")).status == "PAID"
     for key, customer, order in (
         ("pay2", "C-10", "O-1065"),
         ("pay3", "C-7", "O-1042"),
         ("pay4", "C-9", "O-1060"),
     ):
-        assert (
-            await _refusal(
-                lambda c=customer, o=order, k=key: store.retry_payment(c, o, idempotency_key=k)
-            )
-        )[0] == "nothing_to_retry"
+        with pytest.raises(BackendError) as info:
+            await store.retry_payment(customer, order, idempotency_key=key)
+        assert info.value.code == "nothing_to_retry"
 
 
 async def test_contact_details_update_and_validation(store: SandboxStore) -> None:
@@ -535,10 +543,8 @@ async def test_contact_details_update_and_validation(store: SandboxStore) -> Non
     updated = await store.update_contact_details(
         "C-7", email="maya@example.net", phone=None, idempotency_key="cd1"
     )
-    assert (
-        updated.email == "maya@example.net"
-        and updated.phone == (await store.get_customer("C-7")).phone
-    )  # type: ignore[union-attr]
+    assert updated.email == "maya@example.net"
+    assert updated.phone == must(await store.get_customer("C-7")).phone
     assert await store.find_customer_by_email("MAYA@example.net") == updated
     assert (
         await _refusal(
@@ -748,7 +754,7 @@ def _describe(conn: Connection) -> dict[str, object]:
 async def test_migration_0002_matches_the_models_serves_search_and_downgrades(
     dialect: str, tmp_path: Path
 ) -> None:
-    """Revision 0002 builds the schema create_all builds (FTS included), and its downgrade removes it."""
+    """Revision 0002 builds what create_all builds (FTS included); its downgrade removes it."""
     revision = _revision_0002()
     pg_url = os.environ.get("SIGNOFF_TEST_PG_URL")
     if dialect == "postgresql" and not pg_url:

@@ -37,6 +37,18 @@ class _HasId(Protocol):
     def id(self) -> str: ...
 
 
+class _HasSlackUser(Protocol):
+    @property
+    def slack_user_id(self) -> str | None: ...
+
+
+class _OrderMoney(Protocol):
+    @property
+    def order_id(self) -> str: ...
+    @property
+    def currency(self) -> str: ...
+
+
 def _duplicates(name: str, rows: Sequence[_HasId]) -> list[str]:
     first: dict[str, int] = {}
     errors = []
@@ -97,7 +109,10 @@ def _unique_contacts(ds: Dataset) -> list[str]:
                 f"(first at customers[{emails[key]}])"
             )
         emails.setdefault(key, i)
-    people = [("customers", ds.customers), ("staff", ds.staff)]
+    people: list[tuple[str, Sequence[_HasSlackUser]]] = [
+        ("customers", ds.customers),
+        ("staff", ds.staff),
+    ]
     for name, rows in people:
         for i, row in enumerate(rows):
             if row.slack_user_id is None:
@@ -127,7 +142,11 @@ def _order_refs(ds: Dataset, orders: dict[str, OrderRecord]) -> list[str]:
             )
         if o.delivered_at is not None and o.delivered_at < o.placed_at:
             errors.append(f"orders[{i}].delivered_at: before placed_at")
-    money = [("payments", ds.payments), ("refunds", ds.refunds), ("invoices", ds.invoices)]
+    money: list[tuple[str, Sequence[_OrderMoney]]] = [
+        ("payments", ds.payments),
+        ("refunds", ds.refunds),
+        ("invoices", ds.invoices),
+    ]
     for name, rows in money:
         for i, row in enumerate(rows):
             order = orders.get(row.order_id)
@@ -155,8 +174,8 @@ def _return_items(ds: Dataset, orders: dict[str, OrderRecord]) -> list[str]:
         if order is None:
             continue
         ordered: dict[str, int] = defaultdict(int)
-        for item in order.items:
-            ordered[item.sku] += item.qty
+        for line in order.items:
+            ordered[line.sku] += line.qty
         for j, item in enumerate(r.items):
             path = f"returns[{i}].items[{j}]"
             if item.sku not in ordered:

@@ -132,7 +132,7 @@ class Shop:
         notes: str | None = None,
     ) -> Obj:
         currency = PLACES[self.country[cid]].currency
-        items = [
+        items: list[Obj] = [
             {"sku": s, "name": PRODUCT[s][0], "qty": q, "unit_minor": self.price(s, currency)}
             for s, q in lines
         ]
@@ -173,7 +173,7 @@ class Shop:
         )
 
     def _pay(self, o: Obj, mode: str, placed: datetime) -> None:
-        """``none`` | ``failed`` | ``captured`` | ``retried`` (failed, then captured) | ``double``."""
+        """Mode: none, failed, captured, retried (failed then captured) or double."""
         if mode in ("failed", "retried"):
             self._payment(o, "failed", placed + MIN)
         if mode in ("none", "failed"):

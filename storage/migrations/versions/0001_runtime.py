@@ -105,6 +105,7 @@ def upgrade() -> None:
         sa.Column("hash", sa.String(length=64), nullable=False),
         sa.PrimaryKeyConstraint("seq", name=op.f("pk_audit_events")),
     )
+    op.create_index(op.f("ix_audit_events_proposal_id"), "audit_events", ["proposal_id"], unique=False)
     op.create_index(op.f("ix_audit_events_run_id"), "audit_events", ["run_id"], unique=False)
     op.create_table(
         "audit_head",
@@ -408,6 +409,7 @@ def downgrade() -> None:
     op.drop_table("case_notes")
     op.drop_table("audit_head")
     op.drop_index(op.f("ix_audit_events_run_id"), table_name="audit_events")
+    op.drop_index(op.f("ix_audit_events_proposal_id"), table_name="audit_events")
     op.drop_table("audit_events")
     op.drop_index(op.f("ix_approvals_status"), table_name="approvals")
     op.drop_index(op.f("ix_approvals_run_id"), table_name="approvals")

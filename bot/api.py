@@ -1,0 +1,332 @@
+"""The HTTP JSON API's routes: parse → authorize → call the runtime → render.
+
+Nothing here decides: confirmations go to ``Runtime.confirm``, approvals to
+the one decision function (``Runtime.decide``). A request is fully validated
+(bearer token, JSON Schema, ids) before anything runs, so a rejected request
+changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from agent import queries
+from agent.runtime import ConfirmResult
+from agent.turn import TurnResult
+from bot import api_wording as say
+from bot.api_wording import ApiError
+from bot.app import App
+from bot.auth import ID_PATTERN, Authenticator, Caller
+from bot.openapi import SCHEMAS, document, validator_schema
+from storage.records import Approval, Confirmation
+from tools.context import Principal
+
+#: Largest API request body, in bytes.
+MAX_BODY = 64 * 1024
+_ID = re.compile(ID_PATTERN)
+_JSON_TYPES = ("application/json",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiState:
+    """What the handlers share: the app (runtime, backend) and the authenticator."""
+
+    app: App
+    auth: Authenticator
+    validators: dict[str, Draft202012Validator]
+
+
+STATE: web.AppKey[ApiState] = web.AppKey("signoff_api", ApiState)
+
+
+def make_state(app: App, auth: Authenticator) -> ApiState:
+    names = [n for n in SCHEMAS if n.endswith(("Request", "Query"))]
+    return ApiState(app=app, auth=auth, validators={n: Draft202012Validator(validator_schema(n)) for n in names})
+
+
+def add_routes(web_app: web.Application) -> None:
+    """Register every ``/api`` route (``bot.openapi.OPERATIONS`` documents the same set)."""
+    r = web_app.router
+    r.add_get("/api/openapi.json", openapi_json)
+    r.add_post("/api/chat", chat)
+    r.add_post("/api/confirmations/{id}/confirm", confirm)
+    r.add_post("/api/confirmations/{id}/decline", decline)
+    r.add_get("/api/approvals", list_approvals)
+    r.add_get("/api/approvals/{id}", get_approval)
+    r.add_post("/api/approvals/{id}/approve", approve)
+    r.add_post("/api/approvals/{id}/reject", reject)
+    r.add_get("/api/conversations/{id}", get_conversation)
+
+
+# -- handlers ------------------------------------------------------------------------------
+
+async def openapi_json(request: web.Request) -> web.Response:
+    """The OpenAPI 3.1 document (no auth)."""
+    return json_ok(document())
+
+
+async def chat(request: web.Request) -> web.Response:
+    st = request.app[STATE]
+    caller = await authenticate(request)
+    body = await read_json(request, "ChatRequest")
+    principal, conversation_id = await _bind(st, caller, body)
+    result = await st.app.runtime.chat(principal=principal, channel="api", message=body["message"],
+                                       conversation_id=conversation_id)
+    return json_ok(render_turn(result))
+
+
+async def confirm(request: web.Request) -> web.Response:
+    return await _answer(request, accept=True)
+
+
+async def decline(request: web.Request) -> web.Response:
+    return await _answer(request, accept=False)
+
+
+async def list_approvals(request: web.Request) -> web.Response:
+    st = request.app[STATE]
+    caller = await authenticate(request)
+    query = _query(request, "ApprovalsQuery")
+    if caller.role != "supervisor":
+        raise ApiError("forbidden", say.SUPERVISOR_ONLY)
+    approvals = await queries.list_approvals(st.app.runtime, status=query.get("status", "pending"),
+                                             limit=int(query.get("limit", "100")))
+    return json_ok({"approvals": [a.as_public() for a in approvals]})
+
+
+async def get_approval(request: web.Request) -> web.Response:
+    st = request.app[STATE]
+    caller = await authenticate(request)
+    approval_id = path_id(request, say.NO_SUCH_APPROVAL)
+    if not caller.is_staff:
+        raise ApiError("forbidden", say.STAFF_ONLY)
+    approval = await queries.get_approval(st.app.runtime, approval_id)
+    if approval is None:
+        raise ApiError("not_found", say.NO_SUCH_APPROVAL)
+    return json_ok(approval.as_public())
+
+
+async def approve(request: web.Request) -> web.Response:
+    return await _decide(request, "approve", "ApproveRequest")
+
+
+async def reject(request: web.Request) -> web.Response:
+    return await _decide(request, "reject", "RejectRequest")
+
+
+async def get_conversation(request: web.Request) -> web.Response:
+    st = request.app[STATE]
+    caller = await authenticate(request)
+    conversation_id = path_id(request, say.NO_SUCH_CONVERSATION)
+    view = await queries.conversation_view(st.app.runtime, caller.principal, conversation_id)
+    if view is None:
+        raise ApiError("not_found", say.NO_SUCH_CONVERSATION)
+    return json_ok(render_conversation(view, staff=caller.is_staff))
+
+
+# -- the steps the handlers share ---------------------------------------------------------
+
+async def _answer(request: web.Request, *, accept: bool) -> web.Response:
+    st = request.app[STATE]
+    caller = await authenticate(request)
+    confirmation_id = path_id(request, say.NO_SUCH_CONFIRMATION)
+    await read_json(request, "ConfirmRequest", optional=True)
+    result = await st.app.runtime.confirm(confirmation_id, actor=caller.principal, accept=accept)
+    return json_ok(render_confirm(result, staff=caller.is_staff))
+
+
+async def _decide(request: web.Request, decision: str, schema: str) -> web.Response:
+    st = request.app[STATE]
+    caller = await authenticate(request)
+    approval_id = path_id(request, say.NO_SUCH_APPROVAL)
+    body = await read_json(request, schema)
+    if not caller.is_staff:  # customers learn nothing about approvals, not even that one exists
+        raise ApiError("forbidden", say.SUPERVISOR_ONLY)
+    decided = await st.app.runtime.decide(approval_id, expected_version=int(body["version"]), decision=decision,
+                                          actor=caller.principal, comment=body.get("comment"))
+    return json_ok({"approval": decided.approval.as_public(), "result": _jsonable(decided.result)})
+
+
+async def _bind(st: ApiState, caller: Caller, body: dict[str, Any]) -> tuple[Principal, str | None]:
+    """The principal a chat runs as: the token's identity, bound to one account."""
+    conversation_id, customer_id = body.get("conversationId"), body.get("customerId")
+    if not caller.is_staff:
+        if customer_id is not None and customer_id != caller.principal.customer_id:
+            raise ApiError("forbidden", say.CUSTOMER_ID_STAFF_ONLY)
+        return caller.principal, conversation_id
+    me = caller.principal
+    if conversation_id is not None:
+        conv = await queries.visible_conversation(st.app.runtime, me, conversation_id)
+        if conv is None:
+            raise ApiError("not_found", say.NO_SUCH_CONVERSATION)
+        if customer_id is not None and customer_id != conv.customer_id:
+            raise ApiError("invalid", say.CUSTOMER_ID_MISMATCH)
+        return Principal(kind=me.kind, id=me.id, customer_id=conv.customer_id), conversation_id
+    customer_id = customer_id or caller.default_customer
+    if customer_id is None:
+        raise ApiError("invalid", say.CUSTOMER_ID_REQUIRED)
+    if await st.app.backend.get_customer(customer_id) is None:
+        raise ApiError("not_found", say.NO_SUCH_CUSTOMER)
+    return Principal(kind=me.kind, id=me.id, customer_id=customer_id), None
+
+
+async def authenticate(request: web.Request) -> Caller:
+    return await request.app[STATE].auth.authenticate(request.headers.get("Authorization"))
+
+
+def path_id(request: web.Request, missing: str) -> str:
+    """The ``{id}`` path segment; an id that cannot exist is simply not found."""
+    value = request.match_info.get("id", "")
+    if not _ID.match(value):
+        raise ApiError("not_found", missing)
+    return value
+
+
+# -- bodies -------------------------------------------------------------------------------
+
+async def read_limited(request: web.Request, limit: int) -> bytes:
+    """The raw body, refusing (413) as soon as it exceeds ``limit`` bytes."""
+    if request.content_length is not None and request.content_length > limit:
+        raise ApiError("too_large", say.BODY_TOO_LARGE.format(limit=limit))
+    chunks: list[bytes] = []
+    total = 0
+    while chunk := await request.content.read(65536):
+        total += len(chunk)
+        if total > limit:
+            raise ApiError("too_large", say.BODY_TOO_LARGE.format(limit=limit))
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json(request: web.Request, schema: str, *, optional: bool = False) -> dict[str, Any]:
+    """Read, parse and validate a JSON body against ``bot.openapi.SCHEMAS[schema]``."""
+    raw = await read_limited(request, MAX_BODY)
+    if not raw.strip():
+        if optional:
+            return {}
+        raise ApiError("bad_request", say.MALFORMED_JSON)
+    if request.content_type not in _JSON_TYPES:
+        raise ApiError("unsupported_media_type", say.WRONG_CONTENT_TYPE)
+    data = parse_json(raw)
+    validate(request.app[STATE].validators[schema], data)
+    return data  # type: ignore[no-any-return]
+
+
+def parse_json(raw: bytes) -> Any:
+    """Strict JSON: UTF-8 only, no NaN/Infinity, bounded nesting; 400 otherwise."""
+    def _no_constants(name: str) -> Any:
+        raise ValueError(name)
+
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_no_constants)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ApiError("bad_request", say.MALFORMED_JSON) from None
+
+
+def validate(validator: Draft202012Validator, data: Any) -> None:
+    """422 with a short message naming the field; never echoes the (possibly huge) value."""
+    if not isinstance(data, dict):
+        raise ApiError("invalid", say.NOT_AN_OBJECT)
+    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.path), str(e.validator)))
+    if errors:
+        raise ApiError("invalid", _describe(errors[0]))
+
+
+def _describe(e: ValidationError) -> str:
+    where = ".".join(str(p) for p in e.absolute_path) or "body"
+    match e.validator:
+        case "required":
+            missing = [f for f in e.validator_value if f not in (e.instance or {})]
+            return f"missing field: {', '.join(missing)[:80]}"
+        case "additionalProperties":
+            allowed = set((e.schema.get("properties") or {}))
+            extra = sorted(str(k)[:40] for k in (e.instance or {}) if k not in allowed)
+            return f"unknown field: {', '.join(extra[:5])}"
+        case "type":
+            return f"{where}: must be of type {e.validator_value}"
+        case "maxLength" | "minLength":
+            return f"{where}: length must be {'at most' if e.validator == 'maxLength' else 'at least'} " \
+                   f"{e.validator_value} characters"
+        case "minimum" | "maximum":
+            return f"{where}: out of range"
+        case "enum":
+            return f"{where}: must be one of {', '.join(map(str, e.validator_value))}"
+        case _:
+            return f"{where}: not a valid value"
+
+
+def _query(request: web.Request, schema: str) -> dict[str, str]:
+    query = request.rel_url.query
+    if len(set(query.keys())) != len(query):
+        raise ApiError("invalid", "query: a parameter is repeated")
+    data = dict(query)
+    validate(request.app[STATE].validators[schema], data)
+    return data
+
+
+# -- rendering ----------------------------------------------------------------------------
+
+def json_ok(data: Any) -> web.Response:
+    return web.json_response(data, dumps=_dumps)
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, default=str)
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(_dumps(value)) if value is not None else None
+
+
+def render_turn(r: TurnResult) -> dict[str, Any]:
+    return {"conversationId": r.conversation_id, "reply": r.reply, "iterations": r.iterations,
+            "inputTokens": r.input_tokens, "outputTokens": r.output_tokens,
+            "pending": [{"kind": p.kind, "id": p.id, "summary": p.summary} for p in r.pending]}
+
+
+def render_confirmation(c: Confirmation) -> dict[str, Any]:
+    return {"id": c.id, "status": c.status, "version": c.version, "tool": c.tool, "arguments": c.arguments,
+            "summary": c.summary, "conversationId": c.conversation_id, "createdAt": c.created_at.isoformat(),
+            "decidedAt": c.decided_at.isoformat() if c.decided_at else None}
+
+
+def render_approval(a: Approval, *, staff: bool) -> dict[str, Any]:
+    """Staff see everything; the customer sees what is pending and its outcome, not the review file."""
+    if staff:
+        return a.as_public()
+    return {"id": a.id, "status": a.status, "version": a.version, "tool": a.tool, "summary": a.summary,
+            "result": a.result, "expiresAt": a.expires_at.isoformat(), "createdAt": a.created_at.isoformat()}
+
+
+def render_confirm(r: ConfirmResult, *, staff: bool) -> dict[str, Any]:
+    result = _jsonable(r.result)
+    if result is None and r.approval is not None and r.approval.status == "pending":
+        result = {"status": "PENDING_APPROVAL", "approvalId": r.approval.id}
+    return {"confirmation": render_confirmation(r.confirmation), "result": result,
+            "approval": render_approval(r.approval, staff=staff) if r.approval else None, "reply": r.reply}
+
+
+def render_conversation(view: queries.ConversationView, *, staff: bool) -> dict[str, Any]:
+    c = view.conversation
+    pending = [{"kind": "confirmation", "id": x.id, "summary": x.summary} for x in view.pending_confirmations]
+    pending += [{"kind": "approval", "id": x.id, "summary": x.summary} for x in view.pending_approvals]
+    out: dict[str, Any] = {
+        "id": c.id, "channel": c.channel, "status": c.status, "customerId": c.customer_id,
+        "createdAt": c.created_at.isoformat(), "principal": {"kind": c.principal_kind, "id": c.principal_id},
+        "messages": [{"seq": m.seq, "role": m.role, "text": m.text,
+                      "tools": [{"name": t.name, "outcome": t.outcome} for t in m.tools]} for m in view.messages],
+        "pending": pending,
+    }
+    if staff:
+        out["blocks"] = [{"seq": m.seq, "role": m.role, "content": m.content} for m in view.history]
+    return out
+
+
+__all__ = ["MAX_BODY", "STATE", "ApiState", "add_routes", "make_state", "read_limited"]

@@ -1,0 +1,176 @@
+"""Outgoing email: replies to the inbox bridge's threads, over SMTP.
+
+``SIGNOFF_SMTP_URL`` is ``smtp://[user:pass@]host:port`` or ``smtps://…``;
+query options ``starttls=1`` and ``from=support@shop.example`` (the shop's
+address replies come from). The stdlib client runs in a thread so the event
+loop never blocks. A reply's Message-ID names its conversation
+(``<signoff.{conversation_id}.{nonce}@domain>``), so a customer's answer that
+only carries ``In-Reply-To`` still finds its thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import secrets
+import smtplib
+from dataclasses import dataclass
+from email.message import EmailMessage
+from email.utils import formatdate
+from typing import Protocol
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from agent.notify import EscalationNotice, Notifier
+from storage.records import Approval, Conversation
+from tools.backend import CommerceBackend
+
+log = logging.getLogger(__name__)
+
+_OURS = re.compile(r"^<signoff\.([A-Za-z0-9_-]{1,64})\.[0-9a-f]{8,32}@[^<>\s@]+>$")
+_MSG_ID = re.compile(r"^<[^<>\s]{1,900}>$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmtpConfig:
+    host: str
+    port: int
+    ssl: bool = False
+    starttls: bool = False
+    username: str | None = None
+    password: str | None = None
+    from_address: str | None = None
+    timeout_s: float = 15.0
+
+    @classmethod
+    def from_url(cls, url: str) -> SmtpConfig:
+        """Parse ``smtp[s]://[user:pass@]host[:port][?starttls=1&from=addr]``."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("smtp", "smtps") or not parts.hostname:
+            raise ValueError("SIGNOFF_SMTP_URL: must be smtp://host:port or smtps://host:port")
+        q = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        ssl = parts.scheme == "smtps"
+        return cls(host=parts.hostname, port=parts.port or (465 if ssl else 25), ssl=ssl,
+                   starttls=q.get("starttls", "") in ("1", "true", "yes"),
+                   username=unquote(parts.username) if parts.username else None,
+                   password=unquote(parts.password) if parts.password else None,
+                   from_address=q.get("from") or None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutgoingEmail:
+    to: str
+    from_address: str
+    subject: str
+    body: str
+    message_id: str
+    in_reply_to: str | None = None
+    references: tuple[str, ...] = ()
+
+
+class Mailer(Protocol):
+    async def send(self, mail: OutgoingEmail) -> None: ...
+
+
+class SmtpMailer:
+    """Sends with :mod:`smtplib` in a worker thread."""
+
+    def __init__(self, config: SmtpConfig) -> None:
+        self.config = config
+
+    async def send(self, mail: OutgoingEmail) -> None:
+        await asyncio.to_thread(self._send, compose(mail))
+
+    def _send(self, msg: EmailMessage) -> None:
+        c = self.config
+        client_cls = smtplib.SMTP_SSL if c.ssl else smtplib.SMTP
+        with client_cls(c.host, c.port, timeout=c.timeout_s) as client:
+            if c.starttls and not c.ssl:
+                client.starttls()
+            if c.username:
+                client.login(c.username, c.password or "")
+            client.send_message(msg)
+
+
+def _header(value: str, limit: int = 300) -> str:
+    """Header text from untrusted input: one line, bounded."""
+    return " ".join(value.split())[:limit]
+
+
+def compose(mail: OutgoingEmail) -> EmailMessage:
+    msg = EmailMessage()
+    msg["From"] = _header(mail.from_address)
+    msg["To"] = _header(mail.to)
+    msg["Subject"] = _header(mail.subject, 200)
+    msg["Date"] = formatdate(localtime=False, usegmt=True)
+    msg["Message-ID"] = mail.message_id
+    if mail.in_reply_to:
+        msg["In-Reply-To"] = mail.in_reply_to
+    if mail.references:
+        msg["References"] = " ".join(mail.references)
+    msg["Auto-Submitted"] = "auto-replied"
+    msg.set_content(mail.body)
+    return msg
+
+
+def reply_subject(subject: str) -> str:
+    subject = _header(subject, 180) or "Your message"
+    return subject if re.match(r"(?i)^re:", subject) else f"Re: {subject}"
+
+
+def new_message_id(conversation_id: str, from_address: str) -> str:
+    domain = from_address.rpartition("@")[2].strip("<> ") or "signoff.invalid"
+    if not re.fullmatch(r"[A-Za-z0-9.-]{1,200}", domain):
+        domain = "signoff.invalid"
+    return f"<signoff.{conversation_id}.{secrets.token_hex(6)}@{domain}>"
+
+
+def conversation_of(message_id: str) -> str | None:
+    """The conversation id a reply of ours names, if ``message_id`` is one of ours."""
+    m = _OURS.match(message_id)
+    return m.group(1) if m else None
+
+
+def valid_message_id(value: str) -> bool:
+    return bool(_MSG_ID.match(value))
+
+
+class EmailFollowUps:
+    """A :class:`Notifier` that also emails follow-ups (an approval decided) on email conversations.
+
+    Wraps the deployment's notifier; every call is delegated to it first.
+    The recipient is always the customer's address on file (S3).
+    """
+
+    def __init__(self, inner: Notifier, *, mailer: Mailer, backend: CommerceBackend, from_address: str) -> None:
+        self.inner = inner
+        self.mailer = mailer
+        self.backend = backend
+        self.from_address = from_address
+
+    async def approval_requested(self, approval: Approval) -> None:
+        await self.inner.approval_requested(approval)
+
+    async def approval_decided(self, approval: Approval) -> None:
+        await self.inner.approval_decided(approval)
+
+    async def escalated(self, notice: EscalationNotice) -> None:
+        await self.inner.escalated(notice)
+
+    async def follow_up(self, conversation: Conversation, text: str) -> None:
+        await self.inner.follow_up(conversation, text)
+        if conversation.channel != "email" or not conversation.customer_id:
+            return
+        customer = await self.backend.get_customer(conversation.customer_id)
+        if customer is None:
+            return
+        thread = conversation.meta.get("email") or {}
+        ids = [i for i in thread.get("message_ids", []) if isinstance(i, str) and valid_message_id(i)]
+        await self.mailer.send(OutgoingEmail(
+            to=customer.email, from_address=self.from_address, subject=reply_subject(str(thread.get("subject", ""))),
+            body=text, message_id=new_message_id(conversation.id, self.from_address),
+            in_reply_to=ids[-1] if ids else None, references=tuple(ids[-20:])))
+
+
+__all__ = ["EmailFollowUps", "Mailer", "OutgoingEmail", "SmtpConfig", "SmtpMailer", "compose",
+           "conversation_of", "new_message_id", "reply_subject", "valid_message_id"]
