@@ -40,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     store_sub = store.add_subparsers(dest="store_command", required=True)
     load = store_sub.add_parser("load", help="load a dataset into an empty store")
     load.add_argument("file", type=Path)
+    load.add_argument("--rebase-to-now", action="store_true",
+                      help="shift every time so the dataset's as_of is now (keeps demo data recent)")
     export = store_sub.add_parser("export", help="the store's current state in the dataset format")
     export.add_argument("--out", type=Path)
 
@@ -132,7 +134,9 @@ async def _store(settings: Settings, args: argparse.Namespace) -> int:
         if args.store_command == "load":
             try:
                 dataset = load_dataset_file(args.file)
-                report = await load_dataset(db, dataset)
+                from datetime import UTC, datetime
+
+                report = await load_dataset(db, dataset, rebase_to=datetime.now(UTC) if args.rebase_to_now else None)
             except DatasetError as exc:
                 print(f"signoff: {args.file}: invalid dataset", file=sys.stderr)
                 for line in exc.errors[:50]:
@@ -156,9 +160,13 @@ async def _store(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _counts(report: Any) -> str:
-    counts = getattr(report, "counts", None)
-    if isinstance(counts, dict):
-        return ", ".join(f"{v} {k}" for k, v in counts.items())
+    import dataclasses
+
+    if dataclasses.is_dataclass(report):
+        fields = dataclasses.asdict(report)  # type: ignore[arg-type]
+        shifted = fields.pop("shifted_by", None)
+        text = ", ".join(f"{v} {k}" for k, v in fields.items())
+        return text + (f" (times shifted by {shifted})" if shifted else "")
     return str(report)
 
 

@@ -35,8 +35,8 @@ MESSAGES = {
 
 
 def iso(t: datetime) -> str:
-    """ISO 8601 UTC with a ``Z``."""
-    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    """ISO 8601 UTC with a ``Z``, to the second."""
+    return t.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def ascii_of(s: str) -> str:
