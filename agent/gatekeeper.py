@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
+
+# JSON Schema counts 2000.0 as an integer; money and counts here are ints, one canonical form each
+# (the arguments hash, the idempotency key and the amount written downstream all depend on it).
+_StrictValidator = validators.extend(Draft202012Validator, type_checker=Draft202012Validator.TYPE_CHECKER.redefine(
+    "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)))
 
 from agent.decisions import (
     Decision,
@@ -83,7 +88,7 @@ class Gatekeeper:
         self.confirmations = confirmations
         self.approvals = approvals
         self._validators = {
-            name: Draft202012Validator(t.input_schema) for name, t in registry.tools.items()
+            name: _StrictValidator(t.input_schema) for name, t in registry.tools.items()
         }
 
     async def judge(self, p: Proposed, facts: RunFacts, ctx: ToolContext, *,

@@ -187,10 +187,10 @@ class Runtime:
             raise DecisionError("not_found", "No such confirmation.")
         conv = await self.s.conversations.get(conf.conversation_id)
         assert conv is not None
+        if not self.may_see(actor, conv):  # acting_principal() adopts the conversation's identity: check first
+            raise DecisionError("not_found", "No such confirmation.")
         acting = self.acting_principal(conv, actor)
         if conf.principal != acting.key:
-            if not self.may_see(actor, conv):
-                raise DecisionError("not_found", "No such confirmation.")
             raise DecisionError("forbidden", "Only the person this action was proposed to can confirm it.")
         async with self.lock(conv.id):
             event, last = await self._settle_confirmation(conv, acting, conf, accept)

@@ -136,14 +136,15 @@ class Turn:
         content = response.content or [{"type": "text", "text": REFUSAL_REPLY}]
         await self._commit(StepWrite(conversation_id=self.conversation.id, run_id=self.run.id,
                                      messages=[("assistant", content)], usage=self._usage(response),
-                                     run_steps_delta=self._flush_steps(1), audit=[self._ended("refused")]))
+                                     run_steps_delta=self._flush_steps(1), audit=[self._ended("refused")],
+                                     run_status="escalated"))
         await self.escalate("model_refusal", "The model declined to continue this conversation.")
         self.replies.append(response.text or REFUSAL_REPLY)
         return self.result("refused")
 
     async def give_up(self, *, reason: str, detail: str) -> TurnResult:
         """An honest reply, the user's message kept, and the case handed to a person."""
-        step = StepWrite(conversation_id=self.conversation.id, run_id=self.run.id,
+        step = StepWrite(conversation_id=self.conversation.id, run_id=self.run.id, run_status="escalated",
                          audit=[self._event("run.gave_up", data={"reason": reason, "detail": detail[:200]}),
                                 self._ended("gave_up")])
         if self.history and self.history[-1].role == "user":
@@ -256,7 +257,7 @@ class Turn:
                                                    run_id=self.run.id, audit=base)
         if tool.meta.kind == "action" and not tool.meta.runtime:
             self.facts.action_counts[p.tool] += 1
-            if not outcome.is_error:
+            if not outcome.is_error and tool.meta.needs_confirmation:
                 await gates.consume_confirmation(self, p)
                 self.executed.append({"tool": p.tool, "action_id": action_id_of(outcome.result),
                                       "proposal_id": proposal_id})
@@ -268,9 +269,13 @@ class Turn:
     async def repair(self) -> None:
         """A crash between a tool call and its result leaves unanswered tool_use blocks:
         answer them now (the ledger guarantees no second side effect)."""
-        if not self.history or self.history[-1].role != "assistant":
+        last = next((i for i in range(len(self.history) - 1, -1, -1) if self.history[i].role == "assistant"), None)
+        if last is None:
             return
-        uses = [b for b in self.history[-1].content if b.get("type") == "tool_use"]
+        # The user may have written again before anyone repaired the turn.
+        answered = {b.get("tool_use_id") for m in self.history[last + 1:] for b in m.content
+                    if b.get("type") == "tool_result"}
+        uses = [b for b in self.history[last].content if b.get("type") == "tool_use" and b.get("id") not in answered]
         if uses:
             await self.run_tools(None, uses)
 
@@ -369,7 +374,10 @@ def merged(history: list[StoredMessage]) -> list[Message]:
     out: list[Message] = []
     for m in history:
         if out and out[-1].role == m.role:
-            out[-1] = Message(role=m.role, content=[*out[-1].content, *m.content])
+            content = [*out[-1].content, *m.content]
+            if m.role == "user":  # a repaired tool_result may follow newer user text; results go first
+                content.sort(key=lambda b: b.get("type") != "tool_result")
+            out[-1] = Message(role=m.role, content=content)
         else:
             out.append(Message(role=m.role, content=list(m.content)))
     return out

@@ -65,7 +65,22 @@ async def run(steps: int, action: bool) -> None:
             return [text_block("done")]
         return [tool_use_block(tool, {"n": counter["n"]})]
 
-    model = FunctionModel(planner)
+    inner = FunctionModel(planner)
+    model_time = {"s": 0.0}
+
+    class TimedModel:
+        """Subtracts the test model's own time (it sizes the whole request as JSON)."""
+
+        model_name = inner.model_name
+
+        async def complete(self, request: ModelRequest) -> Any:
+            t = time.perf_counter()
+            try:
+                return await inner.complete(request)
+            finally:
+                model_time["s"] += time.perf_counter() - t
+
+    model = TimedModel()
     services = build_services(db=db, model=model)
     registry = _registry(services.registry)
     policy = services.policy.model_copy(update={"limits": services.policy.limits.model_copy(
@@ -82,8 +97,9 @@ async def run(steps: int, action: bool) -> None:
     while done < steps:
         counter["n"] = counter["n"] - counter["n"] % 10  # 9 tool steps + 1 answer per turn
         t0 = time.perf_counter()
+        model_time["s"] = 0.0
         result = await rt.chat(principal=PRINCIPAL, channel="api", message="go")
-        elapsed = time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0 - model_time["s"]
         per_step.append(elapsed / result.iterations * 1000)
         done += result.iterations
     await db.dispose()

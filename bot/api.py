@@ -138,6 +138,10 @@ async def _answer(request: web.Request, *, accept: bool) -> web.Response:
     caller = await authenticate(request)
     confirmation_id = path_id(request, say.NO_SUCH_CONFIRMATION)
     await read_json(request, "ConfirmRequest", optional=True)
+    conf = await queries.get_confirmation(st.app.runtime, confirmation_id)
+    if conf is None or await queries.visible_conversation(st.app.runtime, caller.principal,
+                                                           conf.conversation_id) is None:
+        raise ApiError("not_found", say.NO_SUCH_CONFIRMATION)  # someone else's looks exactly like a missing one
     result = await st.app.runtime.confirm(confirmation_id, actor=caller.principal, accept=accept)
     return json_ok(render_confirm(result, staff=caller.is_staff))
 
@@ -246,7 +250,7 @@ def _describe(e: ValidationError) -> str:
             missing = [f for f in e.validator_value if f not in (e.instance or {})]
             return f"missing field: {', '.join(missing)[:80]}"
         case "additionalProperties":
-            allowed = set((e.schema.get("properties") or {}))
+            allowed = set(e.schema.get("properties") or {})
             extra = sorted(str(k)[:40] for k in (e.instance or {}) if k not in allowed)
             return f"unknown field: {', '.join(extra[:5])}"
         case "type":

@@ -29,7 +29,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any, cast
 
-from sqlalchemy import DDL, Table, func, insert, select, update
+from sqlalchemy import DDL, Connection, Table, func, insert, select, update
 from sqlalchemy import event as sa_event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -225,53 +225,63 @@ _READ_HEAD = select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == _HEAD_ID).wit
 _WRITE_HEAD = update(_HEAD).where(_HEAD.c.id == _HEAD_ID)
 
 
-async def _lock_head(session: AsyncSession) -> tuple[int, str]:
+def _lock_head(conn: Connection) -> tuple[int, str]:
     """Lock the head row (creating it race-safely on first use); return (seq, hash)."""
-    head = (await session.execute(_READ_HEAD)).first()
+    head = conn.execute(_READ_HEAD).first()
     if head is None:
-        dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-        await session.execute(
+        dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+        conn.execute(
             dialect.insert(_HEAD)
             .values(id=_HEAD_ID, seq=0, hash=GENESIS_HASH)
             .on_conflict_do_nothing(index_elements=["id"])
         )
-        head = (await session.execute(_READ_HEAD)).one()
+        head = conn.execute(_READ_HEAD).one()
     return int(head.seq), str(head.hash)
 
 
-async def append_audit_many(session: AsyncSession, events: Sequence[AuditEvent]) -> list[int]:
-    """Append ``events`` in order inside the caller's open transaction; return their seqs.
+def append_audit_sync(conn: Connection, events: Sequence[AuditEvent],
+                      cache: dict[str, Any] | None = None) -> list[int]:
+    """Append ``events`` in order inside ``conn``'s open transaction; return their seqs.
 
-    One head read (locked), one bulk insert, one head update: the events commit
-    or roll back together with whatever else the caller's transaction does.
-    Holds the chain lock until that transaction ends, so keep it short.
+    ``cache`` is the process's last-written head, shared per Database: a guarded
+    UPDATE (``WHERE seq = ? AND hash = ?``) both validates it and takes the
+    chain lock in one round trip; if anyone else moved the head, the head is
+    read locked instead. One head statement, one bulk insert.
     """
     if not events:
         return []
-    # The last head this process wrote, shared per Database: a guarded UPDATE
-    # (``WHERE seq = ? AND hash = ?``) both validates it and takes the chain
-    # lock in one round trip; if anyone else moved the head, read it locked.
-    cache: dict[str, Any] | None = session.info.get("audit_head")
     rows: list[dict[str, Any]] = []
     if cache and "seq" in cache:
         rows = _chain(cache["seq"], cache["hash"], events)
-        moved = await session.execute(
+        moved = conn.execute(
             _WRITE_HEAD.where(_HEAD.c.seq == cache["seq"], _HEAD.c.hash == cache["hash"]),
             {"seq": rows[-1]["seq"], "hash": rows[-1]["hash"]},
         )
-        if moved.rowcount != 1:  # type: ignore[attr-defined]
+        if moved.rowcount != 1:
             rows = []
     if not rows:
-        seq, prev_hash = await _lock_head(session)
+        seq, prev_hash = _lock_head(conn)
         rows = _chain(seq, prev_hash, events)
-        await session.execute(_WRITE_HEAD, {"seq": rows[-1]["seq"], "hash": rows[-1]["hash"]})
-    await session.execute(insert(_EVENTS), rows)
+        conn.execute(_WRITE_HEAD, {"seq": rows[-1]["seq"], "hash": rows[-1]["hash"]})
+    conn.execute(insert(_EVENTS), rows)
     if cache is not None:
         # A rollback leaves this stale; the guarded UPDATE above then falls back.
         cache.update(seq=rows[-1]["seq"], hash=rows[-1]["hash"])
-    # Observers (metrics) hear about these once the transaction commits.
-    session.info.setdefault("audit_events", []).extend(events)
     return [row["seq"] for row in rows]
+
+
+async def append_audit_many(session: AsyncSession, events: Sequence[AuditEvent]) -> list[int]:
+    """Append ``events`` inside the session's open transaction (see :func:`append_audit_sync`).
+
+    The events commit or roll back together with whatever else the caller's
+    transaction does; observers (metrics) hear about them after commit.
+    """
+    if not events:
+        return []
+    cache: dict[str, Any] | None = session.info.get("audit_head")
+    seqs = await session.run_sync(lambda ss: append_audit_sync(ss.connection(), events, cache))
+    session.info.setdefault("audit_events", []).extend(events)
+    return seqs
 
 
 def _chain(seq: int, prev_hash: str, events: Sequence[AuditEvent]) -> list[dict[str, Any]]:

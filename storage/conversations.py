@@ -12,12 +12,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Table, bindparam, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
 
-from storage.audit import AuditEvent, append_audit_many
-from storage.db import Database
+from storage.audit import AuditEvent, append_audit_many, append_audit_sync
+from storage.db import Database, WriteContext
 from storage.models import (
     CaseNoteRow,
     ConversationRow,
@@ -27,7 +26,6 @@ from storage.models import (
     TokenUsageRow,
 )
 from storage.records import Conversation, Proposal, Run, StoredMessage
-
 
 _CONV: Table = ConversationRow.__table__  # type: ignore[assignment]
 _MSG: Table = MessageRow.__table__  # type: ignore[assignment]
@@ -347,77 +345,10 @@ class ConversationRepo:
         """Apply ``step`` atomically; returns the conversation's next seq."""
         now = utcnow()
         try:
-            async with self.db.sessions() as s, s.begin():
-                next_seq = await self._write(s, step, now)
+            return await self.db.write(lambda conn, ctx: _write(conn, ctx, step, now))
         except IntegrityError as exc:
             raise ConcurrentTurn(str(exc.orig)) from exc
-        return next_seq
 
-    async def _write(self, s: AsyncSession, step: StepWrite, now: datetime) -> int:
-        # Core statements, batched: this runs once or twice per agent step, and
-        # the runtime's own cost per step is a design target (bench/step_cost.py).
-        n = len(step.messages)
-        conv_values: dict[str, Any] = {"updated_at": now}
-        if step.loaded_groups is not None:
-            conv_values["loaded_groups"] = step.loaded_groups
-        if step.conversation_status is not None:
-            conv_values["status"] = step.conversation_status
-        stmt = update(_CONV).where(_CONV.c.id == step.conversation_id)
-        if step.expect_seq is not None:
-            stmt = stmt.where(_CONV.c.next_seq == step.expect_seq)
-        result = await s.execute(
-            stmt.values(next_seq=_CONV.c.next_seq + n, **conv_values).returning(_CONV.c.next_seq)
-        )
-        next_seq = result.scalar_one_or_none()
-        if next_seq is None:
-            raise ConcurrentTurn(f"conversation {step.conversation_id} moved on")
-        first = next_seq - n
-        if step.messages:
-            await s.execute(insert(_MSG), [
-                {"conversation_id": step.conversation_id, "seq": first + i, "role": role,
-                 "content": content, "run_id": step.run_id, "created_at": now}
-                for i, (role, content) in enumerate(step.messages)
-            ])
-        if step.new_proposals:
-            await s.execute(insert(_PROP), [
-                {"id": p.id, "run_id": step.run_id, "conversation_id": step.conversation_id,
-                 "tool_use_id": p.tool_use_id, "tool": p.tool, "arguments": p.arguments,
-                 "args_hash": p.args_hash, "principal": p.principal, "step": p.step,
-                 "policy_version": p.policy_version, "created_at": now, "is_error": False}
-                for p in step.new_proposals
-            ])
-        if step.outcomes:
-            await s.execute(
-                update(_PROP).where(_PROP.c.id == bindparam("o_id")).values(
-                    decision=bindparam("o_decision"), reason=bindparam("o_reason"),
-                    result=bindparam("o_result"), is_error=bindparam("o_is_error"),
-                    idempotency_key=bindparam("o_key")),
-                [{"o_id": o.id, "o_decision": o.decision, "o_reason": o.reason, "o_result": o.result,
-                  "o_is_error": o.is_error, "o_key": o.idempotency_key} for o in step.outcomes],
-            )
-        if step.run_id is not None and (
-            step.run_status or step.run_steps_delta or step.run_state is not None or step.pending_ids is not None
-        ):
-            values: dict[str, Any] = {"updated_at": now}
-            if step.run_status:
-                values["status"] = step.run_status
-            if step.run_steps_delta:
-                values["steps"] = _RUN.c.steps + step.run_steps_delta
-            if step.run_state is not None:
-                values["state"] = step.run_state
-            if step.pending_ids is not None:
-                values["pending_ids"] = step.pending_ids
-            await s.execute(update(_RUN).where(_RUN.c.id == step.run_id).values(**values))
-        if step.usage is not None and step.run_id is not None:
-            u = step.usage
-            await s.execute(insert(_USAGE).values(
-                conversation_id=step.conversation_id, run_id=step.run_id, model=u.model,
-                input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-                cache_creation_tokens=u.cache_creation_tokens, cache_read_tokens=u.cache_read_tokens,
-                created_at=now))
-        if step.audit:
-            await append_audit_many(s, step.audit)
-        return next_seq
 
     # -- usage and case notes ----------------------------------------------------
     async def tokens_used(self, conversation_id: str) -> dict[str, int]:
@@ -481,3 +412,71 @@ class ConversationRepo:
                 )
             ).all()
         return [(r[0], r[1], r[2]) for r in rows]
+
+
+def _write(conn: Connection, ctx: WriteContext, step: StepWrite, now: datetime) -> int:
+    # Core statements, batched: this runs once or twice per agent step, and
+    # the runtime's own cost per step is a design target (bench/step_cost.py).
+    n = len(step.messages)
+    conv_values: dict[str, Any] = {"updated_at": now}
+    if step.loaded_groups is not None:
+        conv_values["loaded_groups"] = step.loaded_groups
+    if step.conversation_status is not None:
+        conv_values["status"] = step.conversation_status
+    stmt = update(_CONV).where(_CONV.c.id == step.conversation_id)
+    if step.expect_seq is not None:
+        stmt = stmt.where(_CONV.c.next_seq == step.expect_seq)
+    result = conn.execute(
+        stmt.values(next_seq=_CONV.c.next_seq + n, **conv_values).returning(_CONV.c.next_seq)
+    )
+    next_seq = result.scalar_one_or_none()
+    if next_seq is None:
+        raise ConcurrentTurn(f"conversation {step.conversation_id} moved on")
+    first = next_seq - n
+    if step.messages:
+        conn.execute(insert(_MSG), [
+            {"conversation_id": step.conversation_id, "seq": first + i, "role": role,
+             "content": content, "run_id": step.run_id, "created_at": now}
+            for i, (role, content) in enumerate(step.messages)
+        ])
+    if step.new_proposals:
+        conn.execute(insert(_PROP), [
+            {"id": p.id, "run_id": step.run_id, "conversation_id": step.conversation_id,
+             "tool_use_id": p.tool_use_id, "tool": p.tool, "arguments": p.arguments,
+             "args_hash": p.args_hash, "principal": p.principal, "step": p.step,
+             "policy_version": p.policy_version, "created_at": now, "is_error": False}
+            for p in step.new_proposals
+        ])
+    if step.outcomes:
+        conn.execute(
+            update(_PROP).where(_PROP.c.id == bindparam("o_id")).values(
+                decision=bindparam("o_decision"), reason=bindparam("o_reason"),
+                result=bindparam("o_result"), is_error=bindparam("o_is_error"),
+                idempotency_key=bindparam("o_key")),
+            [{"o_id": o.id, "o_decision": o.decision, "o_reason": o.reason, "o_result": o.result,
+              "o_is_error": o.is_error, "o_key": o.idempotency_key} for o in step.outcomes],
+        )
+    if step.run_id is not None and (
+        step.run_status or step.run_steps_delta or step.run_state is not None or step.pending_ids is not None
+    ):
+        values: dict[str, Any] = {"updated_at": now}
+        if step.run_status:
+            values["status"] = step.run_status
+        if step.run_steps_delta:
+            values["steps"] = _RUN.c.steps + step.run_steps_delta
+        if step.run_state is not None:
+            values["state"] = step.run_state
+        if step.pending_ids is not None:
+            values["pending_ids"] = step.pending_ids
+        conn.execute(update(_RUN).where(_RUN.c.id == step.run_id).values(**values))
+    if step.usage is not None and step.run_id is not None:
+        u = step.usage
+        conn.execute(insert(_USAGE).values(
+            conversation_id=step.conversation_id, run_id=step.run_id, model=u.model,
+            input_tokens=u.input_tokens, output_tokens=u.output_tokens,
+            cache_creation_tokens=u.cache_creation_tokens, cache_read_tokens=u.cache_read_tokens,
+            created_at=now))
+    if step.audit:
+        append_audit_sync(conn, step.audit, ctx.audit_head)
+        ctx.audit_events.extend(step.audit)
+    return next_seq

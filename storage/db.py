@@ -8,12 +8,14 @@ read-then-write (the audit chain head, the ledger) can never deadlock into
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import JSON, MetaData, event
+from sqlalchemy import JSON, Connection, Engine, MetaData, create_engine, event, make_url
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Session
@@ -72,6 +74,8 @@ class Database:
     observers: list[Observer] = field(default_factory=list)
     #: Sessions for reads only: on SQLite they begin DEFERRED, taking no write lock.
     readers: async_sessionmaker[AsyncSession] | None = None
+    #: SQLite only: the stdlib-driver writer behind :meth:`write`.
+    sync_writer: SyncWriter | None = None
 
     @classmethod
     def of(cls, engine: AsyncEngine) -> Database:
@@ -79,11 +83,35 @@ class Database:
         sessions = async_sessionmaker(engine, expire_on_commit=False, sync_session_class=ObservedSession,
                                       info={"observers": observers, "audit_head": {}})
         readers = async_sessionmaker(engine.execution_options(signoff_readonly=True), expire_on_commit=False)
-        return cls(engine=engine, sessions=sessions, observers=observers, readers=readers)
+        writer = SyncWriter.for_url(str(engine.url)) if engine.dialect.name == "sqlite" else None
+        return cls(engine=engine, sessions=sessions, observers=observers, readers=readers, sync_writer=writer)
 
     def reader(self) -> AsyncSession:
         """A session for reads (never write through it)."""
         return (self.readers or self.sessions)()
+
+    async def write(self, fn: Callable[[Connection, WriteContext], T]) -> T:
+        """Run ``fn(connection, ctx)`` in one transaction, in one hop.
+
+        The hot path (the loop's step writes) is plain Core on a sync
+        connection. On SQLite it runs on a dedicated thread with the stdlib
+        driver — one thread hop per transaction instead of several per
+        statement; on PostgreSQL it runs through the async engine's
+        ``run_sync``. Audit events ``fn`` appends reach the observers after commit.
+        """
+        ctx = WriteContext(audit_head=self.sessions.kw.get("info", {}).get("audit_head"))
+        if self.sync_writer is not None:
+            result = await self.sync_writer.run(fn, ctx)
+        else:
+            async with self.engine.begin() as conn:
+                result = await conn.run_sync(lambda c: fn(c, ctx))
+        if ctx.audit_events:
+            for observer in self.observers:
+                try:
+                    observer(ctx.audit_events)
+                except Exception:
+                    log.exception("audit observer failed")
+        return result
 
     def observe(self, observer: Observer) -> None:
         """Call ``observer(events)`` after each commit that appended audit events."""
@@ -95,14 +123,58 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
+        if self.sync_writer is not None:
+            self.sync_writer.close()
+
+
+T = TypeVar("T")
+
+
+@dataclass(kw_only=True)
+class WriteContext:
+    """Per-transaction state a :meth:`Database.write` function may use."""
+
+    #: The process's cached audit chain head (see ``storage.audit``).
+    audit_head: dict[str, Any] | None = None
+    #: Audit events appended in this transaction, for the observers.
+    audit_events: list[Any] = field(default_factory=list)
+
+
+class SyncWriter:
+    """A stdlib ``sqlite3`` engine on one dedicated thread, for :meth:`Database.write`."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="signoff-sqlite-writer")
+
+    @classmethod
+    def for_url(cls, async_url: str) -> SyncWriter | None:
+        url = make_url(async_url)
+        if not url.database or url.database == ":memory:":
+            return None  # an in-memory database is private to its connection
+        engine = create_engine(url.set(drivername="sqlite"), connect_args={"timeout": 30, "check_same_thread": False})
+        _sqlite_pragmas(engine)
+        return cls(engine)
+
+    async def run(self, fn: Callable[[Connection, WriteContext], T], ctx: WriteContext) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._tx, fn, ctx)
+
+    def _tx(self, fn: Callable[[Connection, WriteContext], T], ctx: WriteContext) -> T:
+        with self.engine.begin() as conn:
+            return fn(conn, ctx)
+
+    def close(self) -> None:
+        self.engine.dispose()
+        self._pool.shutdown(wait=False)
 
 
 def is_sqlite_url(url: str) -> bool:
     return url.startswith("sqlite")
 
 
-def _sqlite_pragmas(engine: AsyncEngine) -> None:
-    sync_engine = engine.sync_engine
+def _sqlite_pragmas(engine: AsyncEngine | Engine) -> None:
+    sync_engine = engine.sync_engine if isinstance(engine, AsyncEngine) else engine
 
     @event.listens_for(sync_engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:

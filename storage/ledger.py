@@ -12,13 +12,15 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Connection, Table, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from storage.audit import AuditEvent, append_audit_many
-from storage.db import Database
+from storage.audit import AuditEvent, append_audit_sync
+from storage.db import Database, WriteContext
 from storage.models import ToolExecutionRow
 from storage.records import LedgerEntry
+
+_LEDGER: Table = ToolExecutionRow.__table__  # type: ignore[assignment]
 
 
 def _entry(r: ToolExecutionRow) -> LedgerEntry:
@@ -37,25 +39,14 @@ class Ledger:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def claim(
-        self, *, key: str, tool: str, arguments: Any, proposal_id: str | None, run_id: str | None
-    ) -> LedgerEntry | None:
+    async def claim(self, *, key: str, tool: str, arguments: Any, proposal_id: str | None,
+                    run_id: str | None) -> LedgerEntry | None:
         """``None``: the key is ours, go ahead. Otherwise the entry that already holds it."""
         now = datetime.now(UTC)
+        row = {"key": key, "tool": tool, "arguments": arguments, "proposal_id": proposal_id, "run_id": run_id,
+               "status": "executing", "result": None, "created_at": now, "updated_at": now}
         try:
-            async with self.db.sessions() as s, s.begin():
-                s.add(
-                    ToolExecutionRow(
-                        key=key,
-                        tool=tool,
-                        arguments=arguments,
-                        proposal_id=proposal_id,
-                        run_id=run_id,
-                        status="executing",
-                        created_at=now,
-                        updated_at=now,
-                    )
-                )
+            await self.db.write(lambda conn, _ctx: conn.execute(insert(_LEDGER).values(**row)))
             return None
         except IntegrityError:
             existing = await self.get(key)
@@ -69,38 +60,29 @@ class Ledger:
             ).scalar_one_or_none()
             return _entry(r) if r else None
 
-    async def settle(
-        self,
-        key: str,
-        *,
-        status: str,
-        result: Any,
-        audit: Sequence[AuditEvent] = (),
-        only_if: str = "executing",
-    ) -> bool:
+    async def settle(self, key: str, *, status: str, result: Any,
+                     audit: Sequence[AuditEvent] = (), only_if: str = "executing") -> bool:
         """Record the outcome; false when the row was not in ``only_if`` (already settled)."""
-        async with self.db.sessions() as s, s.begin():
-            res = await s.execute(
-                update(ToolExecutionRow)
-                .where(ToolExecutionRow.key == key, ToolExecutionRow.status == only_if)
-                .values(status=status, result=result, updated_at=datetime.now(UTC))
+        now = datetime.now(UTC)
+
+        def _settle(conn: Connection, ctx: WriteContext) -> bool:
+            res = conn.execute(
+                update(_LEDGER).where(_LEDGER.c.key == key, _LEDGER.c.status == only_if)
+                .values(status=status, result=result, updated_at=now)
             )
             if res.rowcount != 1:
                 return False
             if audit:
-                await append_audit_many(s, list(audit))
+                append_audit_sync(conn, audit, ctx.audit_head)
+                ctx.audit_events.extend(audit)
             return True
+
+        return await self.db.write(_settle)
 
     async def release(self, key: str) -> None:
         """Drop an ``executing`` claim whose downstream call provably never happened."""
-        from sqlalchemy import delete
-
-        async with self.db.sessions() as s, s.begin():
-            await s.execute(
-                delete(ToolExecutionRow).where(
-                    ToolExecutionRow.key == key, ToolExecutionRow.status == "executing"
-                )
-            )
+        await self.db.write(lambda conn, _ctx: conn.execute(
+            delete(_LEDGER).where(_LEDGER.c.key == key, _LEDGER.c.status == "executing")))
 
     async def in_flight(self) -> list[LedgerEntry]:
         """Entries left ``executing`` — after a crash, each needs reconciling."""

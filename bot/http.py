@@ -1,0 +1,161 @@
+"""The aiohttp server: ``/healthz``, ``/metrics``, ``/api/*``, ``/email/inbound`` (and any extra routes).
+
+Every error is JSON ``{"error", "message"}``; a client mistake is never a 5xx.
+``serve`` runs the site and, unless told not to, the resume/expiry worker as an
+owned background task, and shuts both down cleanly on SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from agent import queries
+from agent.errors import DecisionError, ModelUnavailable
+from agent.worker import Worker
+from bot import api, api_wording as say, email_bridge
+from bot.api_wording import STATUS, ApiError
+from bot.app import App
+from bot.auth import AuthConfig, Authenticator
+from bot.email_bridge import EmailBridge, EmailConfig
+from bot.smtp import Mailer, SmtpMailer
+from storage.conversations import ConcurrentTurn
+
+log = logging.getLogger(__name__)
+
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def make_web_app(app: App, *, metrics_render: Callable[[], bytes] | None = None,
+                 extra_routes: Iterable[web.AbstractRouteDef] = (), auth: AuthConfig | None = None,
+                 email: EmailConfig | None = None, mailer: Mailer | None = None) -> web.Application:
+    """The whole HTTP surface over one :class:`App`; settings come from ``app.settings`` unless given."""
+    auth = auth or AuthConfig.from_settings(app.settings)
+    email = email or EmailConfig.from_settings(app.settings)
+    if mailer is None and email.smtp is not None:
+        mailer = SmtpMailer(email.smtp)
+    web_app = web.Application(middlewares=[errors], client_max_size=email.max_body)
+    web_app[api.STATE] = api.make_state(app, Authenticator(auth, app.backend))
+    web_app[email_bridge.EMAIL] = EmailBridge(app, email, mailer=mailer)
+    web_app[_METRICS] = _Metrics(metrics_render)
+    web_app.router.add_get("/healthz", healthz)
+    web_app.router.add_get("/metrics", metrics)
+    web_app.router.add_post("/email/inbound", email_bridge.inbound)
+    api.add_routes(web_app)
+    web_app.router.add_routes(list(extra_routes))
+    return web_app
+
+
+@dataclass(frozen=True)
+class _Metrics:
+    render: Callable[[], bytes] | None
+
+
+_METRICS: web.AppKey[_Metrics] = web.AppKey("signoff_metrics", _Metrics)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    if await queries.database_ok(request.app[api.STATE].app.runtime):
+        return web.json_response({"status": "ok"})
+    return _error("unavailable", say.DATABASE_DOWN)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    render = request.app[_METRICS].render
+    if render is None:
+        return _error("not_found", say.METRICS_OFF)
+    return web.Response(body=render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+
+# -- errors -------------------------------------------------------------------------------
+
+def _error(code: str, message: str) -> web.Response:
+    return web.json_response({"error": code, "message": message}, status=STATUS.get(code, 400))
+
+
+_HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+               405: "method_not_allowed", 413: "too_large", 415: "unsupported_media_type", 422: "invalid"}
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Map every refusal to ``{"error", "message"}``; only our own faults are 5xx."""
+    try:
+        response = await handler(request)
+    except ApiError as exc:
+        response = _error(exc.code, exc.message)
+    except DecisionError as exc:
+        response = _error(exc.code if exc.code in STATUS else "invalid", str(exc))
+    except ConcurrentTurn:
+        response = _error("conflict", say.BUSY)
+    except ModelUnavailable:
+        response = _error("unavailable", say.MODEL_UNAVAILABLE)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = _HTTP_CODES.get(exc.status, "bad_request" if exc.status < 500 else "internal")
+        message = say.METHOD_NOT_ALLOWED.format(method=request.method) if exc.status == 405 else (
+            say.NO_SUCH_ROUTE if exc.status == 404 else exc.reason)
+        response = web.json_response({"error": code, "message": message}, status=exc.status)
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        raise
+    except Exception:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        response = _error("internal", say.INTERNAL)
+    if request.path.startswith(("/api/", "/email/")):
+        response.headers.setdefault("Cache-Control", "no-store")
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    return response
+
+
+# -- serving ------------------------------------------------------------------------------
+
+async def serve(app: App, *, host: str, port: int, worker: bool,
+                metrics_render: Callable[[], bytes] | None = None,
+                extra_routes: Sequence[web.AbstractRouteDef] = (),
+                stop: asyncio.Event | None = None) -> None:
+    """Serve until SIGINT/SIGTERM (or ``stop`` is set); with ``worker``, run the worker alongside."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    runner = web.AppRunner(make_web_app(app, metrics_render=metrics_render, extra_routes=extra_routes),
+                           access_log=None)
+    await runner.setup()
+    task: asyncio.Task[None] | None = None
+    try:
+        await web.TCPSite(runner, host, port).start()
+        log.info("serving on http://%s:%s (worker %s)", host, port, "on" if worker else "off")
+        if worker:
+            task = asyncio.create_task(Worker(app.runtime).run_forever(stop), name="signoff-worker")
+            task.add_done_callback(_log_failure)
+        await stop.wait()
+    finally:
+        stop.set()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        if task is not None:
+            try:
+                await asyncio.wait_for(task, timeout=10)
+            except Exception:
+                log.exception("the worker did not stop cleanly")
+        await runner.cleanup()
+        log.info("stopped")
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the worker stopped with an error", exc_info=task.exception())
+
+
+__all__ = ["METRICS_CONTENT_TYPE", "errors", "make_web_app", "serve"]

@@ -1,0 +1,71 @@
+"""Helpers for the HTTP API and email bridge tests: an aiohttp test client over a seeded runtime."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from aiohttp.test_utils import TestClient, TestServer
+from sqlalchemy import func, select
+
+from bot.app import App
+from bot.auth import make_token
+from bot.http import make_web_app
+from bot.settings import Settings, load_settings
+from bot.smtp import Mailer
+from storage.db import Database
+from storage.models import (
+    ApprovalRow,
+    AuditEventRow,
+    ConfirmationRow,
+    ConversationRow,
+    MessageRow,
+    ProcessedEventRow,
+    ProposalRow,
+)
+from tests.support import Harness
+
+JWT_SECRET = "test-jwt-secret-that-is-long-enough-for-hs256"
+EMAIL_SECRET = "test-email-secret"
+
+
+def settings(**extra: str) -> Settings:
+    env = {"SIGNOFF_LLM_PROVIDER": "scripted", "SIGNOFF_JWT_SECRET": JWT_SECRET,
+           "SIGNOFF_EMAIL_SECRET": EMAIL_SECRET, **extra}
+    return load_settings(env)
+
+
+def app_of(h: Harness, s: Settings | None = None) -> App:
+    return App(settings=s or settings(), db=h.db, runtime=h.runtime, backend=h.services.backend,  # type: ignore[arg-type]
+               notifier=h.notifier)
+
+
+@asynccontextmanager
+async def client_for(h: Harness, s: Settings | None = None, *, mailer: Mailer | None = None,
+                     **kw: Any) -> AsyncIterator[TestClient]:
+    """An aiohttp test client against ``make_web_app`` over the harness's runtime."""
+    web_app = make_web_app(app_of(h, s), mailer=mailer, **kw)
+    async with TestClient(TestServer(web_app)) as client:
+        yield client
+
+
+def token(sub: str, role: str, **kw: Any) -> str:
+    return make_token(JWT_SECRET, sub=sub, role=role, **kw)
+
+
+def bearer(sub: str, role: str, **kw: Any) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token(sub, role, **kw)}"}
+
+
+C7_AUTH = {"sub": "C-7", "role": "customer"}
+TABLES = (ConversationRow, MessageRow, AuditEventRow, ConfirmationRow, ApprovalRow, ProposalRow, ProcessedEventRow)
+
+
+async def counts(db: Database) -> dict[str, int]:
+    """Rows per runtime table: a rejected request must leave every number as it was."""
+    out: dict[str, int] = {}
+    async with db.sessions() as s:
+        for table in TABLES:
+            out[table.__tablename__] = int((await s.execute(select(func.count()).select_from(table))).scalar_one())
+    return out

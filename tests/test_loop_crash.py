@@ -1,0 +1,252 @@
+"""Crash safety of the loop (C1/C9): history is persisted after every iteration, never
+across a model call, so a process that dies at any point is continued by a new runtime
+over the same database with a protocol-valid history and no tool run twice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.llm.base import ModelClient, ModelRequest
+from agent.llm.testing import FunctionModel, ScriptedModel, tool_use_block
+from agent.notify import RecordingNotifier
+from agent.runtime import Runtime
+from agent.worker import recover
+from bot.app import build_services
+from storage.conversations import ConversationRepo, StepWrite
+from storage.db import Database, create_database
+from tests.support import C7, Clock, seeded
+from tests.test_loop_support import (
+    SEARCH,
+    SMALL_REFUND,
+    advance,
+    assert_history_valid,
+    case_notes,
+    ledger_rows,
+    store_refunds,
+)
+from tools.backend import BackendError
+
+
+class Crash(BaseException):
+    """The process dies here: nothing in the runtime may catch it."""
+
+
+def crash(_request: ModelRequest) -> Any:
+    raise Crash("killed")
+
+
+async def restart(path: Path, model: ModelClient, clock: Clock) -> tuple[Database, Runtime, RecordingNotifier]:
+    """A new process: a new engine over the same SQLite file and a new runtime."""
+    db = create_database(f"sqlite+aiosqlite:///{path}")
+    notifier = RecordingNotifier()
+    return db, Runtime(build_services(db=db, model=model, notifier=notifier, clock=clock)), notifier
+
+
+def results_in(request: ModelRequest) -> list[dict[str, Any]]:
+    return [b for m in request.messages for b in m.content if b.get("type") == "tool_result"]
+
+
+async def _confirmed_refund_then_crash(db: Database) -> tuple[Any, str]:
+    """The customer asks, the model proposes a refund, the customer says yes: the runtime
+    executes it, commits the result, and the process dies calling the model."""
+    calls = {"n": 0}
+
+    def planner(request: ModelRequest) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return [tool_use_block("search_knowledge", SEARCH)]
+        if calls["n"] == 2:
+            return [tool_use_block("issue_refund", SMALL_REFUND)]
+        if calls["n"] == 3:
+            return "Shall I refund $30.00 on O-1044? Please confirm."
+        raise Crash("killed after the refund ran, before the model heard of it")
+
+    h = await seeded(db, FunctionModel(planner))
+    first = await h.runtime.chat(principal=C7, channel="api", message="Refund $30 on O-1044, it is damaged.")
+    with pytest.raises(Crash):
+        await h.runtime.chat(principal=C7, channel="api", message="yes", conversation_id=first.conversation_id)
+    assert await store_refunds(db, "O-1044") == 1
+    return h, first.conversation_id
+
+
+@pytest.mark.parametrize("continued_by", ["customer", "worker"])
+async def test_crash_after_the_tool_ran_continues_without_running_it_again(
+        db: Database, tmp_path: Path, continued_by: str) -> None:
+    """A crash after the refund's result was committed and before the next model call: a new
+    runtime (the customer's next message, or the worker's recovery) continues the conversation
+    with a valid history; the store has one refund and the ledger one row."""
+    h, conv_id = await _confirmed_refund_then_crash(db)
+    await db.dispose()
+    model = ScriptedModel(["Your refund of $30.00 on O-1044 went through."])
+    db2, rt2, notifier = await restart(tmp_path / "t.db", model, h.clock)
+    if continued_by == "customer":
+        reply = await rt2.chat(principal=C7, channel="api", message="Did it go through?", conversation_id=conv_id)
+        assert reply.reply == "Your refund of $30.00 on O-1044 went through."
+    else:
+        advance(h.clock, 120)
+        await recover(rt2, orphan_after_s=60)
+        assert notifier.of("follow_up") == [(conv_id, "Your refund of $30.00 on O-1044 went through.")]
+    [request] = model.requests
+    assert "executed" in json.dumps(request.messages[-1].content)  # the model hears what happened
+    assert await store_refunds(db2, "O-1044") == 1
+    assert await ledger_rows(db2) == 1
+    await assert_history_valid(rt2, conv_id, C7)
+    await db2.dispose()
+
+
+async def test_cancelled_turn_leaves_no_open_transaction_and_continues(db: Database, tmp_path: Path) -> None:
+    """Cancelling the task while it waits on the model (a process being stopped) leaves the
+    database unlocked and the history valid; the case note the model wrote is not written twice."""
+    waiting = asyncio.Event()
+
+    async def planner(request: ModelRequest) -> Any:
+        if len(model.requests) == 1:
+            return [tool_use_block("add_case_note", {"note": "Customer asked about O-1042."})]
+        waiting.set()
+        await asyncio.Event().wait()  # hangs: the model never answers
+
+    model = FunctionModel(planner)
+    h = await seeded(db, model)
+    task = asyncio.create_task(h.runtime.chat(principal=C7, channel="api", message="Where is O-1042?"))
+    await asyncio.wait_for(waiting.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    conv = (await h.services.conversations.get_by_external_ref("x")) if False else None
+    assert conv is None
+    history_rows = await h.services.conversations.history(model.requests[0].metadata["conversation_id"])
+    conv_id = model.requests[0].metadata["conversation_id"]
+    assert [m.role for m in history_rows] == ["user", "assistant", "user"]
+    model2 = ScriptedModel(["I've noted it; O-1042 was delivered."])
+    db2, rt2, _ = await restart(tmp_path / "t.db", model2, h.clock)
+    r = await asyncio.wait_for(rt2.chat(principal=C7, channel="api", message="hello?", conversation_id=conv_id), 5)
+    assert r.outcome == "answered"
+    assert await case_notes(db2, conv_id, "note") == 1
+    await assert_history_valid(rt2, conv_id, C7)
+    await db2.dispose()
+
+
+async def test_turn_that_gave_up_is_not_redriven_by_crash_recovery(db: Database) -> None:
+    """A turn that ended with an escalation is finished: the worker's recovery does not call
+    the model again nor post another follow-up over the human who has the case."""
+    from agent.errors import ModelUnavailable
+
+    def down(_request: ModelRequest) -> Any:
+        raise ModelUnavailable("down", reason="unavailable")
+
+    model = FunctionModel(down)
+    h = await seeded(db, model)
+    r = await h.runtime.chat(principal=C7, channel="api", message="hi")
+    assert r.outcome == "gave_up"
+    advance(h.clock, 600)
+    await recover(h.runtime, orphan_after_s=60)
+    assert len(model.requests) == 1
+    assert h.notifier.of("follow_up") == []
+
+
+# -- a crash between the assistant message and its tool results (Turn.repair) ----------
+
+
+def crash_on_tool_results(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Make the commit that carries tool_result blocks die once (after the tools ran)."""
+    real = ConversationRepo.commit
+    state = {"crashed": 0}
+
+    async def commit(self: ConversationRepo, step: StepWrite) -> int:
+        carries_results = any(role == "user" and any(b.get("type") == "tool_result" for b in content)
+                              for role, content in step.messages)
+        if carries_results and not state["crashed"]:
+            state["crashed"] += 1
+            raise Crash("killed before the tool results were committed")
+        return await real(self, step)
+
+    monkeypatch.setattr(ConversationRepo, "commit", commit)
+    return state
+
+
+@pytest.mark.parametrize("continued_by", ["customer", "worker"])
+async def test_crash_between_tool_use_and_tool_result_is_repaired(
+        db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, continued_by: str) -> None:
+    """The assistant's tool_use is stored but its result is not: on restart the unanswered call
+    is answered first (whether the customer writes again or the worker recovers the run), so
+    the history the model sees is valid."""
+    model = ScriptedModel([[tool_use_block("get_order", {"order_id": "O-1042"})]])
+    h = await seeded(db, model)
+    state = crash_on_tool_results(monkeypatch)
+    with pytest.raises(Crash):
+        await h.runtime.chat(principal=C7, channel="api", message="Where is O-1042?")
+    assert state["crashed"] == 1
+    conv_id = model.requests[0].metadata["conversation_id"]
+    history = await h.services.conversations.history(conv_id)
+    assert [m.role for m in history] == ["user", "assistant"]
+    await db.dispose()
+    model2 = ScriptedModel(["O-1042 was delivered."])
+    db2, rt2, notifier = await restart(tmp_path / "t.db", model2, h.clock)
+    if continued_by == "customer":
+        r = await rt2.chat(principal=C7, channel="api", message="hello?", conversation_id=conv_id)
+        assert r.outcome == "answered"
+    else:
+        advance(h.clock, 120)
+        await recover(rt2, orphan_after_s=60)
+        assert notifier.of("follow_up")
+    [request] = model2.requests
+    [result] = results_in(request)
+    assert json.loads(result["content"])["status"] == "DELIVERED"
+    await assert_history_valid(rt2, conv_id, C7)
+    await db2.dispose()
+
+
+async def test_crash_after_a_refund_ran_in_a_model_step_is_repaired_truthfully(
+        db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refund ran (behind the ledger) in a model step and the process died before its
+    result was stored: the repair answers the call from the ledger — no second refund, one
+    ledger row, and the model is told it was done rather than asked to confirm again."""
+    calls = {"n": 0}
+    busy = {"left": 1}
+    h = None
+
+    def planner(request: ModelRequest) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return [tool_use_block("search_knowledge", SEARCH)]
+        if calls["n"] in (2, 4):  # proposed, then (after the processor hiccup) proposed again
+            return [tool_use_block("issue_refund", SMALL_REFUND)]
+        return "Shall I refund $30.00 on O-1044? Please confirm."
+
+    h = await seeded(db, FunctionModel(planner))
+    store = h.services.backend
+    real_refund = store.issue_refund
+
+    async def flaky_refund(*args: Any, **kwargs: Any) -> Any:
+        if busy["left"]:
+            busy["left"] -= 1
+            raise BackendError("processor_busy", "The payment processor is busy; try again.")
+        return await real_refund(*args, **kwargs)
+
+    monkeypatch.setattr(store, "issue_refund", flaky_refund)
+    first = await h.runtime.chat(principal=C7, channel="api", message="Refund $30 on O-1044, it is damaged.")
+    crash_on_tool_results(monkeypatch)
+    with pytest.raises(Crash):
+        # "yes": the runtime's attempt hits the busy processor (nothing done, the customer's
+        # confirmation still stands); the model retries the same call, which runs, then the
+        # process dies before the result is committed.
+        await h.runtime.chat(principal=C7, channel="api", message="yes", conversation_id=first.conversation_id)
+    assert await store_refunds(db, "O-1044") == 1
+    await db.dispose()
+    model2 = ScriptedModel(["Your refund of $30.00 went through."])
+    db2, rt2, _ = await restart(tmp_path / "t.db", model2, h.clock)
+    r = await rt2.chat(principal=C7, channel="api", message="so?", conversation_id=first.conversation_id)
+    assert r.outcome == "answered"
+    [request] = model2.requests
+    repaired = results_in(request)[-1]
+    body = json.loads(repaired["content"])
+    assert "is_error" not in repaired and body.get("refund_id", "").startswith("R-"), body
+    assert await store_refunds(db2, "O-1044") == 1
+    assert await ledger_rows(db2) == 1
+    await assert_history_valid(rt2, first.conversation_id, C7)
+    await db2.dispose()
