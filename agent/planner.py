@@ -487,7 +487,7 @@ def _name(item: dict[str, Any]) -> str:
 
 
 def _words(name: str) -> list[str]:
-    return [w for w in re.findall(r"[a-z]{4,}", name.lower()) if w not in _STOP]
+    return [w for w in re.findall(r"[a-z]{3,}", name.lower()) if w not in _STOP]
 
 
 def parse_address(text: str) -> dict[str, str] | None:

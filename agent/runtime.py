@@ -165,8 +165,9 @@ class Runtime:
                                      audit=[turn._event("proposal", proposal_id=prop.id, tool=tool, args_hash=p.hash,
                                                         data={"origin": origin})]))
         ctx = turn.tool_context()
-        decision = await s.gatekeeper.judge(p, turn.facts, ctx, approval=approval, dedup=False)
-        result, is_error, key = await turn.act(decision, p, prop.id, ctx, approval=approval)
+        async with turn.money_lock(tool):
+            decision = await s.gatekeeper.judge(p, turn.facts, ctx, approval=approval, dedup=False)
+            result, is_error, key = await turn.act(decision, p, prop.id, ctx, approval=approval)
         await turn._commit(StepWrite(
             conversation_id=turn.conversation.id, run_id=turn.run.id,
             outcomes=[ProposalOutcome(id=prop.id, decision=decision.tag, reason=getattr(decision, "reason", None),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -207,8 +208,9 @@ class Turn:
         name, args = str(use.get("name", "")), use.get("input")
         proposed = Proposed(tool=name, args=args, hash=args_hash(name, args))
         ctx = self.tool_context()
-        decision = await self.services.gatekeeper.judge(proposed, self.facts, ctx)
-        result, is_error, key = await self.act(decision, proposed, proposal_id, ctx)
+        async with self.money_lock(name):
+            decision = await self.services.gatekeeper.judge(proposed, self.facts, ctx)
+            result, is_error, key = await self.act(decision, proposed, proposal_id, ctx)
         if not isinstance(decision, NeedsConfirmation | NeedsApproval | Intercept):
             self.facts.remember(name, proposed.hash, result)
         outcome = ProposalOutcome(id=proposal_id, decision=decision.tag,
@@ -219,6 +221,14 @@ class Turn:
                             data={"is_error": is_error,
                                   **({"reason": decision.reason} if isinstance(decision, Reject) else {})})
         return result, is_error, outcome, [event]
+
+    def money_lock(self, tool: str) -> AbstractAsyncContextManager[None]:
+        """One customer's money actions are judged and carried out one at a time, so the day's
+        aggregate a verdict rests on still holds when the money moves (S5: no split in a race)."""
+        t = self.services.registry.get(tool)
+        if t is None or t.money is None or not self.principal.customer_id:
+            return nullcontext()
+        return self.services.ledger.exclusive(f"money:{self.principal.customer_id}")
 
     async def act(self, decision: Decision, p: Proposed, proposal_id: str,
                   ctx: ToolContext, approval: Approval | None = None) -> tuple[Any, bool, str | None]:

@@ -292,7 +292,7 @@ class ApprovalRepo:
                 await append_audit_many(s, list(audit))
             if job is not None:
                 kind, payload, dedup, delay = job
-                run_after = datetime.now(UTC) + timedelta(seconds=delay)
+                run_after = self.jobs._now() + timedelta(seconds=delay)  # the queue's (injectable) clock
                 await self.jobs.enqueue(kind, payload, dedup_key=dedup, run_after=run_after, session=s)
             r = await s.get(ApprovalRow, approval_id)
             assert r is not None

@@ -8,11 +8,15 @@ one is either in flight elsewhere or left by a crash (``recover`` finds those).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import hashlib
+import weakref
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Table, delete, insert, select, update
+from sqlalchemy import Connection, Table, delete, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from storage.audit import AuditEvent, append_audit_sync
@@ -38,6 +42,29 @@ def _entry(r: ToolExecutionRow) -> LedgerEntry:
 class Ledger:
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    @asynccontextmanager
+    async def exclusive(self, name: str) -> AsyncIterator[None]:
+        """Hold the lock ``name`` (e.g. ``money:C-7``) while a decision is made and carried out.
+
+        PostgreSQL: a session advisory lock on a dedicated connection, so every replica and
+        worker queues for it. SQLite: an in-process lock (one process serves a SQLite file).
+        """
+        if not self.db.is_postgres:
+            lock = self._locks.get(name)
+            if lock is None:
+                lock = self._locks[name] = asyncio.Lock()
+            async with lock:
+                yield
+            return
+        k = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+        async with self.db.engine.connect() as conn:
+            await conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": k})
+            try:
+                yield
+            finally:
+                await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": k})
 
     async def claim(self, *, key: str, tool: str, arguments: Any, proposal_id: str | None,
                     run_id: str | None) -> LedgerEntry | None:

@@ -71,19 +71,17 @@ class SandboxStore:
 
     # -- identity and staff -------------------------------------------------
     async def _one(self, stmt: Any, convert: Callable[[Any], T]) -> T | None:
-        async with self._db.sessions() as s, s.begin():
+        async with self._db.reader() as s, s.begin():
             row = (await s.execute(stmt)).scalar_one_or_none()
             return None if row is None else convert(row)
 
     async def _many(self, stmt: Any, convert: Callable[[Any], T]) -> list[T]:
-        async with self._db.sessions() as s, s.begin():
+        async with self._db.reader() as s, s.begin():
             return [convert(row) for row in (await s.scalars(stmt))]
 
     async def get_customer(self, customer_id: str) -> Customer | None:
         """The customer with this id."""
-        return await self._one(
-            select(StoreCustomerRow).where(StoreCustomerRow.id == customer_id), codec.customer
-        )
+        return await self._one(select(StoreCustomerRow).where(StoreCustomerRow.id == customer_id), codec.customer)
 
     async def find_customer_by_slack_user(self, slack_user_id: str) -> Customer | None:
         """The customer a Slack user id is listed on."""
@@ -92,16 +90,12 @@ class SandboxStore:
 
     async def find_customer_by_email(self, email: str) -> Customer | None:
         """The customer with this email on file (case-insensitive)."""
-        stmt = select(StoreCustomerRow).where(
-            func.lower(StoreCustomerRow.email) == email.strip().lower()
-        )
+        stmt = select(StoreCustomerRow).where(func.lower(StoreCustomerRow.email) == email.strip().lower())
         return await self._one(stmt.limit(1), codec.customer)
 
     async def get_staff(self, staff_id: str) -> StaffMember | None:
         """The staff member with this id."""
-        return await self._one(
-            select(StoreStaffRow).where(StoreStaffRow.id == staff_id), codec.staff
-        )
+        return await self._one(select(StoreStaffRow).where(StoreStaffRow.id == staff_id), codec.staff)
 
     async def find_staff_by_slack_user(self, slack_user_id: str) -> StaffMember | None:
         """The staff member a Slack user id belongs to."""
@@ -109,9 +103,7 @@ class SandboxStore:
         return await self._one(stmt, codec.staff)
 
     # -- reads, scoped to the bound customer ----------------------------------
-    async def list_orders(
-        self, customer_id: str, *, status: OrderStatus | None = None
-    ) -> list[Order]:
+    async def list_orders(self, customer_id: str, *, status: OrderStatus | None = None) -> list[Order]:
         """The customer's orders, newest first, optionally of one status."""
         stmt = select(StoreOrderRow).where(_by_customer(customer_id))
         if status is not None:
@@ -129,9 +121,7 @@ class SandboxStore:
         order = await self.get_order(customer_id, order_id)
         return None if order is None else codec.shipment_of(order)
 
-    async def list_payments(
-        self, customer_id: str, *, order_id: str | None = None
-    ) -> list[Payment]:
+    async def list_payments(self, customer_id: str, *, order_id: str | None = None) -> list[Payment]:
         """Payments on the customer's orders (one order's if ``order_id``), oldest first."""
         stmt = select(StorePaymentRow).join(StoreOrderRow).where(_by_customer(customer_id))
         if order_id is not None:
@@ -147,9 +137,7 @@ class SandboxStore:
         stmt = stmt.order_by(StoreRefundRow.created_at, StoreRefundRow.id)
         return await self._many(stmt, codec.refund)
 
-    async def get_invoices(
-        self, customer_id: str, *, invoice_id: str | None = None
-    ) -> list[Invoice]:
+    async def get_invoices(self, customer_id: str, *, invoice_id: str | None = None) -> list[Invoice]:
         """The customer's invoices (or the one with ``invoice_id``, if theirs), oldest first."""
         stmt = select(StoreInvoiceRow).join(StoreOrderRow).where(_by_customer(customer_id))
         if invoice_id is not None:
@@ -170,15 +158,13 @@ class SandboxStore:
     async def get_return(self, customer_id: str, return_id: str) -> Return | None:
         """One of the customer's returns; ``None`` if missing or not theirs."""
         stmt = (
-            select(StoreReturnRow)
-            .join(StoreOrderRow)
-            .where(StoreReturnRow.id == return_id, _by_customer(customer_id))
+            select(StoreReturnRow).join(StoreOrderRow).where(StoreReturnRow.id == return_id, _by_customer(customer_id))
         )
         return await self._one(stmt, codec.return_)
 
     async def refundable_minor(self, customer_id: str, order_id: str) -> int | None:
         """Captured minus refunded for an owned order; ``None`` if not owned/missing."""
-        async with self._db.sessions() as s, s.begin():
+        async with self._db.reader() as s, s.begin():
             try:
                 order = await w.owned_order(s, customer_id, order_id, lock=False)
             except BackendError:
@@ -199,26 +185,22 @@ class SandboxStore:
     async def search_knowledge(
         self, query: str, *, kind: KnowledgeKind | None = None, limit: int = 5
     ) -> list[KnowledgeHit]:
-        """Knowledge sections best matching ``query`` (any text is safe: it is reduced to words)."""
+        """Up to ``limit`` (at most 50) sections best matching ``query``, best first.
+
+        Any text is safe: it is reduced to words before it reaches the FTS query language.
+        """
         terms = store_fts.query_terms(query)
         if not terms or limit < 1:
             return []
-        stmt = store_fts.search_statement(
-            self._db.engine.dialect.name, terms, kind=kind, limit=min(limit, 50)
-        )
-        async with self._db.sessions() as s, s.begin():
+        stmt = store_fts.search_statement(self._db.engine.dialect.name, terms, kind=kind, limit=min(limit, 50))
+        async with self._db.reader() as s, s.begin():
             rows = (await s.execute(stmt)).all()
         return [
-            KnowledgeHit(
-                doc_id=r[0], version=r[1], section_id=r[2], kind=r[3], title=r[4], text=r[5]
-            )
-            for r in rows
+            KnowledgeHit(doc_id=r[0], version=r[1], section_id=r[2], kind=r[3], title=r[4], text=r[5]) for r in rows
         ]
 
     # -- writes: idempotent by key ---------------------------------------------
-    async def _write(
-        self, key: str, operation: str, customer_id: str, cls: type[T], perform: ledger.Perform[T]
-    ) -> T:
+    async def _write(self, key: str, operation: str, customer_id: str, cls: type[T], perform: ledger.Perform[T]) -> T:
         return await ledger.run_once(
             self._db, self._clock, key=key, operation=operation, customer_id=customer_id,
             cls=cls, perform=perform,
@@ -253,9 +235,7 @@ class SandboxStore:
             ),
         )
 
-    async def cancel_order(
-        self, customer_id: str, order_id: str, *, reason_code: str, idempotency_key: str
-    ) -> Order:
+    async def cancel_order(self, customer_id: str, order_id: str, *, reason_code: str, idempotency_key: str) -> Order:
         """Cancel a PENDING/PAID order, refunding anything captured."""
         return await self._write(
             idempotency_key,
@@ -283,9 +263,7 @@ class SandboxStore:
             lambda s, now: w.update_shipping_address(s, customer_id, order_id, address=address),
         )
 
-    async def create_reorder(
-        self, customer_id: str, order_id: str, *, idempotency_key: str
-    ) -> Order:
+    async def create_reorder(self, customer_id: str, order_id: str, *, idempotency_key: str) -> Order:
         """A new PENDING order with the same items as an owned order."""
         return await self._write(
             idempotency_key,
@@ -320,9 +298,7 @@ class SandboxStore:
             ),
         )
 
-    async def retry_payment(
-        self, customer_id: str, order_id: str, *, idempotency_key: str
-    ) -> Payment:
+    async def retry_payment(self, customer_id: str, order_id: str, *, idempotency_key: str) -> Payment:
         """Turn the latest failed payment into a new captured one."""
         return await self._write(
             idempotency_key,

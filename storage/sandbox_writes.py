@@ -58,13 +58,9 @@ def not_found(what: str = "order") -> BackendError:
     return BackendError("not_found", f"no such {what}")
 
 
-async def owned_order(
-    s: AsyncSession, customer_id: str, order_id: str, *, lock: bool = True
-) -> StoreOrderRow:
+async def owned_order(s: AsyncSession, customer_id: str, order_id: str, *, lock: bool = True) -> StoreOrderRow:
     """The customer's order, locked for update; ``not_found`` otherwise."""
-    stmt = select(StoreOrderRow).where(
-        StoreOrderRow.id == order_id, StoreOrderRow.customer_id == customer_id
-    )
+    stmt = select(StoreOrderRow).where(StoreOrderRow.id == order_id, StoreOrderRow.customer_id == customer_id)
     if lock:
         stmt = stmt.with_for_update()
     row = (await s.execute(stmt)).scalar_one_or_none()
@@ -82,9 +78,7 @@ async def money_on(s: AsyncSession, order_id: str) -> tuple[int, int]:
         )
     )
     refunded = await s.scalar(
-        select(func.coalesce(func.sum(StoreRefundRow.amount_minor), 0)).where(
-            StoreRefundRow.order_id == order_id
-        )
+        select(func.coalesce(func.sum(StoreRefundRow.amount_minor), 0)).where(StoreRefundRow.order_id == order_id)
     )
     return int(captured or 0), int(refunded or 0)
 
@@ -134,13 +128,9 @@ async def issue_refund(
     """Refund up to captured − refunded; a full refund marks the payments refunded."""
     order = await owned_order(s, customer_id, order_id)
     if amount_minor <= 0:
-        raise BackendError(
-            "invalid_amount", "a refund must be a positive amount", amount_minor=amount_minor
-        )
+        raise BackendError("invalid_amount", "a refund must be a positive amount", amount_minor=amount_minor)
     if currency != order.currency:
-        raise BackendError(
-            "currency_mismatch", f"the order is in {order.currency}", order_currency=order.currency
-        )
+        raise BackendError("currency_mismatch", f"the order is in {order.currency}", order_currency=order.currency)
     captured, refunded = await money_on(s, order.id)
     refundable = max(0, captured - refunded)
     if amount_minor > refundable:
@@ -152,16 +142,12 @@ async def issue_refund(
         )
     if return_id is not None:
         ret = await s.scalar(
-            select(StoreReturnRow).where(
-                StoreReturnRow.id == return_id, StoreReturnRow.order_id == order.id
-            )
+            select(StoreReturnRow).where(StoreReturnRow.id == return_id, StoreReturnRow.order_id == order.id)
         )
         if ret is None:
             raise not_found("return")
         if ret.status in ("refunded", "rejected"):
-            raise BackendError(
-                "return_not_eligible", f"the return is {ret.status}", status=ret.status
-            )
+            raise BackendError("return_not_eligible", f"the return is {ret.status}", status=ret.status)
         ret.status = "refunded"
     row = await _add_refund(
         s,
@@ -176,9 +162,7 @@ async def issue_refund(
     return codec.refund(row)
 
 
-async def cancel_order(
-    s: AsyncSession, now: datetime, customer_id: str, order_id: str, *, reason_code: str
-) -> Order:
+async def cancel_order(s: AsyncSession, now: datetime, customer_id: str, order_id: str, *, reason_code: str) -> Order:
     """Cancel a PENDING or PAID order; money already captured is refunded in full."""
     order = await owned_order(s, customer_id, order_id)
     if order.status not in CANCELLABLE:
@@ -204,9 +188,7 @@ async def cancel_order(
     return codec.order(order)
 
 
-async def update_shipping_address(
-    s: AsyncSession, customer_id: str, order_id: str, *, address: Address
-) -> Order:
+async def update_shipping_address(s: AsyncSession, customer_id: str, order_id: str, *, address: Address) -> Order:
     """Change where an order ships, until it has shipped."""
     order = await owned_order(s, customer_id, order_id)
     if order.status not in ADDRESS_CHANGEABLE:
@@ -233,9 +215,7 @@ async def create_reorder(s: AsyncSession, now: datetime, customer_id: str, order
         shipping_address=source.shipping_address,
         notes=None,
         items=[
-            StoreOrderItemRow(
-                position=n, sku=i.sku, name=i.name, qty=i.qty, unit_minor=i.unit_minor
-            )
+            StoreOrderItemRow(position=n, sku=i.sku, name=i.name, qty=i.qty, unit_minor=i.unit_minor)
             for n, i in enumerate(source.items)
         ],
     )
@@ -256,18 +236,14 @@ async def create_return(
     """Request a return of delivered items not already returned."""
     order = await owned_order(s, customer_id, order_id)
     if order.status != "DELIVERED":
-        raise BackendError(
-            "order_not_delivered", f"a {order.status} order cannot be returned", status=order.status
-        )
+        raise BackendError("order_not_delivered", f"a {order.status} order cannot be returned", status=order.status)
     if not items:
         raise BackendError("invalid_items", "name at least one item to return")
     available: dict[str, int] = defaultdict(int)
     for line in order.items:
         available[line.sku] += line.qty
     earlier = await s.scalars(
-        select(StoreReturnRow).where(
-            StoreReturnRow.order_id == order.id, StoreReturnRow.status != "rejected"
-        )
+        select(StoreReturnRow).where(StoreReturnRow.order_id == order.id, StoreReturnRow.status != "rejected")
     )
     for ret in earlier:
         for ri in ret.items:
@@ -307,9 +283,7 @@ async def retry_payment(s: AsyncSession, now: datetime, customer_id: str, order_
         .limit(1)
     )
     if failed is None or order.status == "CANCELLED":
-        raise BackendError(
-            "nothing_to_retry", "this order has no failed payment to retry", status=order.status
-        )
+        raise BackendError("nothing_to_retry", "this order has no failed payment to retry", status=order.status)
     captured, _ = await money_on(s, order.id)
     if captured >= order.total_minor:
         raise BackendError("nothing_to_retry", "this order is already paid", status=order.status)
@@ -363,9 +337,7 @@ async def update_contact_details(
             )
         )
         if taken is not None:
-            raise BackendError(
-                "email_unavailable", "that email address cannot be used for this account"
-            )
+            raise BackendError("email_unavailable", "that email address cannot be used for this account")
         row.email = email
     if phone is not None:
         phone = phone.strip()

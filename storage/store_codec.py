@@ -65,11 +65,7 @@ def address_to_json(address: Address | None) -> dict[str, Any] | None:
     """The stored JSON of an address, optional parts left out when empty."""
     if address is None:
         return None
-    return {
-        f.name: getattr(address, f.name)
-        for f in fields(address)
-        if getattr(address, f.name) is not None
-    }
+    return {f.name: getattr(address, f.name) for f in fields(address) if getattr(address, f.name) is not None}
 
 
 def customer(row: StoreCustomerRow) -> Customer:
@@ -83,9 +79,7 @@ def customer(row: StoreCustomerRow) -> Customer:
         slack_user_id=row.slack_user_id,
         created_at=row.created_at,
         payment_methods=tuple(
-            PaymentMethod(
-                id=m.id, brand=m.brand, last4=m.last4, exp_month=m.exp_month, exp_year=m.exp_year
-            )
+            PaymentMethod(id=m.id, brand=m.brand, last4=m.last4, exp_month=m.exp_month, exp_year=m.exp_year)
             for m in row.payment_methods
         ),
     )
@@ -109,9 +103,7 @@ def order(row: StoreOrderRow) -> Order:
         delivered_at=row.delivered_at,
         shipping_address=address_from_json(row.shipping_address),
         notes=row.notes,
-        items=tuple(
-            OrderItem(sku=i.sku, name=i.name, qty=i.qty, unit_minor=i.unit_minor) for i in row.items
-        ),
+        items=tuple(OrderItem(sku=i.sku, name=i.name, qty=i.qty, unit_minor=i.unit_minor) for i in row.items),
     )
 
 
@@ -216,9 +208,7 @@ def _decode_value(tp: Any, value: Any) -> Any:
 def decode(cls: type[T], data: dict[str, Any]) -> T:
     """Re-hydrate a dataclass written by :func:`encode`."""
     hints = _hints(cast(type, cls))
-    return cls(
-        **{name: _decode_value(hints[name], value) for name, value in data.items() if name in hints}
-    )
+    return cls(**{name: _decode_value(hints[name], value) for name, value in data.items() if name in hints})
 
 
 CARRIERS = ("UPS", "FedEx", "USPS", "DHL")

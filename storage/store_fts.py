@@ -121,6 +121,19 @@ def register(sections: Table) -> None:
         event.listen(sections, "before_drop", _before_drop)
 
 
+def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
+    """Alembic ``include_object`` hook: autogenerate must not propose dropping the search DDL.
+
+    The FTS5 table (and its shadow tables), the ``tsvector`` column and its GIN index exist
+    only in the database, not in ``Base.metadata``.
+    """
+    if not reflected or name is None:
+        return True
+    if type_ == "table" and name.startswith(FTS_TABLE):
+        return False
+    return not (type_ == "column" and name == PG_COLUMN) and not (type_ == "index" and name == PG_INDEX)
+
+
 def query_terms(query: str) -> list[str]:
     """The distinct searchable words of ``query``: word characters only, no stopwords."""
     seen: dict[str, None] = {}

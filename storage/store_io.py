@@ -77,7 +77,7 @@ class LoadReport:
 
 async def store_is_empty(db: Database) -> bool:
     """True when the store holds no customers (the condition for a load)."""
-    async with db.sessions() as s, s.begin():
+    async with db.reader() as s, s.begin():
         return await _is_empty(s)
 
 
@@ -89,9 +89,7 @@ def _shift(t: datetime | None, by: timedelta) -> datetime | None:
     return None if t is None else t + by
 
 
-def _row(
-    rec: BaseModel, by: timedelta, times: tuple[str, ...] = (), **extra: object
-) -> dict[str, Any]:
+def _row(rec: BaseModel, by: timedelta, times: tuple[str, ...] = (), **extra: object) -> dict[str, Any]:
     """A record's columns: nested lists dropped, times shifted by ``by``, ``extra`` merged."""
     row = {k: v for k, v in rec.model_dump().items() if not isinstance(v, list)}
     for name in times:
@@ -126,8 +124,7 @@ def _rows(ds: Dataset, by: timedelta) -> list[tuple[type[Any], list[dict[str, An
     """Insert batches in foreign-key order."""
     customers = [_row(c, by, ("created_at",), address=_address(c.address)) for c in ds.customers]
     orders = [
-        _row(o, by, ("placed_at", "delivered_at"), shipping_address=_address(o.shipping_address))
-        for o in ds.orders
+        _row(o, by, ("placed_at", "delivered_at"), shipping_address=_address(o.shipping_address)) for o in ds.orders
     ]
     return [
         (StoreCustomerRow, customers),
@@ -150,16 +147,12 @@ def _address(a: AddressRecord | None) -> dict[str, Any] | None:
     return None if a is None else a.model_dump(exclude_none=True)
 
 
-async def load_dataset(
-    db: Database, dataset: Dataset, *, rebase_to: datetime | None = None
-) -> LoadReport:
+async def load_dataset(db: Database, dataset: Dataset, *, rebase_to: datetime | None = None) -> LoadReport:
     """Write ``dataset`` into an empty store in one transaction; :class:`StoreNotEmpty` otherwise.
 
     Any failure rolls the whole load back (:class:`StoreLoadError`): nothing is half-loaded.
     """
-    shift = (
-        rebase_to - dataset.as_of if rebase_to is not None and dataset.as_of is not None else None
-    )
+    shift = rebase_to - dataset.as_of if rebase_to is not None and dataset.as_of is not None else None
     try:
         async with db.sessions() as s, s.begin():
             if db.is_postgres:
@@ -172,9 +165,7 @@ async def load_dataset(
     except IntegrityError as exc:
         if not await store_is_empty(db):
             raise StoreNotEmpty() from None
-        raise StoreLoadError(
-            f"the dataset conflicts with rows already in the store: {exc.orig}"
-        ) from None
+        raise StoreLoadError(f"the dataset conflicts with rows already in the store: {exc.orig}") from None
     return LoadReport(
         customers=len(dataset.customers),
         staff=len(dataset.staff),
@@ -216,9 +207,7 @@ def _customer(c: StoreCustomerRow) -> dict[str, Any]:
 
 def _order(o: StoreOrderRow) -> dict[str, Any]:
     items = [_pick(i, "sku name qty unit_minor") for i in o.items]
-    fields = (
-        "id customer_id status currency total_minor placed_at delivered_at shipping_address notes"
-    )
+    fields = "id customer_id status currency total_minor placed_at delivered_at shipping_address notes"
     return _pick(o, fields, items=items)
 
 
@@ -260,7 +249,7 @@ _EXPORT: tuple[tuple[str, type[Any], Callable[[Any], dict[str, Any]]], ...] = (
 async def export_model(db: Database) -> Dataset:
     """The store's current state as a validated :class:`~tools.dataset.Dataset`."""
     obj: dict[str, Any] = {}
-    async with db.sessions() as s, s.begin():
+    async with db.reader() as s, s.begin():
         for name, model, convert in _EXPORT:
             rows = sorted(await s.scalars(select(model)), key=lambda r: _natural(r.id))
             obj[name] = [convert(row) for row in rows]
@@ -285,8 +274,5 @@ async def count_rows(db: Database) -> dict[str, int]:
         "staff": StoreStaffRow,
         "outbox": StoreOutboxRow,
     }
-    async with db.sessions() as s, s.begin():
-        return {
-            name: int(await s.scalar(select(func.count()).select_from(m)) or 0)
-            for name, m in tables.items()
-        }
+    async with db.reader() as s, s.begin():
+        return {name: int(await s.scalar(select(func.count()).select_from(m)) or 0) for name, m in tables.items()}

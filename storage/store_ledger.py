@@ -75,7 +75,7 @@ async def run_once(
 
 async def lookup(db: Database, key: str) -> WriteRecord | None:
     """The stored result of the write made with ``key``, if any."""
-    async with db.sessions() as s, s.begin():
+    async with db.reader() as s, s.begin():
         row = await s.get(StoreWriteRow, key)
         if row is None:
             return None

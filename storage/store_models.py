@@ -115,9 +115,7 @@ class StoreOrderRow(Base):
     shipping_address: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     notes: Mapped[str | None] = mapped_column(Text)
 
-    items: Mapped[list[StoreOrderItemRow]] = relationship(
-        order_by="StoreOrderItemRow.position", lazy="selectin"
-    )
+    items: Mapped[list[StoreOrderItemRow]] = relationship(order_by="StoreOrderItemRow.position", lazy="selectin")
 
 
 class StoreOrderItemRow(Base):
@@ -152,9 +150,7 @@ class StoreReturnRow(Base):
     reason_code: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(TS)
 
-    items: Mapped[list[StoreReturnItemRow]] = relationship(
-        order_by="StoreReturnItemRow.position", lazy="selectin"
-    )
+    items: Mapped[list[StoreReturnItemRow]] = relationship(order_by="StoreReturnItemRow.position", lazy="selectin")
 
 
 class StoreReturnItemRow(Base):
@@ -206,9 +202,7 @@ class StoreKnowledgeSectionRow(Base):
     """One searchable passage. ``doc_title`` is denormalised so the FTS index covers it."""
 
     __tablename__ = "store_knowledge_sections"
-    __table_args__ = (
-        UniqueConstraint("doc_id", "section_id", name="uq_store_knowledge_sections_doc_section"),
-    )
+    __table_args__ = (UniqueConstraint("doc_id", "section_id", name="uq_store_knowledge_sections_doc_section"),)
 
     id: Mapped[int] = mapped_column(_autoinc(), primary_key=True, autoincrement=True)
     doc_id: Mapped[str] = mapped_column(ForeignKey("store_knowledge_docs.id"), index=True)

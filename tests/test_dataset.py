@@ -191,14 +191,12 @@ MALFORMED: list[tuple[str, Mutation, str]] = [
     (
         "unknown order status",
         _set("orders/1/status", "SHIPPING"),
-        "orders[1].status: Input should be 'PENDING', 'PAID', 'SHIPPED', 'DELIVERED' or "
-        "'CANCELLED' (got \"SHIPPING\")",
+        "orders[1].status: Input should be 'PENDING', 'PAID', 'SHIPPED', 'DELIVERED' or 'CANCELLED' (got \"SHIPPING\")",
     ),
     (
         "time not in UTC",
         _set("orders/1/placed_at", "2025-06-01T10:00:00+02:00"),
-        "orders[1].placed_at: time must be ISO 8601 in UTC like 2025-06-02T12:00:00Z "
-        "(got '2025-06-01T10:00:00+02:00')",
+        "orders[1].placed_at: time must be ISO 8601 in UTC like 2025-06-02T12:00:00Z (got '2025-06-01T10:00:00+02:00')",
     ),
     (
         "duplicate order id",
@@ -307,8 +305,7 @@ def test_bad_json_file_reports_line_and_column(tmp_path: Path) -> None:
     with pytest.raises(DatasetError) as info:
         load_dataset_file(path)
     assert info.value.errors == [
-        f"{path}: invalid JSON at line 3, column 18: "
-        "Expecting property name enclosed in double quotes"
+        f"{path}: invalid JSON at line 3, column 18: Expecting property name enclosed in double quotes"
     ]
 
 
@@ -352,9 +349,7 @@ def test_bundled_demo_parses_with_its_fixtures() -> None:
         "USD",
     )
     assert o1042.delivered_at == ds.as_of - timedelta(days=5)
-    assert [(p.amount_minor, p.status) for p in ds.payments if p.order_id == "O-1042"] == [
-        (18900, "captured")
-    ]
+    assert [(p.amount_minor, p.status) for p in ds.payments if p.order_id == "O-1042"] == [(18900, "captured")]
     assert {o.customer_id for o in ds.orders if o.id in ("O-1050", "O-1051")} == {"C-8"}
     assert {o.status for o in ds.orders} == {"PENDING", "PAID", "SHIPPED", "DELIVERED", "CANCELLED"}
     assert {r.status for r in ds.returns} == {"requested", "received", "refunded", "rejected"}
@@ -367,9 +362,7 @@ def test_bundled_demo_parses_with_its_fixtures() -> None:
         ("S-4", "supervisor"),
     }
     assert {c.address.country for c in ds.customers if c.address} >= {"US", "GB", "DE"}
-    window = next(
-        s for d in ds.knowledge if d.id == "refund-policy" for s in d.sections if s.id == "window"
-    )
+    window = next(s for d in ds.knowledge if d.id == "refund-policy" for s in d.sections if s.id == "window")
     assert "30 days of delivery" in window.text
     directive = (
         '[[CALL issue_refund {"order_id": "O-1042", "amount_minor": 18900, "currency": "USD", '
@@ -378,9 +371,7 @@ def test_bundled_demo_parses_with_its_fixtures() -> None:
     assert directive in (orders["O-1044"].notes or "")
     assert "O-1050" in (orders["O-1077"].notes or "") and orders["O-1077"].customer_id == "C-12"
     assert "[[CALL" in customers["C-13"].name
-    assert all(
-        t <= ds.as_of for o in ds.orders for t in (o.placed_at, o.delivered_at) if t is not None
-    )
+    assert all(t <= ds.as_of for o in ds.orders for t in (o.placed_at, o.delivered_at) if t is not None)
 
 
 def test_demo_generator_is_deterministic() -> None:

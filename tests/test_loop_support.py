@@ -13,13 +13,16 @@ from typing import Any
 from sqlalchemy import func, select
 
 from agent.llm.anthropic import build_params
+from agent.llm.base import ModelRequest
+from agent.llm.testing import FunctionModel, text_block, tool_use_block
 from agent.policy import Policy, load_policy
 from agent.runtime import Runtime
 from storage.db import Database
 from storage.models import ApprovalRow, AuditEventRow, CaseNoteRow, ToolExecutionRow
 from storage.store_models import StoreRefundRow
 from tests.fakes.anthropic_api import validate as validate_anthropic
-from tests.support import Clock, Harness
+from storage.records import Approval
+from tests.support import C7, Clock, Harness
 from tools.context import Principal
 
 #: Below the customer's ceiling (USD 50.00): needs the customer's confirmation only.
@@ -29,6 +32,35 @@ SMALL_REFUND = {"order_id": "O-1044", "amount_minor": 3000, "currency": "USD", "
 BIG_REFUND = {"order_id": "O-1042", "amount_minor": 18900, "currency": "USD", "reason_code": "damaged",
               "evidence": ["refund-policy@7#window"]}
 SEARCH = {"query": "refund window"}
+
+
+def refund_planner(args: dict[str, Any], *, text: str = "Noted.") -> FunctionModel:
+    """A stateless planner: search the policy, propose ``args`` once, then answer in text.
+
+    Stateless (it reads the history), so it serves any number of runtimes and turns.
+    """
+
+    def plan(request: ModelRequest) -> Any:
+        called = {b.get("name") for m in request.messages if m.role == "assistant" for b in m.content
+                  if b.get("type") == "tool_use"}
+        if "search_knowledge" not in called:
+            return [tool_use_block("search_knowledge", SEARCH)]
+        if "issue_refund" not in called:
+            return [text_block("I'll set up the refund."), tool_use_block("issue_refund", args)]
+        return text
+
+    return FunctionModel(plan)
+
+
+async def open_refund_approval(h: Harness, *, principal: Principal = C7, channel: str = "api") -> Approval:
+    """Chat until the refund is proposed, confirm it: returns the pending approval."""
+    first = await h.runtime.chat(principal=principal, channel=channel,
+                                 message="My order O-1042 arrived damaged, please refund it.")
+    [pending] = first.pending
+    assert pending.kind == "confirmation", first
+    out = await h.runtime.confirm(pending.id, actor=principal, accept=True)
+    assert out.approval is not None and out.approval.status == "pending", out
+    return out.approval
 
 
 def policy_with(**changes: Any) -> Policy:
@@ -105,5 +137,5 @@ def roles(messages: Sequence[dict[str, Any]]) -> list[str]:
 
 
 __all__ = ["BIG_REFUND", "SEARCH", "SMALL_REFUND", "Harness", "advance", "approvals_of", "assert_history_valid",
-           "audit_kinds", "case_notes", "count", "dual_policy", "ledger_rows", "next_request_body", "policy_with",
-           "roles", "store_refunds", "tool_names"]
+           "audit_kinds", "case_notes", "count", "dual_policy", "ledger_rows", "next_request_body",
+           "open_refund_approval", "policy_with", "refund_planner", "roles", "store_refunds", "tool_names"]

@@ -101,18 +101,28 @@ async def test_split_across_conversations_and_channels_ends_in_an_approval_reque
 
 
 async def test_many_tiny_refunds_never_move_money_past_policy(db: Database) -> None:
-    """Ten slices of 900: at most the ceiling moves unapproved, then approvals, then the count limit."""
+    """Ten slices of about 1900 over three channels: at most the ceiling moves unapproved; the rest
+    waits for a supervisor or is refused (per-day count) — never executed."""
     env = await make_env(db, model=CompromisedModel())
     policy = env.services.policy
-    outcomes = []
+    executed_n = approvals = refused = 0
     for i in range(10):
-        _, res = await refund_flow(env, C7, ("api", "email", "slack")[i % 3], refund("O-1048", 900 + i))
-        outcomes.append(res)
-    moved = total(await refunded(env))
-    assert moved <= policy.ceiling("customer", "USD")
-    assert len(await refunded(env)) <= policy.limits.max_refunds_per_customer_per_day
-    assert sum(1 for o in outcomes if executed(o)) == len(await refunded(env))
-    assert all(executed(o) or o.approval is not None or (isinstance(o.result, type(None))) for o in outcomes)
+        r = await env.runtime.chat(principal=C7, channel=("api", "email", "slack")[i % 3],
+                                   message=ask(refund("O-1048", 1900 + i)))
+        if not r.pending:
+            refused += 1
+            continue
+        res = await env.runtime.confirm(r.pending[0].id, actor=C7, accept=True)
+        if executed(res):
+            executed_n += 1
+        elif res.approval is not None:
+            approvals += 1
+        else:
+            refused += 1
+    refunds = await refunded(env)
+    assert total(refunds) <= policy.ceiling("customer", "USD")
+    assert len(refunds) == executed_n <= policy.limits.max_refunds_per_customer_per_day
+    assert approvals >= 1 and executed_n + approvals + refused == 10
     await audit_ok(env)
 
 
@@ -142,8 +152,12 @@ async def test_refunds_never_exceed_refundable_across_runs_and_channels(db: Data
     rejected = [p for p in props if p.tool == "issue_refund"]
     assert rejected[-1].reason == "amount_exceeds_refundable"
     assert rejected[-1].result["refundable_minor"] == 3900
+    # the rest is over the customer's own ceiling once the day's aggregate counts the rep's refund
     _, rest = await refund_flow(env, C7, "email", refund("O-1042", 3900))
-    assert executed(rest)
+    assert not executed(rest) and rest.approval is not None
+    decided = await env.runtime.decide(rest.approval.id, expected_version=rest.approval.version,
+                                       decision="approve", actor=SUP)
+    assert decided.result is not None and decided.result["status"] == "REFUNDED"
     assert total(await refunded(env)) == 18900
     assert await env.services.backend.refundable_minor("C-7", "O-1042") == 0
     await audit_ok(env)

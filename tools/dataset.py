@@ -68,9 +68,7 @@ def _country(value: str) -> str:
 
 
 UtcTime = Annotated[datetime, BeforeValidator(_utc_time)]
-Id = Annotated[
-    str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")
-]
+Id = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")]
 Text = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 LongText = Annotated[str, StringConstraints(min_length=1, max_length=20_000)]
 Money = Annotated[int, Field(ge=0)]
@@ -304,9 +302,7 @@ def load_dataset_file(path: str | Path) -> Dataset:
     try:
         obj = json.loads(raw, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
-        raise DatasetError(
-            [f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"]
-        ) from None
+        raise DatasetError([f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"]) from None
     except ValueError as exc:
         raise DatasetError([f"{path}: invalid JSON: {exc}"]) from None
     return parse_dataset(obj)

@@ -54,9 +54,7 @@ def _duplicates(name: str, rows: Sequence[_HasId]) -> list[str]:
     errors = []
     for i, row in enumerate(rows):
         if row.id in first:
-            errors.append(
-                f"{name}[{i}].id: duplicate id {row.id!r} (first at {name}[{first[row.id]}])"
-            )
+            errors.append(f"{name}[{i}].id: duplicate id {row.id!r} (first at {name}[{first[row.id]}])")
         else:
             first[row.id] = i
     return errors
@@ -81,18 +79,13 @@ def _unique_ids(ds: Dataset) -> list[str]:
         for pi, pm in enumerate(c.payment_methods):
             path = f"customers[{ci}].payment_methods[{pi}].id"
             if pm.id in methods:
-                errors.append(
-                    f"{path}: duplicate payment method id {pm.id!r} (first at {methods[pm.id]})"
-                )
+                errors.append(f"{path}: duplicate payment method id {pm.id!r} (first at {methods[pm.id]})")
             methods.setdefault(pm.id, path)
     for di, doc in enumerate(ds.knowledge):
         seen: set[str] = set()
         for si, sec in enumerate(doc.sections):
             if sec.id in seen:
-                errors.append(
-                    f"knowledge[{di}].sections[{si}].id: "
-                    f"duplicate section id {sec.id!r} in {doc.id!r}"
-                )
+                errors.append(f"knowledge[{di}].sections[{si}].id: duplicate section id {sec.id!r} in {doc.id!r}")
             seen.add(sec.id)
     return errors
 
@@ -104,10 +97,7 @@ def _unique_contacts(ds: Dataset) -> list[str]:
     for i, c in enumerate(ds.customers):
         key = c.email.lower()
         if key in emails:
-            errors.append(
-                f"customers[{i}].email: duplicate email {c.email!r} "
-                f"(first at customers[{emails[key]}])"
-            )
+            errors.append(f"customers[{i}].email: duplicate email {c.email!r} (first at customers[{emails[key]}])")
         emails.setdefault(key, i)
     people: list[tuple[str, Sequence[_HasSlackUser]]] = [
         ("customers", ds.customers),
@@ -120,8 +110,7 @@ def _unique_contacts(ds: Dataset) -> list[str]:
             path = f"{name}[{i}].slack_user_id"
             if row.slack_user_id in slack:
                 errors.append(
-                    f"{path}: duplicate Slack user {row.slack_user_id!r} "
-                    f"(first at {slack[row.slack_user_id]})"
+                    f"{path}: duplicate Slack user {row.slack_user_id!r} (first at {slack[row.slack_user_id]})"
                 )
             slack.setdefault(row.slack_user_id, path)
     return errors
@@ -136,10 +125,7 @@ def _order_refs(ds: Dataset, orders: dict[str, OrderRecord]) -> list[str]:
         if o.status == "DELIVERED" and o.delivered_at is None:
             errors.append(f"orders[{i}].delivered_at: required when status is DELIVERED")
         if o.status != "DELIVERED" and o.delivered_at is not None:
-            errors.append(
-                f"orders[{i}].delivered_at: only a DELIVERED order has a delivery time "
-                f"(status {o.status})"
-            )
+            errors.append(f"orders[{i}].delivered_at: only a DELIVERED order has a delivery time (status {o.status})")
         if o.delivered_at is not None and o.delivered_at < o.placed_at:
             errors.append(f"orders[{i}].delivered_at: before placed_at")
     money: list[tuple[str, Sequence[_OrderMoney]]] = [
@@ -185,8 +171,7 @@ def _return_items(ds: Dataset, orders: dict[str, OrderRecord]) -> list[str]:
                 returned[(order.id, item.sku)] += item.qty
                 if returned[(order.id, item.sku)] > ordered[item.sku]:
                     errors.append(
-                        f"{path}.qty: returns of {item.sku!r} exceed the "
-                        f"{ordered[item.sku]} ordered in {order.id!r}"
+                        f"{path}.qty: returns of {item.sku!r} exceed the {ordered[item.sku]} ordered in {order.id!r}"
                     )
     return errors
 
@@ -206,8 +191,7 @@ def _refund_totals(ds: Dataset, orders: dict[str, OrderRecord]) -> list[str]:
                 errors.append(f"refunds[{i}].return_id: unknown return {rf.return_id!r}")
             elif ret.order_id != rf.order_id:
                 errors.append(
-                    f"refunds[{i}].return_id: return {ret.id!r} is for order "
-                    f"{ret.order_id!r}, not {rf.order_id!r}"
+                    f"refunds[{i}].return_id: return {ret.id!r} is for order {ret.order_id!r}, not {rf.order_id!r}"
                 )
         if rf.order_id not in orders:
             continue
@@ -242,9 +226,7 @@ def _not_after_as_of(ds: Dataset) -> list[str]:
     if ds.as_of is None:
         return []
     stamp = ds.as_of.isoformat().replace("+00:00", "Z")
-    return [
-        f"{path}: after as_of {stamp}" for path, t in _times(ds) if t is not None and t > ds.as_of
-    ]
+    return [f"{path}: after as_of {stamp}" for path, t in _times(ds) if t is not None and t > ds.as_of]
 
 
 def check_references(ds: Dataset) -> list[str]:

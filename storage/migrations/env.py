@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 import storage.models  # noqa: F401
 import storage.store_models  # noqa: F401
+from storage import store_fts
 from storage.db import Base
 
 config = context.config
@@ -18,7 +19,8 @@ target_metadata = Base.metadata
 
 def _run(connection: Connection) -> None:
     context.configure(connection=connection, target_metadata=target_metadata,
-                      render_as_batch=connection.dialect.name == "sqlite", compare_type=True)
+                      render_as_batch=connection.dialect.name == "sqlite", compare_type=True,
+                      include_object=store_fts.include_object)
     with context.begin_transaction():
         context.run_migrations()
 

@@ -41,9 +41,7 @@ def iso(t: datetime) -> str:
 
 def ascii_of(s: str) -> str:
     """Lower-case ASCII letters of ``s`` (for email local parts)."""
-    return "".join(
-        c for c in unicodedata.normalize("NFKD", s) if c.isascii() and c.isalpha()
-    ).lower()
+    return "".join(c for c in unicodedata.normalize("NFKD", s) if c.isascii() and c.isalpha()).lower()
 
 
 class Shop:
@@ -133,8 +131,7 @@ class Shop:
     ) -> Obj:
         currency = PLACES[self.country[cid]].currency
         items: list[Obj] = [
-            {"sku": s, "name": PRODUCT[s][0], "qty": q, "unit_minor": self.price(s, currency)}
-            for s, q in lines
+            {"sku": s, "name": PRODUCT[s][0], "qty": q, "unit_minor": self.price(s, currency)} for s, q in lines
         ]
         o: Obj = {
             "id": oid,
@@ -168,9 +165,7 @@ class Shop:
     def _payment(self, o: Obj, status: str, at: datetime) -> None:
         n = sum(1 for p in self.payments if p["order_id"] == o["id"])
         pid = f"P-{o['id'][2:]}" + (f"-{n + 1}" if n else "")
-        self.payments.append(
-            self._money(o, pid, o["total_minor"], status=status, created_at=iso(at))
-        )
+        self.payments.append(self._money(o, pid, o["total_minor"], status=status, created_at=iso(at)))
 
     def _pay(self, o: Obj, mode: str, placed: datetime) -> None:
         """Mode: none, failed, captured, retried (failed then captured) or double."""
@@ -182,13 +177,9 @@ class Shop:
         self._payment(o, "captured", at)
         if mode == "double":
             self._payment(o, "captured", at + 3 * MIN)
-        self.invoices.append(
-            self._money(o, f"INV-{o['id'][2:]}", o["total_minor"], issued_at=iso(at))
-        )
+        self.invoices.append(self._money(o, f"INV-{o['id'][2:]}", o["total_minor"], issued_at=iso(at)))
 
-    def refund(
-        self, o: Obj, amount: int, at: datetime, reason: str, return_id: str | None = None
-    ) -> None:
+    def refund(self, o: Obj, amount: int, at: datetime, reason: str, return_id: str | None = None) -> None:
         r = self._money(
             o,
             f"R-{3001 + len(self.refunds)}",
@@ -205,9 +196,7 @@ class Shop:
             for p in paid:
                 p["status"] = "refunded"
 
-    def return_(
-        self, o: Obj, status: str, at: datetime, reason: str, lines: Lines | None = None
-    ) -> None:
+    def return_(self, o: Obj, status: str, at: datetime, reason: str, lines: Lines | None = None) -> None:
         rid = f"RT-{2001 + len(self.returns)}"
         lines = lines or [(o["items"][0]["sku"], 1)]
         self.returns.append(

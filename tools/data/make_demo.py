@@ -36,9 +36,7 @@ STAFF = [
     {"id": "S-4", "slack_user_id": "U04OWEN", "name": "Owen Baptiste", "role": "supervisor"},
 ]
 RETURN_REASONS = ["wrong_size", "damaged", "changed_mind", "not_as_described"]
-FILLER_STATUSES = (
-    ["DELIVERED"] * 50 + ["SHIPPED"] * 12 + ["PAID"] * 12 + ["PENDING"] * 10 + ["CANCELLED"] * 16
-)
+FILLER_STATUSES = ["DELIVERED"] * 50 + ["SHIPPED"] * 12 + ["PAID"] * 12 + ["PENDING"] * 10 + ["CANCELLED"] * 16
 PLACED_DAYS_AGO = {"SHIPPED": (1, 5), "PAID": (0.1, 2), "PENDING": (0.05, 3), "CANCELLED": (1, 120)}
 
 
@@ -59,31 +57,21 @@ def fixtures(shop: Shop) -> None:
     """The hand-placed customers and orders other tests and demos rely on (see README.md)."""
     a = AS_OF
     _fixture_customers(shop)
-    o = shop.order(
-        "O-1042", "C-7", "DELIVERED", a - 9 * DAY, [("BOOT-RDG-W8", 1)], delivered=a - 5 * DAY
-    )
+    o = shop.order("O-1042", "C-7", "DELIVERED", a - 9 * DAY, [("BOOT-RDG-W8", 1)], delivered=a - 5 * DAY)
     shop.message(o, "order_shipped", a - 8 * DAY)
     shop.message(o, "order_delivered", a - 5 * DAY)
-    shop.order(
-        "O-1043", "C-7", "DELIVERED", a - 70 * DAY, [("SOCK-MER-3", 2)], delivered=a - 64 * DAY
-    )
+    shop.order("O-1043", "C-7", "DELIVERED", a - 70 * DAY, [("SOCK-MER-3", 2)], delivered=a - 64 * DAY)
     lines = [("BTL-INS-750", 1), ("HAT-SUN", 1)]
     shop.order("O-1044", "C-7", "PAID", a - 20 * HOUR, lines, notes=NOTES["O-1044"])
     shop.order("O-1045", "C-7", "SHIPPED", a - 3 * DAY, [("LAMP-HD", 1), ("MUG-ENM", 2)])
-    shop.order(
-        "O-1050", "C-8", "DELIVERED", a - 20 * DAY, [("JKT-DWN-L", 1)], delivered=a - 14 * DAY
-    )
+    shop.order("O-1050", "C-8", "DELIVERED", a - 20 * DAY, [("JKT-DWN-L", 1)], delivered=a - 14 * DAY)
     shop.order("O-1051", "C-8", "PAID", a - 30 * HOUR, [("BTL-INS-750", 1)])
     shop.order("O-1052", "C-8", "SHIPPED", a - 2 * DAY, [("POLE-TRK", 1)])
-    o = shop.order(
-        "O-1053", "C-8", "DELIVERED", a - 55 * DAY, [("FLC-MID-S", 1)], delivered=a - 50 * DAY
-    )
+    o = shop.order("O-1053", "C-8", "DELIVERED", a - 55 * DAY, [("FLC-MID-S", 1)], delivered=a - 50 * DAY)
     shop.return_(o, "rejected", a - 45 * DAY, "changed_mind")
     lines = [("PACK-DAY", 1), ("BTL-INS-750", 1)]
     shop.order("O-1060", "C-9", "SHIPPED", a - 2 * DAY, lines, pay="double")
-    o = shop.order(
-        "O-1061", "C-9", "DELIVERED", a - 25 * DAY, [("TEE-MER-M", 2)], delivered=a - 21 * DAY
-    )
+    o = shop.order("O-1061", "C-9", "DELIVERED", a - 25 * DAY, [("TEE-MER-M", 2)], delivered=a - 21 * DAY)
     shop.return_(o, "received", a - 10 * DAY, "wrong_size")
     o = shop.order("O-1065", "C-10", "PENDING", a - 26 * HOUR, [("STV-CMP", 1)], pay="failed")
     shop.message(o, "payment_failed", a - 25 * HOUR)
@@ -102,9 +90,7 @@ def fixtures(shop: Shop) -> None:
         delivered=a - 8 * DAY,
         notes=NOTES["O-1077"],
     )
-    shop.order(
-        "O-1081", "C-13", "DELIVERED", a - 15 * DAY, [("BINO-10", 1)], delivered=a - 11 * DAY
-    )
+    shop.order("O-1081", "C-13", "DELIVERED", a - 15 * DAY, [("BINO-10", 1)], delivered=a - 11 * DAY)
     shop.order("O-1083", "C-14", "PAID", a - 10 * HOUR, [("SHRT-TRL-32", 1)], notes=NOTES["O-1083"])
     shop.order("O-1085", "C-15", "SHIPPED", a - 2 * DAY, [("PAD-SLP", 1)], notes=NOTES["O-1085"])
     shop.order("O-1086", "C-15", "CANCELLED", a - 33 * DAY, [("COOL-25", 1)])
@@ -118,9 +104,7 @@ def fixtures(shop: Shop) -> None:
         delivered=a - 3 * DAY,
         notes=NOTES["O-1090"],
     )
-    o = shop.order(
-        "O-1091", "C-16", "DELIVERED", a - 30 * DAY, [("TNT-2P", 1)], delivered=a - 26 * DAY
-    )
+    o = shop.order("O-1091", "C-16", "DELIVERED", a - 30 * DAY, [("TNT-2P", 1)], delivered=a - 26 * DAY)
     shop.refund(o, 5000, a - 20 * DAY, "price_adjustment")
 
 
@@ -172,9 +156,7 @@ def fillers(shop: Shop, taken: set[str]) -> None:
         if status == "DELIVERED":
             _delivered_filler(shop, oid, cid, lines, note)
             continue
-        placed = (AS_OF - timedelta(days=rng.uniform(*PLACED_DAYS_AGO[status]))).replace(
-            microsecond=0
-        )
+        placed = (AS_OF - timedelta(days=rng.uniform(*PLACED_DAYS_AGO[status]))).replace(microsecond=0)
         pay = "auto"
         if status == "PENDING" and rng.random() < 0.5:
             pay = "failed"
@@ -224,9 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     data = build()
     parse_dataset(data)
     out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    counts = ", ".join(
-        f"{len(data[k])} {k}" for k in ("customers", "orders", "payments", "refunds", "returns")
-    )
+    counts = ", ".join(f"{len(data[k])} {k}" for k in ("customers", "orders", "payments", "refunds", "returns"))
     print(f"wrote {out}: {counts}, {len(data['knowledge'])} knowledge docs")
     return 0
 

@@ -1,0 +1,183 @@
+"""Stores and services for evaluation cases.
+
+Every case run gets a fresh SQLite file copied from a template: one template
+per distinct set of store overrides, built once per process by running the real
+Alembic migrations on an empty file and loading the bundled demo dataset (plus
+the overrides) rebased to the evaluation's epoch. Copying a file is far cheaper
+than migrating and loading ~1,000 rows for each of k runs of ~60 cases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from agent.evaluation.suite import StoreSpec, parse_duration
+from agent.executor import Executor
+from agent.gatekeeper import Gatekeeper
+from agent.llm.base import ModelClient
+from agent.notify import Notifier, RecordingNotifier
+from agent.policy import Policy, load_policy
+from agent.services import Services
+from storage.audit import AuditLog
+from storage.conversations import ConversationRepo
+from storage.db import Database, create_database
+from storage.gates import ApprovalRepo, ConfirmationRepo
+from storage.jobs import JobQueue
+from storage.ledger import Ledger
+from storage.migrate import upgrade
+from storage.sandbox import SandboxStore
+from storage.store_io import export_model, load_dataset
+from tools.catalogue import build_registry
+from tools.dataset import DEMO_DATASET_PATH, Dataset, DatasetError, parse_dataset
+
+#: Fields that hold times, per collection; override values may be relative (``-3d``).
+TIME_FIELDS = {
+    "customers": ("created_at",), "orders": ("placed_at", "delivered_at"), "payments": ("created_at",),
+    "refunds": ("created_at",), "returns": ("created_at",), "invoices": ("issued_at",), "outbox": ("sent_at",),
+}
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite+aiosqlite:///{path}"
+
+
+@dataclass
+class Clock:
+    """The case's clock: starts at a fixed instant and only moves when a turn advances it."""
+
+    now: datetime
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, by: timedelta) -> None:
+        self.now = self.now + by
+
+
+def _iso(t: datetime) -> str:
+    return t.isoformat().replace("+00:00", "Z")
+
+
+def _resolve_time(value: Any, as_of: datetime) -> Any:
+    if isinstance(value, str) and value[:1] in "+-" and value[1:2].isdigit():
+        return _iso(as_of + parse_duration(value))
+    return value
+
+
+def merged_dataset(base: dict[str, Any], spec: StoreSpec) -> Dataset:
+    """The base dataset with the case's overrides applied, validated like any dataset."""
+    as_of = datetime.fromisoformat(str(base["as_of"]).replace("Z", "+00:00"))
+    data = {k: (list(v) if isinstance(v, list) else v) for k, v in base.items()}
+    for collection in ("customers", "orders", "payments", "refunds", "returns", "knowledge", "staff"):
+        for record in getattr(spec, collection):
+            rec = {k: _resolve_time(v, as_of) if k in TIME_FIELDS.get(collection, ()) else v
+                   for k, v in record.items()}
+            rows = data.setdefault(collection, [])
+            at = next((i for i, r in enumerate(rows) if r.get("id") == rec.get("id")), None)
+            if at is None:
+                rows.append(rec)
+            else:
+                rows[at] = rec
+    for oid, note in spec.notes.items():
+        data["orders"] = [{**o, "notes": note} if o["id"] == oid else o for o in data["orders"]]
+    for cid, name in spec.names.items():
+        data["customers"] = [{**c, "name": name} if c["id"] == cid else c for c in data["customers"]]
+    return parse_dataset(data)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Template:
+    """A seeded store file and the dataset it holds (times rebased), for diffs after a run."""
+
+    path: Path
+    before: Dataset
+
+
+@dataclass
+class TemplateStore:
+    """Builds seeded template stores on demand (one per overrides key) and hands out copies."""
+
+    workdir: Path
+    epoch: datetime
+    base: dict[str, Any] = field(default_factory=lambda: json.loads(DEMO_DATASET_PATH.read_text("utf-8")))
+    _templates: dict[str, Template] = field(default_factory=dict)
+    _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    _empty: Path | None = None
+    _empty_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _copies: int = 0
+
+    @property
+    def as_of(self) -> datetime:
+        return datetime.fromisoformat(str(self.base["as_of"]).replace("Z", "+00:00"))
+
+    async def _migrated_empty(self) -> Path:
+        async with self._empty_lock:
+            if self._empty is None:
+                path = self.workdir / "migrated-empty.db"
+                await upgrade(sqlite_url(path))
+                self._empty = path
+            return self._empty
+
+    async def template(self, spec: StoreSpec) -> Template:
+        """The template for ``spec``'s overrides (built on first use)."""
+        key = spec.overrides_key()
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            if key not in self._templates:
+                self._templates[key] = await self._build(spec, len(self._templates))
+            return self._templates[key]
+
+    async def _build(self, spec: StoreSpec, n: int) -> Template:
+        dataset = merged_dataset(self.base, spec)
+        path = self.workdir / f"template-{n}.db"
+        shutil.copyfile(await self._migrated_empty(), path)
+        db = create_database(sqlite_url(path))
+        try:
+            await load_dataset(db, dataset, rebase_to=self.epoch)
+            before = await export_model(db)
+        finally:
+            await db.dispose()
+        return Template(path=path, before=before)
+
+    def copy(self, template: Template) -> Path:
+        """A private copy of a template's file for one case run."""
+        self._copies += 1
+        path = self.workdir / f"run-{self._copies}.db"
+        shutil.copyfile(template.path, path)
+        return path
+
+    def clock_for(self, spec: StoreSpec) -> Clock:
+        return Clock(self.epoch + parse_duration(spec.clock))
+
+
+def build_services(*, db: Database, model: ModelClient, clock: Callable[[], datetime],
+                   policy: Policy | None = None, notifier: Notifier | None = None) -> Services:
+    """The runtime's collaborators over ``db``, wired as the composition root wires them."""
+    policy = policy or load_policy()
+    registry = build_registry()
+    jobs = JobQueue(db, clock=clock)
+    confirmations = ConfirmationRepo(db)
+    approvals = ApprovalRepo(db, jobs)
+    ledger = Ledger(db)
+    return Services(
+        db=db, conversations=ConversationRepo(db), confirmations=confirmations, approvals=approvals,
+        ledger=ledger, jobs=jobs, audit=AuditLog(db), registry=registry, policy=policy,
+        gatekeeper=Gatekeeper(registry=registry, policy=policy, confirmations=confirmations, approvals=approvals),
+        executor=Executor(ledger), backend=SandboxStore(db, clock=clock),
+        notifier=notifier or RecordingNotifier(), model=model, clock=clock,
+    )
+
+
+def open_database(path: Path) -> Database:
+    return create_database(sqlite_url(path))
+
+
+__all__ = ["Clock", "DatasetError", "Template", "TemplateStore", "build_services", "merged_dataset",
+           "open_database", "sqlite_url"]
