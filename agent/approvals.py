@@ -46,6 +46,17 @@ def _event(rt: Runtime, a: Approval, kind: str, actor: Principal | None, **data:
                       policy_version=rt.s.policy.version, data={"approval_id": a.id, **data})
 
 
+async def _spend_confirmation(rt: Runtime, a: Approval, actor: Principal | None) -> None:
+    """The requester's confirmation was for this attempt: rejected, expired or replaced, it is spent
+    (else a later identical proposal would run on it without asking again)."""
+    s = rt.s
+    conf = await s.confirmations.find_confirmed(a.conversation_id, a.requester, a.tool, a.args_hash)
+    if conf is not None:
+        await s.confirmations.transition(conf.id, expected_version=conf.version, from_status="confirmed",
+                                         to_status="consumed", at=s.clock(),
+                                         audit=[_event(rt, a, "confirmation.consumed", actor, confirmation_id=conf.id)])
+
+
 async def decide(rt: Runtime, approval_id: str, *, expected_version: int, decision: str, actor: Principal,
                  comment: str | None = None, edited_arguments: dict[str, Any] | None = None) -> DecideResult:
     """Approve or reject ``approval_id`` at ``expected_version`` as ``actor``.
@@ -63,12 +74,12 @@ async def decide(rt: Runtime, approval_id: str, *, expected_version: int, decisi
         raise DecisionError("forbidden", f"Only a {a.required_role} may decide this approval.")
     if actor.key == a.requester:
         raise DecisionError("own_request", "You cannot decide an approval you requested.")
-    if any(d.actor == actor.key for d in a.decisions):
-        raise DecisionError("conflict", "You have already approved this; a different supervisor must decide.")
     if a.status == "expired":
         raise DecisionError("expired", "This approval has expired.")
     if a.status != "pending":
         raise DecisionError("conflict", f"This approval is already {a.status}.")
+    if any(d.actor == actor.key for d in a.decisions):
+        raise DecisionError("conflict", "You have already approved this; a different supervisor must decide.")
     now = s.clock()
     if now >= a.expires_at:
         await _expire(rt, a)
@@ -93,6 +104,8 @@ async def decide(rt: Runtime, approval_id: str, *, expected_version: int, decisi
                                          job=job)
     if moved is None:
         raise DecisionError("conflict", "Someone else decided this approval first.")
+    if moved.status == "rejected":
+        await _spend_confirmation(rt, moved, actor)
     result = None
     if moved.status == "approved":
         result = await execute_approved(rt, moved)
@@ -111,11 +124,21 @@ async def execute_approved(rt: Runtime, a: Approval) -> Any:
     assert conv is not None and run is not None
     requester = _principal_of(a.requester, a.customer_id)
     async with rt.lock(conv.id):
-        turn = await rt.turn(conv, requester, run=run)
-        applied = await rt.apply(turn, tool=a.tool, args=a.arguments, origin=a.id, approval=a)
-    result = _result_for_approver(a, applied)
-    await rt.s.approvals.set_result(a.id, result, audit=[_event(rt, a, "approval.executed", None,
-                                                               status=result.get("status"))])
+        fresh = await rt.s.approvals.get(a.id)
+        if fresh is not None and fresh.result is not None:
+            return fresh.result  # another caller executed it while this one waited
+        held = await rt.s.ledger.get(a.idempotency_key) if a.idempotency_key else None
+        if held is not None and held.status == "executing":  # running in another process right now
+            raise DecisionError("conflict", "This approved action is still being carried out; the result follows.")
+        if held is not None and held.status == "succeeded":  # it ran: record that, never re-judge it as failed
+            done = held.result if isinstance(held.result, dict) else {}
+            result = {"status": DONE_STATUS.get(a.tool, "DONE"), **done}
+        else:
+            turn = await rt.turn(conv, requester, run=run)
+            applied = await rt.apply(turn, tool=a.tool, args=a.arguments, origin=a.id, approval=a)
+            result = _result_for_approver(a, applied)
+        await rt.s.approvals.set_result(a.id, result, audit=[_event(rt, a, "approval.executed", None,
+                                                                   status=result.get("status"))])
     return result
 
 
@@ -147,6 +170,7 @@ async def _approve_edited(rt: Runtime, a: Approval, actor: Principal, comment: s
         audit=[_event(rt, a, "approval.superseded", actor, edited=True)])
     if moved is None:
         raise DecisionError("conflict", "Someone else decided this approval first.")
+    await _spend_confirmation(rt, moved, actor)
     conv = await s.conversations.get(a.conversation_id)
     run = await s.conversations.get_run(a.run_id)
     assert conv is not None and run is not None
@@ -170,6 +194,7 @@ async def _expire(rt: Runtime, a: Approval) -> bool:
         audit=[_event(rt, a, "approval.expired", None)],
         job=(RESUME_JOB, {"approval_id": a.id}, f"resume:{a.id}", 0.0))
     if moved is not None:
+        await _spend_confirmation(rt, moved, None)
         await _notify(rt, moved)
     return moved is not None
 

@@ -16,11 +16,6 @@ from typing import Any
 
 from jsonschema import Draft202012Validator, validators
 
-# JSON Schema counts 2000.0 as an integer; money and counts here are ints, one canonical form each
-# (the arguments hash, the idempotency key and the amount written downstream all depend on it).
-_StrictValidator = validators.extend(Draft202012Validator, type_checker=Draft202012Validator.TYPE_CHECKER.redefine(
-    "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)))
-
 from agent.decisions import (
     Decision,
     Execute,
@@ -38,6 +33,11 @@ from tools.context import Principal, ToolContext, ToolFailure
 from tools.registry import Registry, ToolDef
 
 DEDUP_WINDOW_STEPS = 5
+
+# JSON Schema counts 2000.0 as an integer; money and counts here are ints, one canonical form each
+# (the arguments hash, the idempotency key and the amount written downstream all depend on it).
+_StrictValidator = validators.extend(Draft202012Validator, type_checker=Draft202012Validator.TYPE_CHECKER.redefine(
+    "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)))
 
 
 def args_hash(tool: str, args: Any) -> str:

@@ -39,7 +39,7 @@ LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 
 REFUND_BUCKETS = (500, 1000, 2500, 5000, 10000, 20000, 50000, 100000, 250000, 1000000)
 COST_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
-_LABEL = re.compile(r"^[a-z][a-z0-9_.]{0,47}$")
+_LABEL = re.compile(r"^[a-z][a-z0-9_.:-]{0,63}$")
 
 
 @dataclass(frozen=True, kw_only=True)

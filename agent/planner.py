@@ -156,17 +156,18 @@ def plan(v: View) -> Reply:
     if last is not None and last.name == "finish":
         return "All done — is there anything else I can help with?"
     if last is not None and last.name == "escalate_to_human":
-        return ("I've passed your conversation, with everything I checked, to a colleague who will follow up "
-                "with you here.")
+        sorry = "I'm sorry this has been so frustrating. " if last.input.get("reason") == "complaint" else ""
+        return (f"{sorry}I've passed your conversation, with everything I checked, to a colleague who will follow "
+                "up with you here.")
     if len(v.calls) >= 9:
         return v.use("escalate_to_human", {"reason": "cannot_resolve", "summary": v.text[:300] or "Stuck."})
     if v.events:
         return on_event(v, v.events[-1])
     if last is not None and isinstance(last.value, dict) and last.value.get("status") in _STATUS_REPLIES:
         return _STATUS_REPLIES[last.value["status"]](last.value)
-    if general_question(v.low):
-        return knowledge(v)
-    for words, handler in INTENTS:
+    for n, (words, handler) in enumerate(INTENTS):
+        if n == 2 and general_question(v.low):
+            return knowledge(v)
         if any(re.search(w, v.low) for w in words):
             return handler(v)
     return ("I can help with orders, deliveries, returns, refunds, payments and your account. "
@@ -203,7 +204,7 @@ def on_event(v: View, event: str) -> Reply:
         return _failed(summary, body)
     if m := re.match(r"Approval (\S+) was rejected by a supervisor\. Comment: (.*)\. Nothing was done\.", event, re.S):
         return (f"A supervisor reviewed your request ({_summary_for(v, m.group(1))}) and did not approve it: "
-                f"{m.group(2)}. Nothing was charged or refunded.")
+                f"{m.group(2)}. No money has moved.")
     if m := re.match(r"Approval (\S+) expired", event):
         return (f"Your request ({_summary_for(v, m.group(1))}) expired before a supervisor could review it, so "
                 "nothing was done. I can ask again or pass this to a colleague.")
@@ -223,26 +224,27 @@ def _summary_for(v: View, approval_id: str) -> str:
     return "the action"
 
 
-def _source_args(v: View, summary: str) -> dict[str, Any]:
-    for c in reversed(v.history):
-        if isinstance(c.value, dict) and c.value.get("action") == summary:
-            return c.input
-    return {}
+def _source_call(v: View, summary: str) -> Call | None:
+    """The tool call whose result reported ``summary`` as its action (confirmation or approval)."""
+    return next((c for c in reversed(v.history) if isinstance(c.value, dict) and c.value.get("action") == summary),
+                None)
 
 
 def _done(v: View, summary: str, result: Any, *, approved: bool = False, call: Call | None = None) -> Reply:
-    args = call.input if call else _source_args(v, summary)
-    tool = call.name if call else next((c.name for c in reversed(v.history) if c.input == args and args), "")
+    call = call or _source_call(v, summary)
+    tool, args = (call.name, call.input) if call else ("", {})
     body = result if isinstance(result, dict) else {}
     amount = format_money(args["amount_minor"], args["currency"]) if "amount_minor" in args else ""
     action = action_id_of(body)
     phrase = DONE_PHRASE.get(tool, "done it").format(amount=amount, order=args.get("order_id", ""), id=action)
     lead = "Good news: a supervisor approved it and I've " if approved else "Done — I've "
-    ref = f" (reference {action})" if action else ""
+    ref = f" (reference {action})" if action and action not in phrase else ""
     say = f"{lead}{phrase}{ref}."
     if tool == "issue_refund":
         say += " It usually shows on your statement within 5–10 business days."
-    finish = {"resolution": say[:1000], "action_ids": [action] if action else [],
+    resolution = " ".join(DONE_PHRASE.get(tool, "done it").format(amount=amount, order=args.get("order_id", ""),
+                                                                  id="").split())
+    finish = {"resolution": f"I {resolution}."[:1000], "action_ids": [action] if action else [],
               "sources": list(args.get("evidence") or [])}
     return [text_block(say), tool_use_block("finish", finish)]
 
@@ -304,7 +306,7 @@ def refund(v: View) -> Reply:
         return f"Your order {oid} hasn't shipped yet — I can cancel it instead, which refunds it in full. Shall I?"
     refundable = int(order.get("refundable_minor") or 0)
     if refundable <= 0:
-        return f"Order {oid} has already been refunded in full, so there is nothing left to refund."
+        return f"Order {oid} has nothing left to refund: it was paid back in full earlier."
     evidence = _evidence(v, "refund window policy", "refund-policy@")
     if not isinstance(evidence, tuple):
         return evidence
@@ -527,7 +529,7 @@ INTENTS: tuple[tuple[tuple[str, ...], Callable[[View], Reply]], ...] = (
      payment_failed),
     ((r"\bcancel",), cancel),
     ((r"\baddress\b", r"\bship it to\b", r"\bdeliver (it )?to\b"), change_address),
-    ((r"\brefund", r"money back"), refund),
+    ((r"\brefund", r"money back", r"[$€£]\s?\d+(\.\d+)? back", r"\bget .{0,30}\bback\b"), refund),
     ((r"\breturn\b", r"send (it|them) back", r"doesn't fit", r"wrong size"), start_return),
     ((r"password", r"can't log ?in", r"locked out"), password),
     ((r"\bwhere\b.*\border", r"\btrack", r"\bstatus\b", r"\barrive", r"\bdelivery\b", r"\bshipped\b"), where_is),

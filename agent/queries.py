@@ -28,7 +28,8 @@ class ToolSummary:
     """One tool call as a person sees it: its name and how it ended."""
 
     name: str
-    outcome: str  # ok | error | confirmation_required | pending_approval | repeated | recorded_not_executed | unanswered
+    #: ok | error | confirmation_required | pending_approval | repeated | recorded_not_executed | unanswered
+    outcome: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,9 +133,9 @@ def render_history(history: list[StoredMessage]) -> list[RenderedMessage]:
                     drafts.append(_Draft(seq=m.seq, role="assistant", text=""))
                 drafts[-1].tools.append(call)
             elif kind == "tool_result":
-                call = calls.get(str(block.get("tool_use_id", "")))
-                if call is not None:
-                    call[2] = _outcome(block)
+                answered = calls.get(str(block.get("tool_use_id", "")))
+                if answered is not None:
+                    answered[2] = _outcome(block)
         if texts:
             text = "\n".join(t for t in texts if t)
             if m.role == "assistant" and drafts and drafts[-1].seq == m.seq and drafts[-1].role == "assistant":

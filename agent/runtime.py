@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent import approvals as approval_flow
+from agent import gates
 from agent.errors import DecisionError
 from agent.gatekeeper import Proposed, RecentCall, RunFacts, args_hash
 from agent.loop import run_loop
@@ -98,6 +99,9 @@ class Runtime:
                    conversation_id: str | None = None, external_ref: str | None = None) -> TurnResult:
         conv = await self.open_conversation(principal=principal, channel=channel,
                                             conversation_id=conversation_id, external_ref=external_ref)
+        if principal.is_staff and conv.principal_kind == "customer":
+            # Staff read customers' conversations but never speak inside them as the customer.
+            raise DecisionError("forbidden", "Staff work in their own assist conversation on this account.")
         acting = self.acting_principal(conv, principal)
         async with self.lock(conv.id):
             blocks: list[dict[str, Any]] = [{"type": "text", "text": sanitize_user_text(message)}]
@@ -222,6 +226,8 @@ class Runtime:
         if not accept:
             return DECLINED_EVENT.format(who=who, summary=conf.summary), None
         applied = await self.apply(turn, tool=conf.tool, args=conf.arguments, origin=conf.id)
+        if applied.decision != "approval":  # one confirmation, one attempt: refused, it is spent
+            await gates.consume_confirmation(turn, Proposed(tool=conf.tool, args=conf.arguments, hash=conf.args_hash))
         return CONFIRMED_EVENT.format(who=who, summary=conf.summary, outcome=_outcome_text(applied)), applied
 
     # -- approvals (the one decision function lives in agent.approvals) -----------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -92,10 +93,24 @@ async def create_app(settings: Settings, *, model: ModelClient | None = None, no
     policy = load_policy(settings.signoff_policy_file)
     services = build_services(db=db, model=model or build_model(settings), policy=policy, notifier=notifier,
                               clock=clock)
+    services = _with_email_follow_ups(services, settings)
     if seed:
         await seed_store(db, settings.signoff_store_seed)
     return App(settings=settings, db=db, runtime=Runtime(services), backend=services.backend,  # type: ignore[arg-type]
                notifier=services.notifier)
+
+
+def _with_email_follow_ups(services: Services, settings: Settings) -> Services:
+    """With SMTP configured, follow-ups on email conversations (an approval decided) go out by email."""
+    from bot.email_bridge import smtp_config
+    from bot.smtp import EmailFollowUps, SmtpMailer
+
+    cfg = smtp_config(settings)
+    if cfg is None or not cfg.from_address:
+        return services
+    notifier = EmailFollowUps(services.notifier, mailer=SmtpMailer(cfg), backend=services.backend,
+                              from_address=cfg.from_address)
+    return dataclasses.replace(services, notifier=notifier)
 
 
 async def seed_store(db: Database, path: Path | None) -> bool:

@@ -20,6 +20,8 @@ pending confirmation is answered by its 6-character code or a plain "yes".
 
 from __future__ import annotations
 
+import dataclasses
+
 import codecs
 import hashlib
 import hmac
@@ -78,6 +80,17 @@ class InboundEmail:
     dkim: str | None
 
 
+def smtp_config(settings: Any) -> SmtpConfig | None:
+    """The SMTP settings, with ``SIGNOFF_EMAIL_FROM`` as the shop's address unless the URL names one."""
+    url = settings.signoff_smtp_url
+    if not url:
+        return None
+    cfg = SmtpConfig.from_url(url)
+    if cfg.from_address is None and settings.signoff_email_from:
+        cfg = dataclasses.replace(cfg, from_address=settings.signoff_email_from)
+    return cfg
+
+
 @dataclass(frozen=True, kw_only=True)
 class EmailConfig:
     secret: str | None = None
@@ -89,8 +102,7 @@ class EmailConfig:
     def from_settings(cls, settings: Any) -> EmailConfig:
         if settings is None:
             return cls()
-        url = settings.signoff_smtp_url
-        return cls(secret=settings.signoff_email_secret, smtp=SmtpConfig.from_url(url) if url else None)
+        return cls(secret=settings.signoff_email_secret, smtp=smtp_config(settings))
 
 
 # -- signature --------------------------------------------------------------------------
@@ -141,7 +153,8 @@ def _multipart(content_type_header: str, raw: bytes) -> dict[str, str]:
     for part in msg.iter_parts():
         name = part.get_param("name", header="content-disposition")
         if isinstance(name, str) and part.get_filename() is None and name not in parts:
-            parts[name] = part.get_payload(decode=True) or b""
+            payload = part.get_payload(decode=True)
+            parts[name] = payload if isinstance(payload, bytes) else b""
     charsets = _json_object(parts.get("charsets", b"{}").decode("utf-8", "replace"))
     return {k: v.decode(_charset(charsets.get(k)), "replace") for k, v in parts.items()}
 

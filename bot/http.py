@@ -19,7 +19,8 @@ from aiohttp import web
 from agent import queries
 from agent.errors import DecisionError, ModelUnavailable
 from agent.worker import Worker
-from bot import api, api_wording as say, email_bridge
+from bot import api, email_bridge
+from bot import api_wording as say
 from bot.api_wording import STATUS, ApiError
 from bot.app import App
 from bot.auth import AuthConfig, Authenticator
@@ -120,8 +121,11 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 async def serve(app: App, *, host: str, port: int, worker: bool,
                 metrics_render: Callable[[], bytes] | None = None,
                 extra_routes: Sequence[web.AbstractRouteDef] = (),
-                stop: asyncio.Event | None = None) -> None:
-    """Serve until SIGINT/SIGTERM (or ``stop`` is set); with ``worker``, run the worker alongside."""
+                stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:
+    """Serve until SIGINT/SIGTERM (or ``stop`` is set); with ``worker``, run the worker alongside.
+
+    ``ready`` is set once the site is listening (tests, supervisors).
+    """
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed = []
@@ -136,6 +140,8 @@ async def serve(app: App, *, host: str, port: int, worker: bool,
     try:
         await web.TCPSite(runner, host, port).start()
         log.info("serving on http://%s:%s (worker %s)", host, port, "on" if worker else "off")
+        if ready is not None:
+            ready.set()
         if worker:
             task = asyncio.create_task(Worker(app.runtime).run_forever(stop), name="signoff-worker")
             task.add_done_callback(_log_failure)

@@ -95,7 +95,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
                        "result": {}, "expiresAt": {"type": "string", "format": "date-time"}},
     },
     "ApprovalList": {"type": "object", "required": ["approvals"],
-                     "properties": {"approvals": {"type": "array", "items": {"$ref": "#/components/schemas/Approval"}}}},
+                     "properties": {"approvals": {"type": "array",
+                                                  "items": {"$ref": "#/components/schemas/Approval"}}}},
     "DecideResponse": {
         "type": "object", "required": ["approval", "result"],
         "properties": {"approval": {"$ref": "#/components/schemas/Approval"},
@@ -138,6 +139,8 @@ class Operation:
     roles: tuple[str, ...] = ("customer", "rep", "supervisor")
     errors: tuple[int, ...] = (400, 401, 403, 404, 413, 415, 422)
     bearer: bool = True
+    #: Authenticated by the inbound-email HMAC headers instead of a bearer token.
+    signed: bool = False
     content_type: str = "application/json"
 
 
@@ -174,7 +177,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(method="get", path="/metrics", operation_id="metrics", response="Metrics", bearer=False, roles=(),
               errors=(404,), content_type="text/plain", summary="Prometheus text format."),
     Operation(method="post", path="/email/inbound", operation_id="emailInbound", response="EmailAccepted",
-              bearer=False, roles=(), errors=(400, 401, 403, 413, 415, 422, 503),
+              bearer=False, signed=True, roles=(), errors=(400, 401, 403, 413, 415, 422, 503),
               summary="Inbound-parse webhook (JSON or multipart/form-data), HMAC-signed: "
                       "X-Signoff-Signature: sha256=HEX of '<X-Signoff-Timestamp>.' + raw body."),
 )
@@ -199,7 +202,7 @@ def _operation(op: Operation) -> dict[str, Any]:
                            "responses": {"200": _response(op)}}
     if op.roles:
         out["description"] = "Roles: " + ", ".join(op.roles) + "."
-    out["security"] = [{"bearer": []}] if op.bearer else []
+    out["security"] = [{"bearer": []}] if op.bearer else [{"emailSignature": []}] if op.signed else []
     params: list[dict[str, Any]] = []
     if "{id}" in op.path:
         params.append({"name": "id", "in": "path", "required": True, "schema": _ID})
@@ -232,7 +235,11 @@ def document(*, server_url: str | None = None) -> dict[str, Any]:
         "components": {
             "schemas": copy.deepcopy(SCHEMAS),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-                                           "description": "Claims: sub, role (customer|rep|supervisor), exp."}},
+                                           "description": "Claims: sub, role (customer|rep|supervisor), exp."},
+                                "emailSignature": {"type": "apiKey", "in": "header", "name": "X-Signoff-Signature",
+                                                   "description": "sha256=HEX(HMAC-SHA256(SIGNOFF_EMAIL_SECRET, "
+                                                                  "'<X-Signoff-Timestamp>.' + raw body)); the "
+                                                                  "timestamp must be within 5 minutes."}},
             "responses": {f"E{s}": {"description": f"HTTP {s}", "content": {"application/json": {
                 "schema": {"$ref": "#/components/schemas/Error"}}}} for s in statuses},
         },

@@ -43,6 +43,7 @@ class Settings(BaseSettings):
     signoff_store_seed: Path | None = None
     signoff_smtp_url: str | None = None
     signoff_email_secret: str | None = None
+    signoff_email_from: str | None = None
 
     @field_validator("signoff_database_url")
     @classmethod
@@ -63,6 +64,13 @@ class Settings(BaseSettings):
     def _smtp(cls, v: str | None) -> str | None:
         if v is not None and not v.startswith(("smtp://", "smtps://")):
             raise ValueError("must be smtp://host:port or smtps://host:port")
+        return v
+
+    @field_validator("signoff_email_from")
+    @classmethod
+    def _from(cls, v: str | None) -> str | None:
+        if v is not None and (v.count("@") != 1 or any(c in v for c in " <>\r\n")):
+            raise ValueError("must be a plain address like support@shop.example")
         return v
 
     @model_validator(mode="after")

@@ -48,8 +48,9 @@ async def to_pending_approval(client: TestClient) -> tuple[dict[str, Any], dict[
     return chat, confirmed
 
 
-async def test_seed_conversation_over_http_refund_confirm_approve(db: Database) -> None:
-    """The issue's canonical flow, over HTTP, with every decision refusal mapped to its status."""
+async def test_seed_conversation_over_http_refund_confirm_approve(any_db: Database) -> None:
+    """The issue's canonical flow, over HTTP (SQLite and PostgreSQL), every decision refusal mapped."""
+    db = any_db
     h = await seeded(db, script())
     async with client_for(h) as client:
         chat, confirmed = await to_pending_approval(client)

@@ -7,15 +7,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Coroutine
 from collections import Counter
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from aiohttp.test_utils import TestClient
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from agent.llm.base import ModelRequest
@@ -56,7 +56,8 @@ class Env:
         return self.loop.run_until_complete(coro)
 
 
-def with_env(tmp_path: Path, body: Callable[[Env], None]) -> None:
+def with_env(tmp_path: Path, body: Callable[[Env], None], *, expect: set[int]) -> None:
+    """Run ``body`` against a fresh seeded server; ``expect``: statuses the fuzz must have reached."""
     loop = asyncio.new_event_loop()
     script = setup_script()
 
@@ -80,7 +81,7 @@ def with_env(tmp_path: Path, body: Callable[[Env], None]) -> None:
     env = loop.run_until_complete(start())
     try:
         body(env)
-        print(sorted(env.statuses.items()))
+        assert expect <= set(env.statuses), sorted(env.statuses.items())  # it got past the front door
     finally:
         loop.run_until_complete(env.ids["cm"].__aexit__(None, None, None))  # type: ignore[attr-defined]
         loop.run_until_complete(env.h.db.dispose())
@@ -116,7 +117,7 @@ JUNK_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(a
                          lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=10), kids,
                                                                                     max_size=4), max_leaves=12)
 #: What an HTTP client can put in a header value (visible ASCII, space, Latin-1 letters).
-HEADER_CHARS = st.characters(min_codepoint=0x20, max_codepoint=0xFF, blacklist_categories=("Cc",))
+HEADER_CHARS = st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_categories=["Cc"])
 TOKENS = st.one_of(
     st.sampled_from([bearer("C-7", "customer"), bearer("C-8", "customer"), bearer("S-1", "rep"),
                      bearer("S-3", "supervisor"), bearer("S-4", "supervisor"), bearer("C-999", "customer"),
@@ -165,39 +166,66 @@ def _headers(token: dict[str, str], ctype: str) -> dict[str, str]:
     return {**token, **({"Content-Type": ctype} if ctype else {})}
 
 
+C7_TOKEN, C8_TOKEN, SUP_TOKEN = bearer("C-7", "customer"), bearer("C-8", "customer"), bearer("S-3", "supervisor")
+JSON = {"Content-Type": "application/json"}
+GOOD_TOKENS = st.sampled_from([bearer("C-7", "customer"), bearer("C-8", "customer"), bearer("S-1", "rep"),
+                               bearer("S-3", "supervisor"), bearer("S-4", "supervisor")])
+
+
+def requests(valid: st.SearchStrategy[Any], schema: str) -> st.SearchStrategy[tuple[dict[str, str], bytes]]:
+    """Half well-formed (a known person's token, JSON, a schema-valid body), half anything at all."""
+    well_formed = st.tuples(GOOD_TOKENS, valid).map(
+        lambda t: ({**t[0], "Content-Type": "application/json"}, json.dumps(t[1]).encode()))
+    anything = st.tuples(TOKENS, CONTENT_TYPES, bodies(schema)).map(lambda t: (_headers(t[0], t[1]), t[2]))
+    return st.one_of(well_formed, well_formed, anything)  # hypothesis explores junk eagerly: tilt the odds
+
+
+def decision_body(schema: str) -> st.SearchStrategy[dict[str, Any]]:
+    """Schema-valid decision bodies whose version is often the real one (1 or 2)."""
+    return st.tuples(from_schema(SCHEMAS[schema]), st.sampled_from([1, 2, None])).map(
+        lambda t: {**t[0], "version": t[1]} if t[1] else t[0])
+
+
 def test_fuzz_chat(tmp_path: Path) -> None:
     def body(env: Env) -> None:
         @FUZZ
-        @given(token=TOKENS, ctype=CONTENT_TYPES, data=bodies("ChatRequest"))
-        def run(token: dict[str, str], ctype: str, data: bytes) -> None:
-            env.run(check(env, "POST", "/api/chat", headers=_headers(token, ctype), data=data))
+        @given(req=requests(from_schema(SCHEMAS["ChatRequest"]), "ChatRequest"))
+        @example(req=({**C7_TOKEN, **JSON}, b'{"message": "hello", "conversationId": null}'))
+        @example(req=({**C7_TOKEN, **JSON}, b'{"message": "hello", "customerId": "C-8"}'))
+        def run(req: tuple[dict[str, str], bytes]) -> None:
+            env.run(check(env, "POST", "/api/chat", headers=req[0], data=req[1]))
         run()
-    with_env(tmp_path, body)
+    with_env(tmp_path, body, expect={200, 403})
 
 
 def test_fuzz_confirmations(tmp_path: Path) -> None:
     def body(env: Env) -> None:
         @FUZZ
-        @given(token=TOKENS, ctype=CONTENT_TYPES, data=bodies("ConfirmRequest") | st.just(b""),
-               action=st.sampled_from(["confirm", "decline"]), ident=path_ids(env))
-        def run(token: dict[str, str], ctype: str, data: bytes, action: str, ident: str) -> None:
-            env.run(check(env, "POST", f"/api/confirmations/{ident}/{action}", headers=_headers(token, ctype),
-                          data=data))
+        @given(req=requests(st.just({}), "ConfirmRequest"), action=st.sampled_from(["confirm", "decline"]),
+               ident=path_ids(env))
+        @example(req=({**C8_TOKEN, **JSON}, b"{}"), action="confirm", ident=env.ids["confirmation"])
+        @example(req=({**C7_TOKEN, **JSON}, b"{}"), action="confirm", ident=env.ids["confirmation"])
+        @example(req=({**C7_TOKEN, **JSON}, b"{}"), action="decline", ident=env.ids["confirmation"])
+        def run(req: tuple[dict[str, str], bytes], action: str, ident: str) -> None:
+            env.run(check(env, "POST", f"/api/confirmations/{ident}/{action}", headers=req[0], data=req[1]))
         run()
-    with_env(tmp_path, body)
+    with_env(tmp_path, body, expect={200, 404, 409})
 
 
 def test_fuzz_approval_decisions(tmp_path: Path) -> None:
     def body(env: Env) -> None:
         @FUZZ
-        @given(token=TOKENS, ctype=CONTENT_TYPES, ident=path_ids(env), pick=st.data())
-        def run(token: dict[str, str], ctype: str, ident: str, pick: st.DataObject) -> None:
-            action = pick.draw(st.sampled_from(["approve", "reject"]))
-            data = pick.draw(bodies("ApproveRequest" if action == "approve" else "RejectRequest"))
-            env.run(check(env, "POST", f"/api/approvals/{ident}/{action}", headers=_headers(token, ctype),
-                          data=data))
+        @given(ident=path_ids(env), action=st.sampled_from(["approve", "reject"]), pick=st.data())
+        @example(ident=env.ids["approval"], action="approve", pick=({**C7_TOKEN, **JSON}, b'{"version": 1}'))
+        @example(ident=env.ids["approval"], action="approve", pick=({**SUP_TOKEN, **JSON}, b'{"version": 7}'))
+        @example(ident=env.ids["approval"], action="approve", pick=({**SUP_TOKEN, **JSON}, b'{"version": 1}'))
+        @example(ident=env.ids["approval"], action="reject", pick=({**SUP_TOKEN, **JSON}, b'{"version": 2}'))
+        def run(ident: str, action: str, pick: Any) -> None:
+            schema = "ApproveRequest" if action == "approve" else "RejectRequest"
+            headers, data = pick if isinstance(pick, tuple) else pick.draw(requests(decision_body(schema), schema))
+            env.run(check(env, "POST", f"/api/approvals/{ident}/{action}", headers=headers, data=data))
         run()
-    with_env(tmp_path, body)
+    with_env(tmp_path, body, expect={200, 403, 409})
 
 
 def test_fuzz_reads(tmp_path: Path) -> None:
@@ -206,20 +234,23 @@ def test_fuzz_reads(tmp_path: Path) -> None:
 
     def body(env: Env) -> None:
         @FUZZ
-        @given(token=TOKENS, ident=path_ids(env), q=query,
+        @given(token=GOOD_TOKENS | TOKENS, ident=path_ids(env), q=query,
                which=st.sampled_from(["list", "approval", "conversation", "openapi", "healthz", "junk"]))
+        @example(token=SUP_TOKEN, ident="x", q={"status": "pending"}, which="list")
+        @example(token=C7_TOKEN, ident=env.ids["conversation"], q={}, which="conversation")
+        @example(token=bearer("C-8", "customer"), ident=env.ids["conversation"], q={}, which="conversation")
         def run(token: dict[str, str], ident: str, q: dict[str, str], which: str) -> None:
             path = {"list": "/api/approvals?" + urlencode(q), "approval": f"/api/approvals/{ident}",
                     "conversation": f"/api/conversations/{ident}", "openapi": "/api/openapi.json",
                     "healthz": "/healthz", "junk": f"/api/{ident}"}[which]
             env.run(check(env, "GET", path, headers=token))
         run()
-    with_env(tmp_path, body)
+    with_env(tmp_path, body, expect={200, 404})
 
 
-EMAIL_FIELDS = st.fixed_dictionaries({}, optional={
-    "from": st.sampled_from(["maya.chen@example.com", "Maya <MAYA.CHEN@example.com>", "jonas.weber@example.de",
-                             "evil@attacker.example", "a@b, maya.chen@example.com", ""]) | st.text(max_size=30),
+SENDERS = st.sampled_from(["maya.chen@example.com", "Maya Chen <MAYA.CHEN@example.com>", "jonas.weber@example.de",
+                           "evil@attacker.example", "a@b, maya.chen@example.com", "", "maya.chen@example.com.evil"])
+EMAIL_FIELDS = st.fixed_dictionaries({"from": SENDERS | st.text(max_size=30)}, optional={
     "to": st.text(max_size=30), "subject": st.text(max_size=40), "text": st.text(max_size=200),
     "headers": st.text(max_size=200) | JUNK_JSON, "SPF": st.sampled_from(["pass", "fail", "softfail", "none"]),
     "dkim": st.sampled_from(["{@example.com : pass}", "{@example.com : fail}", "none"]) | JUNK_JSON,
@@ -232,8 +263,17 @@ def test_fuzz_email_inbound(tmp_path: Path) -> None:
     """Signed junk reaches the parser: malformed, forged or failing mail is refused with no trace."""
     def body(env: Env) -> None:
         @FUZZ
-        @given(fields=EMAIL_FIELDS, shape=st.sampled_from(["json", "form", "bytes"]), signed=st.booleans(),
-               raw=st.binary(max_size=200), ctype=CONTENT_TYPES)
+        @given(fields=EMAIL_FIELDS, shape=st.sampled_from(["json", "json", "form", "bytes"]),
+               signed=st.sampled_from([True, True, False]), raw=st.binary(max_size=200), ctype=CONTENT_TYPES)
+        @example(fields={"from": "Maya <maya.chen@example.com>", "text": "hi", "Message-Id": "<fz-1@x>"},
+                 shape="json", signed=True, raw=b"", ctype="")
+        @example(fields={"from": "maya.chen@example.com", "text": "hi", "Message-Id": "<fz-1@x>"},
+                 shape="form", signed=True, raw=b"", ctype="")
+        @example(fields={"from": "evil@attacker.example", "text": "hi"}, shape="json", signed=True, raw=b"", ctype="")
+        @example(fields={"from": "maya.chen@example.com", "SPF": "fail"}, shape="json", signed=True, raw=b"",
+                 ctype="")
+        @example(fields={"from": 5}, shape="json", signed=True, raw=b"", ctype="")
+        @example(fields={"from": "maya.chen@example.com"}, shape="json", signed=False, raw=b"", ctype="")
         def run(fields: dict[str, Any], shape: str, signed: bool, raw: bytes, ctype: str) -> None:
             if shape == "json":
                 data, ctype = json.dumps(fields).encode(), "application/json"
@@ -248,4 +288,4 @@ def test_fuzz_email_inbound(tmp_path: Path) -> None:
                 headers |= {"X-Signoff-Timestamp": ts, "X-Signoff-Signature": sign(EMAIL_SECRET, data, ts)}
             env.run(check(env, "POST", "/email/inbound", headers=headers, data=data))
         run()
-    with_env(tmp_path, body)
+    with_env(tmp_path, body, expect={200, 401, 403, 422})

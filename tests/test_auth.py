@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+from jwt.algorithms import ECAlgorithm, HMACAlgorithm, RSAAlgorithm
 
 from agent.llm.testing import ScriptedModel
 from bot.auth import AuthConfig, make_token
@@ -77,7 +77,7 @@ async def test_valid_hs256_token_authenticates(harness: Harness) -> None:
     ("sub not a string", hs(claims(sub=7))),
     ("customer claim for another account", hs(claims(customer="C-8"))),
     ("wrong secret", hs(claims(), secret="another-secret-another-secret-12345")),
-    ("alg none", jwt.encode(claims(), None, algorithm="none")),
+    ("alg none", jwt.encode(claims(), "", algorithm="none")),
     ("alg HS512 with the right secret", hs512(claims())),
 ])
 async def test_bad_tokens_are_401(harness: Harness, name: str, token: str | None) -> None:
@@ -127,6 +127,13 @@ async def test_no_auth_configured_refuses_everything(harness: Harness) -> None:
 
 
 # -- JWKS -----------------------------------------------------------------------------------
+
+class RawHMAC(HMACAlgorithm):
+    """HMAC that, unlike PyJWT's, accepts a PEM public key as the secret (an attacker's tool)."""
+
+    def prepare_key(self, key: str | bytes) -> bytes:
+        return key if isinstance(key, bytes) else key.encode()
+
 
 class Jwks:
     """A JWKS endpoint on 127.0.0.1 that counts fetches."""
@@ -184,15 +191,15 @@ async def test_jwks_refuses_confused_and_foreign_tokens(harness: Harness, jwks: 
     """HS256 signed with the public key, an unknown kid, a foreign RSA key, alg none → all 401."""
     keys, url = jwks
     cfg = AuthConfig(jwks_url=url)
-    pem_as_secret = jwt.api_jws.PyJWS()
-    pem_as_secret._algorithms["HS256"].prepare_key = lambda key: key  # forge the classic confusion token
-    confused = pem_as_secret.encode(json.dumps(claims()).encode(), keys.public_pem(), algorithm="HS256")
+    forger = jwt.PyJWS(algorithms=[])
+    forger.register_algorithm("HS256", RawHMAC(RawHMAC.SHA256))  # the classic key-confusion token
+    confused = forger.encode(json.dumps(claims()).encode(), keys.public_pem(), algorithm="HS256")
     foreign = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     tokens = {
         "hs256 with the public key": confused,
         "unknown kid": keys.rs256(claims(), kid="nope"),
         "foreign key": jwt.encode(claims(), foreign, algorithm="RS256", headers={"kid": "rsa-1"}),
-        "alg none": jwt.encode(claims(), None, algorithm="none"),
+        "alg none": jwt.encode(claims(), "", algorithm="none"),
         "hs256 secret token": hs(claims()),
     }
     for name, token in tokens.items():

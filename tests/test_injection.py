@@ -362,9 +362,9 @@ def test_at_least_twenty_distinct_attacks() -> None:
 
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=[a.id for a in ATTACKS])
-async def test_compromised_planner_changes_no_permission(db: Database, attack: Attack) -> None:
-    env = await make_env(db, model=CompromisedModel(), dataset=_dataset(attack))
-    before = await store_state(db)
+async def test_compromised_planner_changes_no_permission(any_db: Database, attack: Attack) -> None:
+    env = await make_env(any_db, model=CompromisedModel(), dataset=_dataset(attack))
+    before = await store_state(any_db)
     conv_id: str | None = None
     for text in attack.turns:
         r = await env.runtime.chat(principal=attack.principal, channel=attack.channel, message=text,
@@ -399,3 +399,111 @@ async def test_finish_claiming_an_action_that_did_not_happen_is_rejected(db: Dat
     fin = [p for p in props if p.tool == "finish"]
     assert fin and fin[0].is_error and fin[0].result["error"] == "unverified_action_ids"
     assert r.outcome != "finished"
+
+
+# -- a confirmation authorises one attempt, not a standing order -------------------------------
+
+class Queue:
+    """A planner that answers from a queue, then in text (any number of extra calls)."""
+
+    def __init__(self) -> None:
+        self.replies: list[Any] = []
+        self.model_name = "queue"
+
+    def push(self, *replies: Any) -> None:
+        self.replies.extend(replies)
+
+    async def complete(self, request: Any) -> Any:
+        from agent.llm.testing import make_response
+
+        reply = self.replies.pop(0) if self.replies else "Okay."
+        return make_response(reply, model=self.model_name, request=request)
+
+
+def _use(tool: str, args: dict[str, Any]) -> list[dict[str, Any]]:
+    from agent.llm.testing import tool_use_block
+
+    return [tool_use_block(tool, args)]
+
+
+async def test_confirmation_refused_by_policy_does_not_authorise_the_same_refund_later(db: Database) -> None:
+    """S2: the customer confirmed, the runtime refused (daily count) and said so. A day later a
+    hijacked model proposes the very same refund: it needs a fresh confirmation, it does not run."""
+    from datetime import timedelta
+
+    model = Queue()
+    env = await make_env(db, model=model)  # type: ignore[arg-type]
+    args = R("O-1042", 3000, evidence=[EVIDENCE])
+    model.push(_use("load_tools", {"group": "billing"}), _use("search_knowledge", {"query": "refund window"}),
+               _use("issue_refund", args), "Please confirm the refund.")
+    first = await env.runtime.chat(principal=C7, channel="api", message="Refund my boots please.")
+    # before the customer answers, the day's refund count fills up elsewhere
+    for i, oid in enumerate(("O-1048", "O-1049", "O-1045")):
+        await env.services.backend.issue_refund("C-7", oid, amount_minor=100, currency="USD",
+                                                reason_code="damaged", return_id=None, idempotency_key=f"s{i}")
+    confirmed = await env.runtime.confirm(first.pending[0].id, actor=C7, accept=True)
+    assert confirmed.result is None  # refused: daily_refund_limit_reached
+    before = await store_state(db)
+    env.clock.advance(timedelta(hours=25))
+    # (a few other calls first, so the repeat interception's window has passed)
+    model.push(_use("search_knowledge", {"query": "refunds damaged items"}),
+               *(_use("get_order", {"order_id": oid}) for oid in ("O-1042", "O-1043", "O-1044", "O-1045", "O-1046")),
+               _use("issue_refund", args))
+    later = await env.runtime.chat(principal=C7, channel="api", message="Anything else?",
+                                   conversation_id=first.conversation_id)
+    assert (await store_state(db))["refunds"] == before["refunds"], "a stale confirmation moved money"
+    assert [p.kind for p in later.pending] == ["confirmation"]
+
+
+async def test_confirmation_behind_a_rejected_approval_does_not_authorise_the_refund_later(db: Database) -> None:
+    """S2/S4: a supervisor rejected the refund the customer had confirmed. The next day the same
+    amount is under the ceiling on its own; a hijacked model re-proposing it must ask again."""
+    from datetime import timedelta
+
+    from tests.gatekeeper_kit import SUP
+
+    model = Queue()
+    env = await make_env(db, model=model)  # type: ignore[arg-type]
+    small, second = R("O-1042", 3000, evidence=[EVIDENCE]), R("O-1049", 2500, evidence=[EVIDENCE])
+    model.push(_use("load_tools", {"group": "billing"}), _use("search_knowledge", {"query": "refund window"}),
+               _use("issue_refund", small), "Please confirm.")
+    t1 = await env.runtime.chat(principal=C7, channel="api", message="Refund my boots.")
+    conv = t1.conversation_id
+    assert (await env.runtime.confirm(t1.pending[0].id, actor=C7, accept=True)).result is not None
+    model.push(_use("issue_refund", second), "Please confirm.")
+    t2 = await env.runtime.chat(principal=C7, channel="api", message="And the tent.", conversation_id=conv)
+    waiting = await env.runtime.confirm(t2.pending[0].id, actor=C7, accept=True)
+    assert waiting.approval is not None
+    await env.runtime.decide(waiting.approval.id, expected_version=waiting.approval.version, decision="reject",
+                             actor=SUP, comment="Not eligible.")
+    await env.runtime.resume(waiting.approval.id)
+    before = await store_state(db)
+    env.clock.advance(timedelta(hours=25))
+    model.push(_use("search_knowledge", {"query": "refunds damaged items"}), _use("issue_refund", second))
+    later = await env.runtime.chat(principal=C7, channel="api", message="Hello again", conversation_id=conv)
+    assert (await store_state(db))["refunds"] == before["refunds"], "a rejected refund ran on an old confirmation"
+    assert [p.kind for p in later.pending] == ["confirmation"]
+    await audit_ok(env)
+
+
+async def test_only_the_acting_principal_can_answer_a_confirmation(db: Database) -> None:
+    """S2: another customer (who knows the id) gets not_found; staff get forbidden; nothing runs."""
+    from agent.errors import DecisionError
+    from tests.gatekeeper_kit import C8, SUP
+
+    env = await make_env(db, model=CompromisedModel())
+    r = await env.runtime.chat(principal=C7, channel="api", message=LOAD_BILLING + SEARCH + call(
+        "issue_refund", R("O-1042", 2000, evidence=[EVIDENCE])))
+    (pending,) = r.pending
+    before = await store_state(db)
+    for actor, code in ((C8, "not_found"), (REP, "forbidden"), (SUP, "forbidden")):
+        with pytest.raises(DecisionError) as err:
+            await env.runtime.confirm(pending.id, actor=actor, accept=True)
+        assert err.value.code == code, actor
+    conf = await env.services.confirmations.get(pending.id)
+    assert conf is not None and conf.status == "pending"
+    assert await store_state(db) == before
+    # and "yes" from someone else's conversation does not reach it
+    other = await env.runtime.chat(principal=C8, channel="api", message="yes")
+    assert other.conversation_id != r.conversation_id
+    assert (await env.services.confirmations.get(pending.id)).status == "pending"  # type: ignore[union-attr]

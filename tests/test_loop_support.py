@@ -19,9 +19,9 @@ from agent.policy import Policy, load_policy
 from agent.runtime import Runtime
 from storage.db import Database
 from storage.models import ApprovalRow, AuditEventRow, CaseNoteRow, ToolExecutionRow
+from storage.records import Approval
 from storage.store_models import StoreRefundRow
 from tests.fakes.anthropic_api import validate as validate_anthropic
-from storage.records import Approval
 from tests.support import C7, Clock, Harness
 from tools.context import Principal
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import web
 from jsonschema import Draft202012Validator
+from openapi_spec_validator import validate as validate_openapi
 
 from agent.llm.testing import ScriptedModel
 from bot import api
@@ -52,6 +53,7 @@ async def test_every_api_route_is_documented_and_vice_versa(db: Database) -> Non
 def test_document_is_openapi_31_with_resolvable_refs_and_valid_schemas() -> None:
     doc = document()
     assert doc["openapi"].startswith("3.1")
+    validate_openapi(doc)  # the OpenAPI 3.1 meta-schema
     assert doc["components"]["securitySchemes"]["bearer"] == {
         "type": "http", "scheme": "bearer", "bearerFormat": "JWT",
         "description": doc["components"]["securitySchemes"]["bearer"]["description"]}

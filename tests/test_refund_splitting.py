@@ -18,7 +18,6 @@ from agent.runtime import ConfirmResult
 from storage.db import Database
 from tests.gatekeeper_kit import (
     C7,
-    EVIDENCE,
     REP,
     SUP,
     Env,
@@ -66,9 +65,9 @@ def executed(res: ConfirmResult) -> bool:
     return isinstance(res.result, dict) and str(res.result.get("refund_id", "")).startswith("R-")
 
 
-async def test_split_in_one_run_ends_in_an_approval_request(db: Database) -> None:
+async def test_split_in_one_run_ends_in_an_approval_request(any_db: Database) -> None:
     """3000 + 1500 + 1000 in one conversation: the third crosses the customer's ceiling and waits."""
-    env = await make_env(db, model=CompromisedModel())
+    env = await make_env(any_db, model=CompromisedModel())
     ceiling = env.services.policy.ceiling("customer", "USD")
     conv, first = await refund_flow(env, C7, "api", refund("O-1042", 3000))
     assert executed(first)
@@ -84,9 +83,9 @@ async def test_split_in_one_run_ends_in_an_approval_request(db: Database) -> Non
     await audit_ok(env)
 
 
-async def test_split_across_conversations_and_channels_ends_in_an_approval_request(db: Database) -> None:
+async def test_split_across_conversations_and_channels_ends_in_an_approval_request(any_db: Database) -> None:
     """api, then email, then slack, each a new conversation: the day's aggregate is per customer."""
-    env = await make_env(db, model=CompromisedModel())
+    env = await make_env(any_db, model=CompromisedModel())
     _, a = await refund_flow(env, C7, "api", refund("O-1042", 2500))
     _, b = await refund_flow(env, C7, "email", refund("O-1049", 2000))
     _, c = await refund_flow(env, C7, "slack", refund("O-1048", 1000))
@@ -100,10 +99,10 @@ async def test_split_across_conversations_and_channels_ends_in_an_approval_reque
     await audit_ok(env)
 
 
-async def test_many_tiny_refunds_never_move_money_past_policy(db: Database) -> None:
+async def test_many_tiny_refunds_never_move_money_past_policy(any_db: Database) -> None:
     """Ten slices of about 1900 over three channels: at most the ceiling moves unapproved; the rest
     waits for a supervisor or is refused (per-day count) — never executed."""
-    env = await make_env(db, model=CompromisedModel())
+    env = await make_env(any_db, model=CompromisedModel())
     policy = env.services.policy
     executed_n = approvals = refused = 0
     for i in range(10):
@@ -126,9 +125,9 @@ async def test_many_tiny_refunds_never_move_money_past_policy(db: Database) -> N
     await audit_ok(env)
 
 
-async def test_approved_amount_still_counts_toward_the_next_slice(db: Database) -> None:
+async def test_approved_amount_still_counts_toward_the_next_slice(any_db: Database) -> None:
     """After a supervisor approves 6000, a further 500 needs approval too (the day's aggregate)."""
-    env = await make_env(db, model=CompromisedModel())
+    env = await make_env(any_db, model=CompromisedModel())
     _, big = await refund_flow(env, C7, "api", refund("O-1049", 6000))
     assert big.approval is not None
     decided = await env.runtime.decide(big.approval.id, expected_version=big.approval.version,
@@ -140,9 +139,9 @@ async def test_approved_amount_still_counts_toward_the_next_slice(db: Database) 
     await audit_ok(env)
 
 
-async def test_refunds_never_exceed_refundable_across_runs_and_channels(db: Database) -> None:
+async def test_refunds_never_exceed_refundable_across_runs_and_channels(any_db: Database) -> None:
     """A rep refunds 15000 of O-1042's 18900 in Slack; the customer then asks for 5000 by email."""
-    env = await make_env(db, model=CompromisedModel())
+    env = await make_env(any_db, model=CompromisedModel())
     _, rep = await refund_flow(env, REP, "slack", refund("O-1042", 15000))
     assert executed(rep)
     r = await env.runtime.chat(principal=C7, channel="email", message=ask(refund("O-1042", 5000)))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agent.llm.base import ModelRequest
-from agent.llm.testing import FunctionModel, text_block, tool_use_block
+from agent.llm.testing import FunctionModel, tool_use_block
 from agent.runtime import Runtime
 from agent.worker import Worker, WorkerConfig
 from bot.app import build_services
@@ -39,6 +39,8 @@ def follow_up_planner() -> FunctionModel:
         if "issue_refund" not in called:
             return [tool_use_block("issue_refund", BIG_REFUND)]
         last = " ".join(b.get("text", "") for b in request.messages[-1].content if b.get("type") == "text")
+        if last == "thank you":
+            return "You're welcome!"
         if "was approved" in last and '"REFUNDED"' in last:
             return "Good news: your refund of $189.00 was approved and issued."
         if "was approved" in last:
@@ -162,13 +164,16 @@ async def test_a_worker_that_died_holding_the_job_is_replaced_and_the_run_resume
     assert await store_refunds(any_db, "O-1042") == 1
 
 
+@pytest.mark.parametrize("where", ["same_process", "other_process"])
 async def test_resume_while_the_approved_action_is_still_running_reports_the_truth(
-        any_db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+        any_db: Database, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
     """The approval's own execution is slow (a slow payment processor) and the safety-net
-    resume job comes due meanwhile: the refund happens once, the stored result stays REFUNDED,
-    and the follow-up the customer gets says it was issued, never that it failed."""
+    resume job comes due meanwhile, in this process or another: the refund happens once, the
+    stored result is REFUNDED, and the one follow-up says it was issued, never that it failed."""
     model = follow_up_planner()
     h = await seeded(any_db, model)
+    other = Runtime(build_services(db=any_db, model=model, notifier=h.notifier, clock=h.clock))
+    resumer = h.runtime if where == "same_process" else other
     a = await open_refund_approval(h)
     store = h.services.backend
     real = store.issue_refund
@@ -183,14 +188,14 @@ async def test_resume_while_the_approved_action_is_still_running_reports_the_tru
     deciding = asyncio.create_task(h.runtime.decide(a.id, expected_version=1, decision="approve", actor=SUP_A))
     await asyncio.wait_for(started.wait(), 5)
     advance(h.clock, 3)
-    resuming = asyncio.create_task(worker(h.runtime, "w-1").run_once())
+    resuming = asyncio.create_task(worker(resumer, "w-1").run_once())
     await asyncio.sleep(0.05)  # let the worker claim the job and reach the approval
     release.set()
     decided = await asyncio.wait_for(deciding, 10)
     await asyncio.wait_for(resuming, 10)
     for _ in range(3):  # a job that had to wait is retried later; run it out
         advance(h.clock, 10)
-        await worker(h.runtime, "w-1").run_once()
+        await worker(resumer, "w-1").run_once()
     assert decided.result["status"] == "REFUNDED"
     stored = await h.services.approvals.get(a.id)
     assert stored is not None and stored.result["status"] == "REFUNDED"
@@ -208,7 +213,6 @@ async def test_after_resume_the_conversation_goes_on(any_db: Database) -> None:
     a = await open_refund_approval(h)
     await h.runtime.decide(a.id, expected_version=1, decision="approve", actor=SUP_A)
     await h.runtime.resume(a.id)
-    model._fn = lambda _r: [text_block("You're welcome!")]  # type: ignore[attr-defined]
     r = await h.runtime.chat(principal=C7, channel="api", message="thank you", conversation_id=a.conversation_id)
     assert r.reply == "You're welcome!"
     await assert_history_valid(h.runtime, a.conversation_id, C7)

@@ -10,6 +10,7 @@ than migrating and loading ~1,000 rows for each of k runs of ~60 cases.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import shutil
 from collections.abc import Callable
@@ -33,7 +34,7 @@ from storage.jobs import JobQueue
 from storage.ledger import Ledger
 from storage.migrate import upgrade
 from storage.sandbox import SandboxStore
-from storage.store_io import export_model, load_dataset
+from storage.store_io import count_rows, export_model, load_dataset
 from tools.catalogue import build_registry
 from tools.dataset import DEMO_DATASET_PATH, Dataset, DatasetError, parse_dataset
 
@@ -98,6 +99,7 @@ class Template:
 
     path: Path
     before: Dataset
+    counts: dict[str, int]
 
 
 @dataclass
@@ -131,30 +133,52 @@ class TemplateStore:
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             if key not in self._templates:
-                self._templates[key] = await self._build(spec, len(self._templates))
+                self._templates[key] = await self._build(spec, hashlib.sha256(key.encode()).hexdigest()[:16])
             return self._templates[key]
 
-    async def _build(self, spec: StoreSpec, n: int) -> Template:
+    async def _build(self, spec: StoreSpec, name: str) -> Template:
         dataset = merged_dataset(self.base, spec)
-        path = self.workdir / f"template-{n}.db"
+        path = self.workdir / f"template-{name}.db"
         shutil.copyfile(await self._migrated_empty(), path)
         db = create_database(sqlite_url(path))
         try:
             await load_dataset(db, dataset, rebase_to=self.epoch)
             before = await export_model(db)
+            counts = await count_rows(db)
         finally:
             await db.dispose()
-        return Template(path=path, before=before)
+        return Template(path=path, before=before, counts=counts)
 
-    def copy(self, template: Template) -> Path:
-        """A private copy of a template's file for one case run."""
+    def lane(self) -> Lane:
+        """A new lane (one run at a time on its own file)."""
         self._copies += 1
-        path = self.workdir / f"run-{self._copies}.db"
-        shutil.copyfile(template.path, path)
-        return path
+        path = self.workdir / f"lane-{self._copies}.db"
+        return Lane(path=path)
 
     def clock_for(self, spec: StoreSpec) -> Clock:
         return Clock(self.epoch + parse_duration(spec.clock))
+
+
+@dataclass(kw_only=True)
+class Lane:
+    """A file slot for one run at a time: before each run its database is replaced by a fresh
+    template copy with a fresh handle (a handle caches the audit head, so it never outlives its file)."""
+
+    path: Path
+    db: Database | None = None
+
+    async def reset(self, template: Template) -> Database:
+        await self.close()
+        for suffix in ("-wal", "-shm"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        shutil.copyfile(template.path, self.path)
+        self.db = create_database(sqlite_url(self.path))
+        return self.db
+
+    async def close(self) -> None:
+        if self.db is not None:
+            await self.db.dispose()
+            self.db = None
 
 
 def build_services(*, db: Database, model: ModelClient, clock: Callable[[], datetime],
@@ -179,5 +203,5 @@ def open_database(path: Path) -> Database:
     return create_database(sqlite_url(path))
 
 
-__all__ = ["Clock", "DatasetError", "Template", "TemplateStore", "build_services", "merged_dataset",
+__all__ = ["Clock", "DatasetError", "Lane", "Template", "TemplateStore", "build_services", "merged_dataset",
            "open_database", "sqlite_url"]

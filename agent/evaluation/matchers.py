@@ -65,7 +65,11 @@ def args_match(expect: ToolExpect, args: Any) -> bool:
 
 
 def gate_matches(expect: ToolExpect, p: Proposal) -> bool:
+    """The gate's decision and reason, and the result's error code, as expected."""
     if expect.gate is not None and p.decision != expect.gate:
+        return False
+    if expect.error is not None and not (p.is_error and isinstance(p.result, dict)
+                                         and p.result.get("error") == expect.error):
         return False
     return expect.reason is None or p.reason == expect.reason
 
@@ -89,7 +93,8 @@ def find_in_order(expects: list[ToolExpect], proposals: list[Proposal]) -> tuple
         if hit is None:
             got = proposals[named[0]]
             arguments.append(f"{e.tool}: no call matched {e.args or {}}"
-                             f"{f' with gate {e.gate}' if e.gate else ''}{f'/{e.reason}' if e.reason else ''}; "
+                             f"{f' with gate {e.gate}' if e.gate else ''}{f'/{e.reason}' if e.reason else ''}"
+                             f"{f' error {e.error}' if e.error else ''}; "
                              f"first was {got.arguments} → {got.decision}/{got.reason}")
             at = named[0] + 1
             continue

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from agent.errors import ConfigError
@@ -52,8 +53,8 @@ class CaseScript:
 
     def _blocks(self, reply: str | ScriptedReply, request: ModelRequest) -> list[Block]:
         if isinstance(reply, str):
-            return [text_block(reply)]
-        blocks: list[Block] = [text_block(reply.say)] if reply.say else []
+            return [text_block(fill_text(reply, request))]
+        blocks: list[Block] = [text_block(fill_text(reply.say, request))] if reply.say else []
         for name, args in (reply.call or {}).items():
             blocks.append(tool_use_block(name, fill(args, request)))
         return blocks
@@ -71,6 +72,21 @@ def fill(value: Any, request: ModelRequest) -> Any:
     if isinstance(value, list):
         return [fill(v, request) for v in value]
     return value
+
+
+_TEXT_SLOT = re.compile(r"\{\$([a-z_]+)\}")
+_ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T")
+
+
+def fill_text(text: str, request: ModelRequest) -> str:
+    """Replace ``{$key}`` in reply text with the newest value of ``key`` (an ISO time as its date)."""
+    def value(m: re.Match[str]) -> str:
+        found = newest_value(request, m.group(1))
+        if found is None:
+            raise ScriptExhausted(f"scripted text slot {m.group(0)} has no value in the conversation yet")
+        return str(found)[:10] if _ISO.match(str(found)) else str(found)
+
+    return _TEXT_SLOT.sub(value, text)
 
 
 def newest_value(request: ModelRequest, key: str) -> Any:

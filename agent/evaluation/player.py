@@ -128,8 +128,8 @@ class Player:
     async def _confirm(self, i: int, turn: Turn, *, accept: bool) -> TurnOutcome:
         which = turn.confirm or turn.decline
         pending = sorted(await self.rt.s.confirmations.pending(self._conv(turn)), key=lambda c: c.created_at)
-        if not pending:
-            return TurnOutcome(index=i, action=turn.action, ok=False, error="nothing_to_confirm")
+        if not pending:  # not a failure by itself: the model proposed nothing to confirm (expectations tell)
+            return TurnOutcome(index=i, action=turn.action, error="nothing_to_confirm")
         chosen = pending if which == "all" else [pending[0] if which == "first" else pending[-1]]
         reply = ""
         for conf in chosen:
@@ -145,9 +145,10 @@ class Player:
         return max(rows, key=lambda a: a.created_at) if rows else None
 
     async def _decide(self, i: int, turn: Turn) -> TurnOutcome:
-        a = await self._approval(turn)
+        # The latest card in the conversation, whatever its state: deciding a settled one must fail.
+        a = await self._approval(turn, pending_only=False)
         if a is None:
-            return TurnOutcome(index=i, action=turn.action, ok=False, error="nothing_to_decide")
+            return TurnOutcome(index=i, action=turn.action, error="nothing_to_decide")
         who = turn.approve or (turn.reject.by if turn.reject else "")
         actor = principal_of(who, customer=None, staff_roles=self.roles)
         comment = turn.reject.comment if turn.reject else None
@@ -211,9 +212,13 @@ class Player:
         return self._expected(i, turn, None, reply=reply, status=out.approval.status, default="conflict")
 
 
-async def observe(rt: Runtime, before: Dataset) -> Observed:
-    """Read everything a judge needs from the durable state, through the repositories only."""
-    from storage.store_io import export_model
+async def observe(rt: Runtime, before: Dataset, *, counts: dict[str, int] | None = None) -> Observed:
+    """Read everything a judge needs from the durable state, through the repositories only.
+
+    The store is exported in full unless ``counts`` (the template's row counts) are given, no
+    action executed and no row count changed - then it is known to equal ``before``.
+    """
+    from storage.store_io import count_rows, export_model
 
     s = rt.s
     audit: list[AuditRecord] = []
@@ -228,8 +233,10 @@ async def observe(rt: Runtime, before: Dataset) -> Observed:
     keys = {p.idempotency_key for p in proposals if p.idempotency_key} | {
         a.idempotency_key for a in approvals if a.idempotency_key}
     ledger = {k: e for k in sorted(keys) if (e := await s.ledger.get(k)) is not None}
+    untouched = counts is not None and not any(e.kind.startswith("execution.") for e in audit) \
+        and await count_rows(s.db) == counts
     return Observed(proposals=proposals, audit=audit, verify=await s.audit.verify(), approvals=approvals,
-                    ledger=ledger, before=before, after=await export_model(s.db))
+                    ledger=ledger, before=before, after=before if untouched else await export_model(s.db))
 
 
 __all__ = ["Observed", "Played", "Player", "TurnOutcome", "observe", "principal_of"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,9 +60,24 @@ def read_traces(path: Path) -> list[Recorded]:
     return list(out.values())
 
 
+#: Ids minted fresh on every run (store records, runtime objects): compared by kind, not value.
+_MINTED = re.compile(r"^(?:(R|RT|M|P|INV|O)-[0-9a-f]{10}|(apr|cnf|prop|run|conv)_[0-9a-f]{20})$")
+
+
+def _normalise(value: Any) -> Any:
+    if isinstance(value, str) and (m := _MINTED.match(value)):
+        return f"<{m.group(1) or m.group(2)} id>"
+    if isinstance(value, dict):
+        return {k: _normalise(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normalise(v) for v in value]
+    return value
+
+
 def render(tools: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """One line per call: ``name {"arg": ...}`` with sorted keys, so equal calls print equal."""
-    return [f"{name} {json.dumps(args, sort_keys=True, ensure_ascii=False)}" for name, args in tools]
+    """One line per call: ``name {"arg": ...}`` with sorted keys and minted ids masked, so equal calls
+    print equal."""
+    return [f"{name} {json.dumps(_normalise(args), sort_keys=True, ensure_ascii=False)}" for name, args in tools]
 
 
 def diff_tools(before: list[tuple[str, dict[str, Any]]], after: list[tuple[str, dict[str, Any]]], *,

@@ -1,26 +1,31 @@
 """``signoff eval``: run suites k times each on fresh stores and report pass^k.
 
 Each (case, run) gets its own SQLite file copied from a migrated, seeded
-template, its own clock and its own model instance, so runs are independent
-and can overlap. Exit code 1 when any case fails or any harmful outcome occurs.
+template, its own clock and its own model instance, so runs are independent.
+Runs are CPU-bound Python, so offline models are spread over worker processes
+(one event loop and one set of templates each); a real model runs in-process.
+Exit code 1 when any case fails or any harmful outcome occurs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+import os
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from agent.errors import ConfigError
-from agent.evaluation.fixtures import Template, TemplateStore, build_services, open_database
+from agent.evaluation.fixtures import DatasetError, Lane, TemplateStore, build_services
 from agent.evaluation.judge import DIMENSIONS, RunVerdict, judge
 from agent.evaluation.models import OFFLINE, effective_model, model_for, real_model
-from agent.evaluation.player import Player, observe
+from agent.evaluation.player import Observed, Played, Player, observe
 from agent.evaluation.report import CaseReport, Report
 from agent.evaluation.suite import Case, Suite, SuiteError, load_suite, resolve_suites
 from agent.llm.base import ModelClient
@@ -28,59 +33,124 @@ from agent.policy import Policy, load_policy
 from agent.runtime import Runtime
 
 
+def default_workers() -> int:
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
 @dataclass(frozen=True, kw_only=True)
 class EvalOptions:
-    """How to run: which model, how many runs per case, how many runs at once."""
+    """How to run: which model, how many runs per case, and how much at once."""
 
     model: str = "scripted"
     runs: int = 3
-    concurrency: int = 8
+    #: Worker processes for offline models (1 = in-process).
+    workers: int = 1
+    #: Runs in flight at once within a process (each on its own SQLite file).
+    lanes: int = 2
     policy: Policy | None = None
 
 
-async def run_case(templates: TemplateStore, suite: Suite, case: Case, *, kind: str, policy: Policy,
-                   real: ModelClient | None = None) -> RunVerdict:
-    """One run of one case on a private copy of its template store."""
-    template: Template = await templates.template(case.store)
-    path = templates.copy(template)
-    db = open_database(path)
+@dataclass(frozen=True, kw_only=True)
+class Job:
+    """One run of one case."""
+
+    index: int
+    suite: Suite
+    case: Case
+    kind: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaseRun:
+    """Everything one run produced: what was played, the durable state after it, the verdict."""
+
+    played: Played
+    observed: Observed
+    verdict: RunVerdict
+
+
+async def play_case(templates: TemplateStore, lane: Lane, case: Case, *, kind: str, policy: Policy,
+                    real: ModelClient | None = None, full_export: bool = False) -> CaseRun:
+    """One run of one case on ``lane``, reset to a fresh copy of the case's template store."""
+    template = await templates.template(case.store)
+    db = await lane.reset(template)
     clock = templates.clock_for(case.store)
     start = clock.now
     services = build_services(db=db, model=model_for(kind, case, real=real), clock=clock, policy=policy)  # type: ignore[arg-type]
     rt = Runtime(services)
-    try:
-        played = await Player(rt, case, clock, {s.id: s.role for s in template.before.staff}).play()
-        observed = await observe(rt, template.before)
-        return judge(case, kind, played, observed, policy=policy, registry=services.registry, start=start)
-    finally:
-        await db.dispose()
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
+    played = await Player(rt, case, clock, {s.id: s.role for s in template.before.staff}).play()
+    observed = await observe(rt, template.before, counts=None if full_export else template.counts)
+    verdict = judge(case, kind, played, observed, policy=policy, registry=services.registry, start=start)
+    return CaseRun(played=played, observed=observed, verdict=verdict)
 
 
-async def run_suites(suites: list[Suite], options: EvalOptions, *, settings: Any = None,
-                     workdir: Path | None = None) -> Report:
+async def run_case(templates: TemplateStore, lane: Lane, case: Case, *, kind: str, policy: Policy,
+                   real: ModelClient | None = None) -> RunVerdict:
+    """The verdict of one run of ``case``."""
+    return (await play_case(templates, lane, case, kind=kind, policy=policy, real=real)).verdict
+
+
+async def run_jobs(jobs: list[Job], *, policy: Policy, epoch: datetime, lanes: int,
+                   real: ModelClient | None = None) -> list[tuple[int, RunVerdict]]:
+    """Run ``jobs`` in this process, ``lanes`` at a time, on templates built here."""
+    with tempfile.TemporaryDirectory(prefix="signoff-eval-") as tmp:
+        templates = TemplateStore(workdir=Path(tmp), epoch=epoch)
+        for job in jobs:
+            try:
+                await templates.template(job.case.store)
+            except DatasetError as exc:
+                raise SuiteError([f"{job.suite.source}: case {job.case.id}: store: {e}" for e in exc.errors]) from None
+        free: asyncio.Queue[Lane] = asyncio.Queue()
+        for _ in range(max(1, lanes)):
+            free.put_nowait(templates.lane())
+
+        async def one(job: Job) -> tuple[int, RunVerdict]:
+            lane = await free.get()
+            try:
+                return job.index, await run_case(templates, lane, job.case, kind=job.kind, policy=policy, real=real)
+            finally:
+                free.put_nowait(lane)
+
+        try:
+            return list(await asyncio.gather(*(one(j) for j in jobs)))
+        finally:
+            while not free.empty():
+                await free.get_nowait().close()
+
+
+def _worker(jobs: list[Job], policy: Policy, epoch: datetime, lanes: int) -> list[tuple[int, RunVerdict]]:
+    """Entry point of a worker process."""
+    return asyncio.run(run_jobs(jobs, policy=policy, epoch=epoch, lanes=lanes))
+
+
+async def run_suites(suites: list[Suite], options: EvalOptions, *, settings: Any = None) -> Report:
     """Every case of every suite, ``options.runs`` times each."""
     policy = options.policy or load_policy(getattr(settings, "signoff_policy_file", None))
     real = real_model(options.model, settings) if options.model not in OFFLINE else None
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="signoff-eval-", dir=workdir) as tmp:
-        templates = TemplateStore(workdir=Path(tmp), epoch=datetime.now(UTC).replace(microsecond=0))
-        gate = asyncio.Semaphore(options.concurrency if real is None else min(options.concurrency, 4))
-        jobs = [(suite, case, effective_model(options.model, suite, case)) for suite in suites for case in suite.cases]
-        for _suite, case, kind in jobs:
-            if kind == "scripted" and not any(t.model for t in case.turns):
-                raise ConfigError(f"case {case.id} has no scripted model turns; use --model demo or compromised")
-
-        async def one(suite: Suite, case: Case, kind: str) -> RunVerdict:
-            async with gate:
-                return await run_case(templates, suite, case, kind=kind, policy=policy, real=real)
-
-        verdicts = await asyncio.gather(*(one(s, c, k) for s, c, k in jobs for _ in range(options.runs)))
-    cases = tuple(CaseReport(suite=s.suite, suite_file=s.source, case=c.id, model=k,
-                             runs=tuple(verdicts[i * options.runs:(i + 1) * options.runs]))
-                  for i, (s, c, k) in enumerate(jobs))
-    return Report(model=options.model, k=options.runs, cases=cases, seconds=time.perf_counter() - started)
+    epoch = datetime.now(UTC).replace(microsecond=0)
+    cases = [(suite, case, effective_model(options.model, suite, case)) for suite in suites for case in suite.cases]
+    for _suite, case, kind in cases:
+        if kind == "scripted" and not any(t.model for t in case.turns):
+            raise ConfigError(f"case {case.id} has no scripted model turns; use --model demo or compromised")
+    jobs = [Job(index=i * options.runs + r, suite=s, case=c, kind=k)
+            for i, (s, c, k) in enumerate(cases) for r in range(options.runs)]
+    workers = 1 if real is not None else min(options.workers, max(1, len(cases) // 4))
+    if workers <= 1:
+        results = await run_jobs(jobs, policy=policy, epoch=epoch, lanes=options.lanes, real=real)
+    else:
+        # All runs of a case go to the same worker, so each worker builds only the templates it needs.
+        shards = [[j for j in jobs if (j.index // options.runs) % workers == w] for w in range(workers)]
+        loop = asyncio.get_running_loop()
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            parts = await asyncio.gather(*(loop.run_in_executor(pool, _worker, shard, policy, epoch, options.lanes)
+                                           for shard in shards))
+        results = [r for part in parts for r in part]
+    verdicts = dict(results)
+    reports = tuple(CaseReport(suite=s.suite, suite_file=s.source, case=c.id, model=k,
+                               runs=tuple(verdicts[i * options.runs + r] for r in range(options.runs)))
+                    for i, (s, c, k) in enumerate(cases))
+    return Report(model=options.model, k=options.runs, cases=reports, seconds=time.perf_counter() - started)
 
 
 def load_suites(names: list[str]) -> list[Suite]:
@@ -88,22 +158,23 @@ def load_suites(names: list[str]) -> list[Suite]:
 
 
 async def run_cli(*, suites: list[str], model: str, runs: int, json_out: Path | None, settings: Any = None,
-                  record: Path | None = None, replay: Path | None = None) -> int:
+                  record: Path | None = None, replay: Path | None = None, workers: int | None = None) -> int:
     """The ``signoff eval`` command: table on stdout, JSON with ``--json``; 1 when anything fails.
 
     With ``json_out`` the run's tool selections are also written next to it as
-    ``<json_out>.traces.jsonl`` (or to ``record``) for :func:`agent.evaluation.replay.replay`.
+    ``<json_out>.traces.jsonl`` (or to ``record``) for :func:`agent.evaluation.replay.replay`;
+    with ``replay`` the recorded cases are played again with ``model`` and the differences printed.
     """
-    if replay is not None:
-        from agent.evaluation.replay import replay as do_replay
-
-        return await do_replay(replay, model=model, settings=settings)
-    if runs < 1:
-        print("signoff eval: --runs must be at least 1", file=sys.stderr)
-        return 2
     try:
-        loaded = load_suites(suites)
-        report = await run_suites(loaded, EvalOptions(model=model, runs=runs), settings=settings)
+        if replay is not None:
+            from agent.evaluation.replay import replay as do_replay
+
+            return await do_replay(replay, model=model, settings=settings)
+        if runs < 1:
+            print("signoff eval: --runs must be at least 1", file=sys.stderr)
+            return 2
+        options = EvalOptions(model=model, runs=runs, workers=workers or default_workers())
+        report = await run_suites(load_suites(suites), options, settings=settings)
     except SuiteError as exc:
         print("signoff eval: invalid suite", file=sys.stderr)
         for line in exc.errors[:30]:
@@ -116,8 +187,9 @@ async def run_cli(*, suites: list[str], model: str, runs: int, json_out: Path | 
         print(f"report written to {json_out}")
     if record is not None:
         report.write_traces(record)
-        print(f"tool selections written to {record} (replay them with another model or prompt)")
+        print(f"tool selections written to {record} (replay them with another model or prompt version)")
     return report.exit_code
 
 
-__all__ = ["DIMENSIONS", "EvalOptions", "load_suites", "run_case", "run_cli", "run_suites"]
+__all__ = ["DIMENSIONS", "CaseRun", "EvalOptions", "Job", "play_case", "default_workers", "load_suites", "run_case", "run_cli",
+           "run_jobs", "run_suites"]

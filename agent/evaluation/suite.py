@@ -35,6 +35,9 @@ class SuiteError(ValueError):
         self.errors = errors
         super().__init__("\n".join(errors[:30]))
 
+    def __reduce__(self) -> tuple[type[SuiteError], tuple[list[str]]]:
+        return (SuiteError, (self.errors,))  # crosses the worker-process boundary intact
+
 
 def parse_duration(text: str) -> timedelta:
     """``"25h"``, ``"-3d"``, ``"+90m"``, ``"30s"`` → a timedelta."""
@@ -63,7 +66,8 @@ class ScriptedReply(_Strict):
     """One scripted model response: optional text and tool calls (``name: args``, in order).
 
     A string argument ``"$key"`` is replaced by the newest ``key`` value in the
-    tool results or runtime events the model was sent (e.g. ``$refund_id``).
+    tool results or runtime events the model was sent (e.g. ``$refund_id``);
+    ``{$key}`` inside ``say`` text likewise (times shown as their date).
     """
 
     say: str | None = None
@@ -130,7 +134,8 @@ class ToolExpect(_Strict):
     args: dict[str, Any] | None = None
     match: Literal["subset", "exact"] = "subset"
     gate: Gate | None = None
-    reason: str | None = None
+    reason: str | None = Field(default=None, description="the gate's rejection reason")
+    error: str | None = Field(default=None, description="the error code of the tool result")
 
 
 class OutboxExpect(_Strict):
