@@ -34,7 +34,8 @@ GROUP_OF = {
     "get_invoices": "billing", "list_payments": "billing", "issue_refund": "billing", "retry_payment": "billing",
 }
 _ORDER_ID = re.compile(r"\bO-[0-9A-Za-z]{1,16}\b")
-_MONEY = re.compile(r"(?:[$€£]\s?(\d+(?:\.\d{1,2})?))|(?:\b(\d+(?:\.\d{1,2})?)\s?(?:usd|eur|gbp|dollars?|euros?|pounds?)\b)", re.I)
+_MONEY = re.compile(r"(?:[$€£]\s?(\d+(?:\.\d{1,2})?))|"
+                    r"(?:\b(\d+(?:\.\d{1,2})?)\s?(?:usd|eur|gbp|dollars?|euros?|pounds?)\b)", re.I)
 _STOP = frozenset("a an the i my me we our you your is are was be do does did can could would will how what when "
                   "where which who why to of in on for with and or it this that there have has about any if "
                   "please hi hello thanks thank long take".split())
@@ -494,7 +495,8 @@ def _words(name: str) -> list[str]:
 
 def parse_address(text: str) -> dict[str, str] | None:
     """``... to 12 Elm St, Boulder, CO 80302, US`` → an address object, or None."""
-    m = re.search(r"\bto:?\s+(\d[^,]*),\s*([^,]+),\s*(?:([A-Za-z]{2,3})\s+)?([A-Za-z0-9 -]{3,10}),\s*([A-Z]{2})\b", text)
+    m = re.search(r"\bto:?\s+(\d[^,]*),\s*([^,]+),\s*(?:([A-Za-z]{2,3})\s+)?([A-Za-z0-9 -]{3,10}),\s*([A-Z]{2})\b",
+                  text)
     if not m:
         return None
     out = {"line1": m.group(1).strip(), "city": m.group(2).strip(), "postal_code": m.group(4).strip(),

@@ -202,7 +202,8 @@ def _model(live: bool) -> tuple[ModelClient, str]:
 
     settings = load_settings()
     if settings.provider == "scripted":
-        return DemoPlanner(), f"{offline}: --live, but no model is configured (set ANTHROPIC_API_KEY or OPENAI_BASE_URL)"
+        return DemoPlanner(), (f"{offline}: --live, but no model is configured "
+                               "(set ANTHROPIC_API_KEY or OPENAI_BASE_URL)")
     model = build_model(settings)
     return model, f"the configured {settings.provider} model {model.model_name} (live)"
 

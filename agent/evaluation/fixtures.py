@@ -139,7 +139,7 @@ class TemplateStore:
     async def _build(self, spec: StoreSpec, name: str) -> Template:
         dataset = merged_dataset(self.base, spec)
         path = self.workdir / f"template-{name}.db"
-        shutil.copyfile(await self._migrated_empty(), path)
+        await asyncio.to_thread(shutil.copyfile, await self._migrated_empty(), path)
         db = create_database(sqlite_url(path))
         try:
             await load_dataset(db, dataset, rebase_to=self.epoch)
@@ -169,9 +169,7 @@ class Lane:
 
     async def reset(self, template: Template) -> Database:
         await self.close()
-        for suffix in ("-wal", "-shm"):
-            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
-        shutil.copyfile(template.path, self.path)
+        await asyncio.to_thread(_replace_file, template.path, self.path)
         self.db = create_database(sqlite_url(self.path))
         return self.db
 
@@ -179,6 +177,12 @@ class Lane:
         if self.db is not None:
             await self.db.dispose()
             self.db = None
+
+
+def _replace_file(source: Path, target: Path) -> None:
+    for suffix in ("-wal", "-shm"):
+        Path(f"{target}{suffix}").unlink(missing_ok=True)
+    shutil.copyfile(source, target)
 
 
 def build_services(*, db: Database, model: ModelClient, clock: Callable[[], datetime],

@@ -50,7 +50,7 @@ def value_matches(expected: Any, actual: Any) -> bool:
     if isinstance(expected, dict) and isinstance(actual, dict):
         return expected.keys() == actual.keys() and all(value_matches(v, actual[k]) for k, v in expected.items())
     if isinstance(expected, list) and isinstance(actual, list):
-        return len(expected) == len(actual) and all(value_matches(e, a) for e, a in zip(expected, actual))
+        return len(expected) == len(actual) and all(value_matches(e, a) for e, a in zip(expected, actual, strict=True))
     return bool(expected == actual)
 
 

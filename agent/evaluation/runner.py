@@ -191,5 +191,5 @@ async def run_cli(*, suites: list[str], model: str, runs: int, json_out: Path | 
     return report.exit_code
 
 
-__all__ = ["DIMENSIONS", "CaseRun", "EvalOptions", "Job", "play_case", "default_workers", "load_suites", "run_case", "run_cli",
-           "run_jobs", "run_suites"]
+__all__ = ["DIMENSIONS", "CaseRun", "EvalOptions", "Job", "default_workers", "load_suites", "play_case", "run_case",
+           "run_cli", "run_jobs", "run_suites"]
