@@ -168,6 +168,8 @@ class Gatekeeper:
         if tool.meta.risk_tier >= self.policy.always_approve_tier:
             return True, "risk_tier", 1
         money = tool.money(p.args) if tool.money else None
+        if money is None and tool.money_at_stake is not None:
+            money = await tool.money_at_stake(p.args, ctx)
         if money is None:
             return False, "", 0
         kind = facts.principal.kind
@@ -190,7 +192,8 @@ class Gatekeeper:
         if aggregate <= self.policy.ceiling(kind, money.currency):
             return False, "", 0
         approvers = 2 if aggregate > self.policy.dual_threshold(money.currency) else 1
-        reason = "over_ceiling" if money.amount_minor > self.policy.ceiling(kind, money.currency) else "aggregate_over_ceiling"
+        alone = money.amount_minor > self.policy.ceiling(kind, money.currency)
+        reason = "over_ceiling" if alone else "aggregate_over_ceiling"
         return True, reason, approvers
 
     def _stage_refusal(self, tool: ToolDef, stage: str) -> Reject | None:

@@ -435,7 +435,8 @@ def _refusal(v: View, tool: str, call: Call) -> Reply:
                 "run_action_limit_reached", "return_window_closed", "outside_return_window"):
         summary = f"{tool} refused ({code}) for: {v.text[:300]}"
         return v.use("escalate_to_human", {"reason": "policy_exception", "summary": summary},
-                     say="That falls outside what I can do myself under our policy, so I'm asking a colleague to review it.")
+                     say="That falls outside what I can do myself under our policy, so I'm asking a "
+                         "colleague to review it.")
     if code == "not_found":
         return f"I can't find {call.input.get('order_id', 'that')} on your account."
     return f"I couldn't do that: {err.get('message') or code}. Would you like me to pass this to a colleague?"

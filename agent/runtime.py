@@ -104,15 +104,21 @@ class Runtime:
             raise DecisionError("forbidden", "Staff work in their own assist conversation on this account.")
         acting = self.acting_principal(conv, principal)
         async with self.lock(conv.id):
-            blocks: list[dict[str, Any]] = [{"type": "text", "text": sanitize_user_text(message)}]
+            # The user's words are durable before anything acts on them.
+            turn = await self.turn(conv, acting, first_message=message)
+            await turn._commit(StepWrite(
+                conversation_id=conv.id, run_id=turn.run.id,
+                messages=[("user", [{"type": "text", "text": sanitize_user_text(message)}])],
+                run_status="running", loaded_groups=sorted(turn.facts.loaded_groups)))
             pending = [c for c in await self.s.confirmations.pending(conv.id) if c.principal == acting.key]
             reply = normalise_reply(message)
             if len(pending) == 1 and (reply in AFFIRMATIVE or reply in NEGATIVE):
                 event, _applied = await self._settle_confirmation(conv, acting, pending[0], reply in AFFIRMATIVE)
-                blocks.append(event_block(event))
-            turn = await self.turn(conv, acting, first_message=message)
-            await turn._commit(StepWrite(conversation_id=conv.id, run_id=turn.run.id, messages=[("user", blocks)],
-                                         run_status="running", loaded_groups=sorted(turn.facts.loaded_groups)))
+                conv = await self.s.conversations.get(conv.id) or conv
+                turn = await self.turn(conv, acting, run=turn.run)
+                # A second user message: requests merge consecutive user turns.
+                await turn._commit(StepWrite(conversation_id=conv.id, run_id=turn.run.id,
+                                             messages=[("user", [event_block(event)])]))
             return await run_loop(turn)
 
     @staticmethod
@@ -154,20 +160,24 @@ class Runtime:
 
     # -- applying a decided-upon action outside a model step ---------------------------
     async def apply(self, turn: Turn, *, tool: str, args: Any, origin: str,
-                    approval: Approval | None = None) -> ApplyResult:
+                    approval: Approval | None = None, proposal_id: str | None = None) -> ApplyResult:
         """Judge and act on an action that a human settled (confirmed or approved).
 
         The whole gate runs again: preconditions are re-checked immediately before
         execution, and a verdict that changed while it waited is not executed.
+        ``proposal_id`` re-judges a proposal persisted earlier whose decision a
+        crash interrupted (see ``agent.worker.recover``).
         """
         s = self.s
         p = Proposed(tool=tool, args=args, hash=args_hash(tool, args))
-        prop = NewProposal(id=new_id("prop"), tool_use_id=f"runtime:{origin}", tool=tool, arguments=args,
-                           args_hash=p.hash, principal=turn.principal.key, step=turn.facts.step,
+        prop = NewProposal(id=proposal_id or new_id("prop"), tool_use_id=f"runtime:{origin}", tool=tool,
+                           arguments=args, args_hash=p.hash, principal=turn.principal.key, step=turn.facts.step,
                            policy_version=s.policy.version)
-        await turn._commit(StepWrite(conversation_id=turn.conversation.id, run_id=turn.run.id, new_proposals=[prop],
-                                     audit=[turn._event("proposal", proposal_id=prop.id, tool=tool, args_hash=p.hash,
-                                                        data={"origin": origin})]))
+        if proposal_id is None:
+            await turn._commit(StepWrite(
+                conversation_id=turn.conversation.id, run_id=turn.run.id, new_proposals=[prop],
+                audit=[turn._event("proposal", proposal_id=prop.id, tool=tool, args_hash=p.hash,
+                                   data={"origin": origin})]))
         ctx = turn.tool_context()
         async with turn.money_lock(tool):
             decision = await s.gatekeeper.judge(p, turn.facts, ctx, approval=approval, dedup=False)

@@ -226,7 +226,7 @@ class Turn:
         """One customer's money actions are judged and carried out one at a time, so the day's
         aggregate a verdict rests on still holds when the money moves (S5: no split in a race)."""
         t = self.services.registry.get(tool)
-        if t is None or t.money is None or not self.principal.customer_id:
+        if t is None or (t.money is None and t.money_at_stake is None) or not self.principal.customer_id:
             return nullcontext()
         return self.services.ledger.exclusive(f"money:{self.principal.customer_id}")
 

@@ -16,7 +16,7 @@ from datetime import timedelta
 from agent.approvals import RESUME_JOB
 from agent.loop import run_loop
 from agent.runtime import Runtime
-from storage.records import LedgerEntry
+from storage.records import LedgerEntry, Proposal
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,8 @@ async def recover(rt: Runtime, *, orphan_after_s: float = 60.0) -> int:
     for entry in await s.ledger.in_flight():
         if await _reconcile(rt, entry, cutoff):
             settled += 1
+    for prop in await s.conversations.undecided_runtime_proposals(older_than=cutoff):
+        await _finish_settled(rt, prop)
     for run in await s.conversations.stale_runs(older_than=cutoff):
         conv = await s.conversations.get(run.conversation_id)
         if conv is None:
@@ -95,6 +97,67 @@ async def recover(rt: Runtime, *, orphan_after_s: float = 60.0) -> int:
         if reply.reply:
             await s.notifier.follow_up(conv, reply.reply)
     return settled
+
+
+async def _finish_settled(rt: Runtime, prop: Proposal) -> None:
+    """A confirmed (or approved) action whose decision a crash interrupted: judge it
+    again under the same proposal id, tell the person the outcome, let the agent reply.
+
+    The gate runs in full (the confirmation must still be ``confirmed``); an action
+    that already ran is answered from the ledger, never executed twice.
+    """
+    from agent.turn import event_block
+    from agent.wording import CONFIRMED_EVENT
+    from storage.conversations import ProposalOutcome, StepWrite
+
+    s = rt.s
+    origin = prop.tool_use_id.removeprefix("runtime:")
+    conv = await s.conversations.get(prop.conversation_id)
+    run = await s.conversations.get_run(prop.run_id)
+    tool = s.registry.get(prop.tool)
+    if conv is None or run is None or tool is None:
+        return
+    kind, _, ident = prop.principal.partition(":")
+    from tools.context import Principal
+
+    principal = Principal(kind=kind, id=ident, customer_id=conv.customer_id)  # type: ignore[arg-type]
+    approval = await s.approvals.get(origin) if origin.startswith("apr_") else None
+    conf = await s.confirmations.get(origin) if origin.startswith("cnf_") else None
+    async with rt.lock(conv.id):
+        turn = await rt.turn(conv, principal, run=run)
+        if conf is not None and conf.status == "consumed":
+            # It ran and the confirmation was spent before the crash: record the ledger's result.
+            key = tool.key(prop.arguments, turn.tool_context()) if tool.key else None
+            entry = await s.ledger.get(key) if key else None
+            result = entry.result if entry is not None else {"error": "unknown_outcome"}
+            await turn._commit(StepWrite(
+                conversation_id=conv.id, run_id=run.id,
+                outcomes=[ProposalOutcome(id=prop.id, decision="execute", reason=None, result=result,
+                                          is_error=entry is None, idempotency_key=key)],
+                audit=[turn._event("gate.execute", proposal_id=prop.id, tool=prop.tool, args_hash=prop.args_hash,
+                                   idempotency_key=key, data={"origin": origin, "recovered": True})]))
+            applied_result: object = result
+        else:
+            applied = await rt.apply(turn, tool=prop.tool, args=prop.arguments, origin=origin,
+                                     approval=approval, proposal_id=prop.id)
+            applied_result = applied.result
+            if approval is not None and approval.result is None:
+                from agent.approvals import _result_for_approver
+
+                await s.approvals.set_result(approval.id, _result_for_approver(approval, applied))
+        if conf is None:
+            return  # an approval: its resume job tells the customer
+        import json
+
+        who = "customer" if principal.kind == "customer" else "rep"
+        text = CONFIRMED_EVENT.format(who=who, summary=conf.summary,
+                                      outcome=json.dumps(applied_result, default=str)[:1500])
+        turn = await rt.turn(await s.conversations.get(conv.id) or conv, principal, run=run)
+        await turn._commit(StepWrite(conversation_id=conv.id, run_id=run.id, messages=[("user", [event_block(text)])],
+                                     run_status="running"))
+        reply = await run_loop(turn)
+    if reply.reply:
+        await s.notifier.follow_up(conv, reply.reply)
 
 
 async def _reconcile(rt: Runtime, entry: LedgerEntry, cutoff: object) -> bool:

@@ -294,6 +294,15 @@ class ConversationRepo:
             )).scalars().all()
             return [to_run(r) for r in rows]
 
+    async def undecided_runtime_proposals(self, *, older_than: datetime, limit: int = 100) -> list[Proposal]:
+        """Proposals the runtime made for a settled confirmation whose decision a crash interrupted."""
+        async with self.db.reader() as s:
+            rows = (await s.execute(
+                select(ProposalRow).where(ProposalRow.decision.is_(None), ProposalRow.tool_use_id.like("runtime:%"),
+                                          ProposalRow.created_at < older_than).limit(limit)
+            )).scalars().all()
+            return [to_proposal(r) for r in rows]
+
     async def get_run(self, run_id: str) -> Run | None:
         async with self.db.reader() as s:
             row = await s.get(RunRow, run_id)

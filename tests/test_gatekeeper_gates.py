@@ -334,3 +334,38 @@ async def test_reads_and_runtime_tools_carry_no_key(env: Env) -> None:
                        ("load_tools", {"group": "billing"})):
         d = await judge(env, turn, tool, args)
         assert isinstance(d, Execute) and d.key is None
+
+
+async def test_cancelling_a_paid_order_over_the_ceiling_needs_approval(db) -> None:
+    """A paid order's cancellation refunds what was captured: that money is routed like a refund
+    (confirmation, then a supervisor's approval above the customer's ceiling), never moved unasked."""
+    import pytest
+
+    from agent.llm.testing import ScriptedModel, text_block, tool_use_block
+    from tests.support import C7, seeded
+
+    model = ScriptedModel([])
+    h = await seeded(db, model)
+    store = h.services.backend
+    paid = [o for o in await store.list_orders("C-7") if o.status == "PAID"]
+    if not paid:
+        pytest.skip("the demo dataset has no paid order for C-7")
+    order = max(paid, key=lambda o: o.total_minor)
+    refundable = await store.refundable_minor("C-7", order.id)
+    assert refundable and refundable > h.services.policy.ceiling("customer", order.currency)
+    hits = await store.search_knowledge("cancel order", limit=3)
+    assert hits
+    args = {"order_id": order.id, "reason_code": "customer_request", "evidence": [hits[0].evidence_id]}
+    model._queue.extend([
+        [tool_use_block("search_knowledge", {"query": "cancel order"})],
+        [tool_use_block("load_tools", {"group": "orders"})],
+        [tool_use_block("cancel_order", args)],
+        [text_block("Please confirm the cancellation.")],
+        [text_block("A supervisor must approve it first.")],
+    ])
+    first = await h.runtime.chat(principal=C7, channel="api", message="please cancel my order")
+    assert [p.kind for p in first.pending] == ["confirmation"], first
+    confirmed = await h.runtime.confirm(first.pending[0].id, actor=C7, accept=True)
+    assert confirmed.approval is not None and confirmed.approval.status == "pending"
+    assert (await store.get_order("C-7", order.id)).status == "PAID"
+    assert await store.refundable_minor("C-7", order.id) == refundable

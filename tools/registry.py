@@ -22,6 +22,8 @@ Handler = Callable[[dict[str, Any], ToolContext], Awaitable[dict[str, Any]]]
 Check = Callable[[dict[str, Any], ToolContext], Awaitable[None]]
 KeyFn = Callable[[dict[str, Any], ToolContext], str]
 MoneyFn = Callable[[dict[str, Any]], "Money | None"]
+#: Money whose amount only the system of record knows (a paid order's cancellation refunds it).
+MoneyLookup = Callable[[dict[str, Any], ToolContext], Awaitable["Money | None"]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +63,7 @@ class ToolDef:
     check: Check | None = None
     key: KeyFn | None = None
     money: MoneyFn | None = None
+    money_at_stake: MoneyLookup | None = None
     #: One line for the "other groups" listing and for approval cards.
     summary: Callable[[dict[str, Any]], str] | None = None
 

@@ -93,9 +93,9 @@ def end_state_problems(case: Case, played: Played, obs: Observed) -> list[str]:
     if e.returns is not None:
         old = {r.id for r in obs.before.returns}
         got: dict[str, int] = defaultdict(int)
-        for r in obs.after.returns:
-            if r.id not in old:
-                got[r.order_id] += 1
+        for ret in obs.after.returns:
+            if ret.id not in old:
+                got[ret.order_id] += 1
         if dict(got) != {k: v for k, v in e.returns.items() if v}:
             out.append(f"returns: expected {e.returns or 'none'}, got {dict(got) or 'none'}")
     if e.outbox is not None:

@@ -24,7 +24,7 @@ from tools.catalogue._common import (
     write_key,
 )
 from tools.context import ToolContext, ToolFailure
-from tools.registry import ToolDef
+from tools.registry import Money, ToolDef
 from tools.results import (
     format_money,
     iso,
@@ -100,6 +100,16 @@ async def _cancel_check(args: dict[str, Any], ctx: ToolContext) -> None:
             "Only orders that have not shipped can be cancelled.",
             status=order.status,
         )
+
+
+async def _cancel_money(args: dict[str, Any], ctx: ToolContext) -> Money | None:
+    """Cancelling a paid order refunds what was captured: that is the money at stake."""
+    with backend_errors():
+        refundable = await ctx.backend.refundable_minor(ctx.customer_id, args["order_id"])
+        order = await ctx.backend.get_order(ctx.customer_id, args["order_id"])
+    if order is None or not refundable:
+        return None
+    return Money(amount_minor=refundable, currency=order.currency)
 
 
 async def _cancel_order(args: dict[str, Any], ctx: ToolContext) -> Result:
@@ -322,6 +332,7 @@ TOOLS: tuple[ToolDef, ...] = (
         handler=_cancel_order,
         check=_cancel_check,
         key=_cancel_key,
+        money_at_stake=_cancel_money,
         money=lambda args: None,
         summary=lambda args: f"Cancel {args['order_id']} ({args['reason_code']})",
     ),
