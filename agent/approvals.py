@@ -9,7 +9,7 @@ once, after the last required approval, with the whole gate re-run first.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agent.errors import DecisionError
@@ -97,7 +97,8 @@ async def decide(rt: Runtime, approval_id: str, *, expected_version: int, decisi
     if final:
         values |= {"status": "approved" if decision == "approve" else "rejected", "decider": actor.key,
                    "comment": comment, "decided_at": now}
-    kind = ("approval.approved" if decision == "approve" else "approval.rejected") if final else "approval.partially_approved"
+    verdict = "approval.approved" if decision == "approve" else "approval.rejected"
+    kind = verdict if final else "approval.partially_approved"
     job = (RESUME_JOB, {"approval_id": a.id}, f"resume:{a.id}", RESUME_DELAY_S) if final else None
     moved = await s.approvals.transition(a.id, expected_version=expected_version, values=values,
                                          audit=[_event(rt, a, kind, actor, comment=bool(comment))],
@@ -178,14 +179,17 @@ async def _approve_edited(rt: Runtime, a: Approval, actor: Principal, comment: s
     async with rt.lock(conv.id):
         turn = await rt.turn(conv, requester, run=run)
         applied = await rt.apply(turn, tool=a.tool, args=edited, origin=f"edit:{a.id}")
-        new_id = applied.approval.id if applied.approval else None
+        # What replaced it: the new approval, or the confirmation the customer must give first.
+        new_id = applied.approval.id if applied.approval else (turn.pending[-1].id if turn.pending else None)
+        if new_id:
+            await s.approvals.set_superseded_by(a.id, new_id)
         text = SUPERSEDED_EVENT.format(id=a.id, summary=s.registry.tools[a.tool].describe(edited),
                                        outcome=json.dumps(applied.result, default=str)[:1500])
         await turn._commit(StepWrite(conversation_id=conv.id, run_id=run.id, messages=[("user", [event_block(text)])]))
         reply = await run_loop(turn)
     await _follow_up(rt, conv.id, reply)
     final = await s.approvals.get(a.id) or moved
-    return DecideResult(approval=replace(final, superseded_by=new_id), result=applied.result)
+    return DecideResult(approval=final, result=applied.result)
 
 
 async def _expire(rt: Runtime, a: Approval) -> bool:
@@ -227,9 +231,9 @@ async def resume(rt: Runtime, approval_id: str) -> TurnResult | None:
         if any(marker in str(b.get("text", "")) for m in history for b in m.content):
             return None  # already resumed (a job re-run after a crash)
         turn = await rt.turn(conv, principal, run=run)
+        resumed = turn._event("run.resumed", data={"approval_id": a.id, "status": a.status})
         await turn._commit(StepWrite(conversation_id=conv.id, run_id=run.id, messages=[("user", [event_block(text)])],
-                                     run_status="running",
-                                     audit=[turn._event("run.resumed", data={"approval_id": a.id, "status": a.status})]))
+                                     run_status="running", audit=[resumed]))
         reply = await run_loop(turn)
     await _follow_up(rt, conv.id, reply)
     return reply

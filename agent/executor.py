@@ -112,7 +112,8 @@ class Executor:
         if tool.meta.retryable:
             await self.ledger.release(entry.key)
             return ExecOutcome(
-                result={"error": "temporarily_unavailable", "message": "The action did not go through; you may retry once."},
+                result={"error": "temporarily_unavailable",
+                        "message": "The action did not go through; you may retry once."},
                 is_error=True, latency_ms=_ms(start),
             )
         await self.ledger.settle(entry.key, status="needs_human", result=None,

@@ -20,7 +20,7 @@ from agent.gatekeeper import Proposed, RecentCall, RunFacts, args_hash
 from agent.loop import run_loop
 from agent.prompt import PROMPT_VERSION
 from agent.services import Services
-from agent.turn import Turn, TurnResult, event_block, new_id, sanitize_user_text
+from agent.turn import Pending, Turn, TurnResult, event_block, new_id, sanitize_user_text
 from agent.wording import CONFIRMED_EVENT, DECLINED_EVENT
 from storage.conversations import NewProposal, ProposalOutcome, StepWrite
 from storage.records import Approval, Confirmation, Conversation, Run
@@ -113,12 +113,15 @@ class Runtime:
             pending = [c for c in await self.s.confirmations.pending(conv.id) if c.principal == acting.key]
             reply = normalise_reply(message)
             if len(pending) == 1 and (reply in AFFIRMATIVE or reply in NEGATIVE):
-                event, _applied = await self._settle_confirmation(conv, acting, pending[0], reply in AFFIRMATIVE)
+                event, applied = await self._settle_confirmation(conv, acting, pending[0], reply in AFFIRMATIVE)
                 conv = await self.s.conversations.get(conv.id) or conv
                 turn = await self.turn(conv, acting, run=turn.run)
                 # A second user message: requests merge consecutive user turns.
                 await turn._commit(StepWrite(conversation_id=conv.id, run_id=turn.run.id,
                                              messages=[("user", [event_block(event)])]))
+                if applied is not None and applied.approval is not None:
+                    turn.pending.append(Pending(kind="approval", id=applied.approval.id,
+                                                summary=applied.approval.summary))
             return await run_loop(turn)
 
     @staticmethod
@@ -235,10 +238,21 @@ class Runtime:
             raise DecisionError("conflict", "This confirmation was already answered.")
         if not accept:
             return DECLINED_EVENT.format(who=who, summary=conf.summary), None
+        turn._assistant_text = await self._rationale(turn, conf)
         applied = await self.apply(turn, tool=conf.tool, args=conf.arguments, origin=conf.id)
         if applied.decision != "approval":  # one confirmation, one attempt: refused, it is spent
             await gates.consume_confirmation(turn, Proposed(tool=conf.tool, args=conf.arguments, hash=conf.args_hash))
         return CONFIRMED_EVENT.format(who=who, summary=conf.summary, outcome=_outcome_text(applied)), applied
+
+    async def _rationale(self, turn: Turn, conf: Confirmation) -> str:
+        """The model's own words when it proposed this action (shown to approvers as untrusted)."""
+        original = await self.s.conversations.get_proposal(conf.proposal_id)
+        if original is None:
+            return ""
+        for m in reversed(turn.history):
+            if m.role == "assistant" and any(b.get("id") == original.tool_use_id for b in m.content):
+                return " ".join(str(b.get("text", "")) for b in m.content if b.get("type") == "text").strip()
+        return ""
 
     # -- approvals (the one decision function lives in agent.approvals) -----------------
     async def decide(self, approval_id: str, *, expected_version: int, decision: str, actor: Principal,

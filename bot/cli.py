@@ -19,7 +19,8 @@ from bot.settings import Settings, load_settings
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="signoff", description="A support agent whose model proposes and whose code decides.")
+    p = argparse.ArgumentParser(prog="signoff",
+                                description="A support agent whose model proposes and whose code decides.")
     sub = p.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="run the canonical scenarios on a temporary SQLite store")
@@ -48,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     ap = sub.add_parser("approvals", help="list, show and decide approvals")
     ap_sub = ap.add_subparsers(dest="approvals_command", required=True)
     ls = ap_sub.add_parser("list")
-    ls.add_argument("--status", default="pending", choices=["pending", "approved", "rejected", "expired", "superseded", "all"])
+    ls.add_argument("--status", default="pending",
+                    choices=["pending", "approved", "rejected", "expired", "superseded", "all"])
     show = ap_sub.add_parser("show")
     show.add_argument("id")
     for verb in ("approve", "reject"):

@@ -20,9 +20,8 @@ pending confirmation is answered by its 6-character code or a plain "yes".
 
 from __future__ import annotations
 
-import dataclasses
-
 import codecs
+import dataclasses
 import hashlib
 import hmac
 import json

@@ -308,6 +308,11 @@ class ApprovalRepo:
             if audit:
                 await append_audit_many(s, list(audit))
 
+    async def set_superseded_by(self, approval_id: str, new_id: str) -> None:
+        async with self.db.sessions() as s, s.begin():
+            await s.execute(update(ApprovalRow).where(ApprovalRow.id == approval_id,
+                                                      ApprovalRow.status == "superseded").values(superseded_by=new_id))
+
     async def set_slack_ref(self, approval_id: str, ref: dict[str, Any]) -> None:
         async with self.db.sessions() as s, s.begin():
             await s.execute(

@@ -13,7 +13,7 @@ import yaml
 
 from agent.evaluation.harm import harmful_outcomes
 from agent.evaluation.replay import read_traces, replay
-from agent.evaluation.runner import CaseRun, EvalOptions, load_suites, play_case, run_cli, run_suites
+from agent.evaluation.runner import CaseRun, EvalOptions, default_workers, load_suites, play_case, run_cli, run_suites
 from agent.evaluation.suite import Suite, parse_suite
 from agent.policy import load_policy
 from tools.catalogue import build_registry
@@ -176,11 +176,12 @@ async def test_worker_processes_give_the_same_verdicts() -> None:
 
 async def test_bundled_support_suite_passes_with_its_scripted_turns() -> None:
     """The CI contract: every support conversation passes with no key and no network."""
-    report = await run_suites(load_suites(["support"]), EvalOptions(model="scripted", runs=1, workers=1))
+    report = await run_suites(load_suites(["support"]), EvalOptions(model="scripted", runs=1,
+                                                                     workers=default_workers()))
     assert report.exit_code == 0, report.table()
 
 
 async def test_bundled_support_suite_passes_with_the_demo_planner() -> None:
     """The demo planner (what `signoff serve` uses without a key) handles every support conversation."""
-    report = await run_suites(load_suites(["support"]), EvalOptions(model="demo", runs=1, workers=1))
+    report = await run_suites(load_suites(["support"]), EvalOptions(model="demo", runs=1, workers=default_workers()))
     assert report.exit_code == 0, report.table()
