@@ -115,7 +115,7 @@ class Runtime:
             if len(pending) == 1 and (reply in AFFIRMATIVE or reply in NEGATIVE):
                 event, applied = await self._settle_confirmation(conv, acting, pending[0], reply in AFFIRMATIVE)
                 conv = await self.s.conversations.get(conv.id) or conv
-                turn = await self.turn(conv, acting, run=turn.run)
+                turn = await self.turn(conv, acting, run=await self.s.conversations.get_run(turn.run.id))
                 # A second user message: requests merge consecutive user turns.
                 await turn._commit(StepWrite(conversation_id=conv.id, run_id=turn.run.id,
                                              messages=[("user", [event_block(event)])]))

@@ -15,7 +15,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agent.llm.base import ToolSpec
 from tools.context import LOADABLE_GROUPS, ToolContext, ToolGroup
 
 Handler = Callable[[dict[str, Any], ToolContext], Awaitable[dict[str, Any]]]
@@ -24,6 +23,15 @@ KeyFn = Callable[[dict[str, Any], ToolContext], str]
 MoneyFn = Callable[[dict[str, Any]], "Money | None"]
 #: Money whose amount only the system of record knows (a paid order's cancellation refunds it).
 MoneyLookup = Callable[[dict[str, Any], ToolContext], Awaitable["Money | None"]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolSpec:
+    """What the model sees of a tool: name, description, JSON Schema. Nothing else."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True)

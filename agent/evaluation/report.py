@@ -67,11 +67,11 @@ class Report:
 
     def table(self) -> str:
         """The human report: one row per case, failures explained, totals per suite."""
-        head = f"{'suite':<12} {'case':<44} {'pass^' + str(self.k):<7} " + " ".join(
+        head = f"{'suite':<12} {'case':<50} {'pass^' + str(self.k):<7} " + " ".join(
             f"{SHORT[d]:>7}" for d in DIMENSIONS) + f" {'harm':>5}"
         lines = [head, "-" * len(head)]
         for c in self.cases:
-            lines.append(f"{c.suite:<12} {c.case[:44]:<44} {'PASS' if c.passed else 'FAIL':<7} " + " ".join(
+            lines.append(f"{c.suite:<12} {c.case[:50]:<50} {'PASS' if c.passed else 'FAIL':<7} " + " ".join(
                 f"{c.dim_runs(d)}/{self.k}".rjust(7) for d in DIMENSIONS) + f" {c.harmful:>5}")
         failed = [c for c in self.cases if not c.passed]
         if failed:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from tools.registry import ToolSpec  # what the model sees of a tool (defined with the registry)
+
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal", "pause_turn", "stop_sequence"]
 
 #: One Anthropic content block (``{"type": "text", "text": ...}``,
@@ -24,15 +26,6 @@ class Message:
 
     def as_api(self) -> dict[str, Any]:
         return {"role": self.role, "content": self.content}
-
-
-@dataclass(frozen=True, kw_only=True)
-class ToolSpec:
-    """What the model sees of a tool: name, description, JSON Schema. Nothing else."""
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,70 @@
+"""The layout is the architecture: imports only point down (bot → agent → tools → storage),
+vendor SDKs stay in their adapters, and there is no SQL outside storage/."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("agent", "tools", "storage", "bot")
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+    return out
+
+
+def _modules(package: str) -> list[Path]:
+    return sorted(p for p in (ROOT / package).rglob("*.py") if "migrations" not in p.parts)
+
+
+def _offenders(package: str, banned: tuple[str, ...], allow: tuple[str, ...] = ()) -> list[str]:
+    bad = []
+    for path in _modules(package):
+        for name in _imports(path):
+            if name.startswith(banned) and not name.startswith(allow):
+                bad.append(f"{path.relative_to(ROOT)} imports {name}")
+    return bad
+
+
+@pytest.mark.parametrize(("package", "banned", "allow"), [
+    ("storage", ("agent", "bot"), ()),
+    ("storage", ("tools",), ("tools.backend", "tools.dataset", "tools.data")),
+    ("tools", ("agent", "bot"), ()),
+    ("agent", ("bot", "slack_bolt", "slack_sdk", "aiohttp.web"), ()),
+])
+def test_imports_point_down(package: str, banned: tuple[str, ...], allow: tuple[str, ...]) -> None:
+    """bot → agent → tools → storage; storage knows only the backend's domain records."""
+    assert _offenders(package, banned, allow) == []
+
+
+def test_no_sql_outside_storage() -> None:
+    """Everything reaches the database through storage/ repositories."""
+    bad = [o for pkg in ("agent", "tools", "bot") for o in _offenders(pkg, ("sqlalchemy", "asyncpg", "aiosqlite"))]
+    assert bad == []
+
+
+def test_only_the_adapter_imports_the_anthropic_sdk() -> None:
+    bad = [o for pkg in PACKAGES for o in _offenders(pkg, ("anthropic",))
+           if not o.startswith("agent/llm/anthropic.py")]
+    assert bad == []
+
+
+def test_no_environment_reads_below_the_composition_root() -> None:
+    """Settings are resolved once (bot/settings.py); nothing else reads os.environ."""
+    bad = []
+    for pkg in ("agent", "tools", "storage"):
+        for path in _modules(pkg):
+            text = path.read_text(encoding="utf-8")
+            if "os.environ" in text or "getenv(" in text:
+                bad.append(str(path.relative_to(ROOT)))
+    assert bad == []
