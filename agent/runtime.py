@@ -16,7 +16,7 @@ from typing import Any
 from agent import approvals as approval_flow
 from agent import gates
 from agent.errors import DecisionError
-from agent.gatekeeper import Proposed, RecentCall, RunFacts, args_hash
+from agent.gatekeeper import Proposed, RunFacts, args_hash
 from agent.loop import run_loop
 from agent.prompt import PROMPT_VERSION
 from agent.services import Services
@@ -150,8 +150,6 @@ class Runtime:
                          loaded_groups=groups, knowledge_ids=set(run.state.get("knowledge_ids", [])))
         for p in await s.conversations.proposals(run.id):
             facts.step = max(facts.step, p.step)
-            if p.decision in ("execute", "reject", "record"):
-                facts.recent.append(RecentCall(step=p.step, tool=p.tool, hash=p.args_hash, result=p.result))
             tool = s.registry.get(p.tool)
             if p.decision == "execute" and tool is not None:
                 facts.tool_counts[p.tool] += 1

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from agent import gates
+from agent.claims import claimed_actions
 from agent.decisions import Decision, Execute, Intercept, NeedsApproval, NeedsConfirmation, Record, Reject
 from agent.errors import BudgetExceeded, StepLimitExceeded
 from agent.executor import ExecOutcome, action_id_of
@@ -240,7 +241,10 @@ class Turn:
                         "step(s) ago. Its result is below; do not repeat it.", "previous_result": prev}, False, None
             case NeedsConfirmation(summary=summary):
                 conf = await gates.request_confirmation(self, p, proposal_id, summary)
-                self.pending.append(Pending(kind="confirmation", id=conf.id, summary=summary))
+                # One pending confirmation per conversation: a new one supersedes the others.
+                self.pending = [x for x in self.pending if x.kind != "confirmation" or x.id == conf.id]
+                if all(x.id != conf.id for x in self.pending):
+                    self.pending.append(Pending(kind="confirmation", id=conf.id, summary=summary))
                 return {"status": "CONFIRMATION_REQUIRED", "confirmation_id": conf.id, "action": summary,
                         "message": f"Ask the {'customer' if self.principal.kind == 'customer' else 'rep'} to "
                         "confirm exactly this action. Nothing has been done yet."}, False, None
@@ -267,6 +271,8 @@ class Turn:
                                                    run_id=self.run.id, audit=base)
         if tool.meta.kind == "action" and not tool.meta.runtime:
             self.facts.action_counts[p.tool] += 1
+            if not outcome.is_error:
+                self.facts.recent.clear()  # the world changed: earlier reads are not to be replayed
             if not outcome.is_error and tool.meta.needs_confirmation:
                 await gates.consume_confirmation(self, p)
                 self.executed.append({"tool": p.tool, "action_id": action_id_of(outcome.result),
@@ -439,7 +445,7 @@ class _Control:
         if bad_sources:
             raise ToolFailure("unverified_sources", "search_knowledge did not return these ids.",
                               unknown_sources=bad_sources)
-        claimed = claimed_tools(resolution)
+        claimed = claimed_actions(resolution)
         missing = sorted(c for c in claimed if c not in {e["tool"] for e in done})
         if missing:
             raise ToolFailure("claims_unverified_action",
@@ -447,25 +453,6 @@ class _Control:
                               claimed=missing)
         t.finished = {"resolution": resolution, "action_ids": action_ids, "sources": sources}
         return {"status": "finished"}
-
-
-_CLAIMS = {
-    "issue_refund": ("refunded", "issued a refund", "issued the refund", "refund has been", "refund was issued"),
-    "cancel_order": ("cancelled the order", "canceled the order", "order has been cancelled", "order was cancelled"),
-    "create_return": ("return has been created", "created a return", "started a return", "return is open"),
-}
-
-
-def claimed_tools(resolution: str) -> set[str]:
-    """Actions a resolution claims as done (plain past-tense phrases, no negation)."""
-    text = resolution.lower()
-    out = set()
-    for tool, phrases in _CLAIMS.items():
-        for phrase in phrases:
-            i = text.find(phrase)
-            if i >= 0 and not any(neg in text[max(0, i - 12):i] for neg in ("not ", "n't ", "never ")):
-                out.add(tool)
-    return out
 
 
 __all__ = ["Pending", "Turn", "TurnResult", "event_block", "merged", "new_id", "sanitize_user_text"]

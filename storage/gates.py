@@ -8,6 +8,7 @@ transaction as the transition itself.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -83,27 +84,24 @@ class ConfirmationRepo:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def create(
-        self, row: ConfirmationRow, *, audit: Sequence[AuditEvent] = ()
-    ) -> Confirmation:
-        """Insert a pending confirmation; any other pending one in the conversation is superseded."""
+    async def create(self, row: ConfirmationRow, *, audit: Sequence[AuditEvent] = ()) -> Confirmation:
+        """Insert a pending confirmation; any other pending one in the conversation is superseded
+        (and that transition is audited like every other)."""
         async with self.db.sessions() as s, s.begin():
-            await s.execute(
+            superseded = (await s.execute(
                 update(ConfirmationRow)
-                .where(
-                    ConfirmationRow.conversation_id == row.conversation_id,
-                    ConfirmationRow.status == "pending",
-                )
-                .values(
-                    status="superseded",
-                    version=ConfirmationRow.version + 1,
-                    decided_at=row.created_at,
-                )
-            )
+                .where(ConfirmationRow.conversation_id == row.conversation_id, ConfirmationRow.status == "pending")
+                .values(status="superseded", version=ConfirmationRow.version + 1, decided_at=row.created_at)
+                .returning(ConfirmationRow.id, ConfirmationRow.tool, ConfirmationRow.args_hash)
+            )).all()
             s.add(row)
             await s.flush()
-            if audit:
-                await append_audit_many(s, list(audit))
+            events = list(audit)
+            if events:
+                events += [dataclasses.replace(events[0], kind="confirmation.superseded", tool=tool, args_hash=h,
+                                               data={"confirmation_id": cid, "superseded_by": row.id})
+                           for cid, tool, h in superseded]
+                await append_audit_many(s, events)
         return to_confirmation(row)
 
     async def get(self, confirmation_id: str) -> Confirmation | None:

@@ -132,7 +132,11 @@ async def test_a_superseded_confirmation_never_executes(db: Database) -> None:
     only the newer arguments can be confirmed."""
     h = await seeded(db, proposing(SMALL_REFUND, OTHER_REFUND))
     first = await h.runtime.chat(principal=C7, channel="api", message="Refund O-1044, it arrived damaged.")
-    old_id, new_id = (p.id for p in first.pending)
+    [live] = first.pending  # only the confirmation that can still be given is reported
+    new_id = live.id
+    events = await h.services.audit.list(kind="confirmation.superseded")
+    assert len(events) == 1 and events[0].data["superseded_by"] == new_id  # the silent transition is audited
+    old_id = events[0].data["confirmation_id"]
     old = await h.services.confirmations.get(old_id)
     assert old is not None and old.status == "superseded"
     with pytest.raises(DecisionError) as exc:
