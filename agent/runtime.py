@@ -13,6 +13,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
+
 from agent import approvals as approval_flow
 from agent import gates
 from agent.errors import DecisionError
@@ -142,6 +144,8 @@ class Runtime:
                 id=run_id, conversation_id=conv.id, model=s.model.model_name, prompt_version=PROMPT_VERSION,
                 policy_version=s.policy.version, trace_id=uuid.uuid4().hex,
                 audit=[_run_event(run_id, principal, s.policy.version, s.model.model_name)])
+        # Every log line from here on carries the run's trace (structured JSON logs).
+        structlog.contextvars.bind_contextvars(trace_id=run.trace_id, run_id=run.id, conversation_id=conv.id)
         history = await s.conversations.history(conv.id)
         groups = set(conv.loaded_groups)
         if not groups and first_message:

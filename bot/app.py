@@ -14,6 +14,7 @@ from agent.errors import ConfigError
 from agent.executor import Executor
 from agent.gatekeeper import Gatekeeper
 from agent.llm.base import ModelClient
+from agent.metrics import InstrumentedModel, Metrics, attach_metrics
 from agent.notify import Notifier, RecordingNotifier
 from agent.policy import Policy, load_policy
 from agent.runtime import Runtime
@@ -37,20 +38,24 @@ def demo_dataset_path() -> Path:
     return Path(str(resources.files("tools").joinpath("data/demo.json")))
 
 
-def build_model(settings: Settings) -> ModelClient:
+def build_model(settings: Settings, metrics: Metrics | None = None) -> ModelClient:
     """The configured model client. ``scripted`` is the demo planner (no network)."""
+    from agent.llm.breaker import CircuitBreaker
+
     provider = settings.provider
+    on_change = metrics.breaker_callback(provider) if metrics else None
+    breaker = CircuitBreaker(name=f"{provider}:{settings.signoff_model}", on_change=on_change)
     if provider == "anthropic":
         from agent.llm.anthropic import AnthropicClient, AnthropicConfig
 
         return AnthropicClient(AnthropicConfig(model=settings.signoff_model, api_key=settings.anthropic_api_key,
-                                               base_url=settings.anthropic_base_url))
+                                               base_url=settings.anthropic_base_url), breaker=breaker)
     if provider == "openai":
         from agent.llm.openai_compat import OpenAICompatClient, OpenAIConfig
 
         assert settings.openai_base_url
         return OpenAICompatClient(OpenAIConfig(model=settings.signoff_model, base_url=settings.openai_base_url,
-                                               api_key=settings.openai_api_key))
+                                               api_key=settings.openai_api_key), breaker=breaker)
     from agent.planner import DemoPlanner
 
     return DemoPlanner()
@@ -63,6 +68,7 @@ class App:
     runtime: Runtime
     backend: SandboxStore
     notifier: Notifier
+    metrics: Metrics | None = None
 
     async def close(self) -> None:
         await self.db.dispose()
@@ -91,13 +97,15 @@ async def create_app(settings: Settings, *, model: ModelClient | None = None, no
     """Build the runtime from settings; seed an empty store with the configured dataset."""
     db = create_database(settings.signoff_database_url)
     policy = load_policy(settings.signoff_policy_file)
-    services = build_services(db=db, model=model or build_model(settings), policy=policy, notifier=notifier,
-                              clock=clock)
+    metrics = Metrics(known_tools=build_registry().tools)
+    instrumented = InstrumentedModel(model or build_model(settings, metrics), metrics)
+    services = build_services(db=db, model=instrumented, policy=policy, notifier=notifier, clock=clock)
     services = _with_email_follow_ups(services, settings)
+    attach_metrics(services, metrics)
     if seed:
         await seed_store(db, settings.signoff_store_seed)
     return App(settings=settings, db=db, runtime=Runtime(services), backend=services.backend,  # type: ignore[arg-type]
-               notifier=services.notifier)
+               notifier=services.notifier, metrics=metrics)
 
 
 def _with_email_follow_ups(services: Services, settings: Settings) -> Services:

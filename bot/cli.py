@@ -69,6 +69,9 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--model", default="scripted")
     ev.add_argument("--runs", type=int, default=3)
     ev.add_argument("--json", dest="json_out", type=Path, help="also write the report as JSON")
+    ev.add_argument("--replay", type=Path, help="replay a .traces.jsonl with --model and print tool-sequence diffs")
+    ev.add_argument("--record", type=Path, help="write this run's tool selections as JSON lines")
+    ev.add_argument("--workers", type=int, help="worker processes for offline models (default: CPUs, max 4)")
 
     tok = sub.add_parser("token", help="a development JWT (HS256 with SIGNOFF_JWT_SECRET)")
     tok.add_argument("--sub", required=True)
@@ -114,7 +117,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
             from agent.evaluation.runner import run_cli
 
             return await run_cli(suites=args.suites, model=args.model, runs=args.runs, json_out=args.json_out,
-                                 settings=settings)
+                                 settings=settings, record=args.record, replay=args.replay, workers=args.workers)
     raise AssertionError(args.command)
 
 
@@ -245,10 +248,13 @@ def _token(settings: Settings, args: argparse.Namespace) -> int:
 async def _serve(settings: Settings, args: argparse.Namespace) -> int:
     from bot.app import create_app
     from bot.http import serve
+    from bot.logging import configure_logging
 
+    configure_logging(json=True)
     app = await create_app(settings)
     try:
-        await serve(app, host=args.host, port=args.port, worker=not args.no_worker)
+        await serve(app, host=args.host, port=args.port, worker=not args.no_worker,
+                    metrics_render=app.metrics.render if app.metrics else None)
     finally:
         await app.close()
     return 0
@@ -259,7 +265,9 @@ async def _worker(settings: Settings) -> int:
 
     from agent.worker import Worker
     from bot.app import create_app
+    from bot.logging import configure_logging
 
+    configure_logging(json=True)
     app = await create_app(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
