@@ -165,7 +165,7 @@ def plan(v: View) -> Reply:
     if v.events:
         return on_event(v, v.events[-1])
     if last is not None and isinstance(last.value, dict) and last.value.get("status") in _STATUS_REPLIES:
-        return _STATUS_REPLIES[last.value["status"]](last.value)
+        return _order_status_line(v) + _STATUS_REPLIES[last.value["status"]](last.value)
     for n, (words, handler) in enumerate(INTENTS):
         if n == 2 and general_question(v.low):
             return knowledge(v)
@@ -183,6 +183,22 @@ _STATUS_REPLIES: dict[str, Callable[[dict[str, Any]], Reply]] = {
     "RECORDED_NOT_EXECUTED": lambda r: f"I've recorded this for a colleague to carry out: {r.get('action')}. "
                                        "Nothing has been done yet.",
 }
+
+
+_STATUS_WORDS = {"PENDING": "is waiting for payment", "PAID": "is paid and being prepared",
+                 "SHIPPED": "has shipped", "DELIVERED": "was delivered", "CANCELLED": "was cancelled"}
+
+
+def _order_status_line(v: View) -> str:
+    """When the customer asked where an order is, answer that first (from the get_order result)."""
+    if not re.search(r"\b(where|status|track|arrive|deliver)", v.low):
+        return ""
+    for c in reversed(v.history):
+        if c.name == "get_order" and isinstance(c.value, dict) and c.value.get("status") in _STATUS_WORDS:
+            when = c.value.get("delivered_at") or ""
+            on = f" on {when[:10]}" if c.value["status"] == "DELIVERED" and when else ""
+            return f"Your order {c.value.get('order_id', '')} {_STATUS_WORDS[c.value['status']]}{on}. "
+    return ""
 
 
 def on_event(v: View, event: str) -> Reply:
