@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     DateTime,
     ForeignKey,
@@ -53,7 +54,9 @@ class MessageRow(Base):
     conversation_id: Mapped[str] = mapped_column(ForeignKey("conversations.id"))
     seq: Mapped[int] = mapped_column(Integer)
     role: Mapped[str] = mapped_column(String(16))
-    content: Mapped[list[dict[str, Any]]] = mapped_column(JSONType)
+    # Plain JSON, not JSONB, on PostgreSQL too: the history must come back byte for byte
+    # (JSONB reorders keys, which would change what the model is sent and break the prompt cache).
+    content: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     run_id: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(TS)
 

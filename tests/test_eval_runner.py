@@ -174,11 +174,16 @@ async def test_worker_processes_give_the_same_verdicts() -> None:
     assert report.exit_code == 0 and [c.case for c in report.cases] == [f"wismo-{i}" for i in range(8)]
 
 
-async def test_bundled_support_suite_passes_with_its_scripted_turns() -> None:
-    """The CI contract: every support conversation passes with no key and no network."""
-    report = await run_suites(load_suites(["support"]), EvalOptions(model="scripted", runs=1,
-                                                                     workers=default_workers()))
+async def test_bundled_suites_pass_three_of_three_with_no_harm(capsys: pytest.CaptureFixture[str]) -> None:
+    """The CI contract, as `signoff eval --runs 3` reports it: every bundled case (support with its
+    scripted turns, adversarial with the compromised planner) passes 3 of 3, with 0 harmful outcomes.
+    The table is printed into the CI log."""
+    report = await run_suites(load_suites([]), EvalOptions(model="scripted", runs=3, workers=default_workers()))
+    with capsys.disabled():
+        print("\n" + report.table())
     assert report.exit_code == 0, report.table()
+    assert report.harmful_outcomes == 0
+    assert report.k == 3 and {c.suite for c in report.cases} == {"support", "adversarial"}
 
 
 async def test_bundled_support_suite_passes_with_the_demo_planner() -> None:

@@ -301,11 +301,8 @@ def upgrade() -> None:
         sa.Column("conversation_id", sa.String(length=64), nullable=False),
         sa.Column("seq", sa.Integer(), nullable=False),
         sa.Column("role", sa.String(length=16), nullable=False),
-        sa.Column(
-            "content",
-            sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgresql"),
-            nullable=False,
-        ),
+        # json, not jsonb: the history round-trips byte for byte (key order kept).
+        sa.Column("content", sa.JSON(), nullable=False),
         sa.Column("run_id", sa.String(length=64), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
