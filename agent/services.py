@@ -4,20 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from agent.executor import Executor
 from agent.gatekeeper import Gatekeeper
 from agent.llm.base import ModelClient
-from agent.notify import Notifier
-from agent.policy import Policy
+from agent.notify import Notifier, RecordingNotifier
+from agent.policy import Policy, load_policy
 from storage.audit import AuditLog
 from storage.conversations import ConversationRepo
 from storage.db import Database
 from storage.gates import ApprovalRepo, ConfirmationRepo
 from storage.jobs import JobQueue
 from storage.ledger import Ledger
+from storage.sandbox import SandboxStore
 from tools.backend import CommerceBackend
+from tools.catalogue import build_registry
 from tools.registry import Registry
 
 
@@ -38,3 +40,22 @@ class Services:
     notifier: Notifier
     model: ModelClient
     clock: Callable[[], datetime]
+
+
+def build_services(*, db: Database, model: ModelClient, policy: Policy | None = None,
+                   notifier: Notifier | None = None, clock: Callable[[], datetime] | None = None) -> Services:
+    """The runtime's collaborators over ``db`` with the sandbox store as the backend."""
+    clock = clock or (lambda: datetime.now(UTC))
+    policy = policy or load_policy()
+    registry = build_registry()
+    jobs = JobQueue(db, clock=clock)
+    confirmations = ConfirmationRepo(db)
+    approvals = ApprovalRepo(db, jobs)
+    ledger = Ledger(db)
+    return Services(
+        db=db, conversations=ConversationRepo(db), confirmations=confirmations, approvals=approvals,
+        ledger=ledger, jobs=jobs, audit=AuditLog(db), registry=registry, policy=policy,
+        gatekeeper=Gatekeeper(registry=registry, policy=policy, confirmations=confirmations, approvals=approvals),
+        executor=Executor(ledger), backend=SandboxStore(db, clock=clock), notifier=notifier or RecordingNotifier(),
+        model=model, clock=clock,
+    )

@@ -11,21 +11,14 @@ from importlib import resources
 from pathlib import Path
 
 from agent.errors import ConfigError
-from agent.executor import Executor
-from agent.gatekeeper import Gatekeeper
 from agent.llm.base import ModelClient
 from agent.metrics import InstrumentedModel, Metrics, attach_metrics
-from agent.notify import Notifier, RecordingNotifier
-from agent.policy import Policy, load_policy
+from agent.notify import Notifier
+from agent.policy import load_policy
 from agent.runtime import Runtime
-from agent.services import Services
+from agent.services import Services, build_services
 from bot.settings import Settings
-from storage.audit import AuditLog
-from storage.conversations import ConversationRepo
 from storage.db import Database, create_database
-from storage.gates import ApprovalRepo, ConfirmationRepo
-from storage.jobs import JobQueue
-from storage.ledger import Ledger
 from storage.sandbox import SandboxStore
 from storage.store_io import load_dataset, store_is_empty
 from tools.catalogue import build_registry
@@ -72,24 +65,6 @@ class App:
 
     async def close(self) -> None:
         await self.db.dispose()
-
-
-def build_services(*, db: Database, model: ModelClient, policy: Policy | None = None,
-                   notifier: Notifier | None = None, clock: Callable[[], datetime] | None = None) -> Services:
-    clock = clock or (lambda: datetime.now(UTC))
-    policy = policy or load_policy()
-    registry = build_registry()
-    jobs = JobQueue(db, clock=clock)
-    confirmations = ConfirmationRepo(db)
-    approvals = ApprovalRepo(db, jobs)
-    ledger = Ledger(db)
-    return Services(
-        db=db, conversations=ConversationRepo(db), confirmations=confirmations, approvals=approvals,
-        ledger=ledger, jobs=jobs, audit=AuditLog(db), registry=registry, policy=policy,
-        gatekeeper=Gatekeeper(registry=registry, policy=policy, confirmations=confirmations, approvals=approvals),
-        executor=Executor(ledger), backend=SandboxStore(db, clock=clock), notifier=notifier or RecordingNotifier(),
-        model=model, clock=clock,
-    )
 
 
 async def create_app(settings: Settings, *, model: ModelClient | None = None, notifier: Notifier | None = None,

@@ -20,22 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from agent.evaluation.suite import StoreSpec, parse_duration
-from agent.executor import Executor
-from agent.gatekeeper import Gatekeeper
 from agent.llm.base import ModelClient
-from agent.notify import Notifier, RecordingNotifier
-from agent.policy import Policy, load_policy
+from agent.notify import Notifier
+from agent.policy import Policy
 from agent.services import Services
-from storage.audit import AuditLog
-from storage.conversations import ConversationRepo
+from agent.services import build_services as _build_services
 from storage.db import Database, create_database
-from storage.gates import ApprovalRepo, ConfirmationRepo
-from storage.jobs import JobQueue
-from storage.ledger import Ledger
 from storage.migrate import upgrade
-from storage.sandbox import SandboxStore
 from storage.store_io import count_rows, export_model, load_dataset
-from tools.catalogue import build_registry
 from tools.dataset import DEMO_DATASET_PATH, Dataset, DatasetError, parse_dataset
 
 #: Fields that hold times, per collection; override values may be relative (``-3d``).
@@ -188,19 +180,7 @@ def _replace_file(source: Path, target: Path) -> None:
 def build_services(*, db: Database, model: ModelClient, clock: Callable[[], datetime],
                    policy: Policy | None = None, notifier: Notifier | None = None) -> Services:
     """The runtime's collaborators over ``db``, wired as the composition root wires them."""
-    policy = policy or load_policy()
-    registry = build_registry()
-    jobs = JobQueue(db, clock=clock)
-    confirmations = ConfirmationRepo(db)
-    approvals = ApprovalRepo(db, jobs)
-    ledger = Ledger(db)
-    return Services(
-        db=db, conversations=ConversationRepo(db), confirmations=confirmations, approvals=approvals,
-        ledger=ledger, jobs=jobs, audit=AuditLog(db), registry=registry, policy=policy,
-        gatekeeper=Gatekeeper(registry=registry, policy=policy, confirmations=confirmations, approvals=approvals),
-        executor=Executor(ledger), backend=SandboxStore(db, clock=clock),
-        notifier=notifier or RecordingNotifier(), model=model, clock=clock,
-    )
+    return _build_services(db=db, model=model, policy=policy, notifier=notifier, clock=clock)
 
 
 def open_database(path: Path) -> Database:
