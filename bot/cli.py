@@ -26,7 +26,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the canonical scenarios on a temporary SQLite store")
     demo.add_argument("--live", action="store_true", help="drive the demo with the configured model")
 
-    serve = sub.add_parser("serve", help="HTTP: /slack/events, /api/*, /metrics, /healthz")
+    serve = sub.add_parser("serve", help="HTTP: /api/*, /email/inbound, /metrics, /healthz")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--no-worker", action="store_true", help="do not run the resume/expiry worker in-process")
