@@ -165,7 +165,8 @@ def plan(v: View) -> Reply:
     if v.events:
         return on_event(v, v.events[-1])
     if last is not None and isinstance(last.value, dict) and last.value.get("status") in _STATUS_REPLIES:
-        return _order_status_line(v) + _STATUS_REPLIES[last.value["status"]](last.value)
+        reply = _STATUS_REPLIES[last.value["status"]](last.value)
+        return _order_status_line(v) + reply if isinstance(reply, str) else reply
     for n, (words, handler) in enumerate(INTENTS):
         if n == 2 and general_question(v.low):
             return knowledge(v)

@@ -95,7 +95,7 @@ async def get_approval(rt: Runtime, approval_id: str) -> Approval | None:
 
 
 async def list_approvals(rt: Runtime, *, status: str | None, limit: int) -> list[Approval]:
-    return await rt.s.approvals.list(status=status, limit=limit)
+    return await rt.s.approvals.list_approvals(status=status, limit=limit)
 
 
 # -- rendering -------------------------------------------------------------------------

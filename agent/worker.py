@@ -16,7 +16,8 @@ from datetime import timedelta
 from agent.approvals import RESUME_JOB
 from agent.loop import run_loop
 from agent.runtime import Runtime
-from storage.records import LedgerEntry, Proposal
+from storage.records import Conversation, LedgerEntry, Proposal
+from tools.context import Principal
 
 log = logging.getLogger(__name__)
 
@@ -184,8 +185,5 @@ async def _reconcile(rt: Runtime, entry: LedgerEntry, cutoff: object) -> bool:
     return True
 
 
-def _principal(conv: object) -> object:
-    from tools.context import Principal
-
-    c = conv
-    return Principal(kind=c.principal_kind, id=c.principal_id, customer_id=c.customer_id)  # type: ignore[attr-defined]
+def _principal(conv: Conversation) -> Principal:
+    return Principal(kind=conv.principal_kind, id=conv.principal_id, customer_id=conv.customer_id)  # type: ignore[arg-type]

@@ -41,7 +41,7 @@ def build_model(settings: Settings, metrics: Metrics | None = None) -> ModelClie
     if provider == "anthropic":
         from agent.llm.anthropic import AnthropicClient, AnthropicConfig
 
-        return AnthropicClient(AnthropicConfig(model=settings.signoff_model, api_key=settings.anthropic_api_key,
+        return AnthropicClient(AnthropicConfig(model=settings.signoff_model, api_key=settings.anthropic_api_key or "",
                                                base_url=settings.anthropic_base_url), breaker=breaker)
     if provider == "openai":
         from agent.llm.openai_compat import OpenAICompatClient, OpenAIConfig

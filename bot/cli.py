@@ -183,12 +183,12 @@ async def _approvals(settings: Settings, args: argparse.Namespace) -> int:
     try:
         approvals = app.runtime.s.approvals
         if args.approvals_command == "list":
-            rows = await approvals.list(status=None if args.status == "all" else args.status)
+            rows = await approvals.list_approvals(status=None if args.status == "all" else args.status)
             if not rows:
                 print(f"no {args.status} approvals")
-            for a in rows:
-                print(f"{a.id}  v{a.version}  {a.status:<10} {a.required_role:<10} "
-                      f"expires {a.expires_at:%Y-%m-%d %H:%M}Z  {a.summary}")
+            for row in rows:
+                print(f"{row.id}  v{row.version}  {row.status:<10} {row.required_role:<10} "
+                      f"expires {row.expires_at:%Y-%m-%d %H:%M}Z  {row.summary}")
             return 0
         a = await approvals.get(args.id)
         if a is None:

@@ -93,7 +93,7 @@ class Demo:
 
     async def approve_pending(self, conversation_id: str, approver: Principal = SUPERVISOR) -> None:
         """The supervisor approves the conversation's pending approvals through the decision function."""
-        for a in await self.rt.s.approvals.list(status="pending"):
+        for a in await self.rt.s.approvals.list_approvals(status="pending"):
             if a.conversation_id != conversation_id:
                 continue
             self.out(f"approval {a.id} v{a.version}: {a.summary} — needs a {a.required_role}"
@@ -179,7 +179,7 @@ async def run_demo(*, live: bool) -> int:
             demo.section("approvals")
             why = {e.data.get("approval_id"): e.data.get("reason")
                    for e in await services.audit.list(kind="approval.requested", limit=1000)}
-            for a in sorted(await services.approvals.list(status=None), key=lambda a: a.created_at):
+            for a in sorted(await services.approvals.list_approvals(status=None), key=lambda a: a.created_at):
                 print(f"{a.id} v{a.version} {a.status:<9} {a.summary} — {why.get(a.id)}, "
                       f"decided by {a.decider or 'nobody yet'}")
             verdict = await services.audit.verify()

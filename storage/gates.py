@@ -11,21 +11,26 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import select, update
+from sqlalchemy import CursorResult, select, update
 
 from storage.audit import AuditEvent, append_audit_many
 from storage.db import Database
 from storage.jobs import JobQueue
 from storage.models import ApprovalRow, ConfirmationRow
-from storage.records import Approval, Confirmation, Decision
+from storage.records import Approval, ApprovalStatus, Confirmation, ConfirmationStatus, Decision
 
 
 def _aware(ts: datetime | None) -> datetime | None:
     if ts is not None and ts.tzinfo is None:
         return ts.replace(tzinfo=UTC)
     return ts
+
+
+def _at(ts: datetime) -> datetime:
+    """A NOT NULL timestamp, made aware."""
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
 def to_confirmation(r: ConfirmationRow) -> Confirmation:
@@ -40,10 +45,10 @@ def to_confirmation(r: ConfirmationRow) -> Confirmation:
         principal=r.principal,
         code=r.code,
         summary=r.summary,
-        status=r.status,
-        version=r.version,  # type: ignore[arg-type]
-        created_at=_aware(r.created_at),
-        decided_at=_aware(r.decided_at),  # type: ignore[arg-type]
+        status=cast(ConfirmationStatus, r.status),
+        version=r.version,
+        created_at=_at(r.created_at),
+        decided_at=_aware(r.decided_at),
     )
 
 
@@ -58,8 +63,8 @@ def to_approval(r: ApprovalRow) -> Approval:
         args_hash=r.args_hash,
         customer_id=r.customer_id,
         summary=r.summary,
-        status=r.status,
-        version=r.version,  # type: ignore[arg-type]
+        status=cast(ApprovalStatus, r.status),
+        version=r.version,
         required_role=r.required_role,
         approvals_required=r.approvals_required,
         decisions=tuple(Decision(**d) for d in (r.decisions or [])),
@@ -74,8 +79,8 @@ def to_approval(r: ApprovalRow) -> Approval:
         result=r.result,
         superseded_by=r.superseded_by,
         slack_ref=r.slack_ref,
-        expires_at=_aware(r.expires_at),
-        created_at=_aware(r.created_at),  # type: ignore[arg-type]
+        expires_at=_at(r.expires_at),
+        created_at=_at(r.created_at),
         decided_at=_aware(r.decided_at),
     )
 
@@ -176,7 +181,7 @@ class ConfirmationRepo:
                 )
                 .values(status=to_status, version=expected_version + 1, decided_at=at)
             )
-            if res.rowcount != 1:
+            if cast(CursorResult[Any], res).rowcount != 1:
                 return None
             if audit:
                 await append_audit_many(s, list(audit))
@@ -203,7 +208,7 @@ class ApprovalRepo:
             r = await s.get(ApprovalRow, approval_id)
             return to_approval(r) if r else None
 
-    async def list(self, *, status: str | None = None, limit: int = 200) -> list[Approval]:
+    async def list_approvals(self, *, status: str | None = None, limit: int = 200) -> list[Approval]:
         async with self.db.reader() as s:
             q = select(ApprovalRow).order_by(ApprovalRow.created_at.desc()).limit(limit)
             if status:
@@ -263,7 +268,7 @@ class ApprovalRepo:
         expected_version: int,
         values: dict[str, Any],
         audit: Sequence[AuditEvent] = (),
-        job: tuple[str, dict[str, Any], str] | None = None,
+        job: tuple[str, dict[str, Any], str, float] | None = None,
         new_row: ApprovalRow | None = None,
     ) -> Approval | None:
         """CAS from ``pending`` at ``expected_version``; ``None`` if the row moved on.
@@ -281,7 +286,7 @@ class ApprovalRepo:
                 )
                 .values(version=expected_version + 1, **values)
             )
-            if res.rowcount != 1:
+            if cast(CursorResult[Any], res).rowcount != 1:
                 return None
             if new_row is not None:
                 s.add(new_row)

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, Table, delete, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from storage.audit import AuditEvent, append_audit_sync
 from storage.db import Database, WriteContext
 from storage.models import ToolExecutionRow
-from storage.records import LedgerEntry
+from storage.records import LedgerEntry, LedgerStatus
 
 _LEDGER: Table = ToolExecutionRow.__table__  # type: ignore[assignment]
 
@@ -31,8 +31,8 @@ def _entry(r: ToolExecutionRow) -> LedgerEntry:
     return LedgerEntry(
         key=r.key,
         tool=r.tool,
-        status=r.status,
-        result=r.result,  # type: ignore[arg-type]
+        status=cast(LedgerStatus, r.status),
+        result=r.result,
         proposal_id=r.proposal_id,
         run_id=r.run_id,
         arguments=r.arguments,

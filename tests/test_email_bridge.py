@@ -174,7 +174,7 @@ async def test_confirm_by_code_over_email(db: Database, smtp: tuple[Inbox, str])
     assert second["conversationId"] == first["conversationId"]
     settled = await h.services.confirmations.get(conf.id)
     assert settled is not None and settled.status == "confirmed"
-    [approval] = await h.services.approvals.list(status="pending")
+    [approval] = await h.services.approvals.list_approvals(status="pending")
     assert approval.conversation_id == first["conversationId"] and approval.requester == "customer:C-7"
     second_reply = inbox.messages[1][2]
     assert second_reply["In-Reply-To"] == "<c2@ex.com>"
@@ -261,7 +261,7 @@ async def test_follow_up_after_approval_is_emailed(db: Database, smtp: tuple[Inb
         _s, first = await deliver(client, mail("Refund O-1042", message_id="<a1@ex.com>"))
         [conf] = await h.services.confirmations.pending(first["conversationId"])
         await deliver(client, mail(conf.code, message_id="<a2@ex.com>", references="<a1@ex.com>"))
-    [approval] = await h.services.approvals.list(status="pending")
+    [approval] = await h.services.approvals.list_approvals(status="pending")
     await h.runtime.decide(approval.id, expected_version=approval.version, decision="approve", actor=SUP_A)
     await h.runtime.resume(approval.id)
     last = inbox.messages[-1][2]

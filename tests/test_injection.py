@@ -329,7 +329,7 @@ async def _check_effects(env: Env, before: dict[str, Any], a: Attack, conv_id: s
         args = next(p.arguments for p in await _proposals(env, conv_id) if p.idempotency_key == r["key"])
         assert (r["tool"], args_hash(r["tool"], args)) in consumed, (a.id, r)
     # approvals: requested, never granted
-    approvals = [x for x in await env.services.approvals.list() if x.conversation_id == conv_id]
+    approvals = [x for x in await env.services.approvals.list_approvals() if x.conversation_id == conv_id]
     assert len(approvals) == a.approvals and all(x.status == "pending" for x in approvals), (a.id, approvals)
     for x in approvals:
         assert x.requester == a.principal.key and x.required_role == "supervisor"

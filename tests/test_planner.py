@@ -40,7 +40,7 @@ async def test_canonical_refund_confirm_approve_finish_with_real_ids(db: Databas
     assert [p.kind for p in asked.pending] == ["confirmation"] and "confirm" in asked.reply
     pending = await rt.chat(principal=C7, channel="api", message="yes", conversation_id=first.conversation_id)
     assert "pending" in pending.reply and "refunded" not in pending.reply
-    [approval] = await h.services.approvals.list(status="pending")
+    [approval] = await h.services.approvals.list_approvals(status="pending")
     assert approval.arguments["evidence"] == ["refund-policy@7#window"]
     await rt.decide(approval.id, expected_version=approval.version, decision="approve", actor=SUP_A)
     follow = await rt.resume(approval.id)

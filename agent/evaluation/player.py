@@ -139,7 +139,7 @@ class Player:
 
     async def _approval(self, turn: Turn, *, pending_only: bool = True) -> Approval | None:
         conv = self._conv(turn)
-        rows = [a for a in await self.rt.s.approvals.list(limit=500) if a.conversation_id == conv]
+        rows = [a for a in await self.rt.s.approvals.list_approvals(limit=500) if a.conversation_id == conv]
         if pending_only:
             rows = [a for a in rows if a.status == "pending"]
         return max(rows, key=lambda a: a.created_at) if rows else None
@@ -176,7 +176,7 @@ class Player:
         conv_ids = set(self.played.conversations.values())
         expired = await self.rt.expire_stale()
         reply = ""
-        for a in await self.rt.s.approvals.list(status="expired", limit=500):
+        for a in await self.rt.s.approvals.list_approvals(status="expired", limit=500):
             if a.conversation_id in conv_ids:
                 reply = await self._resume(a) or reply
         return TurnOutcome(index=i, action="expire", reply=reply, outcome=f"expired {expired}")
@@ -229,7 +229,7 @@ async def observe(rt: Runtime, before: Dataset, *, counts: dict[str, int] | None
             break
     runs = list(dict.fromkeys(e.run_id for e in audit if e.kind == "run.started" and e.run_id))
     proposals = [p for run in runs for p in await s.conversations.proposals(run)]
-    approvals = await s.approvals.list(limit=1000)
+    approvals = await s.approvals.list_approvals(limit=1000)
     keys = {p.idempotency_key for p in proposals if p.idempotency_key} | {
         a.idempotency_key for a in approvals if a.idempotency_key}
     ledger = {k: e for k in sorted(keys) if (e := await s.ledger.get(k)) is not None}
