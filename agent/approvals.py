@@ -17,8 +17,8 @@ from agent.loop import run_loop
 from agent.turn import TurnResult, event_block
 from agent.wording import APPROVED_EVENT, EXPIRED_EVENT, REJECTED_EVENT, SUPERSEDED_EVENT
 from storage.audit import AuditEvent
-from storage.conversations import StepWrite
 from storage.records import Approval
+from storage.steps import StepWrite
 from tools.context import Principal
 
 if TYPE_CHECKING:

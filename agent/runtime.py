@@ -24,8 +24,8 @@ from agent.prompt import PROMPT_VERSION
 from agent.services import Services
 from agent.turn import Pending, Turn, TurnResult, event_block, new_id, sanitize_user_text
 from agent.wording import CONFIRMED_EVENT, DECLINED_EVENT
-from storage.conversations import NewProposal, ProposalOutcome, StepWrite
 from storage.records import Approval, Confirmation, Conversation, Run
+from storage.steps import NewProposal, ProposalOutcome, StepWrite
 from tools.context import Principal
 from tools.intent import classify
 

@@ -15,20 +15,19 @@ from datetime import datetime
 from typing import Any
 
 from agent import gates
-from agent.claims import claimed_actions
 from agent.decisions import Decision, Execute, Intercept, NeedsApproval, NeedsConfirmation, Record, Reject
 from agent.errors import BudgetExceeded, StepLimitExceeded
 from agent.executor import ExecOutcome, action_id_of
 from agent.gatekeeper import Proposed, RunFacts, args_hash
 from agent.llm.base import Block, Message, ModelClient, ModelRequest, ModelResponse, ToolSpec
 from agent.prompt import system_prompt
+from agent.run_control import TurnControl, TurnDesk
 from agent.services import Services
 from agent.wording import GIVE_UP_REPLY, REFUSAL_REPLY
 from storage.audit import AuditEvent
-from storage.conversations import NewProposal, ProposalOutcome, StepWrite, UsageWrite
 from storage.records import Approval, Conversation, Run, StoredMessage
-from tools.backend import KnowledgeHit
-from tools.context import CaseView, Principal, ToolContext, ToolFailure, ToolGroup
+from storage.steps import NewProposal, ProposalOutcome, StepWrite, UsageWrite
+from tools.context import Principal, ToolContext
 
 EVENT_OPEN, EVENT_CLOSE = "<signoff_event>", "</signoff_event>"
 
@@ -297,8 +296,8 @@ class Turn:
 
     # -- context for tools: CaseDesk and RunControl ---------------------------------
     def tool_context(self) -> ToolContext:
-        return ToolContext(principal=self.principal, backend=self.services.backend, case=_Desk(self),
-                           run=_Control(self), rules=self.services.policy.rules(), now=self.now)
+        return ToolContext(principal=self.principal, backend=self.services.backend, case=TurnDesk(self),
+                           run=TurnControl(self), rules=self.services.policy.rules(), now=self.now)
 
     async def escalate(self, reason: str, summary: str) -> dict[str, Any]:
         self.escalated = True
@@ -397,62 +396,6 @@ def merged(history: list[StoredMessage]) -> list[Message]:
         else:
             out.append(Message(role=m.role, content=list(m.content)))
     return out
-
-
-@dataclass(frozen=True)
-class _Desk:
-    turn: Turn
-
-    async def get_case(self) -> CaseView:
-        t = self.turn
-        notes = await t.services.conversations.case_notes(t.conversation.id)
-        return CaseView(conversation_id=t.conversation.id, status=t.conversation.status,
-                        customer_id=t.principal.customer_id, channel=t.conversation.channel,
-                        notes=tuple(f"[{k}] {txt}" for k, _a, txt in notes[-20:]))
-
-    async def add_note(self, note: str) -> int:
-        t = self.turn
-        return await t.services.conversations.add_case_note(
-            t.conversation.id, author=f"agent:{t.run.id}", kind="note", text=note,
-            audit=[t._event("case.note")])
-
-    async def escalate(self, reason: str, summary: str) -> dict[str, Any]:
-        return await self.turn.escalate(reason, summary)
-
-
-@dataclass(frozen=True)
-class _Control:
-    turn: Turn
-
-    def load_group(self, group: ToolGroup) -> list[str]:
-        self.turn.facts.loaded_groups.add(group)
-        return self.turn.services.registry.names_for(self.turn.facts.loaded_groups)
-
-    def record_knowledge(self, hits: list[KnowledgeHit]) -> None:
-        self.turn.facts.knowledge_ids.update(h.evidence_id for h in hits)
-        for h in hits:
-            self.turn.notes[h.evidence_id] = {"title": h.title, "excerpt": h.text[:400]}
-
-    def finish(self, resolution: str, action_ids: list[str], sources: list[str]) -> dict[str, Any]:
-        t = self.turn
-        done = t.executed_all()
-        known = {e["action_id"] for e in done if e.get("action_id")} | {e["proposal_id"] for e in done}
-        unknown = [a for a in action_ids if a not in known]
-        if unknown:
-            raise ToolFailure("unverified_action_ids", "No tool in this conversation returned these ids.",
-                              unknown_action_ids=unknown)
-        bad_sources = [s for s in sources if s not in t.facts.knowledge_ids]
-        if bad_sources:
-            raise ToolFailure("unverified_sources", "search_knowledge did not return these ids.",
-                              unknown_sources=bad_sources)
-        claimed = claimed_actions(resolution)
-        missing = sorted(c for c in claimed if c not in {e["tool"] for e in done})
-        if missing:
-            raise ToolFailure("claims_unverified_action",
-                              "The resolution claims an action no tool carried out in this conversation.",
-                              claimed=missing)
-        t.finished = {"resolution": resolution, "action_ids": action_ids, "sources": sources}
-        return {"status": "finished"}
 
 
 __all__ = ["Pending", "Turn", "TurnResult", "event_block", "merged", "new_id", "sanitize_user_text"]

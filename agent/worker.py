@@ -109,7 +109,7 @@ async def _finish_settled(rt: Runtime, prop: Proposal) -> None:
     """
     from agent.turn import event_block
     from agent.wording import CONFIRMED_EVENT
-    from storage.conversations import ProposalOutcome, StepWrite
+    from storage.steps import ProposalOutcome, StepWrite
 
     s = rt.s
     origin = prop.tool_use_id.removeprefix("runtime:")

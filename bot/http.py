@@ -26,7 +26,7 @@ from bot.app import App
 from bot.auth import AuthConfig, Authenticator
 from bot.email_bridge import EmailBridge, EmailConfig
 from bot.smtp import Mailer, SmtpMailer
-from storage.conversations import ConcurrentTurn
+from storage.steps import ConcurrentTurn
 
 log = logging.getLogger(__name__)
 

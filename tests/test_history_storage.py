@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 
-from storage.conversations import ConversationRepo, StepWrite
+from storage.conversations import ConversationRepo
 from storage.db import Database
+from storage.steps import StepWrite
 
 MESSAGES = [
     ("user", [{"type": "text", "text": "Où est ma commande O-1042 ? 🙂 \"quoted\" \\ back\\slash"}]),

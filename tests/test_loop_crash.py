@@ -17,8 +17,9 @@ from agent.notify import RecordingNotifier
 from agent.runtime import Runtime
 from agent.worker import recover
 from bot.app import build_services
-from storage.conversations import ConversationRepo, StepWrite
+from storage.conversations import ConversationRepo
 from storage.db import Database, create_database
+from storage.steps import StepWrite
 from tests.support import C7, SUP_A, Clock, seeded
 from tests.test_loop_support import (
     SEARCH,
