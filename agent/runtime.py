@@ -146,22 +146,22 @@ class Runtime:
                 audit=[_run_event(run_id, principal, s.policy.version, s.model.model_name)])
         # Every log line from here on carries the run's trace (structured JSON logs).
         structlog.contextvars.bind_contextvars(trace_id=run.trace_id, run_id=run.id, conversation_id=conv.id)
-        history = await s.conversations.history(conv.id)
+        state = await s.conversations.turn_state(conv.id, run.id)
+        history = state.history
         groups = set(conv.loaded_groups)
         if not groups and first_message:
             groups = set(classify(first_message))
         facts = RunFacts(principal=principal, channel=conv.channel, conversation_id=conv.id, run_id=run.id,
                          loaded_groups=groups, knowledge_ids=set(run.state.get("knowledge_ids", [])))
-        for p in await s.conversations.proposals(run.id):
+        for p in state.proposals:
             facts.step = max(facts.step, p.step)
             tool = s.registry.get(p.tool)
             if p.decision == "execute" and tool is not None:
                 facts.tool_counts[p.tool] += 1
                 if tool.meta.kind == "action" and not tool.meta.runtime:
                     facts.action_counts[p.tool] += 1
-        used = await s.conversations.tokens_used(conv.id)
         return Turn(services=s, conversation=conv, run=run, principal=principal, model=s.model,
-                    history=history, facts=facts, now=s.clock(), tokens_before=sum(used.values()))
+                    history=history, facts=facts, now=s.clock(), tokens_before=state.tokens_used)
 
     # -- applying a decided-upon action outside a model step ---------------------------
     async def apply(self, turn: Turn, *, tool: str, args: Any, origin: str,

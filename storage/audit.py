@@ -29,7 +29,7 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any, cast
 
-from sqlalchemy import DDL, Connection, Table, func, insert, select, update
+from sqlalchemy import DDL, Connection, Table, bindparam, func, insert, select, update
 from sqlalchemy import event as sa_event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -223,6 +223,8 @@ _HEAD = cast(Table, AuditHeadRow.__table__)
 # SQLite ignores FOR UPDATE; there BEGIN IMMEDIATE already holds the write lock.
 _READ_HEAD = select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == _HEAD_ID).with_for_update()
 _WRITE_HEAD = update(_HEAD).where(_HEAD.c.id == _HEAD_ID)
+_GUARDED_WRITE_HEAD = _WRITE_HEAD.where(_HEAD.c.seq == bindparam("old_seq"), _HEAD.c.hash == bindparam("old_hash"))
+_INSERT_EVENTS = insert(_EVENTS)
 
 
 def _lock_head(conn: Connection) -> tuple[int, str]:
@@ -253,17 +255,15 @@ def append_audit_sync(conn: Connection, events: Sequence[AuditEvent],
     rows: list[dict[str, Any]] = []
     if cache and "seq" in cache:
         rows = _chain(cache["seq"], cache["hash"], events)
-        moved = conn.execute(
-            _WRITE_HEAD.where(_HEAD.c.seq == cache["seq"], _HEAD.c.hash == cache["hash"]),
-            {"seq": rows[-1]["seq"], "hash": rows[-1]["hash"]},
-        )
+        moved = conn.execute(_GUARDED_WRITE_HEAD, {"seq": rows[-1]["seq"], "hash": rows[-1]["hash"],
+                                                   "old_seq": cache["seq"], "old_hash": cache["hash"]})
         if moved.rowcount != 1:
             rows = []
     if not rows:
         seq, prev_hash = _lock_head(conn)
         rows = _chain(seq, prev_hash, events)
         conn.execute(_WRITE_HEAD, {"seq": rows[-1]["seq"], "hash": rows[-1]["hash"]})
-    conn.execute(insert(_EVENTS), rows)
+    conn.execute(_INSERT_EVENTS, rows)
     if cache is not None:
         # A rollback leaves this stale; the guarded UPDATE above then falls back.
         cache.update(seq=rows[-1]["seq"], hash=rows[-1]["hash"])

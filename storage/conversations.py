@@ -8,14 +8,15 @@ crash leaves history, proposals and audit consistent.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Connection, Table, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from storage.audit import AuditEvent, append_audit_many
-from storage.db import Database
+from storage.audit import AuditEvent, append_audit_many, append_audit_sync
+from storage.db import Database, WriteContext
 from storage.models import (
     CaseNoteRow,
     ConversationRow,
@@ -94,6 +95,16 @@ def to_proposal(row: ProposalRow) -> Proposal:
         policy_version=row.policy_version,
         created_at=_aware(row.created_at) or utcnow(),
     )
+
+
+_RUNS: Table = RunRow.__table__  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnState:
+    history: list[StoredMessage]
+    proposals: list[Proposal]
+    tokens_used: int
 
 
 class ConversationRepo:
@@ -221,12 +232,36 @@ class ConversationRepo:
             created_at=now,
             updated_at=now,
         )
-        async with self.db.sessions() as s, s.begin():
-            s.add(row)
+        values = {c.name: getattr(row, c.name) for c in RunRow.__table__.columns}
+
+        def _insert(conn: Connection, ctx: WriteContext) -> None:
+            conn.execute(insert(_RUNS), values)
             if audit:
-                await s.flush()
-                await append_audit_many(s, audit)
+                append_audit_sync(conn, audit, ctx.audit_head)
+                ctx.audit_events.extend(audit)
+
+        await self.db.write(_insert)
         return to_run(row)
+
+    async def turn_state(self, conversation_id: str, run_id: str) -> TurnState:
+        """What a turn loads, in one read: the history, the run's proposals, tokens used."""
+        async with self.db.reader() as s:
+            messages = (await s.execute(
+                select(MessageRow.seq, MessageRow.role, MessageRow.content, MessageRow.run_id)
+                .where(MessageRow.conversation_id == conversation_id).order_by(MessageRow.seq)
+            )).all()
+            proposals = (await s.execute(
+                select(ProposalRow).where(ProposalRow.run_id == run_id).order_by(ProposalRow.created_at, ProposalRow.id)
+            )).scalars().all()
+            tokens = (await s.execute(
+                select(func.coalesce(func.sum(TokenUsageRow.input_tokens + TokenUsageRow.output_tokens
+                                              + TokenUsageRow.cache_creation_tokens
+                                              + TokenUsageRow.cache_read_tokens), 0))
+                .where(TokenUsageRow.conversation_id == conversation_id)
+            )).scalar_one()
+            return TurnState(
+                history=[StoredMessage(seq=r[0], role=r[1], content=r[2], run_id=r[3]) for r in messages],
+                proposals=[to_proposal(r) for r in proposals], tokens_used=int(tokens))
 
     async def stale_runs(self, *, older_than: datetime, limit: int = 100) -> list[Run]:
         """Runs left ``running`` (a turn interrupted by a crash) since before ``older_than``."""

@@ -8,6 +8,7 @@ events describing them commit together: a crash leaves them consistent.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -87,29 +88,25 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
     # Core statements, batched: this runs once or twice per agent step, and
     # the runtime's own cost per step is a design target (bench/step_cost.py).
     n = len(step.messages)
-    conv_values: dict[str, Any] = {"updated_at": now}
+    params: dict[str, Any] = {"c_id": step.conversation_id, "c_n": n, "c_now": now}
     if step.loaded_groups is not None:
-        conv_values["loaded_groups"] = step.loaded_groups
+        params["c_groups"] = step.loaded_groups
     if step.conversation_status is not None:
-        conv_values["status"] = step.conversation_status
-    stmt = update(_CONV).where(_CONV.c.id == step.conversation_id)
+        params["c_status"] = step.conversation_status
     if step.expect_seq is not None:
-        stmt = stmt.where(_CONV.c.next_seq == step.expect_seq)
-    result = conn.execute(
-        stmt.values(next_seq=_CONV.c.next_seq + n, **conv_values).returning(_CONV.c.next_seq)
-    )
-    next_seq = result.scalar_one_or_none()
+        params["c_expect"] = step.expect_seq
+    next_seq = conn.execute(_conversation_update(frozenset(params)), params).scalar_one_or_none()
     if next_seq is None:
         raise ConcurrentTurn(f"conversation {step.conversation_id} moved on")
     first = next_seq - n
     if step.messages:
-        conn.execute(insert(_MSG), [
+        conn.execute(_INSERT_MSG, [
             {"conversation_id": step.conversation_id, "seq": first + i, "role": role,
              "content": content, "run_id": step.run_id, "created_at": now}
             for i, (role, content) in enumerate(step.messages)
         ])
     if step.new_proposals:
-        conn.execute(insert(_PROP), [
+        conn.execute(_INSERT_PROP, [
             {"id": p.id, "run_id": step.run_id, "conversation_id": step.conversation_id,
              "tool_use_id": p.tool_use_id, "tool": p.tool, "arguments": p.arguments,
              "args_hash": p.args_hash, "principal": p.principal, "step": p.step,
@@ -117,35 +114,67 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
             for p in step.new_proposals
         ])
     if step.outcomes:
-        conn.execute(
-            update(_PROP).where(_PROP.c.id == bindparam("o_id")).values(
-                decision=bindparam("o_decision"), reason=bindparam("o_reason"),
-                result=bindparam("o_result"), is_error=bindparam("o_is_error"),
-                idempotency_key=bindparam("o_key")),
-            [{"o_id": o.id, "o_decision": o.decision, "o_reason": o.reason, "o_result": o.result,
-              "o_is_error": o.is_error, "o_key": o.idempotency_key} for o in step.outcomes],
-        )
+        conn.execute(_UPDATE_OUTCOME, [
+            {"o_id": o.id, "o_decision": o.decision, "o_reason": o.reason, "o_result": o.result,
+             "o_is_error": o.is_error, "o_key": o.idempotency_key} for o in step.outcomes])
     if step.run_id is not None and (
         step.run_status or step.run_steps_delta or step.run_state is not None or step.pending_ids is not None
     ):
-        values: dict[str, Any] = {"updated_at": now}
+        run: dict[str, Any] = {"r_id": step.run_id, "r_now": now}
         if step.run_status:
-            values["status"] = step.run_status
+            run["r_status"] = step.run_status
         if step.run_steps_delta:
-            values["steps"] = _RUN.c.steps + step.run_steps_delta
+            run["r_steps"] = step.run_steps_delta
         if step.run_state is not None:
-            values["state"] = step.run_state
+            run["r_state"] = step.run_state
         if step.pending_ids is not None:
-            values["pending_ids"] = step.pending_ids
-        conn.execute(update(_RUN).where(_RUN.c.id == step.run_id).values(**values))
+            run["r_pending"] = step.pending_ids
+        conn.execute(_run_update(frozenset(run)), run)
     if step.usage is not None and step.run_id is not None:
         u = step.usage
-        conn.execute(insert(_USAGE).values(
-            conversation_id=step.conversation_id, run_id=step.run_id, model=u.model,
-            input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-            cache_creation_tokens=u.cache_creation_tokens, cache_read_tokens=u.cache_read_tokens,
-            created_at=now))
+        conn.execute(_INSERT_USAGE, {
+            "conversation_id": step.conversation_id, "run_id": step.run_id, "model": u.model,
+            "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
+            "cache_creation_tokens": u.cache_creation_tokens, "cache_read_tokens": u.cache_read_tokens,
+            "created_at": now})
     if step.audit:
         append_audit_sync(conn, step.audit, ctx.audit_head)
         ctx.audit_events.extend(step.audit)
     return next_seq
+
+
+# Statements are built once (per shape) and reused: building and coercing Core
+# constructs was a third of a step's write cost.
+_INSERT_MSG = insert(_MSG)
+_INSERT_PROP = insert(_PROP)
+_INSERT_USAGE = insert(_USAGE)
+_UPDATE_OUTCOME = update(_PROP).where(_PROP.c.id == bindparam("o_id")).values(
+    decision=bindparam("o_decision"), reason=bindparam("o_reason"), result=bindparam("o_result"),
+    is_error=bindparam("o_is_error"), idempotency_key=bindparam("o_key"))
+
+
+@functools.cache
+def _conversation_update(keys: frozenset[str]) -> Any:
+    stmt = update(_CONV).where(_CONV.c.id == bindparam("c_id"))
+    if "c_expect" in keys:
+        stmt = stmt.where(_CONV.c.next_seq == bindparam("c_expect"))
+    values: dict[str, Any] = {"next_seq": _CONV.c.next_seq + bindparam("c_n"), "updated_at": bindparam("c_now")}
+    if "c_groups" in keys:
+        values["loaded_groups"] = bindparam("c_groups", type_=_CONV.c.loaded_groups.type)
+    if "c_status" in keys:
+        values["status"] = bindparam("c_status")
+    return stmt.values(**values).returning(_CONV.c.next_seq)
+
+
+@functools.cache
+def _run_update(keys: frozenset[str]) -> Any:
+    values: dict[str, Any] = {"updated_at": bindparam("r_now")}
+    if "r_status" in keys:
+        values["status"] = bindparam("r_status")
+    if "r_steps" in keys:
+        values["steps"] = _RUN.c.steps + bindparam("r_steps")
+    if "r_state" in keys:
+        values["state"] = bindparam("r_state", type_=_RUN.c.state.type)
+    if "r_pending" in keys:
+        values["pending_ids"] = bindparam("r_pending", type_=_RUN.c.pending_ids.type)
+    return update(_RUN).where(_RUN.c.id == bindparam("r_id")).values(**values)
