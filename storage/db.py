@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -181,9 +182,21 @@ def _sqlite_pragmas(engine: AsyncEngine | Engine) -> None:
         # Let SQLAlchemy, not the driver, decide when transactions start.
         dbapi_conn.isolation_level = None
         cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA busy_timeout=30000")
+        # Switching to WAL needs an exclusive lock and fails at once if another process holds
+        # one; the mode is persistent, so only the first connection ever has to switch.
+        for attempt in range(200):
+            cursor.execute("PRAGMA journal_mode")
+            mode = cursor.fetchone()
+            if mode and str(mode[0]).lower() == "wal":
+                break
+            try:
+                cursor.execute("PRAGMA journal_mode=WAL")
+            except Exception:  # another connection holds a lock: it is switching too, or writing
+                if attempt == 199:
+                    raise
+                time.sleep(0.025)
+        cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 

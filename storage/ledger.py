@@ -10,21 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import socket
+import uuid
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, delete, insert, select, text, update
+from sqlalchemy import Connection, CursorResult, Table, delete, insert, select, text, update
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
 from storage.audit import AuditEvent, append_audit_sync
 from storage.db import Database, WriteContext
-from storage.models import ToolExecutionRow
+from storage.models import LockRow, ToolExecutionRow
 from storage.records import LedgerEntry, LedgerStatus
 
 _LEDGER: Table = ToolExecutionRow.__table__  # type: ignore[assignment]
+_LOCKS: Table = LockRow.__table__  # type: ignore[assignment]
+#: A lease outlives any judgement plus execution (tool timeouts are seconds); a dead holder's expires.
+LEASE_S = 120.0
 
 
 def _entry(r: ToolExecutionRow) -> LedgerEntry:
@@ -49,13 +56,14 @@ class Ledger:
         """Hold the lock ``name`` (e.g. ``money:C-7``) while a decision is made and carried out.
 
         PostgreSQL: a session advisory lock on a dedicated connection, so every replica and
-        worker queues for it. SQLite: an in-process lock (one process serves a SQLite file).
+        worker queues for it. SQLite: an in-process lock, then a lease row in ``locks`` so other
+        processes on the same file (a separate ``signoff worker``) queue too.
         """
         if not self.db.is_postgres:
             lock = self._locks.get(name)
             if lock is None:
                 lock = self._locks[name] = asyncio.Lock()
-            async with lock:
+            async with lock, self._lease(name):
                 yield
             return
         k = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
@@ -65,6 +73,22 @@ class Ledger:
                 yield
             finally:
                 await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": k})
+
+    @asynccontextmanager
+    async def _lease(self, name: str, *, lease_s: float = LEASE_S, wait_s: float = 60.0) -> AsyncIterator[None]:
+        """A lease row: insert to take it, delete to give it back; an expired one (its holder
+        died) is taken over. Waits up to ``wait_s`` for a live holder."""
+        holder = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while not await self.db.write(lambda conn, _ctx: _take_lease(conn, name, holder, lease_s)):
+            if asyncio.get_running_loop().time() > deadline:
+                raise TimeoutError(f"lock {name} is held elsewhere")
+            await asyncio.sleep(0.01)
+        try:
+            yield
+        finally:
+            await self.db.write(lambda conn, _ctx: conn.execute(
+                delete(_LOCKS).where(_LOCKS.c.name == name, _LOCKS.c.holder == holder)))
 
     async def claim(self, *, key: str, tool: str, arguments: Any, proposal_id: str | None,
                     run_id: str | None) -> LedgerEntry | None:
@@ -124,3 +148,34 @@ class Ledger:
                 .all()
             )
             return [_entry(r) for r in rows]
+
+
+def _take_lease(conn: Connection, name: str, holder: str, lease_s: float) -> bool:
+    now = datetime.now(UTC)
+    conn.execute(delete(_LOCKS).where(_LOCKS.c.name == name, _LOCKS.c.expires_at < now))
+    current = conn.execute(select(_LOCKS.c.holder).where(_LOCKS.c.name == name)).scalar_one_or_none()
+    if current is not None and _dead(current):
+        # A SQLite file is shared by processes on one host: a holder that no longer runs
+        # (killed mid-action) gives its lease back now rather than at expiry.
+        conn.execute(delete(_LOCKS).where(_LOCKS.c.name == name, _LOCKS.c.holder == current))
+    taken = conn.execute(
+        sqlite_insert(_LOCKS).values(name=name, holder=holder, expires_at=now + timedelta(seconds=lease_s))
+        .on_conflict_do_nothing(index_elements=["name"]))
+    return bool(cast(CursorResult[Any], taken).rowcount == 1)
+
+
+_HOST = socket.gethostname()[:40]
+
+
+def _dead(holder: str) -> bool:
+    host, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != _HOST or not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

@@ -269,3 +269,16 @@ class CaseNoteRow(Base):
     kind: Mapped[str] = mapped_column(String(16))  # note | escalation
     text: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class LockRow(Base):
+    """Named leases for SQLite, where no advisory locks exist: one row per held lock.
+
+    PostgreSQL uses ``pg_advisory_lock`` instead; this table stays empty there.
+    """
+
+    __tablename__ = "locks"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(64))
+    expires_at: Mapped[datetime] = mapped_column(TS)

@@ -6,12 +6,11 @@ import asyncio
 
 from alembic import context
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import create_async_engine
 
 import storage.models  # noqa: F401
 import storage.store_models  # noqa: F401
 from storage import store_fts
-from storage.db import Base
+from storage.db import Base, create_database
 
 config = context.config
 target_metadata = Base.metadata
@@ -28,7 +27,8 @@ def _run(connection: Connection) -> None:
 async def _online() -> None:
     url = config.get_main_option("sqlalchemy.url")
     assert url, "storage.migrate sets sqlalchemy.url"
-    engine = create_async_engine(url)
+    # The application's engine: on SQLite the file leaves migration already in WAL mode.
+    engine = create_database(url).engine
     async with engine.connect() as conn:
         await conn.run_sync(_run)
         await conn.commit()
