@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.errors import DecisionError
 from agent.loop import run_loop
+from agent.notify import best_effort
 from agent.turn import TurnResult, event_block
 from agent.wording import APPROVED_EVENT, EXPIRED_EVENT, REJECTED_EVENT, SUPERSEDED_EVENT
 from storage.audit import AuditEvent
@@ -33,11 +34,6 @@ RESUME_DELAY_S = 2.0
 class DecideResult:
     approval: Approval
     result: Any | None
-
-
-def _principal_of(key: str, customer_id: str | None) -> Principal:
-    kind, _, ident = key.partition(":")
-    return Principal(kind=kind, id=ident, customer_id=customer_id)  # type: ignore[arg-type]
 
 
 def _event(rt: Runtime, a: Approval, kind: str, actor: Principal | None, **data: Any) -> AuditEvent:
@@ -123,7 +119,7 @@ async def execute_approved(rt: Runtime, a: Approval) -> Any:
     conv = await rt.s.conversations.get(a.conversation_id)
     run = await rt.s.conversations.get_run(a.run_id)
     assert conv is not None and run is not None
-    requester = _principal_of(a.requester, a.customer_id)
+    requester = Principal.from_key(a.requester, a.customer_id)
     async with rt.lock(conv.id):
         fresh = await rt.s.approvals.get(a.id)
         if fresh is not None and fresh.result is not None:
@@ -175,7 +171,7 @@ async def _approve_edited(rt: Runtime, a: Approval, actor: Principal, comment: s
     conv = await s.conversations.get(a.conversation_id)
     run = await s.conversations.get_run(a.run_id)
     assert conv is not None and run is not None
-    requester = _principal_of(a.requester, a.customer_id)
+    requester = Principal.from_key(a.requester, a.customer_id)
     async with rt.lock(conv.id):
         turn = await rt.turn(conv, requester, run=run)
         applied = await rt.apply(turn, tool=a.tool, args=edited, origin=f"edit:{a.id}")
@@ -224,7 +220,7 @@ async def resume(rt: Runtime, approval_id: str) -> TurnResult | None:
     conv = await s.conversations.get(a.conversation_id)
     run = await s.conversations.get_run(a.run_id)
     assert conv is not None and run is not None
-    principal = _principal_of(a.requester, a.customer_id)
+    principal = Principal.from_key(a.requester, a.customer_id)
     async with rt.lock(conv.id):
         history = await s.conversations.history(conv.id)
         marker = f"Approval {a.id} "
@@ -250,19 +246,9 @@ def _observation(a: Approval) -> str:
 async def _follow_up(rt: Runtime, conversation_id: str, reply: TurnResult) -> None:
     conv = await rt.s.conversations.get(conversation_id)
     if conv is not None and reply.reply:
-        try:
-            await rt.s.notifier.follow_up(conv, reply.reply)
-        except Exception:  # after commit: the reply is in the history already
-            import logging
-
-            logging.getLogger(__name__).exception("follow-up notification failed")
+        await best_effort(rt.s.notifier.follow_up(conv, reply.reply), "follow-up")
 
 
 async def _notify(rt: Runtime, a: Approval) -> None:
-    try:
-        await rt.s.notifier.approval_decided(a)
-    except Exception:
-        import logging
-
-        logging.getLogger(__name__).exception("approval notification failed")
+    await best_effort(rt.s.notifier.approval_decided(a), "approval notification")
 

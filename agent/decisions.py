@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tools.context import error_result
+
 
 @dataclass(frozen=True, kw_only=True)
 class Execute:
@@ -22,11 +24,7 @@ class Reject:
     details: dict[str, Any] = field(default_factory=dict)
 
     def as_result(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"error": self.reason}
-        if self.message:
-            out["message"] = self.message
-        out.update(self.details)
-        return out
+        return error_result(self.reason, self.message, self.details)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.decisions import NeedsApproval
 from agent.gatekeeper import Proposed
-from agent.notify import EscalationNotice
+from agent.notify import EscalationNotice, best_effort
 from storage.models import ApprovalRow, ConfirmationRow
 from storage.records import Approval, Confirmation, StoredMessage
 
@@ -79,7 +79,7 @@ async def request_approval(turn: Turn, p: Proposed, proposal_id: str, decision: 
                               "approvals_required": decision.approvals_required,
                               **({"supersedes": supersedes.id} if supersedes else {})})
     approval = await s.approvals.create(row, audit=[event])
-    await _best_effort(s.notifier.approval_requested(approval))
+    await best_effort(s.notifier.approval_requested(approval))
     return approval
 
 
@@ -96,7 +96,7 @@ async def escalate(turn: Turn, reason: str, summary: str) -> dict[str, Any]:
         audit=[turn._event("escalation", data={"reason": reason[:64]})])
     notice = EscalationNotice(conversation=turn.conversation, reason=reason[:200], summary=summary[:2000],
                               trace=trace)
-    await _best_effort(s.notifier.escalated(notice))
+    await best_effort(s.notifier.escalated(notice))
     return {"status": "escalated", "message": "A person has the case and the full trace."}
 
 
@@ -159,13 +159,4 @@ def _collect(obj: Any, trusted: set[str], untrusted: list[str]) -> None:
 def _excerpt(result: Any) -> Any:
     text = json.dumps(result, ensure_ascii=False, default=str) if not isinstance(result, str) else result
     return text[:300]
-
-
-async def _best_effort(aw: Any) -> None:
-    import logging
-
-    try:
-        await aw
-    except Exception:  # notification is after commit: log, never lose state
-        logging.getLogger(__name__).exception("notification failed")
 

@@ -8,6 +8,7 @@ written, so a failed post loses nothing (it is logged).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,6 +24,14 @@ class EscalationNotice:
     summary: str
     #: Every tool call of the run: tool, gate decision, reason, result excerpt.
     trace: tuple[dict[str, Any], ...]
+
+
+async def best_effort(aw: Awaitable[Any], what: str = "notification") -> None:
+    """Await a notification; a failure is logged, never raised (the state is committed already)."""
+    try:
+        await aw
+    except Exception:
+        log.exception("%s failed", what)
 
 
 class Notifier(Protocol):

@@ -15,6 +15,7 @@ from datetime import timedelta
 
 from agent.approvals import RESUME_JOB
 from agent.loop import run_loop
+from agent.notify import best_effort
 from agent.runtime import Runtime
 from storage.records import Conversation, LedgerEntry, Proposal
 from tools.context import Principal
@@ -91,12 +92,12 @@ async def recover(rt: Runtime, *, orphan_after_s: float = 60.0) -> int:
         conv = await s.conversations.get(run.conversation_id)
         if conv is None:
             continue
-        principal = rt.acting_principal(conv, _principal(conv))
+        principal = _principal(conv)
         async with rt.lock(conv.id):
             turn = await rt.turn(conv, principal, run=run)
             reply = await run_loop(turn)
         if reply.reply:
-            await s.notifier.follow_up(conv, reply.reply)
+            await best_effort(s.notifier.follow_up(conv, reply.reply), "follow-up")
     return settled
 
 
@@ -118,10 +119,7 @@ async def _finish_settled(rt: Runtime, prop: Proposal) -> None:
     tool = s.registry.get(prop.tool)
     if conv is None or run is None or tool is None:
         return
-    kind, _, ident = prop.principal.partition(":")
-    from tools.context import Principal
-
-    principal = Principal(kind=kind, id=ident, customer_id=conv.customer_id)  # type: ignore[arg-type]
+    principal = Principal.from_key(prop.principal, conv.customer_id)
     approval = await s.approvals.get(origin) if origin.startswith("apr_") else None
     conf = await s.confirmations.get(origin) if origin.startswith("cnf_") else None
     async with rt.lock(conv.id):
@@ -158,7 +156,7 @@ async def _finish_settled(rt: Runtime, prop: Proposal) -> None:
                                      run_status="running"))
         reply = await run_loop(turn)
     if reply.reply:
-        await s.notifier.follow_up(conv, reply.reply)
+        await best_effort(s.notifier.follow_up(conv, reply.reply), "follow-up")
 
 
 async def _reconcile(rt: Runtime, entry: LedgerEntry, cutoff: object) -> bool:
@@ -173,10 +171,7 @@ async def _reconcile(rt: Runtime, entry: LedgerEntry, cutoff: object) -> bool:
     run = await s.conversations.get_run(prop.run_id)
     if conv is None or run is None:
         return False
-    kind, _, ident = prop.principal.partition(":")
-    from tools.context import Principal
-
-    principal = Principal(kind=kind, id=ident, customer_id=conv.customer_id)  # type: ignore[arg-type]
+    principal = Principal.from_key(prop.principal, conv.customer_id)
     turn = await rt.turn(conv, principal, run=run)
     base = turn._event("execution", proposal_id=prop.id, tool=prop.tool, args_hash=prop.args_hash)
     outcome = await s.executor.reconcile(entry, tool, turn.tool_context(), audit=base)

@@ -25,7 +25,7 @@ from storage.models import (
     RunRow,
     TokenUsageRow,
 )
-from storage.records import Conversation, Proposal, Run, StoredMessage
+from storage.records import Conversation, Proposal, Run, StoredMessage, aware
 from storage.steps import (
     ConcurrentTurn,
     StepWrite,
@@ -35,12 +35,6 @@ from storage.steps import (
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def _aware(ts: datetime | None) -> datetime | None:
-    if ts is not None and ts.tzinfo is None:
-        return ts.replace(tzinfo=UTC)
-    return ts
 
 
 def to_conversation(row: ConversationRow) -> Conversation:
@@ -57,7 +51,7 @@ def to_conversation(row: ConversationRow) -> Conversation:
         prompt_version=row.prompt_version,
         next_seq=row.next_seq,
         meta=dict(row.meta or {}),
-        created_at=_aware(row.created_at) or utcnow(),
+        created_at=aware(row.created_at) or utcnow(),
     )
 
 
@@ -93,7 +87,7 @@ def to_proposal(row: ProposalRow) -> Proposal:
         result=row.result,
         is_error=row.is_error,
         policy_version=row.policy_version,
-        created_at=_aware(row.created_at) or utcnow(),
+        created_at=aware(row.created_at) or utcnow(),
     )
 
 
@@ -337,27 +331,6 @@ class ConversationRepo:
 
 
     # -- usage and case notes ----------------------------------------------------
-    async def tokens_used(self, conversation_id: str) -> dict[str, int]:
-        from sqlalchemy import func
-
-        async with self.db.reader() as s:
-            row = (
-                await s.execute(
-                    select(
-                        func.coalesce(func.sum(TokenUsageRow.input_tokens), 0),
-                        func.coalesce(func.sum(TokenUsageRow.output_tokens), 0),
-                        func.coalesce(func.sum(TokenUsageRow.cache_creation_tokens), 0),
-                        func.coalesce(func.sum(TokenUsageRow.cache_read_tokens), 0),
-                    ).where(TokenUsageRow.conversation_id == conversation_id)
-                )
-            ).one()
-        return {
-            "input": int(row[0]),
-            "output": int(row[1]),
-            "cache_creation": int(row[2]),
-            "cache_read": int(row[3]),
-        }
-
     async def add_case_note(
         self,
         conversation_id: str,

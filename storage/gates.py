@@ -10,27 +10,21 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, select, update
 
-from storage.audit import AuditEvent, append_audit_many
+from storage.audit import AuditEvent, append_audit_many, utc
 from storage.db import Database
 from storage.jobs import JobQueue
 from storage.models import ApprovalRow, ConfirmationRow
-from storage.records import Approval, ApprovalStatus, Confirmation, ConfirmationStatus, Decision
-
-
-def _aware(ts: datetime | None) -> datetime | None:
-    if ts is not None and ts.tzinfo is None:
-        return ts.replace(tzinfo=UTC)
-    return ts
+from storage.records import Approval, ApprovalStatus, Confirmation, ConfirmationStatus, Decision, aware
 
 
 def _at(ts: datetime) -> datetime:
     """A NOT NULL timestamp, made aware."""
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+    return utc(ts)
 
 
 def to_confirmation(r: ConfirmationRow) -> Confirmation:
@@ -48,7 +42,7 @@ def to_confirmation(r: ConfirmationRow) -> Confirmation:
         status=cast(ConfirmationStatus, r.status),
         version=r.version,
         created_at=_at(r.created_at),
-        decided_at=_aware(r.decided_at),
+        decided_at=aware(r.decided_at),
     )
 
 
@@ -81,7 +75,7 @@ def to_approval(r: ApprovalRow) -> Approval:
         slack_ref=r.slack_ref,
         expires_at=_at(r.expires_at),
         created_at=_at(r.created_at),
-        decided_at=_aware(r.decided_at),
+        decided_at=aware(r.decided_at),
     )
 
 

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
+
+
+def aware(ts: datetime | None) -> datetime | None:
+    """Timestamps read back from SQLite are naive; they are UTC."""
+    if ts is not None and ts.tzinfo is None:
+        return ts.replace(tzinfo=UTC)
+    return ts
+
 
 ApprovalStatus = Literal["pending", "approved", "rejected", "expired", "superseded"]
 ConfirmationStatus = Literal["pending", "confirmed", "declined", "superseded", "consumed"]

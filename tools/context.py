@@ -29,9 +29,24 @@ class Principal:
     def key(self) -> str:
         return f"{self.kind}:{self.id}"
 
+    @classmethod
+    def from_key(cls, key: str, customer_id: str | None) -> Principal:
+        """The principal a stored ``kind:id`` key (a proposal's, an approval's requester) names."""
+        kind, _, ident = key.partition(":")
+        return cls(kind=kind, id=ident, customer_id=customer_id)  # type: ignore[arg-type]
+
     @property
     def is_staff(self) -> bool:
         return self.kind in ("rep", "supervisor")
+
+
+def error_result(code: str, message: str, details: dict[str, Any]) -> dict[str, Any]:
+    """The structured observation every refusal gives the model: ``{"error", "message"?, **details}``."""
+    out: dict[str, Any] = {"error": code}
+    if message:
+        out["message"] = message
+    out.update(details)
+    return out
 
 
 class ToolFailure(Exception):
@@ -48,11 +63,7 @@ class ToolFailure(Exception):
         self.details = details
 
     def as_result(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"error": self.code}
-        if self.message:
-            out["message"] = self.message
-        out.update(self.details)
-        return out
+        return error_result(self.code, self.message, self.details)
 
 
 @dataclass(frozen=True, kw_only=True)
