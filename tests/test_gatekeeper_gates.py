@@ -339,8 +339,6 @@ async def test_reads_and_runtime_tools_carry_no_key(env: Env) -> None:
 async def test_cancelling_a_paid_order_over_the_ceiling_needs_approval(db) -> None:
     """A paid order's cancellation refunds what was captured: that money is routed like a refund
     (confirmation, then a supervisor's approval above the customer's ceiling), never moved unasked."""
-    import pytest
-
     from agent.llm.testing import ScriptedModel, text_block, tool_use_block
     from tests.support import C7, seeded
 
@@ -348,8 +346,7 @@ async def test_cancelling_a_paid_order_over_the_ceiling_needs_approval(db) -> No
     h = await seeded(db, model)
     store = h.services.backend
     paid = [o for o in await store.list_orders("C-7") if o.status == "PAID"]
-    if not paid:
-        pytest.skip("the demo dataset has no paid order for C-7")
+    assert paid, "the demo dataset gives C-7 a paid order (O-1044)"
     order = max(paid, key=lambda o: o.total_minor)
     refundable = await store.refundable_minor("C-7", order.id)
     assert refundable and refundable > h.services.policy.ceiling("customer", order.currency)
