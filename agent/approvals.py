@@ -12,14 +12,13 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agent import continuation
 from agent.errors import DecisionError
-from agent.loop import run_loop
 from agent.notify import best_effort
-from agent.turn import TurnResult, event_block
+from agent.turn import TurnResult
 from agent.wording import APPROVED_EVENT, EXPIRED_EVENT, REJECTED_EVENT, SUPERSEDED_EVENT
 from storage.audit import AuditEvent
-from storage.records import Approval
-from storage.steps import StepWrite
+from storage.records import Approval, Proposal
 from tools.context import Principal
 
 if TYPE_CHECKING:
@@ -68,13 +67,13 @@ async def decide(rt: Runtime, approval_id: str, *, expected_version: int, decisi
         raise DecisionError("not_found", "No such approval.")
     if actor.kind not in s.policy.approvers.roles_that_may_approve or actor.kind != a.required_role:
         raise DecisionError("forbidden", f"Only a {a.required_role} may decide this approval.")
-    if actor.key == a.requester:
+    if same_person(actor, a.requester):
         raise DecisionError("own_request", "You cannot decide an approval you requested.")
     if a.status == "expired":
         raise DecisionError("expired", "This approval has expired.")
     if a.status != "pending":
         raise DecisionError("conflict", f"This approval is already {a.status}.")
-    if any(d.actor == actor.key for d in a.decisions):
+    if any(same_person(actor, d.actor) for d in a.decisions):
         raise DecisionError("conflict", "You have already approved this; a different supervisor must decide.")
     now = s.clock()
     if now >= a.expires_at:
@@ -112,6 +111,16 @@ async def decide(rt: Runtime, approval_id: str, *, expected_version: int, decisi
     return DecideResult(approval=moved, result=result)
 
 
+def same_person(actor: Principal, key: str) -> bool:
+    """Segregation of duties is about people, not roles: a rep promoted to supervisor is still
+    the person who asked. Staff are one person per staff id (their Slack and Teams users map
+    to it), whatever role the stored ``kind:id`` names."""
+    kind, _, ident = key.partition(":")
+    if actor.is_staff and kind in ("rep", "supervisor"):
+        return actor.id == ident
+    return actor.key == key
+
+
 async def execute_approved(rt: Runtime, a: Approval) -> Any:
     """Run the approved action once, re-running the whole gate first; store the result."""
     if a.result is not None:
@@ -127,16 +136,25 @@ async def execute_approved(rt: Runtime, a: Approval) -> Any:
         held = await rt.s.ledger.get(a.idempotency_key) if a.idempotency_key else None
         if held is not None and held.status == "executing":  # running in another process right now
             raise DecisionError("conflict", "This approved action is still being carried out; the result follows.")
-        if held is not None and held.status == "succeeded":  # it ran: record that, never re-judge it as failed
-            done = held.result if isinstance(held.result, dict) else {}
-            result = {"status": DONE_STATUS.get(a.tool, "DONE"), **done}
+        prop = await rt.s.conversations.proposal_for_origin(f"approval:{a.id}")
+        if prop is not None and prop.decision is not None:  # it ran before a crash: record that, never re-run it
+            result = _result_for_approver(a, _applied(prop))
         else:
             turn = await rt.turn(conv, requester, run=run)
-            applied = await rt.apply(turn, tool=a.tool, args=a.arguments, origin=a.id, approval=a)
+            applied = await rt.apply(turn, tool=a.tool, args=a.arguments, origin=f"approval:{a.id}", approval=a,
+                                     proposal_id=prop.id if prop else None, key=a.idempotency_key)
             result = _result_for_approver(a, applied)
+            if applied.decision != "execute" or applied.is_error:
+                await _spend_confirmation(rt, a, None)  # refused at the re-check: never reusable later
         await rt.s.approvals.set_result(a.id, result, audit=[_event(rt, a, "approval.executed", None,
                                                                    status=result.get("status"))])
     return result
+
+
+def _applied(prop: Proposal) -> ApplyResult:
+    from agent.runtime import ApplyResult
+
+    return ApplyResult(decision=prop.decision or "reject", result=prop.result, is_error=prop.is_error, approval=None)
 
 
 def _result_for_approver(a: Approval, applied: ApplyResult) -> dict[str, Any]:
@@ -144,8 +162,9 @@ def _result_for_approver(a: Approval, applied: ApplyResult) -> dict[str, Any]:
     if applied.decision == "execute" and not applied.is_error:
         body = applied.result if isinstance(applied.result, dict) else {"result": applied.result}
         return {"status": DONE_STATUS.get(tool, "DONE"), **body}
-    if applied.decision == "approval" and applied.approval is not None:
-        return {"status": "REOPENED", "new_approval_id": applied.approval.id,
+    if applied.decision == "approval":
+        new_id = applied.approval.id if applied.approval is not None else (applied.result or {}).get("approval_id")
+        return {"status": "REOPENED", "new_approval_id": new_id,
                 "reason": "The policy or ceiling changed while this waited; a new approval is required."}
     reason = applied.result if isinstance(applied.result, dict) else {"detail": applied.result}
     return {"status": "FAILED", "reason": "A precondition no longer holds; nothing was done.", **reason}
@@ -181,9 +200,9 @@ async def _approve_edited(rt: Runtime, a: Approval, actor: Principal, comment: s
             await s.approvals.set_superseded_by(a.id, new_id)
         text = SUPERSEDED_EVENT.format(id=a.id, summary=s.registry.tools[a.tool].describe(edited),
                                        outcome=json.dumps(applied.result, default=str)[:1500])
-        await turn._commit(StepWrite(conversation_id=conv.id, run_id=run.id, messages=[("user", [event_block(text)])]))
-        reply = await run_loop(turn)
-    await _follow_up(rt, conv.id, reply)
+        reply = await continuation.with_event(turn, text, key=f"approval:{a.id}:superseded",
+                                              pending=list(turn.pending))
+    await continuation.deliver(rt, conv, reply)
     final = await s.approvals.get(a.id) or moved
     return DecideResult(approval=final, result=applied.result)
 
@@ -208,7 +227,8 @@ async def expire_stale(rt: Runtime) -> int:
 
 
 async def resume(rt: Runtime, approval_id: str) -> TurnResult | None:
-    """Resume the approval's run with an observation and post the agent's follow-up."""
+    """Resume the approval's run with an observation and post the agent's follow-up (once:
+    the observation is a keyed runtime event, whatever any message says)."""
     s = rt.s
     a = await s.approvals.get(approval_id)
     if a is None or a.status in ("pending", "superseded"):
@@ -216,22 +236,16 @@ async def resume(rt: Runtime, approval_id: str) -> TurnResult | None:
     if a.status == "approved" and a.result is None:
         await execute_approved(rt, a)
         a = await s.approvals.get(approval_id) or a
-    text = _observation(a)
     conv = await s.conversations.get(a.conversation_id)
     run = await s.conversations.get_run(a.run_id)
     assert conv is not None and run is not None
     principal = Principal.from_key(a.requester, a.customer_id)
     async with rt.lock(conv.id):
-        history = await s.conversations.history(conv.id)
-        marker = f"Approval {a.id} "
-        if any(marker in str(b.get("text", "")) for m in history for b in m.content):
-            return None  # already resumed (a job re-run after a crash)
         turn = await rt.turn(conv, principal, run=run)
-        resumed = turn._event("run.resumed", data={"approval_id": a.id, "status": a.status})
-        await turn._commit(StepWrite(conversation_id=conv.id, run_id=run.id, messages=[("user", [event_block(text)])],
-                                     run_status="running", audit=[resumed]))
-        reply = await run_loop(turn)
-    await _follow_up(rt, conv.id, reply)
+        resumed = turn.event("run.resumed", data={"approval_id": a.id, "status": a.status})
+        reply = await continuation.with_event(turn, _observation(a), key=f"approval:{a.id}:{a.status}",
+                                              audit=[resumed])
+    await continuation.deliver(rt, conv, reply)
     return reply
 
 
@@ -241,12 +255,6 @@ def _observation(a: Approval) -> str:
     if a.status == "rejected":
         return REJECTED_EVENT.format(id=a.id, comment=(a.comment or "")[:500])
     return EXPIRED_EVENT.format(id=a.id)
-
-
-async def _follow_up(rt: Runtime, conversation_id: str, reply: TurnResult) -> None:
-    conv = await rt.s.conversations.get(conversation_id)
-    if conv is not None and reply.reply:
-        await best_effort(rt.s.notifier.follow_up(conv, reply.reply), "follow-up")
 
 
 async def _notify(rt: Runtime, a: Approval) -> None:

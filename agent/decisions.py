@@ -38,8 +38,26 @@ class Intercept:
 
 @dataclass(frozen=True, kw_only=True)
 class NeedsConfirmation:
+    """The acting principal must confirm exactly these arguments first."""
+
     tag: Literal["confirmation"] = "confirmation"
     summary: str
+    #: What the action acts on; only a re-proposal on the same target supersedes it.
+    target: str
+    #: Fixed now, reused by every later attempt (a crash-recovery, a day boundary).
+    key: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Routing:
+    """The money at stake and the figures that sent an action to a supervisor."""
+
+    amount_minor: int
+    currency: str
+    #: The limit it was compared with (a ceiling, a cancellation threshold, the dual threshold).
+    ceiling_minor: int
+    #: Today's aggregate including this amount (refunds made, approvals pending).
+    aggregate_minor: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +68,7 @@ class NeedsApproval:
     approvals_required: int
     reason: str
     key: str | None
+    routing: Routing | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,6 +31,10 @@ class ExecOutcome:
     is_error: bool
     latency_ms: float
     deduplicated: bool = False
+    #: The key had already executed for an earlier operation: nothing new happened now.
+    replayed: bool = False
+    #: Reconciling found no downstream record and gave the key back: the call never happened.
+    released: bool = False
     needs_human: bool = False
 
 
@@ -57,15 +61,34 @@ class Executor:
             return await self._call(tool, args, ctx, start)
         held = await self.ledger.claim(key=key, tool=tool.name, arguments=args,
                                        proposal_id=proposal_id, run_id=run_id)
+        if held is not None and held.proposal_id == proposal_id and self.ledger.abandoned(held):
+            # Our own claim, left by a process that died mid-call: settle it with the downstream
+            # now; if the call provably never happened, make it (once) under the same key.
+            outcome = await self.reconcile(held, tool, ctx, audit=audit, start=start)
+            if not outcome.released:
+                return outcome
+            held = await self.ledger.claim(key=key, tool=tool.name, arguments=args,
+                                           proposal_id=proposal_id, run_id=run_id)
         if held is not None:
-            return await self._already(held, tool, args, ctx, start, audit)
+            return self._already(held, proposal_id, start)
         return await self._call_keyed(tool, args, replace(ctx, idempotency_key=key), key, start, audit)
 
     async def _call(self, tool: ToolDef, args: dict[str, Any], ctx: ToolContext, start: float) -> ExecOutcome:
+        """A read or runtime tool: every failure becomes a result the model can act on."""
         try:
             result = await asyncio.wait_for(tool.handler(args, ctx), timeout=tool.meta.timeout_s)
         except ToolFailure as f:
             return ExecOutcome(result=f.as_result(), is_error=True, latency_ms=_ms(start))
+        except TimeoutError:
+            log.warning("tool %s timed out after %ss", tool.name, tool.meta.timeout_s)
+            return ExecOutcome(result={"error": "tool_timeout", "message": "This lookup took too long; try once "
+                                       "more, or tell the person you could not check it and escalate."},
+                               is_error=True, latency_ms=_ms(start))
+        except Exception:
+            log.exception("tool %s failed", tool.name)
+            return ExecOutcome(result={"error": "tool_unavailable", "message": "This lookup failed on our side; "
+                                       "try once more, or tell the person you could not check it and escalate."},
+                               is_error=True, latency_ms=_ms(start))
         return ExecOutcome(result=result, is_error=False, latency_ms=_ms(start))
 
     async def _call_keyed(self, tool: ToolDef, args: dict[str, Any], ctx: ToolContext, key: str,
@@ -86,10 +109,15 @@ class Executor:
                                  audit=[_executed(audit, key, result, start)] if audit else ())
         return ExecOutcome(result=result, is_error=False, latency_ms=_ms(start))
 
-    async def _already(self, held: LedgerEntry, tool: ToolDef, args: dict[str, Any], ctx: ToolContext,
-                       start: float, audit: AuditEvent | None) -> ExecOutcome:
+    def _already(self, held: LedgerEntry, proposal_id: str | None, start: float) -> ExecOutcome:
+        """The key is taken. Our own proposal's entry (a retry after a crash) answers with its
+        result; an earlier operation's answers too, marked as a replay so no surface reports
+        that something new happened."""
         if held.status == "succeeded":
-            return ExecOutcome(result=held.result, is_error=False, latency_ms=_ms(start), deduplicated=True)
+            if held.proposal_id is not None and held.proposal_id == proposal_id:
+                return ExecOutcome(result=held.result, is_error=False, latency_ms=_ms(start), deduplicated=True)
+            return ExecOutcome(result=replayed(held), is_error=False, latency_ms=_ms(start), deduplicated=True,
+                               replayed=True)
         if held.status == "needs_human":
             return _needs_human(start)
         return ExecOutcome(
@@ -114,11 +142,19 @@ class Executor:
             return ExecOutcome(
                 result={"error": "temporarily_unavailable",
                         "message": "The action did not go through; you may retry once."},
-                is_error=True, latency_ms=_ms(start),
+                is_error=True, latency_ms=_ms(start), released=True,
             )
         await self.ledger.settle(entry.key, status="needs_human", result=None,
                                  audit=[_flagged(audit, entry.key)] if audit else ())
         return _needs_human(start)
+
+
+def replayed(held: LedgerEntry) -> dict[str, Any]:
+    """An earlier execution's result, saying plainly that it is one (the original id and time)."""
+    body = held.result if isinstance(held.result, dict) else {"result": held.result}
+    return {**body, "replayed": True, "original_id": action_id_of(held.result),
+            "original_at": held.created_at.isoformat() if held.created_at else None,
+            "message": "This was already done earlier with exactly these details; nothing new happened now."}
 
 
 def _ms(start: float) -> float:

@@ -9,6 +9,7 @@ so splitting does not dodge approval) → evidence (C11) → confirmation gate (
 
 from __future__ import annotations
 
+import logging
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -24,13 +25,16 @@ from agent.decisions import (
     NeedsConfirmation,
     Record,
     Reject,
+    Routing,
 )
 from agent.policy import Policy
 from storage.audit import canonical_json, sha256_hex
 from storage.gates import ApprovalRepo, ConfirmationRepo
 from storage.records import Approval
 from tools.context import Principal, ToolContext, ToolFailure
-from tools.registry import Registry, ToolDef
+from tools.registry import Money, Registry, ToolDef
+
+log = logging.getLogger(__name__)
 
 DEDUP_WINDOW_STEPS = 5
 
@@ -92,7 +96,9 @@ class Gatekeeper:
         }
 
     async def judge(self, p: Proposed, facts: RunFacts, ctx: ToolContext, *,
-                    approval: Approval | None = None, dedup: bool = True) -> Decision:
+                    approval: Approval | None = None, dedup: bool = True, key: str | None = None) -> Decision:
+        """The decision on ``p``. ``key``: the idempotency key fixed when this action was first
+        judged (a confirmation's or an approval's); without one it is derived now."""
         tool = self.registry.get(p.tool)
         if tool is None:
             return Reject(reason="unknown_tool", message=f"There is no tool named {p.tool[:64]!r}.")
@@ -117,17 +123,15 @@ class Gatekeeper:
             refusal = self._stage_refusal(tool, stage)
             if refusal is not None:
                 return refusal
-        try:
-            if tool.check is not None:
-                await tool.check(p.args, ctx)
-        except ToolFailure as f:
-            return Reject(reason=f.code, message=f.message, details=f.details)
+        refusal = await _check(tool, p, ctx)
+        if refusal is not None:
+            return refusal
         if tool.meta.kind == "read" or tool.meta.runtime:
             return Execute(key=None)
-        return await self._judge_action(tool, p, facts, ctx, stage, approval)
+        return await self._judge_action(tool, p, facts, ctx, stage, approval, key)
 
     async def _judge_action(self, tool: ToolDef, p: Proposed, facts: RunFacts, ctx: ToolContext,
-                            stage: str, approval: Approval | None) -> Decision:
+                            stage: str, approval: Approval | None, pinned_key: str | None) -> Decision:
         lim = self.policy.limits
         if approval is None and facts.action_counts.total() >= lim.max_actions_per_run:
             return Reject(reason="run_action_limit_reached",
@@ -143,58 +147,87 @@ class Gatekeeper:
             if unknown:
                 return Reject(reason="evidence_not_retrieved", details={"unknown_evidence": unknown},
                               message="Only evidence ids returned by search_knowledge in this run count.")
-        needs_approval, reason, approvers = await self._approval_verdict(tool, p, facts, ctx)
-        if isinstance(needs_approval, Reject):
-            return needs_approval
+        verdict = await self._approval_verdict(tool, p, facts, ctx)
+        if isinstance(verdict, Reject):
+            return verdict
         summary = tool.describe(p.args)
-        key = tool.key(p.args, ctx) if tool.key else None
+        key = pinned_key or (approval.idempotency_key if approval is not None else None) or (
+            tool.key(p.args, ctx) if tool.key else None)
         if stage == "shadow":
-            return Record(summary=summary, would_need="approval" if needs_approval else "execute")
+            return Record(summary=summary, would_need="approval" if verdict else "execute")
         if tool.meta.needs_confirmation and approval is None:
             confirmed = await self.confirmations.find_confirmed(
                 facts.conversation_id, facts.principal.key, tool.name, p.hash)
             if confirmed is None:
-                return NeedsConfirmation(summary=summary)
-        if needs_approval:
-            if approval is not None and approval.status == "approved" and _covers(approval, approvers):
+                return NeedsConfirmation(summary=summary, target=tool.target_of(p.args), key=key)
+            key = pinned_key or confirmed.idempotency_key or key
+        if verdict is not None:
+            if approval is not None and approval.status == "approved" and _covers(approval, verdict.approvers):
                 return Execute(key=key)
             return NeedsApproval(summary=summary, required_role=self.policy.approvers.required_role,
-                                 approvals_required=approvers, reason=reason, key=key)
+                                 approvals_required=verdict.approvers, reason=verdict.reason, key=key,
+                                 routing=verdict.routing)
         return Execute(key=key)
 
     async def _approval_verdict(self, tool: ToolDef, p: Proposed, facts: RunFacts,
-                                ctx: ToolContext) -> tuple[bool | Reject, str, int]:
-        """Whether policy routes this action to a supervisor, why, and how many must approve."""
-        if tool.meta.risk_tier >= self.policy.always_approve_tier:
-            return True, "risk_tier", 1
+                                ctx: ToolContext) -> _Verdict | Reject | None:
+        """Whether policy routes this action to a supervisor (``None``: it does not), why, and
+        how many must approve; a :class:`Reject` when no approval could allow it today."""
         money = tool.money(p.args) if tool.money else None
         if money is None and tool.money_at_stake is not None:
             money = await tool.money_at_stake(p.args, ctx)
+        if tool.meta.risk_tier >= self.policy.always_approve_tier:
+            routing = None if money is None else Routing(amount_minor=money.amount_minor, currency=money.currency,
+                                                         ceiling_minor=0, aggregate_minor=money.amount_minor)
+            return _Verdict(reason="risk_tier", approvers=1, routing=routing)
         if money is None:
-            return False, "", 0
-        kind = facts.principal.kind
-        customer = facts.principal.customer_id
-        today = 0
-        if customer:
-            since = ctx.now - timedelta(hours=24)
-            refunds = await ctx.backend.refunds_since(customer, since)
-            today = sum(r.amount_minor for r in refunds if r.currency == money.currency)
-            pending = await self.approvals.pending_for_customer(customer)
-            today += sum(
-                int(a.arguments.get("amount_minor", 0)) for a in pending
-                if isinstance(a.arguments, dict) and a.arguments.get("currency") == money.currency
-                and a.args_hash != p.hash
-            )
-        aggregate = today + money.amount_minor
+            return None
+        if tool.money_kind == "cancellation":
+            return await self._cancellation_verdict(money, p, facts, ctx)
+        aggregate = money.amount_minor + await self._money_today(money.currency, p, facts, ctx, kinds=("refund",))
         if aggregate > self.policy.daily_refund_cap(money.currency):
             return Reject(reason="daily_amount_limit_reached",
-                          message="This exceeds what can be refunded today; escalate to a person."), "", 0
-        if aggregate <= self.policy.ceiling(kind, money.currency):
-            return False, "", 0
+                          message="This exceeds what can be refunded today; escalate to a person.")
+        ceiling = self.policy.ceiling(facts.principal.kind, money.currency)
+        if aggregate <= ceiling:
+            return None
+        dual = self.policy.dual_threshold(money.currency)
+        approvers = 2 if aggregate > dual else 1
+        reason = "over_ceiling" if money.amount_minor > ceiling else "aggregate_over_ceiling"
+        return _Verdict(reason=reason, approvers=approvers,
+                        routing=Routing(amount_minor=money.amount_minor, currency=money.currency,
+                                        ceiling_minor=ceiling, aggregate_minor=aggregate))
+
+    async def _cancellation_verdict(self, money: Money, p: Proposed, facts: RunFacts,
+                                    ctx: ToolContext) -> _Verdict | None:
+        """A cancellation needs a supervisor only where the retailer set a threshold; it is
+        measured against the day's cancelled money, never against the refund ceilings."""
+        threshold = self.policy.cancellation_threshold(money.currency)
+        if threshold is None:
+            return None
+        aggregate = money.amount_minor + await self._money_today(
+            money.currency, p, facts, ctx, kinds=("cancellation",))
+        if aggregate <= threshold:
+            return None
         approvers = 2 if aggregate > self.policy.dual_threshold(money.currency) else 1
-        alone = money.amount_minor > self.policy.ceiling(kind, money.currency)
-        reason = "over_ceiling" if alone else "aggregate_over_ceiling"
-        return True, reason, approvers
+        return _Verdict(reason="cancellation_over_threshold", approvers=approvers,
+                        routing=Routing(amount_minor=money.amount_minor, currency=money.currency,
+                                        ceiling_minor=threshold, aggregate_minor=aggregate))
+
+    async def _money_today(self, currency: str, p: Proposed, facts: RunFacts, ctx: ToolContext, *,
+                           kinds: tuple[str, ...]) -> int:
+        """The customer's money of ``kinds`` moved in the last 24 h, plus every approval still
+        pending for them (any kind: if approved, that money moves too) — so splitting an
+        amount, or racing one request against another, does not avoid the limit (S5)."""
+        customer = facts.principal.customer_id
+        if not customer:
+            return 0
+        since = ctx.now - timedelta(hours=24)
+        moved = sum(r.amount_minor for r in await ctx.backend.refunds_since(customer, since)
+                    if r.currency == currency and r.kind in kinds)
+        pending = sum(a.amount_minor or 0 for a in await self.approvals.pending_for_customer(customer)
+                      if a.currency == currency and a.args_hash != p.hash)
+        return moved + pending
 
     def _stage_refusal(self, tool: ToolDef, stage: str) -> Reject | None:
         if stage == "reads":
@@ -212,6 +245,34 @@ class Gatekeeper:
             if call.tool == p.tool and call.hash == p.hash:
                 return call
         return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Verdict:
+    """Policy routes the action to approval: why, by how many, on what figures."""
+
+    reason: str
+    approvers: int
+    routing: Routing | None
+
+
+async def _check(tool: ToolDef, p: Proposed, ctx: ToolContext) -> Reject | None:
+    """The tool's business rules; a failure the model can act on, never an exception."""
+    if tool.check is None:
+        return None
+    try:
+        await tool.check(p.args, ctx)
+    except ToolFailure as f:
+        return Reject(reason=f.code, message=f.message, details=f.details)
+    except TimeoutError:
+        log.warning("check of %s timed out", tool.name)
+        return Reject(reason="temporarily_unavailable", message="The shop's systems did not answer; try once more "
+                      "or escalate to a person.")
+    except Exception:
+        log.exception("check of %s failed", tool.name)
+        return Reject(reason="temporarily_unavailable", message="The shop's systems could not check this right now; "
+                      "try once more or escalate to a person.")
+    return None
 
 
 def _covers(approval: Approval, approvers_now: int) -> bool:

@@ -10,11 +10,13 @@ import secrets
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from agent.decisions import NeedsApproval
+from agent.decisions import NeedsApproval, NeedsConfirmation
 from agent.gatekeeper import Proposed
+from agent.history import new_id
 from agent.notify import EscalationNotice, best_effort
+from storage.gates import ConfirmationCreated
 from storage.models import ApprovalRow, ConfirmationRow
-from storage.records import Approval, Confirmation, StoredMessage
+from storage.records import Approval, StoredMessage
 
 if TYPE_CHECKING:
     from agent.turn import Turn
@@ -27,20 +29,21 @@ def confirmation_code() -> str:
     return "".join(secrets.choice(CODE_ALPHABET) for _ in range(6))
 
 
-async def request_confirmation(turn: Turn, p: Proposed, proposal_id: str, summary: str) -> Confirmation:
+async def request_confirmation(turn: Turn, p: Proposed, proposal_id: str,
+                               decision: NeedsConfirmation) -> ConfirmationCreated:
+    """A pending confirmation of exactly these arguments (the same one again if it is already
+    pending); an older one for the same tool on the same target is superseded."""
     s = turn.services
     for existing in await s.confirmations.pending(turn.conversation.id):
         if existing.tool == p.tool and existing.args_hash == p.hash and existing.principal == turn.principal.key:
-            return existing
-    from agent.turn import new_id
-
+            return ConfirmationCreated(confirmation=existing, superseded=())
     row = ConfirmationRow(
         id=new_id("cnf"), conversation_id=turn.conversation.id, run_id=turn.run.id,
         proposal_id=proposal_id, tool=p.tool, arguments=p.args, args_hash=p.hash,
-        principal=turn.principal.key, code=confirmation_code(), summary=summary, status="pending",
-        version=1, created_at=s.clock(),
+        principal=turn.principal.key, code=confirmation_code(), summary=decision.summary, status="pending",
+        version=1, target=decision.target, idempotency_key=decision.key, created_at=s.clock(),
     )
-    event = turn._event("confirmation.requested", proposal_id=proposal_id, tool=p.tool, args_hash=p.hash,
+    event = turn.event("confirmation.requested", proposal_id=proposal_id, tool=p.tool, args_hash=p.hash,
                         data={"confirmation_id": row.id})
     return await s.confirmations.create(row, audit=[event])
 
@@ -51,7 +54,7 @@ async def consume_confirmation(turn: Turn, p: Proposed) -> None:
     if conf is not None:
         await s.confirmations.transition(
             conf.id, expected_version=conf.version, from_status="confirmed", to_status="consumed",
-            at=s.clock(), audit=[turn._event("confirmation.consumed", tool=p.tool, args_hash=p.hash,
+            at=s.clock(), audit=[turn.event("confirmation.consumed", tool=p.tool, args_hash=p.hash,
                                              data={"confirmation_id": conf.id})])
 
 
@@ -59,21 +62,19 @@ async def request_approval(turn: Turn, p: Proposed, proposal_id: str, decision: 
                            *, supersedes: Approval | None = None) -> Approval:
     s = turn.services
     now = s.clock()
-    from agent.turn import new_id
-
     cited = p.args.get("evidence") or [] if isinstance(p.args, dict) else []
     row = ApprovalRow(
         id=new_id("apr"), proposal_id=proposal_id, run_id=turn.run.id, conversation_id=turn.conversation.id,
         tool=p.tool, arguments=p.args, args_hash=p.hash, customer_id=turn.principal.customer_id,
         summary=decision.summary, status="pending", version=1, required_role=decision.required_role,
         approvals_required=decision.approvals_required, decisions=[], requester=turn.principal.key,
-        rationale=(turn._assistant_text or "")[:2000] or None,
+        rationale=(turn.rationale or "")[:2000] or None,
         evidence=[{"id": e, **turn.facts_notes().get(e, {})} for e in cited],
         provenance=provenance(turn.history, p.args), idempotency_key=decision.key,
         policy_version=s.policy.version, expires_at=now + timedelta(seconds=s.policy.expiry_s(p.tool)),
-        created_at=now,
+        created_at=now, **_money(decision),
     )
-    event = turn._event("approval.requested", proposal_id=proposal_id, tool=p.tool, args_hash=p.hash,
+    event = turn.event("approval.requested", proposal_id=proposal_id, tool=p.tool, args_hash=p.hash,
                         idempotency_key=decision.key,
                         data={"approval_id": row.id, "reason": decision.reason,
                               "approvals_required": decision.approvals_required,
@@ -81,6 +82,16 @@ async def request_approval(turn: Turn, p: Proposed, proposal_id: str, decision: 
     approval = await s.approvals.create(row, audit=[event])
     await best_effort(s.notifier.approval_requested(approval))
     return approval
+
+
+def _money(decision: NeedsApproval) -> dict[str, Any]:
+    """The approval's money and routing figures (pending money counts in every later aggregate)."""
+    r = decision.routing
+    if r is None:
+        return {"amount_minor": None, "currency": None, "routing": {"reason": decision.reason}}
+    return {"amount_minor": r.amount_minor, "currency": r.currency,
+            "routing": {"reason": decision.reason, "ceiling_minor": r.ceiling_minor,
+                        "aggregate_minor": r.aggregate_minor, "approvals_required": decision.approvals_required}}
 
 
 async def escalate(turn: Turn, reason: str, summary: str) -> dict[str, Any]:
@@ -93,7 +104,7 @@ async def escalate(turn: Turn, reason: str, summary: str) -> dict[str, Any]:
     await s.conversations.add_case_note(
         turn.conversation.id, author=f"agent:{turn.run.id}", kind="escalation",
         text=f"{reason}: {summary}"[:2000], status="escalated",
-        audit=[turn._event("escalation", data={"reason": reason[:64]})])
+        audit=[turn.event("escalation", data={"reason": reason[:64]})])
     notice = EscalationNotice(conversation=turn.conversation, reason=reason[:200], summary=summary[:2000],
                               trace=trace)
     await best_effort(s.notifier.escalated(notice))

@@ -26,12 +26,15 @@ class EscalationNotice:
     trace: tuple[dict[str, Any], ...]
 
 
-async def best_effort(aw: Awaitable[Any], what: str = "notification") -> None:
-    """Await a notification; a failure is logged, never raised (the state is committed already)."""
+async def best_effort(aw: Awaitable[Any], what: str = "notification") -> bool:
+    """Await a notification; a failure is logged, never raised (the state is committed already).
+    True when it went out."""
     try:
         await aw
     except Exception:
         log.exception("%s failed", what)
+        return False
+    return True
 
 
 class Notifier(Protocol):

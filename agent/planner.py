@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.executor import action_id_of
+from agent.history import EVENT_CLOSE, EVENT_OPEN
 from agent.llm.base import Block, ModelRequest, ModelResponse
 from agent.llm.testing import make_response, text_block, tool_use_block
-from agent.turn import EVENT_CLOSE, EVENT_OPEN
 from tools.results import format_money
 
 GROUP_OF = {

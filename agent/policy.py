@@ -63,6 +63,17 @@ class RunLimits(_Strict):
     max_seconds_per_turn: float = Field(gt=0)
 
 
+class Cancellations(_Strict):
+    """Cancelling an order that has not shipped: its own money rule, not a refund's.
+
+    By default a principal cancels their own PENDING/PAID order on confirmation alone.
+    A retailer that wants a supervisor above some amount sets ``approval_above`` per
+    currency (the day's cancellations for the customer, this one included, are compared).
+    """
+
+    approval_above: dict[str, NonNegative] = Field(default_factory=dict)
+
+
 class Rollout(_Strict):
     default: Stage
     channels: dict[str, dict[StagedKind, Stage]]
@@ -81,6 +92,7 @@ class Policy(_Strict):
     limits: Limits
     run: RunLimits
     rollout: Rollout
+    cancellations: Cancellations = Field(default_factory=Cancellations)
 
     # -- lookups -----------------------------------------------------------------
     def scopes_for(self, kind: PrincipalKind) -> frozenset[str]:
@@ -94,6 +106,10 @@ class Policy(_Strict):
 
     def dual_threshold(self, currency: str) -> int:
         return self.dual_approval_above.get(currency, self.dual_approval_default)
+
+    def cancellation_threshold(self, currency: str) -> int | None:
+        """Above this day's cancellation money a supervisor approves; ``None``: never."""
+        return self.cancellations.approval_above.get(currency)
 
     def daily_refund_cap(self, currency: str) -> int:
         lim = self.limits

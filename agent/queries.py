@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agent.history import EVENT_CLOSE, EVENT_OPEN
 from agent.runtime import Runtime
-from agent.turn import EVENT_CLOSE, EVENT_OPEN
 from storage.records import Approval, Confirmation, Conversation, StoredMessage
 from tools.context import Principal
 

@@ -30,7 +30,7 @@ class TurnDesk:
         t = self.turn
         return await t.services.conversations.add_case_note(
             t.conversation.id, author=f"agent:{t.run.id}", kind="note", text=note,
-            audit=[t._event("case.note")])
+            audit=[t.event("case.note")])
 
     async def escalate(self, reason: str, summary: str) -> dict[str, Any]:
         return await self.turn.escalate(reason, summary)
@@ -62,8 +62,14 @@ class TurnControl:
             raise ToolFailure("unverified_sources", "search_knowledge did not return these ids.",
                               unknown_sources=bad_sources)
         claimed = claimed_actions(resolution)
-        missing = sorted(c for c in claimed if c not in {e["tool"] for e in done})
+        missing = sorted(c for c in claimed if c not in {e["tool"] for e in done if not e.get("replayed")})
         if missing:
+            replays = sorted({e["tool"] for e in done if e.get("replayed")} & set(missing))
+            if replays:
+                raise ToolFailure("claims_replayed_action",
+                                  "The resolution says this was done now, but it had already been done earlier "
+                                  "(the tool result says replayed); say when it was done originally.",
+                                  claimed=missing, already_done=replays)
             raise ToolFailure("claims_unverified_action",
                               "The resolution claims an action no tool carried out in this conversation.",
                               claimed=missing)

@@ -7,7 +7,6 @@ methods; none of them decides anything itself.
 from __future__ import annotations
 
 import asyncio
-import re
 import uuid
 import weakref
 from dataclasses import dataclass
@@ -16,45 +15,35 @@ from typing import Any
 import structlog
 
 from agent import approvals as approval_flow
-from agent import gates
+from agent import confirmations, continuation
+from agent.confirmations import Answer, AskWhich, ConfirmResult, Via
 from agent.errors import DecisionError
 from agent.gatekeeper import Proposed, RunFacts, args_hash
+from agent.history import event_block, new_id, sanitize_user_text
 from agent.loop import run_loop
 from agent.prompt import PROMPT_VERSION
 from agent.services import Services
-from agent.turn import Pending, Turn, TurnResult, event_block, new_id, sanitize_user_text
-from agent.wording import CONFIRMED_EVENT, DECLINED_EVENT
-from storage.records import Approval, Confirmation, Conversation, Run
+from agent.turn import Pending, Turn, TurnResult
+from agent.wording import ASKED_WHICH_EVENT, which_one
+from storage.records import Approval, Conversation, Run
 from storage.steps import NewProposal, ProposalOutcome, StepWrite
 from tools.context import Principal
 from tools.intent import classify
 
-AFFIRMATIVE = frozenset({
-    "yes", "y", "yes please", "yeah", "yep", "yup", "go ahead", "go ahead please", "please go ahead",
-    "confirm", "confirmed", "i confirm", "yes confirm", "please do", "do it", "ok", "okay",
-    "sure", "yes go ahead", "that's right", "correct", "yes do it", "sounds good",
-})
-NEGATIVE = frozenset({"no", "n", "nope", "no thanks", "don't", "do not", "stop", "no don't", "decline", "cancel that"})
-
-
-def normalise_reply(text: str) -> str:
-    return re.sub(r"[^a-z' ]+", " ", text.lower()).strip().replace("  ", " ")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ConfirmResult:
-    confirmation: Confirmation
-    result: Any | None
-    approval: Approval | None
-    reply: str | None
-
 
 @dataclass(frozen=True, kw_only=True)
 class ApplyResult:
+    """How the gate decided an action a person settled, and what came of it."""
+
     decision: str
     result: Any
     is_error: bool
     approval: Approval | None
+
+    def outcome(self) -> dict[str, Any]:
+        """The stored form (a confirmation's ``outcome``)."""
+        return {"decision": self.decision, "result": self.result, "is_error": self.is_error,
+                "approval_id": self.approval.id if self.approval else None}
 
 
 class Runtime:
@@ -98,7 +87,14 @@ class Runtime:
         return principal.kind == conv.principal_kind and principal.id == conv.principal_id
 
     async def chat(self, *, principal: Principal, channel: str, message: str,
-                   conversation_id: str | None = None, external_ref: str | None = None) -> TurnResult:
+                   conversation_id: str | None = None, external_ref: str | None = None,
+                   deliver_later: bool = False) -> TurnResult:
+        """One user message: stored first, then a typed answer to a waiting confirmation is
+        settled by the runtime, anything else goes to the agent.
+
+        The result's confirmations count as shown to the principal when this returns (the
+        face delivers the reply synchronously); a face that delivers later passes
+        ``deliver_later`` and calls :meth:`delivered` once the reply went out."""
         conv = await self.open_conversation(principal=principal, channel=channel,
                                             conversation_id=conversation_id, external_ref=external_ref)
         if principal.is_staff and conv.principal_kind == "customer":
@@ -108,23 +104,41 @@ class Runtime:
         async with self.lock(conv.id):
             # The user's words are durable before anything acts on them.
             turn = await self.turn(conv, acting, first_message=message)
-            await turn._commit(StepWrite(
+            await turn.commit(StepWrite(
                 conversation_id=conv.id, run_id=turn.run.id,
                 messages=[("user", [{"type": "text", "text": sanitize_user_text(message)}])],
                 run_status="running", loaded_groups=sorted(turn.facts.loaded_groups)))
-            pending = [c for c in await self.s.confirmations.pending(conv.id) if c.principal == acting.key]
-            reply = normalise_reply(message)
-            if len(pending) == 1 and (reply in AFFIRMATIVE or reply in NEGATIVE):
-                event, applied = await self._settle_confirmation(conv, acting, pending[0], reply in AFFIRMATIVE)
-                conv = await self.s.conversations.get(conv.id) or conv
-                turn = await self.turn(conv, acting, run=await self.s.conversations.get_run(turn.run.id))
-                # A second user message: requests merge consecutive user turns.
-                await turn._commit(StepWrite(conversation_id=conv.id, run_id=turn.run.id,
-                                             messages=[("user", [event_block(event)])]))
-                if applied is not None and applied.approval is not None:
-                    turn.pending.append(Pending(kind="approval", id=applied.approval.id,
-                                                summary=applied.approval.summary))
-            return await run_loop(turn)
+            waiting = [c for c in await self.s.confirmations.pending(conv.id) if c.principal == acting.key]
+            match confirmations.read_reply(message, waiting):
+                case Answer(confirmation=conf, accept=accept, via=via):
+                    settled = await confirmations.answer(self, conv, acting, conf, accept, via=via)
+                    result = settled.turn or await run_loop(await self.turn(conv, acting))
+                case AskWhich(waiting=several):
+                    result = await self._ask_which(turn, message, list(several))
+                case None:
+                    result = await run_loop(turn)
+        if not deliver_later:
+            await self.delivered(result)
+        return result
+
+    async def _ask_which(self, turn: Turn, message: str, waiting: list[Any]) -> TurnResult:
+        """A bare yes/no the runtime cannot bind to one shown confirmation: the runtime itself
+        lists them with their codes (no model call), and the agent learns it asked."""
+        who = "customer" if turn.principal.kind == "customer" else "rep"
+        items = [(c.summary, c.code) for c in waiting]
+        event = ASKED_WHICH_EVENT.format(who=who, text=message.strip()[:40],
+                                         actions="; ".join(c.summary for c in waiting))
+        await turn.commit(StepWrite(conversation_id=turn.conversation.id, run_id=turn.run.id,
+                                    messages=[("user", [event_block(event)])], run_status="waiting"))
+        text = which_one(message, items)
+        return TurnResult(conversation_id=turn.conversation.id, run_id=turn.run.id, reply=text, notice=text,
+                          iterations=0, input_tokens=0, output_tokens=0, outcome="asked",
+                          pending=tuple(Pending(kind="confirmation", id=c.id, summary=c.summary, code=c.code)
+                                        for c in waiting))
+
+    async def delivered(self, result: TurnResult) -> None:
+        """The reply reached its person: the confirmations it rendered now count as shown."""
+        await self.s.confirmations.mark_shown(result.shown_confirmations, self.s.clock())
 
     @staticmethod
     def acting_principal(conv: Conversation, caller: Principal) -> Principal:
@@ -165,43 +179,55 @@ class Runtime:
 
     # -- applying a decided-upon action outside a model step ---------------------------
     async def apply(self, turn: Turn, *, tool: str, args: Any, origin: str,
-                    approval: Approval | None = None, proposal_id: str | None = None) -> ApplyResult:
+                    approval: Approval | None = None, proposal_id: str | None = None,
+                    key: str | None = None, confirmation_id: str | None = None) -> ApplyResult:
         """Judge and act on an action that a human settled (confirmed or approved).
 
         The whole gate runs again: preconditions are re-checked immediately before
         execution, and a verdict that changed while it waited is not executed.
-        ``proposal_id`` re-judges a proposal persisted earlier whose decision a
-        crash interrupted (see ``agent.worker.recover``).
+        ``proposal_id`` re-judges a proposal persisted earlier (a confirmation's, or one
+        a crash interrupted); ``key`` is the idempotency key fixed when the action was
+        first judged; ``confirmation_id`` stores the outcome on that confirmation in the
+        same transaction as the proposal's.
         """
         s = self.s
         p = Proposed(tool=tool, args=args, hash=args_hash(tool, args))
-        prop = NewProposal(id=proposal_id or new_id("prop"), tool_use_id=f"runtime:{origin}", tool=tool,
-                           arguments=args, args_hash=p.hash, principal=turn.principal.key, step=turn.facts.step,
-                           policy_version=s.policy.version)
+        prop_id = proposal_id or new_id("prop")
         if proposal_id is None:
-            await turn._commit(StepWrite(
+            prop = NewProposal(id=prop_id, tool_use_id=f"runtime:{origin.partition(':')[2] or origin}",
+                               origin=origin, tool=tool, arguments=args, args_hash=p.hash,
+                               principal=turn.principal.key, step=turn.facts.step, policy_version=s.policy.version)
+            await turn.commit(StepWrite(
                 conversation_id=turn.conversation.id, run_id=turn.run.id, new_proposals=[prop],
-                audit=[turn._event("proposal", proposal_id=prop.id, tool=tool, args_hash=p.hash,
-                                   data={"origin": origin})]))
-        ctx = turn.tool_context()
+                audit=[turn.event("proposal", proposal_id=prop_id, tool=tool, args_hash=p.hash,
+                                  data={"origin": origin})]))
+        ctx = turn.tool_context(prop_id)
         async with turn.money_lock(tool):
-            decision = await s.gatekeeper.judge(p, turn.facts, ctx, approval=approval, dedup=False)
-            result, is_error, key = await turn.act(decision, p, prop.id, ctx, approval=approval)
-        await turn._commit(StepWrite(
+            decision = await turn.decide(p, prop_id, ctx, resumed=proposal_id is not None, approval=approval,
+                                         dedup=False, key=key)
+            result, is_error, used_key = await turn.act(decision, p, prop_id, ctx, approval=approval)
+        if is_error and isinstance(result, dict) and result.get("error") == "in_progress":
+            # Another live process is carrying this very proposal out: its outcome will be recorded.
+            raise DecisionError("conflict", "This action is being carried out right now; its outcome follows.")
+        new_approval = await s.approvals.get(turn.pending[-1].id) if decision.tag == "approval" else None
+        applied = ApplyResult(decision=decision.tag, result=result, is_error=is_error, approval=new_approval)
+        await turn.commit(StepWrite(
             conversation_id=turn.conversation.id, run_id=turn.run.id,
-            outcomes=[ProposalOutcome(id=prop.id, decision=decision.tag, reason=getattr(decision, "reason", None),
-                                      result=result, is_error=is_error, idempotency_key=key)],
-            audit=[turn._event(f"gate.{decision.tag}", proposal_id=prop.id, tool=tool, args_hash=p.hash,
-                               idempotency_key=key, data={"origin": origin, "is_error": is_error,
-                                                          "reason": getattr(decision, "reason", None)})],
-            run_state=turn.run_state(), pending_ids=[x.id for x in turn.pending]))
-        new_approval = None
-        if decision.tag == "approval":
-            new_approval = await s.approvals.get(turn.pending[-1].id)
-        return ApplyResult(decision=decision.tag, result=result, is_error=is_error, approval=new_approval)
+            outcomes=[ProposalOutcome(id=prop_id, decision=decision.tag, reason=getattr(decision, "reason", None),
+                                      result=result, is_error=is_error, idempotency_key=used_key)],
+            audit=[turn.event(f"gate.{decision.tag}", proposal_id=prop_id, tool=tool, args_hash=p.hash,
+                              idempotency_key=used_key, data={"origin": origin, "is_error": is_error,
+                                                              "reason": getattr(decision, "reason", None)})],
+            run_state=turn.run_state(), pending_ids=[x.id for x in turn.pending],
+            confirmation_outcome=(confirmation_id, applied.outcome()) if confirmation_id else None))
+        return applied
 
     # -- confirmations ----------------------------------------------------------------
-    async def confirm(self, confirmation_id: str, *, actor: Principal, accept: bool) -> ConfirmResult:
+    async def confirm(self, confirmation_id: str, *, actor: Principal, accept: bool,
+                      via: Via = "api", deliver_later: bool = False) -> ConfirmResult:
+        """Answer a confirmation by id (an API call, a button). Answering again the same way
+        returns the stored outcome; only the principal it was proposed to may answer.
+        (``deliver_later``: as for :meth:`chat`.)"""
         conf = await self.s.confirmations.get(confirmation_id)
         if conf is None:
             raise DecisionError("not_found", "No such confirmation.")
@@ -213,48 +239,25 @@ class Runtime:
         if conf.principal != acting.key:
             raise DecisionError("forbidden", "Only the person this action was proposed to can confirm it.")
         async with self.lock(conv.id):
-            event, last = await self._settle_confirmation(conv, acting, conf, accept)
-            turn = await self.turn(conv, acting)
-            await turn._commit(StepWrite(conversation_id=conv.id, run_id=turn.run.id,
-                                         messages=[("user", [event_block(event)])], run_status="running"))
-            outcome = await run_loop(turn)
-        settled = await self.s.confirmations.get(confirmation_id)
-        assert settled is not None
-        return ConfirmResult(confirmation=settled, result=last.result if last and last.decision == "execute" else None,
-                             approval=last.approval if last else None, reply=outcome.reply or None)
+            fresh = await self.s.confirmations.get(confirmation_id)
+            assert fresh is not None
+            settled = await confirmations.answer(self, conv, acting, fresh, accept, via=via)
+        if settled.turn is not None and not deliver_later:
+            await self.delivered(settled.turn)
+        return settled
 
-    async def _settle_confirmation(self, conv: Conversation, acting: Principal, conf: Confirmation,
-                                   accept: bool) -> tuple[str, ApplyResult | None]:
-        """Record the principal's answer and, on yes, apply the action; returns the event text."""
-        s = self.s
-        who = "customer" if acting.kind == "customer" else "rep"
-        if conf.status != "pending":
-            raise DecisionError("conflict", f"This confirmation is already {conf.status}.")
-        turn = await self.turn(conv, acting)
-        moved = await s.confirmations.transition(
-            conf.id, expected_version=conf.version, from_status="pending",
-            to_status="confirmed" if accept else "declined", at=s.clock(),
-            audit=[turn._event("confirmation.confirmed" if accept else "confirmation.declined",
-                               tool=conf.tool, args_hash=conf.args_hash, data={"confirmation_id": conf.id})])
-        if moved is None:
-            raise DecisionError("conflict", "This confirmation was already answered.")
-        if not accept:
-            return DECLINED_EVENT.format(who=who, summary=conf.summary), None
-        turn._assistant_text = await self._rationale(turn, conf)
-        applied = await self.apply(turn, tool=conf.tool, args=conf.arguments, origin=conf.id)
-        if applied.decision != "approval":  # one confirmation, one attempt: refused, it is spent
-            await gates.consume_confirmation(turn, Proposed(tool=conf.tool, args=conf.arguments, hash=conf.args_hash))
-        return CONFIRMED_EVENT.format(who=who, summary=conf.summary, outcome=_outcome_text(applied)), applied
-
-    async def _rationale(self, turn: Turn, conf: Confirmation) -> str:
-        """The model's own words when it proposed this action (shown to approvers as untrusted)."""
-        original = await self.s.conversations.get_proposal(conf.proposal_id)
-        if original is None:
-            return ""
-        for m in reversed(turn.history):
-            if m.role == "assistant" and any(b.get("id") == original.tool_use_id for b in m.content):
-                return " ".join(str(b.get("text", "")) for b in m.content if b.get("type") == "text").strip()
-        return ""
+    async def carry_out_confirmation(self, confirmation_id: str, *, deliver: bool = False) -> TurnResult | None:
+        """Finish an answered confirmation a crash interrupted (the worker's job); idempotent.
+        With ``deliver``, the agent's answer goes to the conversation's face."""
+        conf = await self.s.confirmations.get(confirmation_id)
+        if conf is None:
+            return None
+        async with self.lock(conf.conversation_id):
+            reply = await confirmations.carry_out(self, confirmation_id)
+        conv = await self.s.conversations.get(conf.conversation_id)
+        if deliver and conv is not None:
+            await continuation.deliver(self, conv, reply)
+        return reply
 
     # -- approvals (the one decision function lives in agent.approvals) -----------------
     async def decide(self, approval_id: str, *, expected_version: int, decision: str, actor: Principal,
@@ -271,17 +274,6 @@ class Runtime:
         return await approval_flow.expire_stale(self)
 
 
-def _outcome_text(applied: ApplyResult) -> str:
-    import json
-
-    body = json.dumps(applied.result, ensure_ascii=False, default=str)[:1500]
-    if applied.decision == "execute" and not applied.is_error:
-        return f"executed: {body}"
-    if applied.decision == "approval":
-        return f"PENDING_APPROVAL: {body}"
-    return f"not executed: {body}"
-
-
 def _run_event(run_id: str, principal: Principal, policy_version: str, model: str) -> Any:
     from storage.audit import AuditEvent
 
@@ -289,4 +281,4 @@ def _run_event(run_id: str, principal: Principal, policy_version: str, model: st
                       prompt_version=PROMPT_VERSION, policy_version=policy_version)
 
 
-__all__ = ["AFFIRMATIVE", "NEGATIVE", "ConfirmResult", "Runtime", "normalise_reply"]
+__all__ = ["ApplyResult", "ConfirmResult", "Runtime"]

@@ -7,53 +7,55 @@ retrieved, recent calls) and writes every iteration through
 
 from __future__ import annotations
 
+import logging
 import time
-import uuid
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from agent import gates
 from agent.decisions import Decision, Execute, Intercept, NeedsApproval, NeedsConfirmation, Record, Reject
 from agent.errors import BudgetExceeded, StepLimitExceeded
 from agent.executor import ExecOutcome, action_id_of
 from agent.gatekeeper import Proposed, RunFacts, args_hash
-from agent.llm.base import Block, Message, ModelClient, ModelRequest, ModelResponse, ToolSpec
+from agent.history import merged, new_id, tool_result
+from agent.llm.base import Block, ModelClient, ModelRequest, ModelResponse, ToolSpec
 from agent.prompt import system_prompt
 from agent.run_control import TurnControl, TurnDesk
 from agent.services import Services
-from agent.wording import GIVE_UP_REPLY, REFUSAL_REPLY
+from agent.wording import GIVE_UP_REPLY, REFUSAL_REPLY, confirmation_notice
 from storage.audit import AuditEvent
 from storage.records import Approval, Conversation, Run, StoredMessage
-from storage.steps import NewProposal, ProposalOutcome, StepWrite, UsageWrite
+from storage.steps import ConcurrentTurn, LostRace, NewProposal, ProposalOutcome, StepWrite, UsageWrite
 from tools.context import Principal, ToolContext
 
-EVENT_OPEN, EVENT_CLOSE = "<signoff_event>", "</signoff_event>"
+log = logging.getLogger(__name__)
 
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:20]}"
-
-
-def sanitize_user_text(text: str) -> str:
-    """Users cannot forge runtime events: neutralise the tag in anything they write."""
-    return text.replace("<signoff_event", "<signoff-event-quoted").replace("</signoff_event", "</signoff-event-quoted")
-
-
-def event_block(text: str) -> Block:
-    return {"type": "text", "text": f"{EVENT_OPEN}{text}{EVENT_CLOSE}"}
+Outcome = Literal["answered", "finished", "escalated", "gave_up", "refused", "asked", "recorded"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Pending:
-    kind: str  # confirmation | approval
+    """Something waiting on a person: a confirmation (with the code they may type back) or an approval."""
+
+    kind: Literal["confirmation", "approval"]
     id: str
     summary: str
+    #: Confirmations only; rendered by the runtime, never shown to the model.
+    code: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class TurnResult:
+    """What a turn gives the face: the reply to deliver and what now waits on a person.
+
+    ``reply`` is ``answer`` (the model's words) followed by ``notice`` (the runtime's own
+    rendering, from the exact arguments, of every confirmation this turn asked for). A face
+    that shows confirmations as cards may deliver ``answer`` and the cards instead; either
+    way it reports delivery (``Runtime.delivered``) so a typed "yes" can bind to it.
+    """
+
     conversation_id: str
     run_id: str
     reply: str
@@ -61,7 +63,14 @@ class TurnResult:
     input_tokens: int
     output_tokens: int
     pending: tuple[Pending, ...]
-    outcome: str  # answered | finished | escalated | gave_up | refused
+    outcome: Outcome
+    answer: str = ""
+    notice: str = ""
+
+    @property
+    def shown_confirmations(self) -> tuple[str, ...]:
+        """The confirmations whose runtime text this result carries."""
+        return tuple(p.id for p in self.pending if p.kind == "confirmation")
 
 
 @dataclass(kw_only=True)
@@ -86,7 +95,8 @@ class Turn:
     executed: list[dict[str, Any]] = field(default_factory=list)
     finished: dict[str, Any] | None = None
     escalated: bool = False
-    _assistant_text: str = ""
+    #: The model's words when it proposed the actions of this step (approvers see them as untrusted).
+    rationale: str = ""
     _unsaved_steps: int = 0
     _saved: dict[str, Any] = field(default_factory=dict)
     notes: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -119,7 +129,7 @@ class Turn:
     async def answer(self, response: ModelResponse) -> TurnResult:
         self._count(response)
         content = response.content or [{"type": "text", "text": "…"}]
-        await self._commit(StepWrite(conversation_id=self.conversation.id, run_id=self.run.id,
+        await self.commit(StepWrite(conversation_id=self.conversation.id, run_id=self.run.id,
                                      messages=[("assistant", content)], usage=self._usage(response),
                                      run_status=self._status_after(), run_steps_delta=self._flush_steps(1),
                                      audit=[self._ended("answered")]))
@@ -128,14 +138,14 @@ class Turn:
 
     async def record_partial(self, response: ModelResponse) -> None:
         self._count(response)
-        await self._commit(StepWrite(conversation_id=self.conversation.id, run_id=self.run.id,
+        await self.commit(StepWrite(conversation_id=self.conversation.id, run_id=self.run.id,
                                      messages=[("assistant", response.content)], usage=self._usage(response),
                                      run_steps_delta=self._flush_steps(1)))
 
     async def refused(self, response: ModelResponse) -> TurnResult:
         self._count(response)
         content = response.content or [{"type": "text", "text": REFUSAL_REPLY}]
-        await self._commit(StepWrite(conversation_id=self.conversation.id, run_id=self.run.id,
+        await self.commit(StepWrite(conversation_id=self.conversation.id, run_id=self.run.id,
                                      messages=[("assistant", content)], usage=self._usage(response),
                                      run_steps_delta=self._flush_steps(1), audit=[self._ended("refused")],
                                      run_status="escalated"))
@@ -146,11 +156,11 @@ class Turn:
     async def give_up(self, *, reason: str, detail: str) -> TurnResult:
         """An honest reply, the user's message kept, and the case handed to a person."""
         step = StepWrite(conversation_id=self.conversation.id, run_id=self.run.id, run_status="escalated",
-                         audit=[self._event("run.gave_up", data={"reason": reason, "detail": detail[:200]}),
+                         audit=[self.event("run.gave_up", data={"reason": reason, "detail": detail[:200]}),
                                 self._ended("gave_up")])
         if self.history and self.history[-1].role == "user":
             step.messages.append(("assistant", [{"type": "text", "text": GIVE_UP_REPLY}]))
-        await self._commit(step)
+        await self.commit(step)
         await self.escalate(reason, f"The agent stopped: {detail[:200]}")
         self.replies.append(GIVE_UP_REPLY)
         return self.result("gave_up")
@@ -164,19 +174,19 @@ class Turn:
         self.facts.step += 1
         fresh = [u for u in uses if u["id"] not in known]
         proposals = {u["id"]: known.get(u["id"]) for u in uses}
-        new = [NewProposal(id=new_id("prop"), tool_use_id=u["id"], tool=str(u.get("name", ""))[:64],
+        new = [NewProposal(id=new_id("prop"), tool_use_id=str(u["id"]), tool=str(u.get("name", ""))[:64],
                            arguments=u.get("input"), args_hash=args_hash(str(u.get("name")), u.get("input")),
                            principal=self.principal.key, step=self.facts.step,
                            policy_version=self.services.policy.version) for u in fresh]
         step = StepWrite(conversation_id=self.conversation.id, run_id=self.run.id, new_proposals=new,
-                         audit=[self._event("proposal", proposal_id=p.id, tool=p.tool, args_hash=p.args_hash)
+                         audit=[self.event("proposal", proposal_id=p.id, tool=p.tool, args_hash=p.args_hash)
                                 for p in new])
         if response is not None:
             self._count(response)
             step.messages.append(("assistant", response.content))
             step.usage = self._usage(response)
-            self._assistant_text = response.text
-        await self._commit(step)
+            self.rationale = response.text
+        await self.commit(step)
         ids = {p.tool_use_id: p.id for p in new} | {k: v.id for k, v in proposals.items() if v is not None}
         results: list[Block] = []
         outcomes: list[ProposalOutcome] = []
@@ -186,7 +196,8 @@ class Turn:
             if prior is not None and prior.decision is not None:
                 result, is_error = prior.result, prior.is_error
             else:
-                result, is_error, outcome, events = await self.handle(use, ids[use["id"]])
+                result, is_error, outcome, events = await self.handle(use, ids[use["id"]],
+                                                                      repairing=response is None)
                 outcomes.append(outcome)
                 audit.extend(events)
             results.append(tool_result(use["id"], result, is_error))
@@ -197,30 +208,51 @@ class Turn:
         )
         self._unsaved_steps += 1
         self._run_changes(step, final=self.finished is not None or self.escalated)
-        await self._commit(step)
+        await self.commit(step)
         if self.finished is not None:
-            self.replies.append(self._assistant_text or self.finished.get("resolution", ""))
+            self.replies.append(self.rationale or self.finished.get("resolution", ""))
             return self.result("finished")
         return None
 
-    async def handle(self, use: Block, proposal_id: str) -> tuple[Any, bool, ProposalOutcome, list[AuditEvent]]:
-        """Judge one proposal and act on the decision."""
+    async def handle(self, use: Block, proposal_id: str, *, repairing: bool = False
+                     ) -> tuple[Any, bool, ProposalOutcome, list[AuditEvent]]:
+        """Judge one proposal and act on the decision. Nothing a tool or a check does can
+        escape as an exception: an unexpected failure is an ``is_error`` result (C1)."""
         name, args = str(use.get("name", "")), use.get("input")
         proposed = Proposed(tool=name, args=args, hash=args_hash(name, args))
-        ctx = self.tool_context()
-        async with self.money_lock(name):
-            decision = await self.services.gatekeeper.judge(proposed, self.facts, ctx)
-            result, is_error, key = await self.act(decision, proposed, proposal_id, ctx)
+        ctx = self.tool_context(proposal_id)
+        try:
+            async with self.money_lock(name):
+                decision = await self.decide(proposed, proposal_id, ctx, resumed=repairing)
+                result, is_error, key = await self.act(decision, proposed, proposal_id, ctx)
+        except (ConcurrentTurn, LostRace):
+            raise
+        except Exception:
+            log.exception("proposal %s (%s) failed", proposal_id, name)
+            decision = Reject(reason="internal_error", message="Something failed on our side while handling "
+                              "this; tell the person honestly and escalate.")
+            result, is_error, key = decision.as_result(), True, None
         if not isinstance(decision, NeedsConfirmation | NeedsApproval | Intercept):
             self.facts.remember(name, proposed.hash, result)
         outcome = ProposalOutcome(id=proposal_id, decision=decision.tag,
                                   reason=decision.reason if isinstance(decision, Reject) else None,
                                   result=result, is_error=is_error, idempotency_key=key)
-        event = self._event(f"gate.{decision.tag}", proposal_id=proposal_id, tool=name,
+        event = self.event(f"gate.{decision.tag}", proposal_id=proposal_id, tool=name,
                             args_hash=proposed.hash, idempotency_key=key,
                             data={"is_error": is_error,
                                   **({"reason": decision.reason} if isinstance(decision, Reject) else {})})
         return result, is_error, outcome, [event]
+
+    async def decide(self, p: Proposed, proposal_id: str, ctx: ToolContext, *, resumed: bool,
+                     approval: Approval | None = None, dedup: bool = True, key: str | None = None) -> Decision:
+        """The gate's decision on a proposal. A ``resumed`` proposal (one a crash interrupted)
+        that already claimed its ledger key was judged Execute then: it is never judged again
+        (a re-check could fail *because* it ran), its key is the one it claimed."""
+        if resumed:
+            held = await self.services.ledger.by_proposal(proposal_id)
+            if held is not None:
+                return Execute(key=held.key)
+        return await self.services.gatekeeper.judge(p, self.facts, ctx, approval=approval, dedup=dedup, key=key)
 
     def money_lock(self, tool: str) -> AbstractAsyncContextManager[None]:
         """One customer's money actions are judged and carried out one at a time, so the day's
@@ -238,15 +270,19 @@ class Turn:
             case Intercept(previous=prev, step=at):
                 return {"intercepted": True, "message": f"You made this exact call {self.facts.step - at} "
                         "step(s) ago. Its result is below; do not repeat it.", "previous_result": prev}, False, None
-            case NeedsConfirmation(summary=summary):
-                conf = await gates.request_confirmation(self, p, proposal_id, summary)
-                # One pending confirmation per conversation: a new one supersedes the others.
-                self.pending = [x for x in self.pending if x.kind != "confirmation" or x.id == conf.id]
-                if all(x.id != conf.id for x in self.pending):
-                    self.pending.append(Pending(kind="confirmation", id=conf.id, summary=summary))
-                return {"status": "CONFIRMATION_REQUIRED", "confirmation_id": conf.id, "action": summary,
-                        "message": f"Ask the {'customer' if self.principal.kind == 'customer' else 'rep'} to "
-                        "confirm exactly this action. Nothing has been done yet."}, False, None
+            case NeedsConfirmation():
+                created = await gates.request_confirmation(self, p, proposal_id, decision)
+                conf = created.confirmation
+                # Confirmations of other actions stay pending beside it; only its own earlier
+                # version (same tool, same target) was superseded.
+                gone = {*created.superseded, conf.id}
+                self.pending = [x for x in self.pending if x.id not in gone]
+                self.pending.append(Pending(kind="confirmation", id=conf.id, summary=conf.summary, code=conf.code))
+                who = "customer" if self.principal.kind == "customer" else "rep"
+                return {"status": "CONFIRMATION_REQUIRED", "confirmation_id": conf.id, "action": conf.summary,
+                        "message": f"Nothing has been done yet. The system itself shows the {who} exactly this "
+                        "action and asks them to confirm it; say briefly that it needs their confirmation."
+                        }, False, decision.key
             case NeedsApproval():
                 appr = await gates.request_approval(self, p, proposal_id, decision)
                 self.pending.append(Pending(kind="approval", id=appr.id, summary=decision.summary))
@@ -264,7 +300,7 @@ class Turn:
     async def execute(self, p: Proposed, proposal_id: str, ctx: ToolContext, key: str | None) -> ExecOutcome:
         tool = self.services.registry.tools[p.tool]
         money = tool.money(p.args) if tool.money else None
-        base = self._event("execution", proposal_id=proposal_id, tool=p.tool, args_hash=p.hash,
+        base = self.event("execution", proposal_id=proposal_id, tool=p.tool, args_hash=p.hash,
                            data={"amount_minor": money.amount_minor, "currency": money.currency} if money else {})
         outcome = await self.services.executor.run(tool, p.args, ctx, key=key, proposal_id=proposal_id,
                                                    run_id=self.run.id, audit=base)
@@ -274,8 +310,8 @@ class Turn:
                 self.facts.recent.clear()  # the world changed: earlier reads are not to be replayed
             if not outcome.is_error and tool.meta.needs_confirmation:
                 await gates.consume_confirmation(self, p)
-                self.executed.append({"tool": p.tool, "action_id": action_id_of(outcome.result),
-                                      "proposal_id": proposal_id})
+                done = {"tool": p.tool, "action_id": action_id_of(outcome.result), "proposal_id": proposal_id}
+                self.executed.append({**done, "replayed": True} if outcome.replayed else done)
         self.facts.tool_counts[p.tool] += 1
         if outcome.needs_human:
             await self.escalate("needs_human", f"{p.tool} may or may not have gone through; check it.")
@@ -295,9 +331,10 @@ class Turn:
             await self.run_tools(None, uses)
 
     # -- context for tools: CaseDesk and RunControl ---------------------------------
-    def tool_context(self) -> ToolContext:
+    def tool_context(self, proposal_id: str | None = None) -> ToolContext:
         return ToolContext(principal=self.principal, backend=self.services.backend, case=TurnDesk(self),
-                           run=TurnControl(self), rules=self.services.policy.rules(), now=self.now)
+                           run=TurnControl(self), rules=self.services.policy.rules(), now=self.now,
+                           proposal_id=proposal_id)
 
     async def escalate(self, reason: str, summary: str) -> dict[str, Any]:
         self.escalated = True
@@ -314,9 +351,13 @@ class Turn:
         return list(self.run.state.get("executed", [])) + self.executed
 
     # -- bookkeeping -----------------------------------------------------------------
-    def result(self, outcome: str) -> TurnResult:
-        reply = next((r for r in reversed(self.replies) if r), "")
-        return TurnResult(conversation_id=self.conversation.id, run_id=self.run.id, reply=reply,
+    def result(self, outcome: Outcome) -> TurnResult:
+        answer = next((r for r in reversed(self.replies) if r), "")
+        asked = [p for p in self.pending if p.kind == "confirmation"]
+        notice = confirmation_notice([(p.summary, p.code or "") for p in asked],
+                                     principal_kind=self.principal.kind) if asked else ""
+        return TurnResult(conversation_id=self.conversation.id, run_id=self.run.id,
+                          reply="\n\n".join(x for x in (answer, notice) if x), answer=answer, notice=notice,
                           iterations=self.iterations, input_tokens=self.input_tokens,
                           output_tokens=self.output_tokens, pending=tuple(self.pending), outcome=outcome)
 
@@ -356,46 +397,30 @@ class Turn:
         self._saved.update(state=state, groups=groups, pending=pending)
 
     def _ended(self, outcome: str) -> AuditEvent:
-        return self._event("turn.ended", data={
+        return self.event("turn.ended", data={
             "outcome": outcome, "iterations": self.iterations, "escalated": self.escalated,
             "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
             "channel": self.conversation.channel},
             latency_ms=round((time.monotonic() - self.started) * 1000, 3))
 
-    def _event(self, kind: str, **fields: Any) -> AuditEvent:
+    def event(self, kind: str, **fields: Any) -> AuditEvent:
+        """An audit event of this run, with its principal, model, prompt and policy versions."""
         return AuditEvent(kind=kind, run_id=self.run.id, trace_id=self.run.trace_id, principal=self.principal.key,
                           model=self.run.model, prompt_version=self.run.prompt_version,
                           policy_version=self.services.policy.version, **fields)
 
-    async def _commit(self, step: StepWrite) -> None:
+    async def commit(self, step: StepWrite) -> bool:
+        """Write ``step`` in one transaction and keep the in-memory history in step.
+
+        False when the step carried an ``event_key`` the conversation already holds (the
+        event was delivered before, e.g. by a worker after a crash): nothing was written."""
         next_seq = await self.services.conversations.commit(step)
+        if next_seq is None:
+            return False
         base = next_seq - len(step.messages)
         for i, (role, content) in enumerate(step.messages):
             self.history.append(StoredMessage(seq=base + i, role=role, content=content, run_id=self.run.id))  # type: ignore[arg-type]
+        return True
 
 
-def tool_result(tool_use_id: str, result: Any, is_error: bool) -> Block:
-    import json
-
-    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
-    block: Block = {"type": "tool_result", "tool_use_id": tool_use_id, "content": text}
-    if is_error:
-        block["is_error"] = True
-    return block
-
-
-def merged(history: list[StoredMessage]) -> list[Message]:
-    """Consecutive same-role messages become one (as the API itself would merge them)."""
-    out: list[Message] = []
-    for m in history:
-        if out and out[-1].role == m.role:
-            content = [*out[-1].content, *m.content]
-            if m.role == "user":  # a repaired tool_result may follow newer user text; results go first
-                content.sort(key=lambda b: b.get("type") != "tool_result")
-            out[-1] = Message(role=m.role, content=content)
-        else:
-            out.append(Message(role=m.role, content=list(m.content)))
-    return out
-
-
-__all__ = ["Pending", "Turn", "TurnResult", "event_block", "merged", "new_id", "sanitize_user_text"]
+__all__ = ["Outcome", "Pending", "Turn", "TurnResult"]

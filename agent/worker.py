@@ -13,10 +13,12 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
+from agent import continuation
 from agent.approvals import RESUME_JOB
+from agent.confirmations import CONFIRM_JOB
 from agent.loop import run_loop
-from agent.notify import best_effort
 from agent.runtime import Runtime
+from storage.jobs import Job
 from storage.records import Conversation, LedgerEntry, Proposal
 from tools.context import Principal
 
@@ -47,16 +49,25 @@ class Worker:
             expired = await self.rt.expire_stale()
             if expired:
                 log.info("expired %d approvals", expired)
-        jobs = await self.rt.s.jobs.claim(self.worker_id, kinds=[RESUME_JOB], limit=self.config.batch)
+        jobs = await self.rt.s.jobs.claim(self.worker_id, kinds=[RESUME_JOB, CONFIRM_JOB], limit=self.config.batch)
         for job in jobs:
             try:
-                await self.rt.resume(str(job.payload["approval_id"]))
+                await self._handle(job)
             except Exception as exc:
                 log.exception("job %s failed", job.id)
                 await self.rt.s.jobs.fail(job.id, f"{type(exc).__name__}: {exc}"[:500])
             else:
                 await self.rt.s.jobs.complete(job.id)
         return len(jobs)
+
+    async def _handle(self, job: Job) -> None:
+        match job.kind:
+            case "resume":
+                await self.rt.resume(str(job.payload["approval_id"]))
+            case "confirmation":
+                await self.rt.carry_out_confirmation(str(job.payload["confirmation_id"]), deliver=True)
+            case _:
+                raise ValueError(f"unknown job kind {job.kind!r}")
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         await recover(self.rt, orphan_after_s=self.config.orphan_after_s)
@@ -74,17 +85,21 @@ class Worker:
 
 
 async def recover(rt: Runtime, *, orphan_after_s: float = 60.0) -> int:
-    """After a crash: settle orphaned ledger entries, then finish interrupted turns.
+    """After a crash: settle abandoned ledger claims, finish what people had settled, then
+    finish interrupted turns.
 
-    Each ``executing`` entry is reconciled with the downstream by its key (no
-    second side effect); each turn left ``running`` is repaired (its unanswered
-    tool calls answered from the ledger) and the agent completes its reply.
+    Each abandoned ``executing`` entry (its process is gone, or it is older than
+    ``orphan_after_s``) is reconciled with the downstream by its key (no second side
+    effect); each runtime proposal a crash left undecided (a confirmation's, an approval's)
+    is carried out through the same path a live request takes; each turn left ``running``
+    is repaired (its unanswered tool calls answered from the ledger) and the agent
+    completes its reply.
     """
     s = rt.s
     cutoff = s.clock() - timedelta(seconds=orphan_after_s)
     settled = 0
     for entry in await s.ledger.in_flight():
-        if await _reconcile(rt, entry, cutoff):
+        if s.ledger.abandoned(entry, older_than=cutoff) and await _reconcile(rt, entry):
             settled += 1
     for prop in await s.conversations.undecided_runtime_proposals(older_than=cutoff):
         await _finish_settled(rt, prop)
@@ -96,85 +111,42 @@ async def recover(rt: Runtime, *, orphan_after_s: float = 60.0) -> int:
         async with rt.lock(conv.id):
             turn = await rt.turn(conv, principal, run=run)
             reply = await run_loop(turn)
-        if reply.reply:
-            await best_effort(s.notifier.follow_up(conv, reply.reply), "follow-up")
+        await continuation.deliver(rt, conv, reply)
     return settled
 
 
 async def _finish_settled(rt: Runtime, prop: Proposal) -> None:
-    """A confirmed (or approved) action whose decision a crash interrupted: judge it
-    again under the same proposal id, tell the person the outcome, let the agent reply.
-
-    The gate runs in full (the confirmation must still be ``confirmed``); an action
-    that already ran is answered from the ledger, never executed twice.
-    """
-    from agent.turn import event_block
-    from agent.wording import CONFIRMED_EVENT
-    from storage.steps import ProposalOutcome, StepWrite
-
-    s = rt.s
-    origin = prop.tool_use_id.removeprefix("runtime:")
-    conv = await s.conversations.get(prop.conversation_id)
-    run = await s.conversations.get_run(prop.run_id)
-    tool = s.registry.get(prop.tool)
-    if conv is None or run is None or tool is None:
-        return
-    principal = Principal.from_key(prop.principal, conv.customer_id)
-    approval = await s.approvals.get(origin) if origin.startswith("apr_") else None
-    conf = await s.confirmations.get(origin) if origin.startswith("cnf_") else None
-    async with rt.lock(conv.id):
-        turn = await rt.turn(conv, principal, run=run)
-        if conf is not None and conf.status == "consumed":
-            # It ran and the confirmation was spent before the crash: record the ledger's result.
-            key = tool.key(prop.arguments, turn.tool_context()) if tool.key else None
-            entry = await s.ledger.get(key) if key else None
-            result = entry.result if entry is not None else {"error": "unknown_outcome"}
-            await turn._commit(StepWrite(
-                conversation_id=conv.id, run_id=run.id,
-                outcomes=[ProposalOutcome(id=prop.id, decision="execute", reason=None, result=result,
-                                          is_error=entry is None, idempotency_key=key)],
-                audit=[turn._event("gate.execute", proposal_id=prop.id, tool=prop.tool, args_hash=prop.args_hash,
-                                   idempotency_key=key, data={"origin": origin, "recovered": True})]))
-            applied_result: object = result
-        else:
-            applied = await rt.apply(turn, tool=prop.tool, args=prop.arguments, origin=origin,
-                                     approval=approval, proposal_id=prop.id)
-            applied_result = applied.result
-            if approval is not None and approval.result is None:
-                from agent.approvals import _result_for_approver
-
-                await s.approvals.set_result(approval.id, _result_for_approver(approval, applied))
-        if conf is None:
-            return  # an approval: its resume job tells the customer
-        import json
-
-        who = "customer" if principal.kind == "customer" else "rep"
-        text = CONFIRMED_EVENT.format(who=who, summary=conf.summary,
-                                      outcome=json.dumps(applied_result, default=str)[:1500])
-        turn = await rt.turn(await s.conversations.get(conv.id) or conv, principal, run=run)
-        await turn._commit(StepWrite(conversation_id=conv.id, run_id=run.id, messages=[("user", [event_block(text)])],
-                                     run_status="running"))
-        reply = await run_loop(turn)
-    if reply.reply:
-        await best_effort(s.notifier.follow_up(conv, reply.reply), "follow-up")
+    """A runtime proposal whose decision a crash interrupted: finish it the way a live
+    request would (the whole gate, the ledger's key, the outcome told once)."""
+    kind, _, origin_id = (prop.origin or "").partition(":")
+    if kind == "confirmation":
+        await rt.carry_out_confirmation(origin_id, deliver=True)
+    elif kind == "approval":
+        await rt.resume(origin_id)
+    elif kind == "edit":
+        conv = await rt.s.conversations.get(prop.conversation_id)
+        run = await rt.s.conversations.get_run(prop.run_id)
+        if conv is None or run is None:
+            return
+        async with rt.lock(conv.id):
+            turn = await rt.turn(conv, Principal.from_key(prop.principal, conv.customer_id), run=run)
+            await rt.apply(turn, tool=prop.tool, args=prop.arguments, origin=prop.origin or "", proposal_id=prop.id)
 
 
-async def _reconcile(rt: Runtime, entry: LedgerEntry, cutoff: object) -> bool:
+async def _reconcile(rt: Runtime, entry: LedgerEntry) -> bool:
     s = rt.s
     tool = s.registry.get(entry.tool)
     prop = await s.conversations.get_proposal(entry.proposal_id) if entry.proposal_id else None
     if tool is None or prop is None:
         return False
-    if prop.created_at > cutoff:  # type: ignore[operator]
-        return False  # possibly still in flight in another process
     conv = await s.conversations.get(prop.conversation_id)
     run = await s.conversations.get_run(prop.run_id)
     if conv is None or run is None:
         return False
     principal = Principal.from_key(prop.principal, conv.customer_id)
     turn = await rt.turn(conv, principal, run=run)
-    base = turn._event("execution", proposal_id=prop.id, tool=prop.tool, args_hash=prop.args_hash)
-    outcome = await s.executor.reconcile(entry, tool, turn.tool_context(), audit=base)
+    base = turn.event("execution", proposal_id=prop.id, tool=prop.tool, args_hash=prop.args_hash)
+    outcome = await s.executor.reconcile(entry, tool, turn.tool_context(prop.id), audit=base)
     if outcome.needs_human:
         await turn.escalate("needs_human", f"{entry.tool} with key {entry.key} may have run; check it.")
     return True

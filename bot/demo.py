@@ -18,11 +18,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agent.history import EVENT_OPEN
 from agent.llm.base import ModelClient
 from agent.notify import RecordingNotifier
 from agent.planner import DemoPlanner
 from agent.runtime import Runtime
-from agent.turn import EVENT_OPEN, TurnResult
+from agent.turn import TurnResult
 from bot.app import build_services, demo_dataset_path
 from storage.db import create_database
 from storage.migrate import upgrade

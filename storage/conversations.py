@@ -81,6 +81,7 @@ def to_proposal(row: ProposalRow) -> Proposal:
         args_hash=row.args_hash,
         principal=row.principal,
         step=row.step,
+        origin=row.origin,
         decision=row.decision,
         reason=row.reason,
         idempotency_key=row.idempotency_key,
@@ -269,10 +270,19 @@ class ConversationRepo:
         """Proposals the runtime made for a settled confirmation whose decision a crash interrupted."""
         async with self.db.reader() as s:
             rows = (await s.execute(
-                select(ProposalRow).where(ProposalRow.decision.is_(None), ProposalRow.tool_use_id.like("runtime:%"),
+                select(ProposalRow).where(ProposalRow.decision.is_(None), ProposalRow.origin.is_not(None),
                                           ProposalRow.created_at < older_than).limit(limit)
             )).scalars().all()
             return [to_proposal(r) for r in rows]
+
+    async def proposal_for_origin(self, origin: str) -> Proposal | None:
+        """The newest proposal the runtime made for ``origin`` (``approval:apr_…``), if any."""
+        async with self.db.reader() as s:
+            row = (await s.execute(
+                select(ProposalRow).where(ProposalRow.origin == origin)
+                .order_by(ProposalRow.created_at.desc(), ProposalRow.id.desc()).limit(1)
+            )).scalar_one_or_none()
+            return to_proposal(row) if row else None
 
     async def get_run(self, run_id: str) -> Run | None:
         async with self.db.reader() as s:
@@ -321,14 +331,25 @@ class ConversationRepo:
             return {r.tool_use_id: to_proposal(r) for r in rows}
 
     # -- the step write ----------------------------------------------------------
-    async def commit(self, step: StepWrite) -> int:
-        """Apply ``step`` atomically; returns the conversation's next seq."""
+    async def commit(self, step: StepWrite) -> int | None:
+        """Apply ``step`` atomically; returns the conversation's next seq, or ``None`` when the
+        step carries an ``event_key`` the conversation already holds (nothing was written).
+
+        Raises :class:`~storage.steps.LostRace` when its confirmation move lost a race."""
         now = utcnow()
         try:
             return await self.db.write(lambda conn, ctx: write_step(conn, ctx, step, now))
         except IntegrityError as exc:
+            if step.event_key is not None and await self.has_event(step.conversation_id, step.event_key):
+                return None  # another process appended the same event first
             raise ConcurrentTurn(str(exc.orig)) from exc
 
+    async def has_event(self, conversation_id: str, event_key: str) -> bool:
+        """Whether the runtime event ``event_key`` is already in the conversation's history."""
+        async with self.db.reader() as s:
+            return (await s.execute(select(MessageRow.id).where(
+                MessageRow.conversation_id == conversation_id, MessageRow.event_key == event_key).limit(1)
+            )).first() is not None
 
     # -- usage and case notes ----------------------------------------------------
     async def add_case_note(

@@ -22,6 +22,14 @@ from storage.models import ApprovalRow, ConfirmationRow
 from storage.records import Approval, ApprovalStatus, Confirmation, ConfirmationStatus, Decision, aware
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConfirmationCreated:
+    """A new pending confirmation, and the ids of the older ones it replaced."""
+
+    confirmation: Confirmation
+    superseded: tuple[str, ...]
+
+
 def _at(ts: datetime) -> datetime:
     """A NOT NULL timestamp, made aware."""
     return utc(ts)
@@ -43,6 +51,10 @@ def to_confirmation(r: ConfirmationRow) -> Confirmation:
         version=r.version,
         created_at=_at(r.created_at),
         decided_at=aware(r.decided_at),
+        target=r.target,
+        idempotency_key=r.idempotency_key,
+        shown_at=aware(r.shown_at),
+        outcome=r.outcome,
     )
 
 
@@ -76,6 +88,9 @@ def to_approval(r: ApprovalRow) -> Approval:
         expires_at=_at(r.expires_at),
         created_at=_at(r.created_at),
         decided_at=aware(r.decided_at),
+        amount_minor=r.amount_minor,
+        currency=r.currency,
+        routing=r.routing,
     )
 
 
@@ -83,13 +98,16 @@ class ConfirmationRepo:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def create(self, row: ConfirmationRow, *, audit: Sequence[AuditEvent] = ()) -> Confirmation:
-        """Insert a pending confirmation; any other pending one in the conversation is superseded
-        (and that transition is audited like every other)."""
+    async def create(self, row: ConfirmationRow, *, audit: Sequence[AuditEvent] = ()) -> ConfirmationCreated:
+        """Insert a pending confirmation. A pending one of the same principal for the same tool on
+        the same target (same order, same account field) is superseded and that transition audited;
+        confirmations of anything else stay pending beside it."""
         async with self.db.sessions() as s, s.begin():
             superseded = (await s.execute(
                 update(ConfirmationRow)
-                .where(ConfirmationRow.conversation_id == row.conversation_id, ConfirmationRow.status == "pending")
+                .where(ConfirmationRow.conversation_id == row.conversation_id, ConfirmationRow.status == "pending",
+                       ConfirmationRow.principal == row.principal, ConfirmationRow.tool == row.tool,
+                       ConfirmationRow.target == row.target, ConfirmationRow.args_hash != row.args_hash)
                 .values(status="superseded", version=ConfirmationRow.version + 1, decided_at=row.created_at)
                 .returning(ConfirmationRow.id, ConfirmationRow.tool, ConfirmationRow.args_hash)
             )).all()
@@ -101,7 +119,15 @@ class ConfirmationRepo:
                                                data={"confirmation_id": cid, "superseded_by": row.id})
                            for cid, tool, h in superseded]
                 await append_audit_many(s, events)
-        return to_confirmation(row)
+        return ConfirmationCreated(confirmation=to_confirmation(row), superseded=tuple(c for c, _t, _h in superseded))
+
+    async def mark_shown(self, ids: Sequence[str], at: datetime) -> None:
+        """Record that the runtime's own text of these confirmations reached their principal."""
+        if not ids:
+            return
+        async with self.db.sessions() as s, s.begin():
+            await s.execute(update(ConfirmationRow).where(ConfirmationRow.id.in_(list(ids)),
+                                                          ConfirmationRow.shown_at.is_(None)).values(shown_at=at))
 
     async def get(self, confirmation_id: str) -> Confirmation | None:
         async with self.db.reader() as s:

@@ -26,7 +26,7 @@ from sqlalchemy.exc import IntegrityError
 from storage.audit import AuditEvent, append_audit_sync
 from storage.db import Database, WriteContext
 from storage.models import LockRow, ToolExecutionRow
-from storage.records import LedgerEntry, LedgerStatus
+from storage.records import LedgerEntry, LedgerStatus, aware
 
 _LEDGER: Table = ToolExecutionRow.__table__  # type: ignore[assignment]
 _LOCKS: Table = LockRow.__table__  # type: ignore[assignment]
@@ -43,6 +43,8 @@ def _entry(r: ToolExecutionRow) -> LedgerEntry:
         proposal_id=r.proposal_id,
         run_id=r.run_id,
         arguments=r.arguments,
+        created_at=aware(r.created_at),
+        holder=r.holder,
     )
 
 
@@ -95,7 +97,7 @@ class Ledger:
         """``None``: the key is ours, go ahead. Otherwise the entry that already holds it."""
         now = datetime.now(UTC)
         row = {"key": key, "tool": tool, "arguments": arguments, "proposal_id": proposal_id, "run_id": run_id,
-               "status": "executing", "result": None, "created_at": now, "updated_at": now}
+               "status": "executing", "result": None, "holder": _process(), "created_at": now, "updated_at": now}
         try:
             await self.db.write(lambda conn, _ctx: conn.execute(insert(_LEDGER).values(**row)))
             return None
@@ -109,6 +111,13 @@ class Ledger:
             r = (
                 await s.execute(select(ToolExecutionRow).where(ToolExecutionRow.key == key))
             ).scalar_one_or_none()
+            return _entry(r) if r else None
+
+    async def by_proposal(self, proposal_id: str) -> LedgerEntry | None:
+        """The entry a proposal claimed, if it got that far (its key is then fixed for good)."""
+        async with self.db.reader() as s:
+            r = (await s.execute(select(ToolExecutionRow).where(ToolExecutionRow.proposal_id == proposal_id)
+                                 .limit(1))).scalar_one_or_none()
             return _entry(r) if r else None
 
     async def settle(self, key: str, *, status: str, result: Any,
@@ -134,6 +143,16 @@ class Ledger:
         """Drop an ``executing`` claim whose downstream call provably never happened."""
         await self.db.write(lambda conn, _ctx: conn.execute(
             delete(_LEDGER).where(_LEDGER.c.key == key, _LEDGER.c.status == "executing")))
+
+    @staticmethod
+    def abandoned(entry: LedgerEntry, *, older_than: datetime | None = None) -> bool:
+        """Whether an ``executing`` claim can no longer finish by itself: the process that made it
+        no longer runs (same host), or it is older than ``older_than`` (a claim lives seconds)."""
+        if entry.status != "executing":
+            return False
+        if entry.holder is not None and _dead(entry.holder):
+            return True
+        return older_than is not None and entry.created_at is not None and entry.created_at < older_than
 
     async def in_flight(self) -> list[LedgerEntry]:
         """Entries left ``executing`` — after a crash, each needs reconciling."""
@@ -165,6 +184,12 @@ def _take_lease(conn: Connection, name: str, holder: str, lease_s: float) -> boo
 
 
 _HOST = socket.gethostname()[:40]
+_NONCE = uuid.uuid4().hex[:12]
+
+
+def _process() -> str:
+    """This process, as ledger claims name their holder (the pid read now: forks differ)."""
+    return f"{_HOST}:{os.getpid()}:{_NONCE}"
 
 
 def _dead(holder: str) -> bool:

@@ -48,7 +48,8 @@ class ConversationRow(Base):
 
 class MessageRow(Base):
     __tablename__ = "messages"
-    __table_args__ = (UniqueConstraint("conversation_id", "seq", name="uq_messages_conv_seq"),)
+    __table_args__ = (UniqueConstraint("conversation_id", "seq", name="uq_messages_conv_seq"),
+                      UniqueConstraint("conversation_id", "event_key", name="uq_messages_conv_event_key"))
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
     conversation_id: Mapped[str] = mapped_column(ForeignKey("conversations.id"))
@@ -58,6 +59,8 @@ class MessageRow(Base):
     # (JSONB reorders keys, which would change what the model is sent and break the prompt cache).
     content: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     run_id: Mapped[str | None] = mapped_column(String(64))
+    #: A runtime event's identity (``confirmation:cnf_…``, ``approval:apr_…:approved``): appended once.
+    event_key: Mapped[str | None] = mapped_column(String(160))
     created_at: Mapped[datetime] = mapped_column(TS)
 
 
@@ -85,6 +88,8 @@ class ProposalRow(Base):
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
     conversation_id: Mapped[str] = mapped_column(String(64), index=True)
     tool_use_id: Mapped[str] = mapped_column(String(128))
+    #: Who proposed it: ``None`` the model; ``confirmation:ID``, ``approval:ID``, ``edit:ID`` the runtime.
+    origin: Mapped[str | None] = mapped_column(String(96), index=True)
     tool: Mapped[str] = mapped_column(String(64))
     arguments: Mapped[Any] = mapped_column(JSONType)
     args_hash: Mapped[str] = mapped_column(String(64))
@@ -114,6 +119,14 @@ class ConfirmationRow(Base):
     summary: Mapped[str] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(16))  # pending|confirmed|declined|superseded|consumed
     version: Mapped[int] = mapped_column(Integer, default=1)
+    #: What the action acts on (``order:O-1042``): only a re-proposal on the same target supersedes.
+    target: Mapped[str | None] = mapped_column(String(255))
+    #: Fixed when the action was first judged; every later attempt reuses it.
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    #: When the runtime's own rendering of the action reached the person (a free-text "yes" needs it).
+    shown_at: Mapped[datetime | None] = mapped_column(TS)
+    #: What confirming led to (decision, result, approval id), so a repeated confirm answers the same.
+    outcome: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(TS)
     decided_at: Mapped[datetime | None] = mapped_column(TS)
 
@@ -143,6 +156,10 @@ class ApprovalRow(Base):
     provenance: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     policy_version: Mapped[str] = mapped_column(String(32))
+    #: The money at stake and the figures that routed it here (reason, ceiling, aggregate).
+    amount_minor: Mapped[int | None] = mapped_column(BigInteger)
+    currency: Mapped[str | None] = mapped_column(String(3))
+    routing: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     result: Mapped[Any | None] = mapped_column(JSONType)
     superseded_by: Mapped[str | None] = mapped_column(String(64))
     slack_ref: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
@@ -164,6 +181,8 @@ class ToolExecutionRow(Base):
     run_id: Mapped[str | None] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16))  # executing|succeeded|failed|needs_human
     result: Mapped[Any | None] = mapped_column(JSONType)
+    #: ``host:pid:nonce`` of the process that claimed it: a claim whose process died is abandoned.
+    holder: Mapped[str | None] = mapped_column(String(96))
     created_at: Mapped[datetime] = mapped_column(TS)
     updated_at: Mapped[datetime] = mapped_column(TS)
 

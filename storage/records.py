@@ -70,6 +70,8 @@ class Proposal:
     args_hash: str
     principal: str
     step: int
+    #: ``None``: the model proposed it; else what the runtime acted on (``confirmation:cnf_…``).
+    origin: str | None = None
     decision: str | None
     reason: str | None
     idempotency_key: str | None
@@ -95,6 +97,10 @@ class Confirmation:
     version: int
     created_at: datetime
     decided_at: datetime | None
+    target: str | None = None
+    idempotency_key: str | None = None
+    shown_at: datetime | None = None
+    outcome: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,6 +141,10 @@ class Approval:
     expires_at: datetime
     created_at: datetime
     decided_at: datetime | None
+    amount_minor: int | None = None
+    currency: str | None = None
+    #: Why policy sent it here: reason, ceiling_minor, aggregate_minor, approvals_required.
+    routing: dict[str, Any] | None = None
 
     def as_public(self) -> dict[str, Any]:
         """The JSON shape the HTTP API and CLI show."""
@@ -158,6 +168,9 @@ class Approval:
             "evidence": list(self.evidence),
             "provenance": self.provenance,
             "policyVersion": self.policy_version,
+            "amount": ({"amountMinor": self.amount_minor, "currency": self.currency}
+                       if self.amount_minor is not None else None),
+            "routing": self.routing,
             "result": self.result,
             "supersededBy": self.superseded_by,
             "expiresAt": self.expires_at.isoformat(),
@@ -175,3 +188,5 @@ class LedgerEntry:
     proposal_id: str | None
     run_id: str | None
     arguments: Any = field(default=None)
+    created_at: datetime | None = None
+    holder: str | None = None

@@ -93,6 +93,7 @@ async def _add_refund(
     return_id: str | None,
     captured: int,
     refunded: int,
+    kind: str = "refund",
 ) -> StoreRefundRow:
     row = StoreRefundRow(
         id=new_id("R"),
@@ -101,6 +102,7 @@ async def _add_refund(
         currency=order.currency,
         reason_code=reason_code,
         return_id=return_id,
+        kind=kind,
         created_at=now,
     )
     s.add(row)
@@ -182,6 +184,7 @@ async def cancel_order(s: AsyncSession, now: datetime, customer_id: str, order_i
             return_id=None,
             captured=captured,
             refunded=refunded,
+            kind="cancellation",
         )
     order.status = "CANCELLED"
     await s.flush()

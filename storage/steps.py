@@ -13,17 +13,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, insert, update
+from sqlalchemy import Connection, Table, bindparam, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from storage.audit import AuditEvent, append_audit_sync
 from storage.db import WriteContext
-from storage.models import ConversationRow, MessageRow, ProposalRow, RunRow, TokenUsageRow
+from storage.models import ConfirmationRow, ConversationRow, JobRow, MessageRow, ProposalRow, RunRow, TokenUsageRow
 
 _CONV: Table = ConversationRow.__table__  # type: ignore[assignment]
 _MSG: Table = MessageRow.__table__  # type: ignore[assignment]
 _PROP: Table = ProposalRow.__table__  # type: ignore[assignment]
 _RUN: Table = RunRow.__table__  # type: ignore[assignment]
 _USAGE: Table = TokenUsageRow.__table__  # type: ignore[assignment]
+_CONF: Table = ConfirmationRow.__table__  # type: ignore[assignment]
+_JOBS: Table = JobRow.__table__  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +39,29 @@ class NewProposal:
     principal: str
     step: int
     policy_version: str
+    #: ``None``: the model's; else what the runtime acted on (``confirmation:cnf_…``).
+    origin: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfirmationMove:
+    """A compare-and-set of one confirmation's status inside the step's transaction."""
+
+    id: str
+    expected_version: int
+    from_status: str
+    to_status: str
+    at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewJob:
+    """Background work that must exist exactly when the step commits (insert-if-absent on ``dedup_key``)."""
+
+    kind: str
+    payload: dict[str, Any]
+    dedup_key: str
+    run_after: datetime
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,17 +102,31 @@ class StepWrite:
     audit: list[AuditEvent] = field(default_factory=list)
     #: Expected next seq: a concurrent writer on the same conversation loses (IntegrityError).
     expect_seq: int | None = None
+    #: A runtime event's identity: when the conversation already holds it, the whole step is skipped.
+    event_key: str | None = None
+    confirmation_move: ConfirmationMove | None = None
+    #: ``(confirmation id, outcome)``: what a confirmation led to, recorded with the outcome itself.
+    confirmation_outcome: tuple[str, dict[str, Any]] | None = None
+    jobs: list[NewJob] = field(default_factory=list)
 
 
 class ConcurrentTurn(Exception):
     """Another writer appended to this conversation first."""
 
 
+class LostRace(Exception):
+    """A compare-and-set inside a step found the row moved on; nothing of the step was written."""
 
 
-def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: datetime) -> int:
+def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: datetime) -> int | None:
+    """Apply ``step``; the conversation's next seq, or ``None`` when ``event_key`` was already there."""
     # Core statements, batched: this runs once or twice per agent step, and
     # the runtime's own cost per step is a design target (bench/step_cost.py).
+    if step.event_key is not None and conn.execute(_EVENT_SEEN, {
+            "c": step.conversation_id, "k": step.event_key}).first() is not None:
+        return None
+    if step.confirmation_move is not None:
+        _move_confirmation(conn, step.confirmation_move)
     n = len(step.messages)
     params: dict[str, Any] = {"c_id": step.conversation_id, "c_n": n, "c_now": now}
     if step.loaded_groups is not None:
@@ -102,14 +142,15 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
     if step.messages:
         conn.execute(_INSERT_MSG, [
             {"conversation_id": step.conversation_id, "seq": first + i, "role": role,
-             "content": content, "run_id": step.run_id, "created_at": now}
+             "content": content, "run_id": step.run_id, "event_key": step.event_key if i == 0 else None,
+             "created_at": now}
             for i, (role, content) in enumerate(step.messages)
         ])
     if step.new_proposals:
         conn.execute(_INSERT_PROP, [
             {"id": p.id, "run_id": step.run_id, "conversation_id": step.conversation_id,
              "tool_use_id": p.tool_use_id, "tool": p.tool, "arguments": p.arguments,
-             "args_hash": p.args_hash, "principal": p.principal, "step": p.step,
+             "args_hash": p.args_hash, "principal": p.principal, "step": p.step, "origin": p.origin,
              "policy_version": p.policy_version, "created_at": now, "is_error": False}
             for p in step.new_proposals
         ])
@@ -137,10 +178,31 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
             "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
             "cache_creation_tokens": u.cache_creation_tokens, "cache_read_tokens": u.cache_read_tokens,
             "created_at": now})
+    if step.confirmation_outcome is not None:
+        cid, outcome = step.confirmation_outcome
+        conn.execute(_SET_CONF_OUTCOME, {"cid": cid, "outcome": outcome})
+    for job in step.jobs:
+        _insert_job(conn, job, now)
     if step.audit:
         append_audit_sync(conn, step.audit, ctx.audit_head)
         ctx.audit_events.extend(step.audit)
     return next_seq
+
+
+def _move_confirmation(conn: Connection, m: ConfirmationMove) -> None:
+    res = conn.execute(
+        update(_CONF).where(_CONF.c.id == m.id, _CONF.c.version == m.expected_version,
+                            _CONF.c.status == m.from_status)
+        .values(status=m.to_status, version=m.expected_version + 1, decided_at=m.at))
+    if res.rowcount != 1:
+        raise LostRace(f"confirmation {m.id} is no longer {m.from_status} at version {m.expected_version}")
+
+
+def _insert_job(conn: Connection, job: NewJob, now: datetime) -> None:
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    conn.execute(dialect.insert(_JOBS).values(
+        kind=job.kind, payload=job.payload, dedup_key=job.dedup_key, status="queued", attempts=0,
+        run_after=job.run_after, created_at=now).on_conflict_do_nothing(index_elements=["dedup_key"]))
 
 
 # Statements are built once (per shape) and reused: building and coercing Core
@@ -148,6 +210,10 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
 _INSERT_MSG = insert(_MSG)
 _INSERT_PROP = insert(_PROP)
 _INSERT_USAGE = insert(_USAGE)
+_EVENT_SEEN = select(_MSG.c.id).where(_MSG.c.conversation_id == bindparam("c"),
+                                      _MSG.c.event_key == bindparam("k")).limit(1)
+_SET_CONF_OUTCOME = update(_CONF).where(_CONF.c.id == bindparam("cid")).values(
+    outcome=bindparam("outcome", type_=_CONF.c.outcome.type))
 _UPDATE_OUTCOME = update(_PROP).where(_PROP.c.id == bindparam("o_id")).values(
     decision=bindparam("o_decision"), reason=bindparam("o_reason"), result=bindparam("o_result"),
     is_error=bindparam("o_is_error"), idempotency_key=bindparam("o_key"))

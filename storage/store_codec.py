@@ -129,6 +129,7 @@ def refund(row: StoreRefundRow) -> Refund:
         created_at=row.created_at,
         reason_code=row.reason_code,
         return_id=row.return_id,
+        kind="cancellation" if row.kind == "cancellation" else "refund",
     )
 
 

@@ -222,7 +222,10 @@ def _doc(d: StoreKnowledgeDocRow) -> dict[str, Any]:
 
 
 def _refund(r: StoreRefundRow) -> dict[str, Any]:
-    return _pick(r, "id order_id amount_minor currency created_at reason_code return_id")
+    out = _pick(r, "id order_id amount_minor currency created_at reason_code return_id")
+    if r.kind == "cancellation":  # plain refunds round-trip without the key
+        out["kind"] = r.kind
+    return out
 
 
 def _fields(names: str) -> Callable[[Any], dict[str, Any]]:

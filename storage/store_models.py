@@ -172,6 +172,8 @@ class StoreRefundRow(Base):
     currency: Mapped[str] = mapped_column(String(3))
     reason_code: Mapped[str | None] = mapped_column(String(64))
     return_id: Mapped[str | None] = mapped_column(ForeignKey("store_returns.id"))
+    #: ``refund`` (issue_refund) or ``cancellation`` (the money a cancelled order gave back).
+    kind: Mapped[str] = mapped_column(String(16), default="refund", server_default="refund")
     created_at: Mapped[datetime] = mapped_column(TS, index=True)
 
 

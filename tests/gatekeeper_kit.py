@@ -229,9 +229,12 @@ async def judge(env: Env, turn: Turn, tool: str, args: Any, **kw: Any) -> Decisi
 async def confirm_exact(env: Env, turn: Turn, tool: str, args: dict[str, Any]) -> str:
     """Record that the turn's principal confirmed exactly ``tool(args)``; returns the confirmation id."""
     from agent import gates
+    from agent.decisions import NeedsConfirmation
 
     p = proposed(tool, args)
-    conf = await gates.request_confirmation(turn, p, "prop_test", env.services.registry.tools[tool].describe(args))
+    t = env.services.registry.tools[tool]
+    asked = NeedsConfirmation(summary=t.describe(args), target=t.target_of(args), key=None)
+    conf = (await gates.request_confirmation(turn, p, "prop_test", asked)).confirmation
     moved = await env.services.confirmations.transition(
         conf.id, expected_version=conf.version, from_status="pending", to_status="confirmed", at=env.clock())
     assert moved is not None

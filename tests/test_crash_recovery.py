@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from agent.history import merged
 from agent.llm.base import ModelRequest
 from agent.llm.testing import FunctionModel, tool_use_block
 from agent.notify import RecordingNotifier
 from agent.runtime import Runtime
-from agent.turn import merged
 from agent.worker import recover
 from bot.app import build_services
 from storage.db import Database

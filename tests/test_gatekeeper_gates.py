@@ -142,8 +142,10 @@ async def test_action_needs_confirmation_of_exactly_these_arguments(env: Env) ->
     assert isinstance(await judge(env, turn, "issue_refund", args), NeedsConfirmation)
     # a pending (unanswered) or declined one does not count
     from agent import gates
+    from agent.decisions import NeedsConfirmation as Asked
 
-    pending = await gates.request_confirmation(turn, proposed("issue_refund", args), "p", "s")
+    pending = (await gates.request_confirmation(turn, proposed("issue_refund", args), "p",
+                                                Asked(summary="s", target="order:O-1042", key=None))).confirmation
     assert isinstance(await judge(env, turn, "issue_refund", args), NeedsConfirmation)
     await env.services.confirmations.transition(pending.id, expected_version=pending.version,
                                                 from_status="pending", to_status="declined", at=env.clock())
@@ -336,14 +338,17 @@ async def test_reads_and_runtime_tools_carry_no_key(env: Env) -> None:
         assert isinstance(d, Execute) and d.key is None
 
 
-async def test_cancelling_a_paid_order_over_the_ceiling_needs_approval(db) -> None:
-    """A paid order's cancellation refunds what was captured: that money is routed like a refund
-    (confirmation, then a supervisor's approval above the customer's ceiling), never moved unasked."""
+@pytest.mark.parametrize("threshold", [None, 2000])
+async def test_cancelling_a_paid_order_is_not_a_refund(db: Database, threshold: int | None) -> None:
+    """Cancelling a paid, unshipped order gives its captured money back but is not routed like a
+    refund: by default the customer's confirmation alone cancels it, far above the refund ceiling;
+    a retailer who sets a cancellation threshold in the policy gets a supervisor above it."""
     from agent.llm.testing import ScriptedModel, text_block, tool_use_block
     from tests.support import C7, seeded
 
     model = ScriptedModel([])
-    h = await seeded(db, model)
+    policy = policy_with(cancellations={"approval_above": {"USD": threshold}}) if threshold else None
+    h = await seeded(db, model, policy=policy)
     store = h.services.backend
     paid = [o for o in await store.list_orders("C-7") if o.status == "PAID"]
     assert paid, "the demo dataset gives C-7 a paid order (O-1044)"
@@ -358,11 +363,19 @@ async def test_cancelling_a_paid_order_over_the_ceiling_needs_approval(db) -> No
         [tool_use_block("load_tools", {"group": "orders"})],
         [tool_use_block("cancel_order", args)],
         [text_block("Please confirm the cancellation.")],
-        [text_block("A supervisor must approve it first.")],
+        [text_block("Done.")],
     ])
     first = await h.runtime.chat(principal=C7, channel="api", message="please cancel my order")
     assert [p.kind for p in first.pending] == ["confirmation"], first
     confirmed = await h.runtime.confirm(first.pending[0].id, actor=C7, accept=True)
+    if threshold is None:
+        assert confirmed.approval is None and confirmed.result["status"] == "CANCELLED"
+        assert (await store.get_order("C-7", order.id)).status == "CANCELLED"
+        assert await store.refundable_minor("C-7", order.id) == 0
+        return
     assert confirmed.approval is not None and confirmed.approval.status == "pending"
+    assert confirmed.approval.amount_minor == refundable
+    assert confirmed.approval.routing == {"reason": "cancellation_over_threshold", "ceiling_minor": threshold,
+                                          "aggregate_minor": refundable, "approvals_required": 1}
     assert (await store.get_order("C-7", order.id)).status == "PAID"
     assert await store.refundable_minor("C-7", order.id) == refundable

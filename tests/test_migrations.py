@@ -154,3 +154,36 @@ async def test_postgres_audit_guard_refuses_update_and_delete_after_migration(bl
         assert result.ok and result.count == 2
     finally:
         await db.dispose()
+
+
+async def test_upgrade_to_0004_moves_runtime_origins_out_of_tool_use_ids(blank_url: str) -> None:
+    """Proposals the runtime made before 0004 named their origin inside ``tool_use_id``
+    (``runtime:cnf_…``); after the upgrade the origin is a column the recovery reads."""
+    await upgrade(blank_url, "0003_locks")
+    db = create_database(blank_url)
+    now = datetime.now(UTC)
+    async with db.engine.begin() as conn:
+        await conn.execute(
+            text("INSERT INTO conversations (id, channel, external_ref, principal_kind, principal_id, "
+                 "customer_id, status, loaded_groups, model, prompt_version, next_seq, meta, created_at, "
+                 "updated_at) VALUES ('conv_old', 'api', NULL, 'customer', 'C-7', 'C-7', 'open', '[]', "
+                 "'m', 'p', 0, '{}', :now, :now)"), {"now": now})
+        await conn.execute(
+            text("INSERT INTO runs (id, conversation_id, status, steps, model, prompt_version, policy_version, "
+                 "trace_id, pending_ids, state, created_at, updated_at) VALUES ('run_old', 'conv_old', "
+                 "'waiting', 0, 'm', 'p', 'v', 't', '[]', '{}', :now, :now)"), {"now": now})
+        for pid, use in (("p1", "runtime:cnf_abc"), ("p2", "runtime:apr_def"), ("p3", "toolu_1")):
+            await conn.execute(
+                text("INSERT INTO proposals (id, run_id, conversation_id, tool_use_id, tool, arguments, args_hash, "
+                     "principal, step, is_error, policy_version, created_at) VALUES (:id, 'run_old', 'conv_old', "
+                     ":use, 'issue_refund', :args, 'h', 'customer:C-7', 1, :f, 'v', :now)"),
+                {"id": pid, "use": use, "args": "{}", "now": now, "f": False})
+    await db.dispose()
+    await upgrade(blank_url)
+    db = create_database(blank_url)
+    try:
+        async with db.engine.connect() as conn:
+            rows = dict((await conn.execute(text("SELECT id, origin FROM proposals"))).all())
+        assert rows == {"p1": "confirmation:cnf_abc", "p2": "approval:apr_def", "p3": None}
+    finally:
+        await db.dispose()

@@ -644,9 +644,13 @@ async def test_ensure_fts_rebuilds_a_missing_index_over_existing_sections(
     assert "refund-policy@7#window" in [h.evidence_id for h in hits]
 
 
-def _revision_0002() -> ModuleType:
-    path = Path(storage.__file__).parent / "migrations" / "versions" / "0002_store.py"
-    spec = importlib.util.spec_from_file_location("revision_0002_store", path)
+#: The revisions that build the sandbox store's tables, in order.
+STORE_REVISIONS = ("0002_store", "0005_store_refund_kind")
+
+
+def _revision(name: str) -> ModuleType:
+    path = Path(storage.__file__).parent / "migrations" / "versions" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"revision_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -681,8 +685,9 @@ def _autogenerate_drift(conn: Connection) -> list[str]:
 
 @pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
 async def test_migration_0002_matches_the_models_serves_search_and_downgrades(dialect: str, tmp_path: Path) -> None:
-    """Revision 0002 builds what create_all builds (FTS included); its downgrade removes it."""
-    revision = _revision_0002()
+    """The store's revisions (0002 and the ones after it) build what create_all builds (FTS
+    included); their downgrades remove it."""
+    revisions = [_revision(name) for name in STORE_REVISIONS]
     pg_url = os.environ.get("SIGNOFF_TEST_PG_URL")
     if dialect == "postgresql" and not pg_url:
         pytest.skip("SIGNOFF_TEST_PG_URL not set")
@@ -696,7 +701,8 @@ async def test_migration_0002_matches_the_models_serves_search_and_downgrades(di
 
     def migrate(conn: Connection, step: str) -> None:
         with Operations.context(MigrationContext.configure(conn)):
-            getattr(revision, step)()
+            for revision in revisions if step == "upgrade" else reversed(revisions):
+                getattr(revision, step)()
 
     if dialect == "postgresql":
         admin = create_async_engine(pg_url or "")

@@ -21,6 +21,7 @@ PaymentStatus = Literal["captured", "failed", "refunded"]
 ReturnStatus = Literal["requested", "received", "refunded", "rejected"]
 MessageChannel = Literal["email", "sms"]
 KnowledgeKind = Literal["policy", "help"]
+RefundKind = Literal["refund", "cancellation"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +96,8 @@ class Refund:
     created_at: datetime
     reason_code: str | None = None
     return_id: str | None = None
+    #: ``cancellation``: money a cancelled order gave back (its own policy, not a refund's ceiling).
+    kind: RefundKind = "refund"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -119,6 +119,8 @@ class ToolContext:
     now: datetime
     #: Set by the gatekeeper for actions; derived from the operation's identity.
     idempotency_key: str | None = None
+    #: The proposal being judged: the identity of a "set it to X" operation (an address change).
+    proposal_id: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -9,7 +9,7 @@ references between collections. Every error names its JSON path::
     orders[3].customer_id: unknown customer 'C-999'
 
 Additions to the published format: customer ``payment_methods``, refund
-``reason_code``/``return_id``, return ``reason_code`` and a top-level ``as_of``
+``reason_code``/``return_id``/``kind``, return ``reason_code`` and a top-level ``as_of``
 (the time the dataset was written relative to; a loader may rebase onto now).
 """
 
@@ -164,6 +164,8 @@ class RefundRecord(_Strict):
     created_at: UtcTime
     reason_code: Code | None = None
     return_id: Id | None = None
+    #: ``cancellation``: the money a cancelled order gave back (not counted as a refund).
+    kind: Literal["refund", "cancellation"] = "refund"
 
 
 class ReturnItemRecord(_Strict):

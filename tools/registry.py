@@ -72,11 +72,20 @@ class ToolDef:
     key: KeyFn | None = None
     money: MoneyFn | None = None
     money_at_stake: MoneyLookup | None = None
+    #: Which money rule applies: a refund's ceilings and daily caps, or a cancellation's own.
+    money_kind: Literal["refund", "cancellation"] = "refund"
+    #: What the action acts on (``order:O-1042``); a new confirmation supersedes a pending one
+    #: of the same tool only on the same target. ``None``: the account as a whole.
+    target: Callable[[dict[str, Any]], str] | None = None
     #: One line for the "other groups" listing and for approval cards.
     summary: Callable[[dict[str, Any]], str] | None = None
 
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, input_schema=self.input_schema)
+
+    def target_of(self, args: dict[str, Any]) -> str:
+        """The confirmation target of a call with ``args`` (see :attr:`target`)."""
+        return self.target(args) if self.target is not None else "account"
 
     def describe(self, args: dict[str, Any]) -> str:
         if self.summary is not None:

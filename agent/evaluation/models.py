@@ -17,10 +17,10 @@ from typing import Any
 
 from agent.errors import ConfigError
 from agent.evaluation.suite import Case, ModelKind, ScriptedReply, Suite
+from agent.history import EVENT_OPEN
 from agent.llm.base import Block, ModelClient, ModelRequest, ModelResponse
 from agent.llm.testing import CompromisedModel, ScriptExhausted, make_response, text_block, tool_use_block
 from agent.planner import DemoPlanner
-from agent.turn import EVENT_OPEN
 
 OFFLINE: frozenset[str] = frozenset({"scripted", "demo", "compromised"})
 

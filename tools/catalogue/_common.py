@@ -63,6 +63,20 @@ def digest(value: Any) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def on_order(args: dict[str, Any]) -> str:
+    """The confirmation target of an action on one order."""
+    return f"order:{args['order_id']}"
+
+
+def operation(ctx: ToolContext, canonical: Any) -> str:
+    """The identity of a "set it to X" change: the proposal that asked for it.
+
+    Keying such a change on its target state would make A→B→A silently do nothing the
+    third time; the proposal is what a retry after a crash shares, and nothing else does.
+    Outside a proposal (a direct call) it is the digest of the change's ``canonical`` form."""
+    return ctx.proposal_id or digest(canonical)
+
+
 def write_key(key: KeyFn, args: dict[str, Any], ctx: ToolContext) -> str:
     """The key the gatekeeper set; the same derivation if a caller did not set one."""
     return ctx.idempotency_key or key(args, ctx)

@@ -17,7 +17,7 @@ from tools.catalogue._common import (
     bound_customer,
     contact_on_file,
     day,
-    digest,
+    operation,
     order_paid_check,
     owned_order,
     read_meta,
@@ -73,7 +73,7 @@ def _contact_change(args: dict[str, Any]) -> dict[str, str]:
 
 
 def _contact_key(args: dict[str, Any], ctx: ToolContext) -> str:
-    return f"contact:{ctx.customer_id}:{digest(_contact_change(args))}"
+    return f"contact:{ctx.customer_id}:{operation(ctx, _contact_change(args))}"
 
 
 async def _contact_check(args: dict[str, Any], ctx: ToolContext) -> None:
@@ -207,6 +207,7 @@ TOOLS: tuple[ToolDef, ...] = (
         handler=_update_contact_details,
         check=_contact_check,
         key=_contact_key,
+        target=lambda args: "contact:" + "+".join(sorted(_contact_change(args))),
         summary=_contact_summary,
     ),
     ToolDef(
@@ -235,6 +236,7 @@ TOOLS: tuple[ToolDef, ...] = (
         handler=_send_payment_link,
         check=_payment_link_check,
         key=_payment_link_key,
+        target=lambda args: f"order:{args['order_id']}" if args.get("order_id") else "payment_details",
         summary=lambda args: (
             f"Email a payment link for {args['order_id']} to the address on file"
             if args.get("order_id")

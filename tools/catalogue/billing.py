@@ -17,6 +17,7 @@ from tools.catalogue._common import (
     captured_and_failed,
     day,
     not_found,
+    on_order,
     owned_order,
     read_meta,
     write_key,
@@ -233,6 +234,7 @@ TOOLS: tuple[ToolDef, ...] = (
         check=_refund_check,
         key=_refund_key,
         money=_refund_money,
+        target=on_order,
         summary=_refund_summary,
     ),
     ToolDef(
@@ -248,6 +250,7 @@ TOOLS: tuple[ToolDef, ...] = (
         handler=_retry_payment,
         check=_retry_check,
         key=_retry_key,
+        target=on_order,
         summary=lambda args: f"Charge the saved payment method again for {args['order_id']}",
     ),
 )

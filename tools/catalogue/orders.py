@@ -19,6 +19,8 @@ from tools.catalogue._common import (
     contact_on_file,
     day,
     digest,
+    on_order,
+    operation,
     owned_order,
     read_meta,
     write_key,
@@ -134,7 +136,7 @@ def _canonical_address(raw: dict[str, Any]) -> dict[str, str]:
 
 
 def _address_key(args: dict[str, Any], ctx: ToolContext) -> str:
-    return f"address:{args['order_id']}:{digest(_canonical_address(args['address']))}"
+    return f"address:{args['order_id']}:{operation(ctx, _canonical_address(args['address']))}"
 
 
 async def _address_check(args: dict[str, Any], ctx: ToolContext) -> None:
@@ -145,6 +147,11 @@ async def _address_check(args: dict[str, Any], ctx: ToolContext) -> None:
             "The delivery address can only change before the order ships.",
             status=order.status,
         )
+    current = order.shipping_address
+    if current is not None and digest(_canonical_address(vars(current))) == digest(
+        _canonical_address(args["address"])
+    ):
+        raise ToolFailure("no_change", "The order already ships to this address.")
 
 
 async def _update_shipping_address(args: dict[str, Any], ctx: ToolContext) -> Result:
@@ -334,6 +341,8 @@ TOOLS: tuple[ToolDef, ...] = (
         key=_cancel_key,
         money_at_stake=_cancel_money,
         money=lambda args: None,
+        money_kind="cancellation",
+        target=on_order,
         summary=lambda args: f"Cancel {args['order_id']} ({args['reason_code']})",
     ),
     ToolDef(
@@ -350,6 +359,7 @@ TOOLS: tuple[ToolDef, ...] = (
         handler=_update_shipping_address,
         check=_address_check,
         key=_address_key,
+        target=on_order,
         summary=_address_summary,
     ),
     ToolDef(
@@ -364,6 +374,7 @@ TOOLS: tuple[ToolDef, ...] = (
         handler=_create_reorder,
         check=_reorder_check,
         key=_reorder_key,
+        target=on_order,
         summary=lambda args: f"Place a new order with the items of {args['order_id']}",
     ),
     ToolDef(
@@ -387,6 +398,7 @@ TOOLS: tuple[ToolDef, ...] = (
         handler=_send_message,
         check=_message_check,
         key=_message_key,
+        target=lambda args: f"message:{args['template']}:{args.get('order_id') or '-'}",
         summary=_message_summary,
     ),
 )

@@ -152,6 +152,7 @@ TOOLS: tuple[ToolDef, ...] = (
         handler=_create_return,
         check=_return_check,
         key=_return_key,
+        target=lambda args: f"order:{args['order_id']}",
         summary=_return_summary,
     ),
 )
