@@ -79,12 +79,18 @@ def normalise_reply(text: str) -> str:
     return " ".join(re.sub(r"[^a-z' ]+", " ", text.lower()).split())
 
 
-def read_reply(text: str, waiting: list[Confirmation]) -> Answer | AskWhich | None:
+#: Channels where anyone can put words in the principal's mouth more easily than a code
+#: (email: a forged or quoted "yes"): only the code from our own message answers there.
+CODE_ONLY_CHANNELS = frozenset({"email"})
+
+
+def read_reply(text: str, waiting: list[Confirmation], *, codes_only: bool = False) -> Answer | AskWhich | None:
     """What a typed message means for the principal's pending confirmations.
 
     A code the runtime showed answers its confirmation ("no CODE" declines). A bare yes/no
     answers only when exactly one confirmation waits and the runtime's own text of it
-    reached this person; otherwise the runtime asks which. Anything else is for the model.
+    reached this person (and never where ``codes_only``); otherwise the runtime asks which.
+    Anything else is for the model.
     """
     if not waiting:
         return None
@@ -98,7 +104,7 @@ def read_reply(text: str, waiting: list[Confirmation]) -> Answer | AskWhich | No
         return Answer(confirmation=by_code[codes.pop()], accept=not negative, via="code")
     if codes or (words not in AFFIRMATIVE and words not in NEGATIVE):
         return None if not codes else AskWhich(waiting=tuple(waiting))
-    if len(waiting) == 1 and waiting[0].shown_at is not None:
+    if len(waiting) == 1 and waiting[0].shown_at is not None and not codes_only:
         return Answer(confirmation=waiting[0], accept=words in AFFIRMATIVE, via="reply")
     return AskWhich(waiting=tuple(waiting))
 
@@ -151,8 +157,6 @@ async def carry_out(rt: Runtime, confirmation_id: str) -> TurnResult | None:
     conf = await s.confirmations.get(confirmation_id)
     conv = await s.conversations.get(conf.conversation_id) if conf else None
     if conf is None or conv is None or conf.status in ("pending", "superseded"):
-        return None
-    if await s.conversations.has_event(conv.id, _event_key(conf)):
         return None
     principal = Principal.from_key(conf.principal, conv.customer_id)
     turn = await rt.turn(conv, principal)

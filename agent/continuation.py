@@ -31,6 +31,11 @@ async def with_event(turn: Turn, text: str, *, key: str, audit: Sequence[AuditEv
                      messages=[("user", [event_block(text)])], run_status="running", audit=list(audit),
                      event_key=key)
     if not await turn.commit(step):
+        # Delivered before — but if the process that delivered it died before the agent
+        # answered, that answer is still owed: take the run over and give it, once.
+        run = turn.run
+        if turn.services.conversations.abandoned(run) and await turn.services.conversations.take_over_run(run):
+            return await run_loop(turn)
         return None
     turn.pending.extend(pending)
     return await run_loop(turn)

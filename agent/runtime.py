@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,7 +110,8 @@ class Runtime:
                 messages=[("user", [{"type": "text", "text": sanitize_user_text(message)}])],
                 run_status="running", loaded_groups=sorted(turn.facts.loaded_groups)))
             waiting = [c for c in await self.s.confirmations.pending(conv.id) if c.principal == acting.key]
-            match confirmations.read_reply(message, waiting):
+            codes_only = conv.channel in confirmations.CODE_ONLY_CHANNELS
+            match confirmations.read_reply(message, waiting, codes_only=codes_only):
                 case Answer(confirmation=conf, accept=accept, via=via):
                     settled = await confirmations.answer(self, conv, acting, conf, accept, via=via)
                     result = settled.turn or await run_loop(await self.turn(conv, acting))
@@ -138,7 +140,12 @@ class Runtime:
 
     async def delivered(self, result: TurnResult) -> None:
         """The reply reached its person: the confirmations it rendered now count as shown."""
-        await self.s.confirmations.mark_shown(result.shown_confirmations, self.s.clock())
+        await self.mark_shown(result.shown_confirmations)
+
+    async def mark_shown(self, confirmation_ids: Sequence[str]) -> None:
+        """The runtime's own text of these confirmations reached their principal (a face that
+        renders confirmations itself — cards, email hints — says so once it delivered them)."""
+        await self.s.confirmations.mark_shown(confirmation_ids, self.s.clock())
 
     @staticmethod
     def acting_principal(conv: Conversation, caller: Principal) -> Principal:

@@ -109,7 +109,10 @@ async def recover(rt: Runtime, *, orphan_after_s: float = 60.0) -> int:
             continue
         principal = _principal(conv)
         async with rt.lock(conv.id):
-            turn = await rt.turn(conv, principal, run=run)
+            if not await s.conversations.take_over_run(run):
+                continue  # finished meanwhile, or another process took it over
+            fresh = await s.conversations.get_run(run.id) or run
+            turn = await rt.turn(conv, principal, run=fresh)
             reply = await run_loop(turn)
         await continuation.deliver(rt, conv, reply)
     return settled

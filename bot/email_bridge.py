@@ -382,12 +382,18 @@ class EmailBridge:
         pending = await queries.pending_confirmations(rt, conv.id, principal.key)
         answer = answer_by_code(text, pending)
         if answer is not None:
-            reply = (await rt.confirm(answer[0].id, actor=principal, accept=answer[1])).reply or ""
+            settled = await rt.confirm(answer[0].id, actor=principal, accept=answer[1], via="code",
+                                       deliver_later=True)
+            reply = settled.turn.answer if settled.turn else ""
         else:
-            reply = (await rt.chat(principal=principal, channel="email", message=text,
-                                   conversation_id=conv.id)).reply
+            result = await rt.chat(principal=principal, channel="email", message=text,
+                                   conversation_id=conv.id, deliver_later=True)
+            reply = result.notice if result.outcome == "asked" else result.answer
+        # The mail lists every waiting confirmation with its code (the runtime's text, not the model's).
         waiting = await queries.pending_confirmations(rt, conv.id, principal.key)
         sent = await self._reply(mail, customer, conv, reply, waiting)
+        if sent:
+            await rt.mark_shown([c.id for c in waiting])
         return Processed(status="processed", conversation_id=conv.id, reply_sent=sent)
 
     async def _thread(self, mail: InboundEmail, principal: Principal) -> Conversation:

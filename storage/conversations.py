@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 
 from storage.audit import AuditEvent, append_audit_many, append_audit_sync
 from storage.db import Database, WriteContext
+from storage.holders import is_dead, process_id
 from storage.models import (
     CaseNoteRow,
     ConversationRow,
@@ -67,6 +68,7 @@ def to_run(row: RunRow) -> Run:
         trace_id=row.trace_id,
         pending_ids=tuple(row.pending_ids or ()),
         state=dict(row.state or {}),
+        holder=row.holder,
     )
 
 
@@ -217,6 +219,7 @@ class ConversationRepo:
             id=id,
             conversation_id=conversation_id,
             status="running",
+            holder=process_id(),
             steps=0,
             model=model,
             prompt_version=prompt_version,
@@ -259,12 +262,30 @@ class ConversationRepo:
                 proposals=[to_proposal(r) for r in proposals], tokens_used=int(tokens))
 
     async def stale_runs(self, *, older_than: datetime, limit: int = 100) -> list[Run]:
-        """Runs left ``running`` (a turn interrupted by a crash) since before ``older_than``."""
+        """Runs left ``running`` by a crash: their process is gone, or nothing moved since ``older_than``."""
         async with self.db.reader() as s:
             rows = (await s.execute(
-                select(RunRow).where(RunRow.status == "running", RunRow.updated_at < older_than).limit(limit)
+                select(RunRow).where(RunRow.status == "running").order_by(RunRow.updated_at).limit(limit * 10)
             )).scalars().all()
-            return [to_run(r) for r in rows]
+        runs = [to_run(r) for r in rows if r.updated_at is not None and (
+            aware(r.updated_at) < older_than or (r.holder is not None and is_dead(r.holder)))]  # type: ignore[operator]
+        return runs[:limit]
+
+    async def take_over_run(self, run: Run) -> bool:
+        """Make this process the holder of a ``running`` run whose holder died (or stalled);
+        false when someone else took it over, or it is no longer running."""
+        def _take(conn: Connection, _ctx: WriteContext) -> bool:
+            held = RunRow.holder.is_(None) if run.holder is None else RunRow.holder == run.holder
+            res = conn.execute(update(_RUNS).where(RunRow.id == run.id, RunRow.status == "running", held)
+                               .values(holder=process_id(), updated_at=utcnow()))
+            return bool(res.rowcount == 1)
+
+        return await self.db.write(_take)
+
+    @staticmethod
+    def abandoned(run: Run) -> bool:
+        """A ``running`` run nobody is finishing: the process holding it no longer runs."""
+        return run.status == "running" and run.holder is not None and is_dead(run.holder)
 
     async def undecided_runtime_proposals(self, *, older_than: datetime, limit: int = 100) -> list[Proposal]:
         """Proposals the runtime made for a settled confirmation whose decision a crash interrupted."""

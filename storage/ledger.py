@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
-import socket
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Sequence
@@ -25,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 
 from storage.audit import AuditEvent, append_audit_sync
 from storage.db import Database, WriteContext
+from storage.holders import is_dead, process_id
 from storage.models import LockRow, ToolExecutionRow
 from storage.records import LedgerEntry, LedgerStatus, aware
 
@@ -80,7 +79,7 @@ class Ledger:
     async def _lease(self, name: str, *, lease_s: float = LEASE_S, wait_s: float = 60.0) -> AsyncIterator[None]:
         """A lease row: insert to take it, delete to give it back; an expired one (its holder
         died) is taken over. Waits up to ``wait_s`` for a live holder."""
-        holder = f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        holder = f"{process_id()}:{uuid.uuid4().hex[:6]}"
         deadline = asyncio.get_running_loop().time() + wait_s
         while not await self.db.write(lambda conn, _ctx: _take_lease(conn, name, holder, lease_s)):
             if asyncio.get_running_loop().time() > deadline:
@@ -97,7 +96,7 @@ class Ledger:
         """``None``: the key is ours, go ahead. Otherwise the entry that already holds it."""
         now = datetime.now(UTC)
         row = {"key": key, "tool": tool, "arguments": arguments, "proposal_id": proposal_id, "run_id": run_id,
-               "status": "executing", "result": None, "holder": _process(), "created_at": now, "updated_at": now}
+               "status": "executing", "result": None, "holder": process_id(), "created_at": now, "updated_at": now}
         try:
             await self.db.write(lambda conn, _ctx: conn.execute(insert(_LEDGER).values(**row)))
             return None
@@ -150,7 +149,7 @@ class Ledger:
         no longer runs (same host), or it is older than ``older_than`` (a claim lives seconds)."""
         if entry.status != "executing":
             return False
-        if entry.holder is not None and _dead(entry.holder):
+        if entry.holder is not None and is_dead(entry.holder):
             return True
         return older_than is not None and entry.created_at is not None and entry.created_at < older_than
 
@@ -173,7 +172,7 @@ def _take_lease(conn: Connection, name: str, holder: str, lease_s: float) -> boo
     now = datetime.now(UTC)
     conn.execute(delete(_LOCKS).where(_LOCKS.c.name == name, _LOCKS.c.expires_at < now))
     current = conn.execute(select(_LOCKS.c.holder).where(_LOCKS.c.name == name)).scalar_one_or_none()
-    if current is not None and _dead(current):
+    if current is not None and is_dead(current):
         # A SQLite file is shared by processes on one host: a holder that no longer runs
         # (killed mid-action) gives its lease back now rather than at expiry.
         conn.execute(delete(_LOCKS).where(_LOCKS.c.name == name, _LOCKS.c.holder == current))
@@ -181,26 +180,3 @@ def _take_lease(conn: Connection, name: str, holder: str, lease_s: float) -> boo
         sqlite_insert(_LOCKS).values(name=name, holder=holder, expires_at=now + timedelta(seconds=lease_s))
         .on_conflict_do_nothing(index_elements=["name"]))
     return bool(cast(CursorResult[Any], taken).rowcount == 1)
-
-
-_HOST = socket.gethostname()[:40]
-_NONCE = uuid.uuid4().hex[:12]
-
-
-def _process() -> str:
-    """This process, as ledger claims name their holder (the pid read now: forks differ)."""
-    return f"{_HOST}:{os.getpid()}:{_NONCE}"
-
-
-def _dead(holder: str) -> bool:
-    host, _, rest = holder.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != _HOST or not pid_text.isdigit():
-        return False
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False

@@ -77,6 +77,8 @@ class RunRow(Base):
     trace_id: Mapped[str] = mapped_column(String(64))
     pending_ids: Mapped[list[str]] = mapped_column(JSONType, default=list)
     state: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    #: The process running it (``host:pid:nonce``) while ``running``: a dead one's turn is taken over.
+    holder: Mapped[str | None] = mapped_column(String(96))
     created_at: Mapped[datetime] = mapped_column(TS)
     updated_at: Mapped[datetime] = mapped_column(TS)
 

@@ -57,6 +57,7 @@ class Run:
     trace_id: str
     pending_ids: tuple[str, ...]
     state: dict[str, Any]
+    holder: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,6 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from storage.audit import AuditEvent, append_audit_sync
 from storage.db import WriteContext
+from storage.holders import process_id
 from storage.models import ConfirmationRow, ConversationRow, JobRow, MessageRow, ProposalRow, RunRow, TokenUsageRow
 
 _CONV: Table = ConversationRow.__table__  # type: ignore[assignment]
@@ -164,6 +165,7 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
         run: dict[str, Any] = {"r_id": step.run_id, "r_now": now}
         if step.run_status:
             run["r_status"] = step.run_status
+            run["r_holder"] = process_id() if step.run_status == "running" else None
         if step.run_steps_delta:
             run["r_steps"] = step.run_steps_delta
         if step.run_state is not None:
@@ -237,6 +239,7 @@ def _run_update(keys: frozenset[str]) -> Any:
     values: dict[str, Any] = {"updated_at": bindparam("r_now")}
     if "r_status" in keys:
         values["status"] = bindparam("r_status")
+        values["holder"] = bindparam("r_holder")
     if "r_steps" in keys:
         values["steps"] = _RUN.c.steps + bindparam("r_steps")
     if "r_state" in keys:

@@ -185,8 +185,9 @@ async def test_confirm_by_code_over_email(db: Database, smtp: tuple[Inbox, str])
     assert not any("wrote:" in t or "I can refund" in t for t in texts)  # quoted history never reached the agent
 
 
-async def test_plain_yes_confirms_and_no_with_code_declines(db: Database) -> None:
-    """"Yes" answers the single pending confirmation; a reply naming the code with a "no" declines it."""
+async def test_by_email_only_the_code_confirms_and_no_with_code_declines(db: Database) -> None:
+    """A bare "Yes" by email confirms nothing (anyone can quote or forge a yes): the runtime
+    answers with the action and its code; the code confirms; "no" with a code declines."""
     cancel = {"order_id": "O-1044", "reason_code": "customer_request", "evidence": ["cancellations@2#before-shipping"]}
     model = ScriptedModel([
         [tool_use_block("search_knowledge", {"query": "cancel an order before shipping", "kind": "policy"})],
@@ -202,6 +203,8 @@ async def test_plain_yes_confirms_and_no_with_code_declines(db: Database) -> Non
         _s, second = await deliver(client, mail("Yes\n\n> Shall I cancel O-1044?", message_id="<y2@ex.com>",
                                                 references="<y1@ex.com>"))
         assert second["conversationId"] == first["conversationId"]
+        assert (await h.services.confirmations.get(conf.id)).status == "pending"  # type: ignore[union-attr]
+        await deliver(client, mail(f"Yes {conf.code}", message_id="<y2b@ex.com>", references="<y1@ex.com>"))
         assert (await h.services.confirmations.get(conf.id)).status in ("confirmed", "consumed")  # type: ignore[union-attr]
         _s, third = await deliver(client, mail("and refund O-1042", message_id="<y3@ex.com>", references="<y1@ex.com>"))
         [conf2] = await h.services.confirmations.pending(first["conversationId"])

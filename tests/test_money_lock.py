@@ -60,7 +60,7 @@ async def test_a_killed_holders_lease_is_taken_over_at_once(tmp_path: Path) -> N
 
     from sqlalchemy import insert
 
-    from storage.ledger import _HOST
+    from storage.holders import _HOST
     from storage.models import LockRow
 
     url = f"sqlite+aiosqlite:///{tmp_path / 'lock.db'}"

@@ -1,6 +1,6 @@
 """Human gates that survive crashes: runtime events appended once, proposal origins as data,
 confirmations bound to their target, key, delivery and outcome, approvals' money and routing,
-and the process holding each ledger claim.
+and the process holding each ledger claim and running turn.
 
 Revision ID: 0004_gates
 Revises: 0003_locks
@@ -43,9 +43,13 @@ def upgrade() -> None:
         t.add_column(sa.Column("routing", _JSON, nullable=True))
     with op.batch_alter_table("tool_executions") as t:
         t.add_column(sa.Column("holder", sa.String(length=96), nullable=True))
+    with op.batch_alter_table("runs") as t:
+        t.add_column(sa.Column("holder", sa.String(length=96), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("runs") as t:
+        t.drop_column("holder")
     with op.batch_alter_table("tool_executions") as t:
         t.drop_column("holder")
     with op.batch_alter_table("approvals") as t:
