@@ -23,6 +23,7 @@ does not extend the one signed before it.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import dataclasses
@@ -257,8 +258,8 @@ async def take(log: AuditLog, *, key_file: Path, checkpoint_file: Path,
     tampered log is never signed). With ``skip_if_unchanged``, returns ``None`` instead of
     writing a checkpoint identical in seq and hash to the last one (the worker's schedule).
     """
-    key = load_or_create_signing_key(key_file)
-    last = read_last(checkpoint_file, key.public_key())
+    key = await asyncio.to_thread(load_or_create_signing_key, key_file)
+    last = await asyncio.to_thread(read_last, checkpoint_file, key.public_key())
     since = (last.seq, last.hash) if last is not None else None
     result = await log.verify(since=since)
     if not result.ok:
@@ -269,7 +270,7 @@ async def take(log: AuditLog, *, key_file: Path, checkpoint_file: Path,
     if skip_if_unchanged and last is not None and (last.seq, last.hash) == (result.count, result.head_hash):
         return None
     checkpoint = sign(key, seq=result.count, hash_=result.head_hash)
-    append(checkpoint_file, checkpoint)
+    await asyncio.to_thread(append, checkpoint_file, checkpoint)
     return checkpoint
 
 
@@ -277,8 +278,8 @@ async def verify_against(log: AuditLog, *, key_file: Path, checkpoint_file: Path
     """Verify the chain and that it still holds every checkpointed head; returns the result and
     the number of checkpoints read. The file is read before the log, so every checkpoint in it
     names a head that was committed before verification began (a busy log is no false alarm)."""
-    public_key = load_verify_key(key_file)
-    checkpoints = read_all(checkpoint_file, public_key)
+    public_key = await asyncio.to_thread(load_verify_key, key_file)
+    checkpoints = await asyncio.to_thread(read_all, checkpoint_file, public_key)
     by_seq = anchors(checkpoints)
     result = await log.verify(anchors={seq: cp.hash for seq, cp in by_seq.items()})
     cp = by_seq.get(result.checkpoint_seq) if result.checkpoint_seq is not None else None

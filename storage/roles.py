@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 #: Tables the application may only append to (and the head it may only move forward).
@@ -55,6 +55,11 @@ def app_role_grants(role: str, tables: Iterable[str], *, schema: str = "public")
     return statements
 
 
+def role_of(url: str) -> str | None:
+    """The role (user name) a database URL connects as."""
+    return make_url(url).username
+
+
 async def grant_app_role(owner_url: str, role: str) -> list[str]:
     """Connect as the owner and run :func:`app_role_grants` for every table in its current schema."""
     engine = create_async_engine(owner_url)
@@ -71,4 +76,4 @@ async def grant_app_role(owner_url: str, role: str) -> list[str]:
         await engine.dispose()
 
 
-__all__ = ["AUDIT_TABLES", "app_role_grants", "grant_app_role", "quote_ident"]
+__all__ = ["AUDIT_TABLES", "app_role_grants", "grant_app_role", "quote_ident", "role_of"]
