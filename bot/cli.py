@@ -16,6 +16,7 @@ from typing import Any
 
 from agent.errors import ConfigError, DecisionError
 from bot.settings import Settings, load_settings
+from storage.ledger import LockBusy
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -97,6 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"signoff: {exc}", file=sys.stderr)
         return 2
+    except LockBusy as exc:  # an approval's action waited too long for the customer's money lock
+        print(f"signoff: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 
