@@ -46,15 +46,36 @@ class Notifier(Protocol):
         ...
 
 
+class LogNotifier:
+    """Production's notifier until a face plugs in its own: logs ids, keeps nothing.
+
+    Summaries and follow-up texts can carry personal data (a new address, an email), so only
+    ids, statuses and reason codes are logged.
+    """
+
+    async def approval_requested(self, approval: Approval) -> None:
+        log.info("approval requested %s (%s, needs %s)", approval.id, approval.tool, approval.required_role)
+
+    async def approval_decided(self, approval: Approval) -> None:
+        log.info("approval %s is %s", approval.id, approval.status)
+
+    async def escalated(self, notice: EscalationNotice) -> None:
+        log.info("conversation %s escalated: %s", notice.conversation.id, notice.reason)
+
+    async def follow_up(self, conversation: Conversation, text: str) -> None:
+        log.info("follow-up in %s (%d characters, not delivered: no face configured)", conversation.id, len(text))
+
+
 @dataclass
 class RecordingNotifier:
-    """Keeps every notification in memory (tests, the demo) and logs it."""
+    """Keeps every notification in memory (tests, the demo) and logs it. Never in production:
+    its list grows with every event (the composition root uses :class:`LogNotifier`)."""
 
     events: list[tuple[str, Any]] = field(default_factory=list)
 
     async def approval_requested(self, approval: Approval) -> None:
         self.events.append(("approval_requested", approval))
-        log.info("approval requested %s: %s", approval.id, approval.summary)
+        log.info("approval requested %s (%s)", approval.id, approval.tool)
 
     async def approval_decided(self, approval: Approval) -> None:
         self.events.append(("approval_decided", approval))

@@ -26,6 +26,7 @@ from agent.run_control import TurnControl, TurnDesk
 from agent.services import Services
 from agent.wording import GIVE_UP_REPLY, REFUSAL_REPLY, confirmation_notice
 from storage.audit import AuditEvent
+from storage.ledger import LockBusy
 from storage.records import Approval, Conversation, Run, StoredMessage
 from storage.steps import ConcurrentTurn, LostRace, NewProposal, ProposalOutcome, StepWrite, UsageWrite
 from tools.context import Principal, ToolContext
@@ -227,8 +228,12 @@ class Turn:
                 result, is_error, key = await self.act(decision, proposed, proposal_id, ctx)
         except (ConcurrentTurn, LostRace):
             raise
+        except LockBusy:
+            decision = Reject(reason="busy", message="Another action on this account is being carried out right "
+                              "now; try once more in a moment.")
+            result, is_error, key = decision.as_result(), True, None
         except Exception:
-            log.exception("proposal %s (%s) failed", proposal_id, name)
+            log.exception("proposal %s (%s) failed", proposal_id, proposed.tool)
             decision = Reject(reason="internal_error", message="Something failed on our side while handling "
                               "this; tell the person honestly and escalate.")
             result, is_error, key = decision.as_result(), True, None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -32,14 +33,19 @@ class WorkerConfig:
     #: An ``executing`` ledger entry older than this is presumed orphaned by a crash.
     orphan_after_s: float = 60.0
     batch: int = 10
+    #: How often ``checkpoint`` runs (signing the audit head); ``None``: never.
+    checkpoint_every_s: float | None = None
 
 
 class Worker:
-    def __init__(self, runtime: Runtime, *, config: WorkerConfig | None = None, worker_id: str | None = None) -> None:
+    def __init__(self, runtime: Runtime, *, config: WorkerConfig | None = None, worker_id: str | None = None,
+                 checkpoint: Callable[[], Awaitable[object]] | None = None) -> None:
         self.rt = runtime
         self.config = config or WorkerConfig()
         self.worker_id = worker_id or f"w-{uuid.uuid4().hex[:8]}"
         self._last_sweep = 0.0
+        self._checkpoint = checkpoint
+        self._last_checkpoint: float | None = None
 
     async def run_once(self) -> int:
         """Claim and handle due jobs once; run the expiry sweep when due. Returns jobs handled."""
@@ -49,6 +55,7 @@ class Worker:
             expired = await self.rt.expire_stale()
             if expired:
                 log.info("expired %d approvals", expired)
+        await self._maybe_checkpoint(loop.time())
         jobs = await self.rt.s.jobs.claim(self.worker_id, kinds=[RESUME_JOB, CONFIRM_JOB], limit=self.config.batch)
         for job in jobs:
             try:
@@ -68,6 +75,18 @@ class Worker:
                 await self.rt.carry_out_confirmation(str(job.payload["confirmation_id"]), deliver=True)
             case _:
                 raise ValueError(f"unknown job kind {job.kind!r}")
+
+    async def _maybe_checkpoint(self, now: float) -> None:
+        every = self.config.checkpoint_every_s
+        if self._checkpoint is None or every is None:
+            return
+        if self._last_checkpoint is not None and now - self._last_checkpoint < every:
+            return
+        self._last_checkpoint = now
+        try:
+            await self._checkpoint()
+        except Exception:  # a refused or failed checkpoint is loud but never stops the jobs
+            log.exception("audit checkpoint failed")
 
     async def run_forever(self, stop: asyncio.Event) -> None:
         await recover(self.rt, orphan_after_s=self.config.orphan_after_s)

@@ -50,6 +50,7 @@ MODEL_UNAVAILABLE = "The assistant is unavailable right now; try again shortly."
 INTERNAL = "Something went wrong on our side. It has been logged."
 DATABASE_DOWN = "The database is not answering."
 METRICS_OFF = "Metrics are not enabled on this server."
+METRICS_TOKEN = "Metrics need Authorization: Bearer <SIGNOFF_METRICS_TOKEN>."
 
 # -- the email bridge -------------------------------------------------------------------
 EMAIL_NOT_CONFIGURED = "The email bridge has no shared secret configured (SIGNOFF_EMAIL_SECRET)."

@@ -13,11 +13,14 @@ from pathlib import Path
 from agent.errors import ConfigError
 from agent.llm.base import ModelClient
 from agent.metrics import InstrumentedModel, Metrics, attach_metrics
-from agent.notify import Notifier
+from agent.notify import LogNotifier, Notifier
 from agent.policy import load_policy
 from agent.runtime import Runtime
 from agent.services import Services, build_services
+from agent.worker import Worker, WorkerConfig
 from bot.settings import Settings
+from storage import checkpoints
+from storage.checkpoints import Checkpoint
 from storage.db import Database, create_database
 from storage.sandbox import SandboxStore
 from storage.store_io import load_dataset, store_is_empty
@@ -66,6 +69,24 @@ class App:
     async def close(self) -> None:
         await self.db.dispose()
 
+    async def audit_checkpoint(self, *, skip_if_unchanged: bool = False) -> Checkpoint | None:
+        """Sign the audit head into the configured checkpoint file (``signoff audit checkpoint``)."""
+        assert self.settings is not None
+        return await checkpoints.take(self.runtime.s.audit, key_file=self.settings.audit_key_path,
+                                      checkpoint_file=self.settings.audit_checkpoint_path,
+                                      skip_if_unchanged=skip_if_unchanged)
+
+    def worker(self) -> Worker:
+        """The resume/expiry worker, signing audit checkpoints on the configured schedule."""
+        every = self.settings.checkpoint_every_s if self.settings is not None else None
+        if every is None:
+            return Worker(self.runtime)
+
+        async def checkpoint() -> None:
+            await self.audit_checkpoint(skip_if_unchanged=True)
+
+        return Worker(self.runtime, config=WorkerConfig(checkpoint_every_s=every), checkpoint=checkpoint)
+
 
 async def create_app(settings: Settings, *, model: ModelClient | None = None, notifier: Notifier | None = None,
                      clock: Callable[[], datetime] | None = None, seed: bool = True) -> App:
@@ -74,11 +95,12 @@ async def create_app(settings: Settings, *, model: ModelClient | None = None, no
     policy = load_policy(settings.signoff_policy_file)
     metrics = Metrics(known_tools=build_registry().tools)
     instrumented = InstrumentedModel(model or build_model(settings, metrics), metrics)
-    services = build_services(db=db, model=instrumented, policy=policy, notifier=notifier, clock=clock)
+    services = build_services(db=db, model=instrumented, policy=policy, notifier=notifier or LogNotifier(),
+                              clock=clock)
     services = _with_email_follow_ups(services, settings)
     attach_metrics(services, metrics)
     if seed:
-        await seed_store(db, settings.signoff_store_seed)
+        await seed_store(db, settings.signoff_store_seed, production=settings.is_production)
     return App(settings=settings, db=db, runtime=Runtime(services), backend=services.backend,  # type: ignore[arg-type]
                notifier=services.notifier, metrics=metrics)
 
@@ -96,16 +118,24 @@ def _with_email_follow_ups(services: Services, settings: Settings) -> Services:
     return dataclasses.replace(services, notifier=notifier)
 
 
-async def seed_store(db: Database, path: Path | None) -> bool:
-    """Load the seed dataset when the store is empty; the bundled demo is rebased to now."""
+async def seed_store(db: Database, seed: str | None, *, production: bool = False) -> bool:
+    """Load the seed dataset when the store is empty; the bundled demo is rebased to now.
+
+    ``seed`` is a dataset file, ``"demo"`` (the bundled demo) or ``None``: the demo in
+    development, nothing in production (an empty production store stays empty).
+    """
     try:
         if not await store_is_empty(db):
             return False
     except Exception as exc:  # the tables are missing: migrations were not run
         raise ConfigError(f"SIGNOFF_DATABASE_URL: database not migrated ({type(exc).__name__}); "
                           "run `signoff db upgrade`") from None
-    bundled = path is None
-    dataset = load_dataset_file(path or demo_dataset_path())
+    if seed is None and production:
+        log.warning("the sandbox store is empty and this is production: the demo data is not loaded "
+                    "(run `signoff store load FILE`, or set SIGNOFF_STORE_SEED to a dataset file or `demo`)")
+        return False
+    bundled = seed in (None, "demo")
+    dataset = load_dataset_file(demo_dataset_path() if bundled else Path(str(seed)))
     await load_dataset(db, dataset, rebase_to=datetime.now(UTC) if bundled else None)
-    log.info("seeded the sandbox store from %s", path or "the bundled demo dataset")
+    log.info("seeded the sandbox store from %s", "the bundled demo dataset" if bundled else seed)
     return True

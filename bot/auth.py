@@ -7,7 +7,9 @@ The principal comes from a verified token, never from a request body:
   an allow-list and decides the key source, so an HS token is never checked
   against a public key and ``none`` is never accepted.
 * ``exp``, ``sub`` and ``role`` are required; ``aud``/``iss`` are checked when
-  configured.
+  configured, and must be configured (so are required) with a JWKS. A token
+  may live at most ``max_ttl_s`` (``exp - iat``, or ``exp - now`` without ``iat``).
+* An HS256 secret is at least 32 bytes.
 * A customer must exist in the backend; staff must exist in the dataset's
   staff list with exactly the claimed role.
 """
@@ -23,6 +25,7 @@ from typing import Any, Literal
 import jwt
 from jwt import PyJWKClient
 
+from agent.errors import ConfigError
 from bot import api_wording as say
 from bot.api_wording import ApiError
 from tools.backend import CommerceBackend
@@ -33,6 +36,8 @@ ROLES: tuple[Role, ...] = ("customer", "rep", "supervisor")
 HS_ALGORITHMS = frozenset({"HS256"})
 JWKS_ALGORITHMS = frozenset({"RS256", "ES256"})
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
+MIN_SECRET_BYTES = 32
+DEFAULT_MAX_TTL_S = 24 * 3600
 _ID = re.compile(ID_PATTERN)
 
 
@@ -50,7 +55,20 @@ class AuthConfig:
     issuer: str | None = None
     leeway_s: int = 30
     jwks_cache_s: int = 300
+    #: After an unknown ``kid``, at most one forced JWKS refetch per this many seconds (PyJWT ≥ 2.14).
+    jwks_cooldown_s: float = 30.0
     jwks_timeout_s: float = 5.0
+    #: The longest lifetime a token may claim.
+    max_ttl_s: int = DEFAULT_MAX_TTL_S
+
+    def __post_init__(self) -> None:
+        if self.secret is not None and len(self.secret.encode()) < MIN_SECRET_BYTES:
+            raise ConfigError(f"SIGNOFF_JWT_SECRET: must be at least {MIN_SECRET_BYTES} bytes for HS256")
+        if self.jwks_url and not (self.audience and self.issuer):
+            raise ConfigError("SIGNOFF_JWT_AUDIENCE: SIGNOFF_JWT_AUDIENCE and SIGNOFF_JWT_ISSUER are required "
+                              "when SIGNOFF_JWKS_URL is set")
+        if self.max_ttl_s <= 0:
+            raise ConfigError("SIGNOFF_JWT_MAX_TTL_S: must be positive")
 
     @property
     def configured(self) -> bool:
@@ -61,7 +79,8 @@ class AuthConfig:
         if settings is None:
             return cls()
         return cls(secret=settings.signoff_jwt_secret, jwks_url=settings.signoff_jwks_url,
-                   audience=settings.signoff_jwt_audience, issuer=settings.signoff_jwt_issuer)
+                   audience=settings.signoff_jwt_audience, issuer=settings.signoff_jwt_issuer,
+                   max_ttl_s=settings.signoff_jwt_max_ttl_s)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,7 +104,8 @@ class Authenticator:
         self.config = config
         self.backend = backend
         self._jwks = (PyJWKClient(config.jwks_url, cache_keys=True, lifespan=config.jwks_cache_s,
-                                  timeout=config.jwks_timeout_s) if config.jwks_url else None)
+                                  timeout=config.jwks_timeout_s, cooldown_duration=config.jwks_cooldown_s)
+                      if config.jwks_url else None)
 
     async def authenticate(self, authorization: str | None) -> Caller:
         """The caller behind an ``Authorization`` header; raises :class:`AuthError`."""
@@ -126,7 +146,20 @@ class Authenticator:
             raise _bad("signature or claims invalid") from None
         if not isinstance(claims, dict):
             raise _bad("claims are not an object")
+        self._check_lifetime(claims)
         return claims
+
+    def _check_lifetime(self, claims: dict[str, Any]) -> None:
+        """Refuse a token that claims to live longer than ``max_ttl_s`` (a leaked one stays useful
+        no longer than that): ``exp - iat``, or ``exp - now`` when it carries no ``iat``."""
+        exp, iat = claims.get("exp"), claims.get("iat")
+        if not isinstance(exp, int | float) or isinstance(exp, bool):
+            raise _bad("exp must be a number")
+        now = time.time()
+        # An iat in the future buys no extra life.
+        start = min(float(iat), now) if isinstance(iat, int | float) and not isinstance(iat, bool) else now
+        if exp - start > self.config.max_ttl_s:
+            raise _bad(f"token lifetime exceeds {self.config.max_ttl_s} seconds")
 
     async def _key_for(self, alg: Any, token: str) -> Any:
         if alg in HS_ALGORITHMS and self.config.secret:

@@ -16,6 +16,7 @@ from typing import Any
 
 from agent.errors import ConfigError, DecisionError
 from bot.settings import Settings, load_settings
+from storage.ledger import LockBusy
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,12 +31,15 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--no-worker", action="store_true", help="do not run the resume/expiry worker in-process")
+    serve.add_argument("--metrics-port", type=int,
+                       help="serve /metrics only on this port (same host), not on the main one")
 
     sub.add_parser("worker", help="the resume/expiry worker alone")
 
     db = sub.add_parser("db", help="database migrations")
     db_sub = db.add_subparsers(dest="db_command", required=True)
-    db_sub.add_parser("upgrade", help="Alembic migrations to head")
+    db_sub.add_parser("upgrade", help="Alembic migrations to head (as SIGNOFF_MIGRATION_DATABASE_URL when set, "
+                                      "then the application's PostgreSQL role is granted what it needs)")
 
     store = sub.add_parser("store", help="the sandbox store")
     store_sub = store.add_subparsers(dest="store_command", required=True)
@@ -62,7 +66,13 @@ def _parser() -> argparse.ArgumentParser:
 
     audit = sub.add_parser("audit", help="the audit chain")
     audit_sub = audit.add_subparsers(dest="audit_command", required=True)
-    audit_sub.add_parser("verify", help="exit 0 and a count when the chain holds; else exit 1")
+    verify = audit_sub.add_parser("verify", help="exit 0 and a count when the chain holds (and every "
+                                  "checkpointed head is still in it); else exit 1")
+    verify.add_argument("--checkpoint", type=Path,
+                        help="checkpoint file to verify against (default: SIGNOFF_AUDIT_CHECKPOINT_FILE, if it exists)")
+    checkpoint = audit_sub.add_parser("checkpoint", help="sign the current head (Ed25519, key outside the "
+                                      "database) and append it to a checkpoint file")
+    checkpoint.add_argument("--out", type=Path, help="checkpoint file (default: SIGNOFF_AUDIT_CHECKPOINT_FILE)")
 
     ev = sub.add_parser("eval", help="run evaluation suites")
     ev.add_argument("suites", nargs="*")
@@ -73,11 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--record", type=Path, help="write this run's tool selections as JSON lines")
     ev.add_argument("--workers", type=int, help="worker processes for offline models (default: CPUs, max 4)")
 
-    tok = sub.add_parser("token", help="a development JWT (HS256 with SIGNOFF_JWT_SECRET)")
+    tok = sub.add_parser("token", help="a development JWT (HS256 with SIGNOFF_JWT_SECRET) for a person in the store")
     tok.add_argument("--sub", required=True)
     tok.add_argument("--role", required=True, choices=["customer", "rep", "supervisor"])
     tok.add_argument("--customer")
-    tok.add_argument("--ttl", type=int, default=3600)
+    tok.add_argument("--ttl", type=int, default=3600, help="seconds (at most SIGNOFF_JWT_MAX_TTL_S)")
     return p
 
 
@@ -88,6 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"signoff: {exc}", file=sys.stderr)
         return 2
+    except LockBusy as exc:  # an approval's action waited too long for the customer's money lock
+        print(f"signoff: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
 
@@ -106,12 +119,16 @@ async def _dispatch(args: argparse.Namespace) -> int:
         case "approvals":
             return await _approvals(settings, args)
         case "audit":
-            return await _audit_verify(settings)
+            if args.audit_command == "checkpoint":
+                return await _audit_checkpoint(settings, args.out)
+            return await _audit_verify(settings, args.checkpoint)
         case "token":
-            return _token(settings, args)
+            return await _token(settings, args)
         case "serve":
+            settings.require_model("serve")
             return await _serve(settings, args)
         case "worker":
+            settings.require_model("worker")
             return await _worker(settings)
         case "eval":
             from agent.evaluation.runner import run_cli
@@ -123,9 +140,23 @@ async def _dispatch(args: argparse.Namespace) -> int:
 
 async def _db_upgrade(settings: Settings) -> int:
     from storage.migrate import upgrade
+    from storage.roles import grant_app_role, role_of
 
-    await upgrade(settings.signoff_database_url)
-    print(f"database at head: {_redact(settings.signoff_database_url)}")
+    app_url = settings.signoff_database_url
+    owner_url = settings.signoff_migration_database_url or app_url
+    await upgrade(owner_url)
+    print(f"database at head: {_redact(owner_url)}")
+    if not app_url.startswith("postgresql"):
+        return 0
+    app_role, owner_role = role_of(app_url), role_of(owner_url)
+    if app_role is None or app_role == owner_role:
+        print("signoff: warning: the application connects as the role that owns the audit tables, so it could "
+              "disable their guards; set SIGNOFF_MIGRATION_DATABASE_URL to an owner role (README: Deployment on "
+              "PostgreSQL)", file=sys.stderr)
+        return 0
+    await grant_app_role(owner_url, app_role)
+    print(f"granted {app_role} the application's privileges (audit_events: SELECT, INSERT; "
+          "audit_head: SELECT, UPDATE (seq, hash))")
     return 0
 
 
@@ -216,27 +247,80 @@ async def _approvals(settings: Settings, args: argparse.Namespace) -> int:
         await app.close()
 
 
-async def _audit_verify(settings: Settings) -> int:
+async def _audit_verify(settings: Settings, checkpoint_file: Path | None) -> int:
+    """The chain, and every checkpointed head in it: ``--checkpoint FILE``, else the configured
+    (or default) checkpoint file when it exists, so an emptied log with checkpoints never passes."""
+    from storage import checkpoints
     from storage.audit import AuditLog
     from storage.db import create_database
 
+    path = checkpoint_file or settings.audit_checkpoint_path
+    exists = _exists(path)
+    if checkpoint_file is not None and not exists:
+        print(f"signoff: {checkpoint_file}: no such checkpoint file", file=sys.stderr)
+        return 1
+    use = exists
     db = create_database(settings.signoff_database_url)
     try:
-        result = await AuditLog(db).verify()
+        log = AuditLog(db)
+        if use:
+            result, count = await checkpoints.verify_against(log, key_file=settings.audit_key_path,
+                                                             checkpoint_file=path)
+        else:
+            result, count = await log.verify(), 0
+    except checkpoints.CheckpointError as exc:
+        print(f"audit checkpoints BROKEN: {exc}", file=sys.stderr)
+        return 1
     finally:
         await db.dispose()
     if result.ok:
-        print(f"audit chain verified: {result.count} events")
+        against = f" and {count} checkpoints in {path}" if use else f" (no checkpoints at {path})"
+        print(f"audit chain verified: {result.count} events{against}")
         return 0
     print(f"audit chain BROKEN at seq {result.broken_seq}: {result.reason}", file=sys.stderr)
     return 1
 
 
-def _token(settings: Settings, args: argparse.Namespace) -> int:
+def _exists(path: Path) -> bool:
+    return path.exists()
+
+
+async def _audit_checkpoint(settings: Settings, out: Path | None) -> int:
+    from storage import checkpoints
+    from storage.audit import AuditLog
+    from storage.db import create_database
+
+    path = out or settings.audit_checkpoint_path
+    db = create_database(settings.signoff_database_url)
+    try:
+        cp = await checkpoints.take(AuditLog(db), key_file=settings.audit_key_path, checkpoint_file=path)
+    except checkpoints.CheckpointError as exc:
+        print(f"signoff: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        await db.dispose()
+    assert cp is not None
+    print(f"checkpoint: seq {cp.seq} hash {cp.hash[:16]}… signed with key {cp.key_id} "
+          f"({settings.audit_key_path}), appended to {path}")
+    return 0
+
+
+async def _token(settings: Settings, args: argparse.Namespace) -> int:
+    """A development helper: mints only for people in the store, with their role, for a bounded time."""
     if not settings.signoff_jwt_secret:
         raise ConfigError("SIGNOFF_JWT_SECRET: required to mint a development token")
+    print("signoff token: a development helper; in production tokens come from your identity provider",
+          file=sys.stderr)
+    max_ttl = settings.signoff_jwt_max_ttl_s
+    if not 0 < args.ttl <= max_ttl:
+        print(f"signoff: --ttl must be between 1 and {max_ttl} seconds (SIGNOFF_JWT_MAX_TTL_S)", file=sys.stderr)
+        return 2
     if args.role == "customer" and args.customer and args.customer != args.sub:
         print("signoff: a customer's token is for their own account (--customer must equal --sub)", file=sys.stderr)
+        return 2
+    refusal = await _token_refusal(settings, args)
+    if refusal:
+        print(f"signoff: {refusal}", file=sys.stderr)
         return 2
     from bot.auth import make_token
 
@@ -245,16 +329,45 @@ def _token(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _token_refusal(settings: Settings, args: argparse.Namespace) -> str | None:
+    """Why the store does not back this token (``None``: it does)."""
+    from storage.db import create_database
+    from storage.sandbox import SandboxStore
+
+    db = create_database(settings.signoff_database_url)
+    try:
+        store = SandboxStore(db)
+        try:
+            if args.role == "customer":
+                if await store.get_customer(args.sub) is None:
+                    return f"no customer {args.sub} in the store; refusing to mint a token for them"
+                return None
+            staff = await store.get_staff(args.sub)
+            if staff is None:
+                return f"no staff member {args.sub} in the store; refusing to mint a {args.role} token"
+            if staff.role != args.role:
+                return f"{args.sub} is a {staff.role} in the store, not a {args.role}; refusing"
+            if args.customer and await store.get_customer(args.customer) is None:
+                return f"no customer {args.customer} in the store (--customer)"
+            return None
+        except Exception as exc:  # the store's tables are missing
+            raise ConfigError(f"SIGNOFF_DATABASE_URL: cannot read the store ({type(exc).__name__}); "
+                              "run `signoff db upgrade` and load a dataset") from None
+    finally:
+        await db.dispose()
+
+
 async def _serve(settings: Settings, args: argparse.Namespace) -> int:
     from bot.app import create_app
     from bot.http import serve
     from bot.logging import configure_logging
 
     configure_logging(json=True)
+    listen = (args.host, args.metrics_port) if args.metrics_port else settings.metrics_listen
     app = await create_app(settings)
     try:
         await serve(app, host=args.host, port=args.port, worker=not args.no_worker,
-                    metrics_render=app.metrics.render if app.metrics else None)
+                    metrics_render=app.metrics.render if app.metrics else None, metrics_listen=listen)
     finally:
         await app.close()
     return 0
@@ -263,7 +376,6 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> int:
 async def _worker(settings: Settings) -> int:
     import signal
 
-    from agent.worker import Worker
     from bot.app import create_app
     from bot.logging import configure_logging
 
@@ -274,7 +386,7 @@ async def _worker(settings: Settings) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await Worker(app.runtime).run_forever(stop)
+        await app.worker().run_forever(stop)
     finally:
         await app.close()
     return 0

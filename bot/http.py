@@ -3,12 +3,18 @@
 Every error is JSON ``{"error", "message"}``; a client mistake is never a 5xx.
 ``serve`` runs the site and, unless told not to, the resume/expiry worker as an
 owned background task, and shuts both down cleanly on SIGINT/SIGTERM.
+
+``/metrics`` can be closed to the public: with ``SIGNOFF_METRICS_TOKEN`` it wants
+``Authorization: Bearer <token>``; with a separate listen address
+(``SIGNOFF_METRICS_ADDR`` / ``serve --metrics-port``) it is served only there.
+``/healthz`` stays open.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -18,7 +24,6 @@ from aiohttp import web
 
 from agent import queries
 from agent.errors import DecisionError, ModelUnavailable
-from agent.worker import Worker
 from bot import api, email_bridge
 from bot import api_wording as say
 from bot.api_wording import STATUS, ApiError
@@ -26,6 +31,7 @@ from bot.app import App
 from bot.auth import AuthConfig, Authenticator
 from bot.email_bridge import EmailBridge, EmailConfig
 from bot.smtp import Mailer, SmtpMailer
+from storage.ledger import LockBusy
 from storage.steps import ConcurrentTurn
 
 log = logging.getLogger(__name__)
@@ -36,8 +42,14 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def make_web_app(app: App, *, metrics_render: Callable[[], bytes] | None = None,
                  extra_routes: Iterable[web.AbstractRouteDef] = (), auth: AuthConfig | None = None,
-                 email: EmailConfig | None = None, mailer: Mailer | None = None) -> web.Application:
-    """The whole HTTP surface over one :class:`App`; settings come from ``app.settings`` unless given."""
+                 email: EmailConfig | None = None, mailer: Mailer | None = None,
+                 metrics_token: str | None = None) -> web.Application:
+    """The whole HTTP surface over one :class:`App`; settings come from ``app.settings`` unless given.
+
+    ``metrics_token`` (default ``SIGNOFF_METRICS_TOKEN``) guards ``/metrics`` with a bearer token.
+    """
+    if metrics_token is None and app.settings is not None:
+        metrics_token = app.settings.signoff_metrics_token
     auth = auth or AuthConfig.from_settings(app.settings)
     email = email or EmailConfig.from_settings(app.settings)
     if mailer is None and email.smtp is not None:
@@ -45,7 +57,7 @@ def make_web_app(app: App, *, metrics_render: Callable[[], bytes] | None = None,
     web_app = web.Application(middlewares=[errors], client_max_size=email.max_body)
     web_app[api.STATE] = api.make_state(app, Authenticator(auth, app.backend))
     web_app[email_bridge.EMAIL] = EmailBridge(app, email, mailer=mailer)
-    web_app[_METRICS] = _Metrics(metrics_render)
+    web_app[_METRICS] = _Metrics(metrics_render, metrics_token)
     web_app.router.add_get("/healthz", healthz)
     web_app.router.add_get("/metrics", metrics)
     web_app.router.add_post("/email/inbound", email_bridge.inbound)
@@ -57,6 +69,7 @@ def make_web_app(app: App, *, metrics_render: Callable[[], bytes] | None = None,
 @dataclass(frozen=True)
 class _Metrics:
     render: Callable[[], bytes] | None
+    token: str | None = None
 
 
 _METRICS: web.AppKey[_Metrics] = web.AppKey("signoff_metrics", _Metrics)
@@ -69,10 +82,27 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    render = request.app[_METRICS].render
-    if render is None:
+    state = request.app[_METRICS]
+    if state.render is None:
         return _error("not_found", say.METRICS_OFF)
-    return web.Response(body=render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+    if state.token is not None:
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), state.token.encode()):
+            response = _error("unauthorized", say.METRICS_TOKEN)
+            response.headers["WWW-Authenticate"] = 'Bearer realm="metrics"'
+            return response
+    return web.Response(body=state.render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+
+def make_metrics_app(app: App, *, metrics_render: Callable[[], bytes] | None,
+                     metrics_token: str | None = None) -> web.Application:
+    """The separate metrics listener: ``/metrics`` (token-guarded when configured) and ``/healthz``."""
+    web_app = web.Application(middlewares=[errors])
+    web_app[api.STATE] = api.make_state(app, Authenticator(AuthConfig(), app.backend))
+    web_app[_METRICS] = _Metrics(metrics_render, metrics_token)
+    web_app.router.add_get("/healthz", healthz)
+    web_app.router.add_get("/metrics", metrics)
+    return web_app
 
 
 # -- errors -------------------------------------------------------------------------------
@@ -94,7 +124,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = _error(exc.code, exc.message)
     except DecisionError as exc:
         response = _error(exc.code if exc.code in STATUS else "invalid", str(exc))
-    except ConcurrentTurn:
+    except (ConcurrentTurn, LockBusy):
         response = _error("conflict", say.BUSY)
     except ModelUnavailable:
         response = _error("unavailable", say.MODEL_UNAVAILABLE)
@@ -121,9 +151,11 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
 async def serve(app: App, *, host: str, port: int, worker: bool,
                 metrics_render: Callable[[], bytes] | None = None,
                 extra_routes: Sequence[web.AbstractRouteDef] = (),
-                stop: asyncio.Event | None = None, ready: asyncio.Event | None = None) -> None:
+                stop: asyncio.Event | None = None, ready: asyncio.Event | None = None,
+                metrics_listen: tuple[str, int] | None = None) -> None:
     """Serve until SIGINT/SIGTERM (or ``stop`` is set); with ``worker``, run the worker alongside.
 
+    With ``metrics_listen`` (host, port), ``/metrics`` is served there and not on the main site.
     ``ready`` is set once the site is listening (tests, supervisors).
     """
     stop = stop or asyncio.Event()
@@ -133,17 +165,27 @@ async def serve(app: App, *, host: str, port: int, worker: bool,
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
             installed.append(sig)
-    runner = web.AppRunner(make_web_app(app, metrics_render=metrics_render, extra_routes=extra_routes),
+    token = app.settings.signoff_metrics_token if app.settings is not None else None
+    main_metrics = None if metrics_listen is not None else metrics_render
+    runner = web.AppRunner(make_web_app(app, metrics_render=main_metrics, extra_routes=extra_routes),
                            access_log=None)
     await runner.setup()
+    runners = [runner]
     task: asyncio.Task[None] | None = None
     try:
         await web.TCPSite(runner, host, port).start()
+        if metrics_listen is not None:
+            metrics_runner = web.AppRunner(make_metrics_app(app, metrics_render=metrics_render, metrics_token=token),
+                                           access_log=None)
+            await metrics_runner.setup()
+            runners.append(metrics_runner)
+            await web.TCPSite(metrics_runner, *metrics_listen).start()
+            log.info("metrics on http://%s:%s/metrics", *metrics_listen)
         log.info("serving on http://%s:%s (worker %s)", host, port, "on" if worker else "off")
         if ready is not None:
             ready.set()
         if worker:
-            task = asyncio.create_task(Worker(app.runtime).run_forever(stop), name="signoff-worker")
+            task = asyncio.create_task(app.worker().run_forever(stop), name="signoff-worker")
             task.add_done_callback(_log_failure)
         await stop.wait()
     finally:
@@ -155,7 +197,8 @@ async def serve(app: App, *, host: str, port: int, worker: bool,
                 await asyncio.wait_for(task, timeout=10)
             except Exception:
                 log.exception("the worker did not stop cleanly")
-        await runner.cleanup()
+        for r in reversed(runners):
+            await r.cleanup()
         log.info("stopped")
 
 
@@ -164,4 +207,4 @@ def _log_failure(task: asyncio.Task[None]) -> None:
         log.error("the worker stopped with an error", exc_info=task.exception())
 
 
-__all__ = ["METRICS_CONTENT_TYPE", "errors", "make_web_app", "serve"]
+__all__ = ["METRICS_CONTENT_TYPE", "errors", "make_metrics_app", "make_web_app", "serve"]

@@ -7,7 +7,9 @@ environment.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -17,6 +19,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from agent.errors import ConfigError
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
+#: HS256 needs a key at least as long as its hash (RFC 7518 §3.2).
+MIN_JWT_SECRET_BYTES = 32
+DEFAULT_JWT_MAX_TTL_S = 24 * 3600
+#: How often the worker signs an audit checkpoint once a key or checkpoint file is configured.
+DEFAULT_CHECKPOINT_EVERY_S = 300.0
+_DB_URL_PREFIXES = ("sqlite+aiosqlite://", "postgresql+asyncpg://")
+_PASSWORD = re.compile(r"(://[^:/@]*):[^@]*@")
 
 
 class Settings(BaseSettings):
@@ -39,24 +48,77 @@ class Settings(BaseSettings):
     signoff_jwks_url: str | None = None
     signoff_jwt_audience: str | None = None
     signoff_jwt_issuer: str | None = None
+    signoff_jwt_max_ttl_s: int = DEFAULT_JWT_MAX_TTL_S
     signoff_policy_file: Path | None = None
-    signoff_store_seed: Path | None = None
+    signoff_store_seed: str | None = None
+    signoff_env: Literal["development", "production"] | None = None
+    signoff_migration_database_url: str | None = None
+    signoff_audit_key_file: Path | None = None
+    signoff_audit_checkpoint_file: Path | None = None
+    signoff_audit_checkpoint_every_s: float | None = None
+    signoff_metrics_token: str | None = None
+    signoff_metrics_addr: str | None = None
     signoff_smtp_url: str | None = None
     signoff_email_secret: str | None = None
     signoff_email_from: str | None = None
 
-    @field_validator("signoff_database_url")
+    @field_validator("signoff_database_url", "signoff_migration_database_url")
     @classmethod
-    def _db_url(cls, v: str) -> str:
-        if not (v.startswith("sqlite+aiosqlite://") or v.startswith("postgresql+asyncpg://")):
+    def _db_url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(_DB_URL_PREFIXES):
             raise ValueError("must be sqlite+aiosqlite://… or postgresql+asyncpg://…")
         return v
 
-    @field_validator("signoff_policy_file", "signoff_store_seed")
+    @field_validator("signoff_policy_file")
     @classmethod
     def _file_exists(cls, v: Path | None) -> Path | None:
         if v is not None and not v.is_file():
             raise ValueError(f"no such file: {v}")
+        return v
+
+    @field_validator("signoff_store_seed")
+    @classmethod
+    def _seed(cls, v: str | None) -> str | None:
+        if v is not None and v != "demo" and not Path(v).is_file():
+            raise ValueError(f"must be `demo` or a dataset file; no such file: {v}")
+        return v
+
+    @field_validator("signoff_jwt_secret")
+    @classmethod
+    def _secret(cls, v: str | None) -> str | None:
+        if v is not None and len(v.encode()) < MIN_JWT_SECRET_BYTES:
+            raise ValueError(f"must be at least {MIN_JWT_SECRET_BYTES} bytes for HS256 (got {len(v.encode())}); "
+                             "generate one with `python3 -c 'import secrets; print(secrets.token_hex(32))'`")
+        return v
+
+    @field_validator("signoff_jwt_max_ttl_s")
+    @classmethod
+    def _max_ttl(cls, v: int) -> int:
+        if v <= 0:
+            raise ValueError("must be a positive number of seconds")
+        return v
+
+    @field_validator("signoff_audit_checkpoint_every_s")
+    @classmethod
+    def _every(cls, v: float | None) -> float | None:
+        if v is not None and v < 0:
+            raise ValueError("must be 0 (off) or a positive number of seconds")
+        return v
+
+    @field_validator("signoff_metrics_token")
+    @classmethod
+    def _metrics_token(cls, v: str | None) -> str | None:
+        if v is not None and len(v) < 16:
+            raise ValueError("must be at least 16 characters")
+        return v
+
+    @field_validator("signoff_metrics_addr")
+    @classmethod
+    def _metrics_addr(cls, v: str | None) -> str | None:
+        if v is not None:
+            host, _, port = v.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:9100")
         return v
 
     @field_validator("signoff_smtp_url")
@@ -75,18 +137,81 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _provider(self) -> Settings:
-        if self.signoff_llm_provider is None:
-            self.signoff_llm_provider = "anthropic" if self.anthropic_api_key else "scripted"
         if self.signoff_llm_provider == "anthropic" and not self.anthropic_api_key:
             raise ValueError("ANTHROPIC_API_KEY: required when SIGNOFF_LLM_PROVIDER=anthropic")
         if self.signoff_llm_provider == "openai" and not self.openai_base_url:
             raise ValueError("OPENAI_BASE_URL: required when SIGNOFF_LLM_PROVIDER=openai")
         return self
 
+    @model_validator(mode="after")
+    def _jwks(self) -> Settings:
+        if self.signoff_jwks_url:
+            for name in ("signoff_jwt_audience", "signoff_jwt_issuer"):
+                if not getattr(self, name):
+                    raise ValueError(f"{name.upper()}: required when SIGNOFF_JWKS_URL is set "
+                                     "(tokens from an identity provider must name this API and their issuer)")
+        return self
+
     @property
     def provider(self) -> str:
-        assert self.signoff_llm_provider is not None
-        return self.signoff_llm_provider
+        """The model provider: as configured, else ``anthropic`` with a key and ``scripted`` without."""
+        if self.signoff_llm_provider is not None:
+            return self.signoff_llm_provider
+        return "anthropic" if self.anthropic_api_key else "scripted"
+
+    def require_model(self, command: str) -> None:
+        """A long-running face needs a real model, or an explicit choice of the offline planner."""
+        if self.signoff_llm_provider is None and not self.anthropic_api_key:
+            raise ConfigError(f"ANTHROPIC_API_KEY: required for `signoff {command}` (or set "
+                              "SIGNOFF_LLM_PROVIDER=scripted for the offline demo planner, or openai with "
+                              "OPENAI_BASE_URL)")
+
+    @property
+    def is_production(self) -> bool:
+        """``SIGNOFF_ENV=production``, or unset with a PostgreSQL database (a scale-out deployment)."""
+        if self.signoff_env is not None:
+            return self.signoff_env == "production"
+        return self.signoff_database_url.startswith("postgresql")
+
+    @property
+    def audit_key_path(self) -> Path:
+        """The Ed25519 key that signs audit checkpoints (never in the database)."""
+        return self.signoff_audit_key_file or Path.home() / ".config" / "signoff" / "audit-key.pem"
+
+    @property
+    def audit_checkpoint_path(self) -> Path:
+        """Where signed audit checkpoints are appended: one default file per database."""
+        if self.signoff_audit_checkpoint_file is not None:
+            return self.signoff_audit_checkpoint_file
+        return Path.home() / ".local" / "state" / "signoff" / f"audit-checkpoints-{self.database_id}.jsonl"
+
+    @property
+    def database_id(self) -> str:
+        """12 hex digits naming the database: its URL without password (a SQLite path made absolute)."""
+        url = _PASSWORD.sub(r"\1@", self.signoff_database_url)
+        if url.startswith("sqlite"):
+            scheme, _, path = url.partition(":///")
+            if path and path != ":memory:":
+                url = f"{scheme}:///{Path(path).resolve()}"
+        return hashlib.sha256(url.encode()).hexdigest()[:12]
+
+    @property
+    def checkpoint_every_s(self) -> float | None:
+        """The worker's checkpoint period: as configured (0 is off), else every
+        :data:`DEFAULT_CHECKPOINT_EVERY_S` once a key or checkpoint file is configured, else off."""
+        if self.signoff_audit_checkpoint_every_s is not None:
+            return self.signoff_audit_checkpoint_every_s or None
+        if self.signoff_audit_key_file or self.signoff_audit_checkpoint_file:
+            return DEFAULT_CHECKPOINT_EVERY_S
+        return None
+
+    @property
+    def metrics_listen(self) -> tuple[str, int] | None:
+        """``SIGNOFF_METRICS_ADDR`` as (host, port)."""
+        if not self.signoff_metrics_addr:
+            return None
+        host, _, port = self.signoff_metrics_addr.rpartition(":")
+        return host.strip("[]"), int(port)
 
 
 def load_settings(env: dict[str, str] | None = None) -> Settings:

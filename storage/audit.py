@@ -10,9 +10,12 @@ Events are appended inside the caller's transaction so that an event commits
 atomically with the state change it describes. On PostgreSQL a trigger refuses
 UPDATE, DELETE and TRUNCATE of ``audit_events`` (:data:`PG_AUDIT_GUARD_SQL`).
 
-The chain is unkeyed: it proves integrity against edits that leave the head
-alone, not against someone who rewrites rows *and* the head. Anchor
-:attr:`VerifyResult.head_hash` outside the database for that.
+The chain is unkeyed: by itself it proves integrity against edits that leave
+the head alone, not against someone who rewrites rows *and* the head, or
+empties the table. Signed checkpoints kept outside the database
+(:mod:`storage.checkpoints`, ``verify(anchors=...)``) close that gap; on
+PostgreSQL the application's role also lacks the privileges to try
+(:mod:`storage.roles`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import hashlib
 import json
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -184,6 +187,8 @@ class VerifyResult:
     broken_seq: int | None = None
     reason: str | None = None
     head_hash: str | None = None
+    #: The checkpointed seq the log failed to match, when a checkpoint caught it.
+    checkpoint_seq: int | None = None
 
 
 # --------------------------------------------------------------------------- hashing
@@ -345,7 +350,8 @@ class AuditLog:
         async with self._db.sessions() as s, s.begin():
             return [_record(r) for r in (await s.execute(stmt)).all()]
 
-    async def verify(self, *, batch: int = 1000) -> VerifyResult:
+    async def verify(self, *, batch: int = 1000, anchors: Mapping[int, str] | None = None,
+                     since: tuple[int, str] | None = None) -> VerifyResult:
         """Walk the chain in seq order, ``batch`` rows per query, up to the head
         as it was when verify started (so it ends while appenders are busy).
 
@@ -354,10 +360,22 @@ class AuditLog:
         reordered rows), whose hash does not match its contents (edited row),
         or where the head disagrees with the rows (deleted tail, or a row
         inserted past the head).
+
+        ``anchors`` maps seqs to the hashes signed checkpoints hold for them
+        (:mod:`storage.checkpoints`): a row whose hash differs (history rewritten
+        and re-chained) or an anchored seq the log no longer reaches (wiped or
+        truncated, the head rewritten to match) fails too, naming the checkpoint
+        in :attr:`VerifyResult.checkpoint_seq`. ``since`` starts the walk after a
+        trusted ``(seq, hash)`` instead of at the genesis (checking only new rows).
         """
+        anchors = anchors or {}
         head = await self._snapshot()
         bound = head.seq if head.seq is not None else head.max_seq
-        last_seq, last_hash = 0, GENESIS_HASH
+        last_seq, last_hash = since or (0, GENESIS_HASH)
+        if bound < last_seq:
+            return _broken(bound + 1, f"the log ends at seq {bound}, before the checkpointed seq {last_seq}: "
+                           "rows deleted or the log wiped", checkpoint_seq=last_seq)
+        matched = last_seq
         while last_seq < bound:
             rows = await self._batch(last_seq, bound, batch)
             if not rows:
@@ -371,7 +389,19 @@ class AuditLog:
                     return _broken(seq, "prev_hash does not link to the previous row")
                 if chain_hash(last_hash, values) != values["hash"]:
                     return _broken(seq, "hash does not match the row's contents")
+                signed = anchors.get(seq)
+                if signed is not None:
+                    if signed != values["hash"]:
+                        return _broken(seq, f"seq {seq} is not the row its checkpoint signed: history between "
+                                       f"seq {matched + 1} and {seq} was rewritten and re-chained",
+                                       checkpoint_seq=seq)
+                    matched = seq
                 last_seq, last_hash = seq, values["hash"]
+        beyond = [seq for seq in anchors if seq > last_seq]
+        if beyond:
+            top = max(beyond)
+            return _broken(last_seq + 1, f"checkpointed seq {top} is gone: the log ends at seq {last_seq} "
+                           "(rows deleted or the log wiped, the head rewritten to match)", checkpoint_seq=top)
         if head.seq is None:
             if last_seq == 0:
                 return _ok(0, GENESIS_HASH)
@@ -411,8 +441,8 @@ def _ok(count: int, head_hash: str) -> VerifyResult:
     return VerifyResult(ok=True, count=count, head_hash=head_hash)
 
 
-def _broken(seq: int, reason: str) -> VerifyResult:
-    return VerifyResult(ok=False, count=seq - 1, broken_seq=seq, reason=reason)
+def _broken(seq: int, reason: str, *, checkpoint_seq: int | None = None) -> VerifyResult:
+    return VerifyResult(ok=False, count=seq - 1, broken_seq=seq, reason=reason, checkpoint_seq=checkpoint_seq)
 
 
 # --------------------------------------------------------------------------- PostgreSQL guard
@@ -448,6 +478,81 @@ PG_AUDIT_GUARD_DROP_SQL: list[str] = [
     "DROP FUNCTION IF EXISTS audit_events_append_only()",
 ]
 
-# Databases built with ``create_all`` (tests) get the guard too.
+#: DDL that makes ``audit_head`` move only forward, and only to a row that exists (migration 0004).
+#: The application must update the head to append, so privileges alone cannot stop it rewinding
+#: the head or pointing it past the rows; these triggers do. The row check is deferred to commit
+#: (the head is written before the events it names) and names the table by its own schema, so a
+#: temporary table called ``audit_events`` cannot stand in for the real one.
+PG_AUDIT_HEAD_GUARD_SQL: list[str] = [
+    """
+    CREATE OR REPLACE FUNCTION audit_head_forward_only() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP <> 'UPDATE' THEN
+            RAISE EXCEPTION USING
+                MESSAGE = 'audit_head is append-only; ' || TG_OP || ' refused',
+                ERRCODE = 'insufficient_privilege';
+        END IF;
+        IF NEW.id <> OLD.id OR NEW.seq <= OLD.seq THEN
+            RAISE EXCEPTION USING
+                MESSAGE = 'audit_head only moves forward (seq ' || OLD.seq || ' to ' || NEW.seq || ' refused)',
+                ERRCODE = 'insufficient_privilege';
+        END IF;
+        RETURN NEW;
+    END;
+    $$
+    """,
+    """
+    CREATE OR REPLACE FUNCTION audit_head_names_a_row() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        found boolean;
+    BEGIN
+        IF NEW.seq = 0 THEN
+            RETURN NULL;
+        END IF;
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.audit_events WHERE seq = $1 AND hash = $2)',
+                       TG_TABLE_SCHEMA)
+            INTO found USING NEW.seq, NEW.hash;
+        IF NOT found THEN
+            RAISE EXCEPTION USING
+                MESSAGE = 'audit_head names seq ' || NEW.seq || ', which is not in audit_events with that hash',
+                ERRCODE = 'integrity_constraint_violation';
+        END IF;
+        RETURN NULL;
+    END;
+    $$
+    """,
+    """
+    CREATE TRIGGER audit_head_forward_only
+    BEFORE UPDATE OR DELETE ON audit_head
+    FOR EACH ROW EXECUTE FUNCTION audit_head_forward_only()
+    """,
+    """
+    CREATE TRIGGER audit_head_no_truncate
+    BEFORE TRUNCATE ON audit_head
+    FOR EACH STATEMENT EXECUTE FUNCTION audit_head_forward_only()
+    """,
+    """
+    CREATE CONSTRAINT TRIGGER audit_head_names_a_row
+    AFTER INSERT OR UPDATE ON audit_head
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION audit_head_names_a_row()
+    """,
+]
+
+#: Reverses :data:`PG_AUDIT_HEAD_GUARD_SQL` (migration downgrade).
+PG_AUDIT_HEAD_GUARD_DROP_SQL: list[str] = [
+    "DROP TRIGGER IF EXISTS audit_head_names_a_row ON audit_head",
+    "DROP TRIGGER IF EXISTS audit_head_no_truncate ON audit_head",
+    "DROP TRIGGER IF EXISTS audit_head_forward_only ON audit_head",
+    "DROP FUNCTION IF EXISTS audit_head_names_a_row()",
+    "DROP FUNCTION IF EXISTS audit_head_forward_only()",
+]
+
+# Databases built with ``create_all`` (tests) get the guards too.
 for _statement in PG_AUDIT_GUARD_SQL:
     sa_event.listen(_EVENTS, "after_create", DDL(_statement).execute_if(dialect="postgresql"))
+for _statement in PG_AUDIT_HEAD_GUARD_SQL:
+    # DDL %-formats its text; format()'s %I must survive that.
+    sa_event.listen(_HEAD, "after_create", DDL(_statement.replace("%", "%%")).execute_if(dialect="postgresql"))

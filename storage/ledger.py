@@ -9,6 +9,7 @@ one is either in flight elsewhere or left by a crash (``recover`` finds those).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import uuid
 import weakref
@@ -19,7 +20,8 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, CursorResult, Table, delete, insert, select, text, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.audit import AuditEvent, append_audit_sync
 from storage.db import Database, WriteContext
@@ -47,33 +49,89 @@ def _entry(r: ToolExecutionRow) -> LedgerEntry:
     )
 
 
+class LockBusy(TimeoutError):
+    """The lock ``name`` stayed held by someone else for the whole bounded wait.
+
+    Recoverable: nothing was judged or executed under it, so the caller answers "busy, try
+    again" (a :class:`TimeoutError`, as the SQLite lease wait always raised).
+    """
+
+    def __init__(self, name: str, waited_s: float) -> None:
+        super().__init__(f"lock {name} is busy (waited {waited_s:g}s); try again")
+        self.name = name
+        self.waited_s = waited_s
+
+
+#: How long a money action waits for its customer's lock before :class:`LockBusy`.
+LOCK_WAIT_S = 30.0
+
+
 class Ledger:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, lock_wait_s: float = LOCK_WAIT_S) -> None:
         self.db = db
+        self.lock_wait_s = lock_wait_s
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
+    def _local(self, name: str) -> asyncio.Lock:
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = asyncio.Lock()
+        return lock
+
     @asynccontextmanager
-    async def exclusive(self, name: str) -> AsyncIterator[None]:
+    async def exclusive(self, name: str, *, wait_s: float | None = None) -> AsyncIterator[None]:
         """Hold the lock ``name`` (e.g. ``money:C-7``) while a decision is made and carried out.
 
-        PostgreSQL: a session advisory lock on a dedicated connection, so every replica and
-        worker queues for it. SQLite: an in-process lock, then a lease row in ``locks`` so other
-        processes on the same file (a separate ``signoff worker``) queue too.
+        Within a process, waiters for one name queue on an in-process lock first, so a
+        customer's queue never holds more than one database connection and cannot starve the
+        pool for everyone else. Across processes, PostgreSQL: a transaction-scoped advisory
+        lock (``pg_advisory_xact_lock``) on that one connection, waited for at most
+        ``wait_s`` (``lock_timeout``) and released when the transaction ends, whatever
+        happens (an error, a cancellation, a lost connection). SQLite: a lease row in
+        ``locks``. A wait that runs out raises :class:`LockBusy`.
         """
         if not self.db.is_postgres:
-            lock = self._locks.get(name)
-            if lock is None:
-                lock = self._locks[name] = asyncio.Lock()
-            async with lock, self._lease(name):
+            async with self._local(name), self._lease(name):
                 yield
             return
-        k = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
-        async with self.db.engine.connect() as conn:
-            await conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": k})
-            try:
+        wait = self.lock_wait_s if wait_s is None else wait_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        lock = self._local(name)
+        try:
+            async with asyncio.timeout(wait):
+                await lock.acquire()
+        except TimeoutError:
+            raise LockBusy(name, wait) from None
+        try:
+            async with self._pg_xact_lock(name, deadline, wait):
                 yield
-            finally:
-                await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": k})
+        finally:
+            lock.release()
+
+    @asynccontextmanager
+    async def _pg_xact_lock(self, name: str, deadline: float, wait: float) -> AsyncIterator[None]:
+        key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+        remaining = max(0.001, deadline - asyncio.get_running_loop().time())
+        try:
+            async with asyncio.timeout(remaining):
+                conn = await self.db.engine.connect()
+        except TimeoutError:
+            raise LockBusy(name, wait) from None
+        try:
+            # Both local to this transaction: ending it (commit, rollback, or the pool's reset of a
+            # connection closed mid-wait) releases the lock; a dropped session releases it too.
+            remaining_ms = max(1, int((deadline - asyncio.get_running_loop().time()) * 1000))
+            await conn.execute(text("SELECT set_config('lock_timeout', :t, true)"), {"t": f"{remaining_ms}ms"})
+            try:
+                await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+            except DBAPIError as exc:
+                if _lock_not_available(exc):
+                    raise LockBusy(name, wait) from None
+                raise
+            yield
+        finally:
+            await asyncio.shield(_close(conn))
 
     @asynccontextmanager
     async def _lease(self, name: str, *, lease_s: float = LEASE_S, wait_s: float = 60.0) -> AsyncIterator[None]:
@@ -83,7 +141,7 @@ class Ledger:
         deadline = asyncio.get_running_loop().time() + wait_s
         while not await self.db.write(lambda conn, _ctx: _take_lease(conn, name, holder, lease_s)):
             if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError(f"lock {name} is held elsewhere")
+                raise LockBusy(name, wait_s)
             await asyncio.sleep(0.01)
         try:
             yield
@@ -180,3 +238,22 @@ def _take_lease(conn: Connection, name: str, holder: str, lease_s: float) -> boo
         sqlite_insert(_LOCKS).values(name=name, holder=holder, expires_at=now + timedelta(seconds=lease_s))
         .on_conflict_do_nothing(index_elements=["name"]))
     return bool(cast(CursorResult[Any], taken).rowcount == 1)
+
+
+def _lock_not_available(exc: DBAPIError) -> bool:
+    """SQLSTATE 55P03: ``lock_timeout`` ran out."""
+    orig = exc.orig
+    code = getattr(orig, "sqlstate", None) or getattr(getattr(orig, "__cause__", None), "sqlstate", None)
+    return code == "55P03" or "lock timeout" in str(exc)
+
+
+async def _close(conn: AsyncConnection) -> None:
+    """End the lock's transaction and give the connection back; a connection that cannot be
+    rolled back is invalidated (its session ends, and the server releases the lock)."""
+    try:
+        await conn.rollback()
+    except Exception:
+        with contextlib.suppress(Exception):
+            await conn.invalidate()
+    with contextlib.suppress(Exception):
+        await conn.close()

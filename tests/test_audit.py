@@ -337,18 +337,35 @@ async def test_verify_names_an_inserted_row(any_db: Database, valid_hash: bool) 
     assert (result.ok, result.broken_seq, result.count) == (False, N + 1, N)
 
 
+async def as_dba_on_head(db: Database, work: Callable[[Any], Awaitable[None]]) -> None:
+    """Run ``work(session)`` with the PostgreSQL head guard switched off."""
+    async with db.sessions() as s, s.begin():
+        if db.is_postgres:
+            await s.execute(text("ALTER TABLE audit_head DISABLE TRIGGER USER"))
+        await work(s)
+        if db.is_postgres:
+            await s.execute(text("ALTER TABLE audit_head ENABLE TRIGGER USER"))
+
+
 async def test_verify_notices_a_missing_or_rewound_head(any_db: Database) -> None:
     """Removing the head row, or rewinding it, does not hide anything."""
     await build_chain(any_db)
-    async with any_db.sessions() as s, s.begin():
+
+    async def forge(s: Any) -> None:
         await s.execute(update(HEAD).values(hash="a" * 64))
-    assert (await AuditLog(any_db).verify()).broken_seq == N
-    async with any_db.sessions() as s, s.begin():
+
+    async def rewind(s: Any) -> None:
         (prev,) = (await s.execute(select(EVENTS.c.hash).where(EVENTS.c.seq == N - 1))).one()
         await s.execute(update(HEAD).values(seq=N - 1, hash=prev))
-    assert (await AuditLog(any_db).verify()).broken_seq == N
-    async with any_db.sessions() as s, s.begin():
+
+    async def drop(s: Any) -> None:
         await s.execute(delete(HEAD))
+
+    await as_dba_on_head(any_db, forge)
+    assert (await AuditLog(any_db).verify()).broken_seq == N
+    await as_dba_on_head(any_db, rewind)
+    assert (await AuditLog(any_db).verify()).broken_seq == N
+    await as_dba_on_head(any_db, drop)
     result = await AuditLog(any_db).verify()
     assert not result.ok and "head" in (result.reason or "")
 
@@ -381,3 +398,21 @@ async def test_pg_guard_drop_sql_removes_the_guard(pg_db: Database) -> None:
             await s.execute(text(statement))
         await s.execute(text("DELETE FROM audit_events WHERE seq = 3"))
     assert (await AuditLog(pg_db).verify()).broken_seq == 3
+
+
+@pytest.mark.parametrize(("sql", "match"), [
+    ("UPDATE audit_head SET seq = 1, hash = (SELECT hash FROM audit_events WHERE seq = 1)", "only moves forward"),
+    ("UPDATE audit_head SET seq = 99, hash = repeat('a', 64)", "not in audit_events"),
+    ("DELETE FROM audit_head", "append-only"),
+    ("TRUNCATE audit_head", "append-only"),
+])
+async def test_pg_head_guard_refuses_rewinding_forging_and_removing_the_head(
+        pg_db: Database, sql: str, match: str) -> None:
+    """The application must update the head to append, so the guard lets it move only forward,
+    only to a row that exists (checked at commit), and never away."""
+    await build_chain(pg_db, 3)
+    with pytest.raises(DBAPIError, match=match):
+        async with pg_db.sessions() as s, s.begin():
+            await s.execute(text(sql))
+    assert (await AuditLog(pg_db).verify()).count == 3
+    assert await AuditLog(pg_db).append(ev(4)) == 4

@@ -25,11 +25,17 @@ from tests.api_kit import JWT_SECRET, client_for, counts
 from tests.support import Harness, seeded
 
 PROBE = "/api/conversations/conv_missing"  # 404 once authenticated: no model, no state
+ISS = "https://idp.example"
 
 
 def claims(**over: Any) -> dict[str, Any]:
     now = int(time.time())
     return {"sub": "C-7", "role": "customer", "iat": now, "exp": now + 600, **over}
+
+
+def idp(payload: dict[str, Any]) -> dict[str, Any]:
+    """Claims as an identity provider issues them for this API."""
+    return {"aud": "signoff-api", "iss": ISS, **payload}
 
 
 def hs(payload: dict[str, Any], secret: str = JWT_SECRET) -> str:
@@ -177,11 +183,10 @@ async def test_jwks_rs256_and_es256_happy_path_with_caching(harness: Harness, jw
     """RS256 and ES256 tokens verify against the JWKS. The keys are fetched in a thread: the JWKS
     server runs on this same event loop, so a blocking fetch would deadlock this test."""
     keys, url = jwks
-    cfg = AuthConfig(jwks_url=url, audience="signoff-api")
+    cfg = AuthConfig(jwks_url=url, audience="signoff-api", issuer=ISS)
     async with client_for(harness, auth=cfg) as client:
-        for token in (keys.rs256(claims(aud="signoff-api")), keys.es256(claims(aud="signoff-api", sub="S-3",
-                                                                              role="supervisor")),
-                      keys.rs256(claims(aud="signoff-api"))):
+        for token in (keys.rs256(idp(claims())), keys.es256(idp(claims(sub="S-3", role="supervisor"))),
+                      keys.rs256(idp(claims()))):
             r = await client.get(PROBE, headers={"Authorization": f"Bearer {token}"})
             assert r.status == 404, await r.text()
     assert keys.fetches == 1
@@ -190,17 +195,17 @@ async def test_jwks_rs256_and_es256_happy_path_with_caching(harness: Harness, jw
 async def test_jwks_refuses_confused_and_foreign_tokens(harness: Harness, jwks: tuple[Jwks, str]) -> None:
     """HS256 signed with the public key, an unknown kid, a foreign RSA key, alg none → all 401."""
     keys, url = jwks
-    cfg = AuthConfig(jwks_url=url)
+    cfg = AuthConfig(jwks_url=url, audience="signoff-api", issuer=ISS)
     forger = jwt.PyJWS(algorithms=[])
     forger.register_algorithm("HS256", RawHMAC(RawHMAC.SHA256))  # the classic key-confusion token
-    confused = forger.encode(json.dumps(claims()).encode(), keys.public_pem(), algorithm="HS256")
+    confused = forger.encode(json.dumps(idp(claims())).encode(), keys.public_pem(), algorithm="HS256")
     foreign = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     tokens = {
         "hs256 with the public key": confused,
-        "unknown kid": keys.rs256(claims(), kid="nope"),
-        "foreign key": jwt.encode(claims(), foreign, algorithm="RS256", headers={"kid": "rsa-1"}),
-        "alg none": jwt.encode(claims(), "", algorithm="none"),
-        "hs256 secret token": hs(claims()),
+        "unknown kid": keys.rs256(idp(claims()), kid="nope"),
+        "foreign key": jwt.encode(idp(claims()), foreign, algorithm="RS256", headers={"kid": "rsa-1"}),
+        "alg none": jwt.encode(idp(claims()), "", algorithm="none"),
+        "hs256 secret token": hs(idp(claims())),
     }
     for name, token in tokens.items():
         status, body = await status_for(harness, token, auth=cfg)
@@ -209,6 +214,85 @@ async def test_jwks_refuses_confused_and_foreign_tokens(harness: Harness, jwks: 
 
 async def test_jwks_unreachable_is_503(harness: Harness, jwks: tuple[Jwks, str]) -> None:
     keys, _url = jwks
-    cfg = AuthConfig(jwks_url="http://127.0.0.1:9/jwks.json", jwks_timeout_s=1.0)
-    status, body = await status_for(harness, keys.rs256(claims()), auth=cfg)
+    cfg = AuthConfig(jwks_url="http://127.0.0.1:9/jwks.json", jwks_timeout_s=1.0, audience="signoff-api", issuer=ISS)
+    status, body = await status_for(harness, keys.rs256(idp(claims())), auth=cfg)
     assert (status, body["error"]) == (503, "unavailable")
+
+
+# -- hardening: secret length, lifetime, aud/iss with a JWKS -----------------------------------
+
+def test_a_short_hs256_secret_is_refused_at_start_up() -> None:
+    """Fewer than 32 bytes of secret is a one-line ConfigError naming SIGNOFF_JWT_SECRET, in the
+    settings and in the auth config itself."""
+    from agent.errors import ConfigError
+    from bot.settings import load_settings
+
+    with pytest.raises(ConfigError, match=r"^SIGNOFF_JWT_SECRET: must be at least 32 bytes") as info:
+        load_settings({"SIGNOFF_JWT_SECRET": "x" * 31})
+    assert "\n" not in str(info.value)
+    assert load_settings({"SIGNOFF_JWT_SECRET": "x" * 32}).signoff_jwt_secret == "x" * 32
+    with pytest.raises(ConfigError, match="SIGNOFF_JWT_SECRET"):
+        AuthConfig(secret="short-secret")
+
+
+@pytest.mark.parametrize("name,payload", [
+    ("exp - iat over 24h", claims(iat=int(time.time()), exp=int(time.time()) + 24 * 3600 + 60)),
+    ("no iat, exp over 24h away", {k: v for k, v in claims(exp=int(time.time()) + 2 * 24 * 3600).items()
+                                   if k != "iat"}),
+    ("iat in the past, exp a year on", claims(iat=int(time.time()) - 60, exp=int(time.time()) + 365 * 24 * 3600)),
+    ("no exp at all", {k: v for k, v in claims().items() if k != "exp"}),
+])
+async def test_tokens_without_exp_or_living_past_the_maximum_lifetime_are_401(
+        harness: Harness, name: str, payload: dict[str, Any]) -> None:
+    """A token must expire, and within SIGNOFF_JWT_MAX_TTL_S (default 24 h) of its issue."""
+    status, body = await status_for(harness, hs(payload))
+    assert (status, body["error"]) == (401, "unauthorized"), name
+
+
+async def test_the_maximum_lifetime_is_configurable(harness: Harness) -> None:
+    """A one-hour token passes the default and fails a 10-minute maximum."""
+    token = make_token(JWT_SECRET, sub="C-7", role="customer", ttl_s=3600)
+    assert (await status_for(harness, token))[0] == 404
+    status, body = await status_for(harness, token, auth=AuthConfig(secret=JWT_SECRET, max_ttl_s=600))
+    assert status == 401 and "lifetime" in body["message"]
+
+
+def test_a_jwks_without_audience_and_issuer_is_refused_at_start_up() -> None:
+    """With SIGNOFF_JWKS_URL, SIGNOFF_JWT_AUDIENCE and SIGNOFF_JWT_ISSUER are required (one line each)."""
+    from agent.errors import ConfigError
+    from bot.settings import load_settings
+
+    url = "https://idp.example/.well-known/jwks.json"
+    with pytest.raises(ConfigError, match=r"^SIGNOFF_JWT_AUDIENCE: required when SIGNOFF_JWKS_URL"):
+        load_settings({"SIGNOFF_JWKS_URL": url, "SIGNOFF_JWT_ISSUER": ISS})
+    with pytest.raises(ConfigError, match=r"^SIGNOFF_JWT_ISSUER: required when SIGNOFF_JWKS_URL"):
+        load_settings({"SIGNOFF_JWKS_URL": url, "SIGNOFF_JWT_AUDIENCE": "signoff-api"})
+    ok = load_settings({"SIGNOFF_JWKS_URL": url, "SIGNOFF_JWT_AUDIENCE": "signoff-api", "SIGNOFF_JWT_ISSUER": ISS})
+    assert AuthConfig.from_settings(ok).issuer == ISS
+    with pytest.raises(ConfigError):
+        AuthConfig(jwks_url=url, audience="signoff-api")
+
+
+async def test_jwks_tokens_lacking_aud_or_iss_are_401(harness: Harness, jwks: tuple[Jwks, str]) -> None:
+    """An identity provider's token must name this API and its issuer."""
+    keys, url = jwks
+    cfg = AuthConfig(jwks_url=url, audience="signoff-api", issuer=ISS)
+    no_aud = {k: v for k, v in idp(claims()).items() if k != "aud"}
+    no_iss = {k: v for k, v in idp(claims()).items() if k != "iss"}
+    for name, token in {"no aud": keys.rs256(no_aud), "no iss": keys.rs256(no_iss),
+                        "neither": keys.rs256(claims())}.items():
+        status, body = await status_for(harness, token, auth=cfg)
+        assert (status, body["error"]) == (401, "unauthorized"), name
+    assert (await status_for(harness, keys.rs256(idp(claims())), auth=cfg))[0] == 404
+
+
+async def test_unknown_kids_do_not_hammer_the_jwks_endpoint(harness: Harness, jwks: tuple[Jwks, str]) -> None:
+    """Tokens with made-up key ids force at most one refetch per cooldown (PyJWT's PyJWKClient)."""
+    keys, url = jwks
+    cfg = AuthConfig(jwks_url=url, audience="signoff-api", issuer=ISS, jwks_cooldown_s=300)
+    async with client_for(harness, auth=cfg) as client:
+        for i in range(10):
+            token = keys.rs256(idp(claims()), kid=f"made-up-{i}")
+            r = await client.get(PROBE, headers={"Authorization": f"Bearer {token}"})
+            assert r.status == 401
+    assert keys.fetches <= 2

@@ -20,6 +20,11 @@ from tests.catalogue_harness import (
 EVIDENCE = ["identity-policy@1#verify"]
 
 
+def untrusted_place(city: str) -> dict[str, object]:
+    """What the model sees of an address: the customer-written city wrapped as untrusted, the country."""
+    return {"city": {"untrusted_data": {"source": "address", "text": city, "truncated": False}}, "country": "US"}
+
+
 async def _outbox(db: Database) -> list[dict[str, Any]]:
     return list((await export_dataset(db)).get("outbox", []))
 
@@ -30,7 +35,7 @@ async def test_get_account_masks_contact_details(db: Database) -> None:
     out = await call("get_account", {}, make_ctx(store))
     assert out["customer_id"] == "C-7"
     assert out["email"] == "j***@example.com" and out["phone"] == "***0123"
-    assert out["location"] == {"city": "Springfield", "country": "US"}
+    assert out["location"] == untrusted_place("Springfield")
     assert out["name"]["untrusted_data"]["text"] == "Jane Doe"
     assert out["payment_method_count"] == 2
 

@@ -30,6 +30,11 @@ NEW_ADDRESS = {
 }
 
 
+def untrusted_place(city: str) -> dict[str, object]:
+    """What the model sees of an address: the customer-written city wrapped as untrusted, the country."""
+    return {"city": {"untrusted_data": {"source": "address", "text": city, "truncated": False}}, "country": "US"}
+
+
 async def _outbox(db: Database) -> list[dict[str, Any]]:
     return list((await export_dataset(db)).get("outbox", []))
 
@@ -60,7 +65,7 @@ async def test_get_order_is_trimmed_with_refundable_amount(db: Database) -> None
         "189.00 USD",
     )
     assert [(i["sku"], i["qty"]) for i in out["items"]] == [("MUG-1", 2), ("LAMP-9", 1)]
-    assert out["ship_to"] == {"city": "Springfield", "country": "US"}
+    assert out["ship_to"] == untrusted_place("Springfield")
     assert ADDRESS["line1"] not in str(out)
 
 
@@ -158,7 +163,7 @@ async def test_update_shipping_address_before_shipping(db: Database) -> None:
     assert out == {
         "order_id": "O-1043",
         "status": "PAID",
-        "ship_to": {"city": "Austin", "country": "US"},
+        "ship_to": untrusted_place("Austin"),
     }
     order = await store.get_order("C-7", "O-1043")
     assert order is not None and order.shipping_address is not None

@@ -278,3 +278,39 @@ def test_descriptions_say_what_and_when() -> None:
     assert "another customer" in REG.tools["issue_refund"].description
     assert "evidence" in REG.tools["issue_refund"].description
     assert "other address" in REG.tools["send_message"].description
+
+
+def test_every_free_text_argument_refuses_bidi_and_zero_width_controls() -> None:
+    """Each free-text string schema (maxLength, no enum) the model fills carries the pattern that
+    refuses U+202A–U+202E, U+2066–U+2069, U+200B–U+200F, U+2060 and U+FEFF, and still takes
+    ordinary text in any script."""
+    import re
+
+    from tools.catalogue import build_registry
+    from tools.schemas import INVISIBLE_CONTROLS
+
+    def strings(schema: Any, path: str) -> list[tuple[str, dict[str, Any]]]:
+        found: list[tuple[str, dict[str, Any]]] = []
+        if isinstance(schema, dict):
+            if schema.get("type") == "string" and "enum" not in schema:
+                found.append((path, schema))
+            for key, value in schema.items():
+                found += strings(value, f"{path}.{key}")
+        elif isinstance(schema, list):
+            for i, value in enumerate(schema):
+                found += strings(value, f"{path}[{i}]")
+        return found
+
+    specs = build_registry().specs_for(["account", "orders", "returns", "billing"])
+    checked = 0
+    for spec in specs:
+        for path, schema in strings(spec.input_schema, spec.name):
+            pattern = schema.get("pattern")
+            assert pattern, f"{path} is free text without a pattern"
+            for ch in INVISIBLE_CONTROLS:
+                assert not re.search(pattern, f"ok{ch}"), f"{path} accepts U+{ord(ch):04X}"
+            checked += 1
+    assert checked >= 10 and len(INVISIBLE_CONTROLS) == 5 + 5 + 1 + 4 + 1
+    from tools.schemas import NO_INVISIBLE_CONTROLS_PATTERN
+
+    assert re.search(NO_INVISIBLE_CONTROLS_PATTERN, "Café — שלום, 東京 👍\nline two")

@@ -7,7 +7,7 @@ Two rules hold for every tool result:
   (``total_minor`` + ``currency`` + a ``total`` display string), datetimes are
   ISO 8601 in UTC.
 * **Outsiders' text is data.** Anything a customer, merchant or help-centre
-  author wrote (order notes, knowledge text, names) is wrapped by
+  author wrote (order notes, knowledge text, names, address fields) is wrapped by
   :func:`untrusted` -- labelled with its source and truncated -- so the prompt
   can tell the model that text inside ``untrusted_data`` is never an
   instruction.
@@ -116,11 +116,19 @@ def mask_phone(phone: str | None) -> str | None:
     return f"***{phone[-4:]}"
 
 
+#: The longest address field the model sees (the schema's own limit for a city).
+_ADDRESS_LIMIT = 100
+
+
 def place(addr: Address | None) -> Result | None:
-    """An address reduced to what support needs to talk about it."""
+    """An address reduced to what support needs to talk about it.
+
+    The city is customer-written text, so it is wrapped as untrusted; the country is a
+    validated ISO code. Street lines, region and postal code never reach the model.
+    """
     if addr is None:
         return None
-    return {"city": addr.city, "country": addr.country}
+    return {"city": untrusted(addr.city, "address", _ADDRESS_LIMIT), "country": addr.country}
 
 
 # -- records ----------------------------------------------------------------
