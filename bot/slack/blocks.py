@@ -123,14 +123,19 @@ def confirmation_card(c: Confirmation, *, directory: Directory | None = None,
         ]
         return Outbound(text=wording.CONFIRM_FALLBACK.format(summary=summary), blocks=_dump(blocks))
     outcome = wording.CONFIRMATION_OUTCOME.get(str(c.status), str(c.status).capitalize())
-    who = (directory or Directory()).who_public(c.principal)
+    # Only the principal's own decisions name them; a replacement or expiry is nobody's click.
+    acted = c.status in ("confirmed", "consumed", "declined")
+    who = (directory or Directory()).who_public(c.principal) if acted else None
     when = date(c.decided_at) if c.decided_at else None
     line = (wording.CONFIRMATION_BY.format(outcome=outcome, who=who, when=when) if who and when
             else wording.CONFIRMATION_WHEN.format(outcome=outcome, when=when) if when else outcome)
     blocks = [_section(f"~{summary}~" if c.status in ("declined", "superseded", "expired") else summary),
               _context(line)]
+    note = wording.CONFIRMATION_NOTE.get(str(c.status))
     if awaiting_approval and c.status in ("confirmed", "consumed"):
-        blocks.append(_context(wording.CONFIRMATION_AWAITING_APPROVAL))
+        note = wording.CONFIRMATION_AWAITING_APPROVAL
+    if note:
+        blocks.append(_context(note))
     return Outbound(text=wording.CONFIRMATION_DECIDED_FALLBACK.format(outcome=outcome, summary=summary),
                     blocks=_dump(blocks))
 

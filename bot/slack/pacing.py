@@ -74,24 +74,25 @@ class ChannelPacer:
                 task.cancel()
             if still:
                 await asyncio.gather(*still, return_exceptions=True)
-        for lane in self._lanes.values():
-            for _, future in lane.jobs:
-                if not future.done():
-                    future.set_exception(PacerClosed("the sender closed before this was sent"))
         self._lanes.clear()
 
     async def _drain(self, channel: str, lane: _Lane) -> None:
         try:
             while lane.jobs:
-                call, future = lane.jobs.popleft()
-                if future.done():  # the caller gave up waiting
-                    continue
-                wait = self._last.get(channel, float("-inf")) + self.interval_s - self._clock()
-                if wait > 0:
-                    await self._sleep(wait)
-                self._last[channel] = self._clock()
-                await _settle(future, call)
+                call, future = lane.jobs[0]
+                if not future.done():  # else the caller gave up waiting
+                    wait = self._last.get(channel, float("-inf")) + self.interval_s - self._clock()
+                    if wait > 0:
+                        await self._sleep(wait)
+                    self._last[channel] = self._clock()
+                    await _settle(future, call)
+                lane.jobs.popleft()
         finally:
+            # Only a cancelled lane leaves jobs behind: their callers must not wait forever.
+            for _, future in lane.jobs:
+                if not future.done():
+                    future.set_exception(PacerClosed("the sender closed before this was sent"))
+            lane.jobs.clear()
             if self._lanes.get(channel) is lane:
                 del self._lanes[channel]
             self._forget_idle()

@@ -193,13 +193,25 @@ class StreamingReply:
 
     async def _flush(self, *, final: bool) -> None:
         send, self._buffer = (self._buffer, "") if final else safe_prefix(self._buffer)
-        text = defang(send)
+        text = defang(send)  # idempotent, so text held back below is safe to defang again
         while text and self._streaming:
             seg = await self._segment()
             room = self._opts.max_chars - seg.chars
             if room < MIN_ROOM and seg.chars:
                 await self._roll()
                 continue
+            lookahead = min(2000, self._opts.max_chars // 4)
+            if seg.chars + len(text) > self._opts.max_chars - lookahead:
+                # Near the end of this message: end it at a paragraph break, waiting for one if need be.
+                cut = text.rfind("\n\n", 0, room) + 2
+                if cut >= 2 and seg.chars + cut >= self._opts.max_chars - lookahead:
+                    if await self._append(seg, markdown=text[:cut]):
+                        text = text[cut:]
+                        await self._roll()
+                    continue
+                if not final and len(text) <= room:
+                    self._buffer = text + self._buffer
+                    return
             head, rest = take(text, max(room, MIN_ROOM))
             if await self._append(seg, markdown=head):
                 text = rest

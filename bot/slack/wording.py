@@ -21,10 +21,16 @@ CONFIRM_DIALOG_NO = "Not yet"
 CONFIRM_FALLBACK = "Please confirm: {summary}"
 CONFIRMATION_OUTCOME = {
     "confirmed": "Confirmed",
-    "consumed": "Confirmed and carried out",
-    "declined": "Declined — nothing was done",
-    "superseded": "Replaced by a newer request — this one can no longer be confirmed",
-    "expired": "Expired — nothing was done",
+    "consumed": "Confirmed",
+    "declined": "Declined",
+    "superseded": "Replaced",
+    "expired": "Expired",
+}
+CONFIRMATION_NOTE = {
+    "consumed": "Done.",
+    "declined": "Nothing was done.",
+    "superseded": "A newer request replaced this one; it can no longer be confirmed.",
+    "expired": "Nothing was done.",
 }
 CONFIRMATION_AWAITING_APPROVAL = "A supervisor must approve this before it happens."
 CONFIRMATION_BY = "{outcome} by {who} · {when}"
@@ -51,7 +57,7 @@ FIELD_POLICY = "Policy"
 AMOUNT_AGAINST_CEILING = "{amount} (ceiling {ceiling})"
 AMOUNT_WITH_AGGREGATE = "{amount} (ceiling {ceiling}; {aggregate} with earlier refunds)"
 NO_ACCOUNT = "none"
-PROGRESS = "{done} of {required} approvals"
+PROGRESS = "Needs {required} approvals from different supervisors; {done} so far."
 PROGRESS_WAITING = "{done} of {required} approvals — approved by {who}; waiting for a second supervisor"
 EVIDENCE_HEADING = "Evidence cited"
 EVIDENCE_NONE = "No evidence was cited."
