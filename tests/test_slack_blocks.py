@@ -12,7 +12,7 @@ import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import blocks, ids, wording
-from bot.slack.view_models import ApprovalRouting, AssistThread, Directory, Escalation, Outbound, TraceStep
+from bot.slack.view_models import ApprovalRouting, AssistThread, Directory, Escalation, Outbound, Step, TraceStep
 from storage.records import Approval, Confirmation, Decision
 from tests.fakes.slack_api import FakeSlackApi, render_blocks, text_size
 
@@ -383,3 +383,20 @@ def test_answer_is_split_into_markdown_messages_with_the_card_last() -> None:
     assert [b["type"] for b in last.blocks][-4:] == ["section", "context", "actions", "context_actions"]
     only_card = blocks.answer_messages("", cards=[card])
     assert only_card == [card]
+
+
+@pytest.mark.parametrize(("decision", "title", "status"), [
+    ("confirmation", "Refund 189.00 USD on O-1042 — waiting for your confirmation", "pending"),
+    ("approval", "Refund 189.00 USD on O-1042 — waiting for a supervisor's approval", "pending"),
+    ("reject", "Refund 189.00 USD on O-1042 — not allowed", "error"),
+    ("execute", "Refund 189.00 USD on O-1042", "complete"),
+])
+def test_gate_decisions_become_steps_in_our_words(decision: str, title: str, status: str) -> None:
+    step = Step.for_gate("prop_1", "Refund 189.00 USD on O-1042", decision)
+    assert (step.id, step.title, step.status) == ("prop_1", title, status)
+
+
+def test_steps_block_lists_each_step_with_its_state() -> None:
+    block = blocks.steps_block([Step(id="1", title="Looked up O-1042"),
+                                Step(id="2", title="Refund <!here>", status="error")])
+    assert block["elements"][0]["text"] == "*Steps*\n✓ Looked up O-1042\n✗ Refund &lt;!here&gt;"

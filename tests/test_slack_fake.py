@@ -228,3 +228,12 @@ async def test_wait_for_is_event_driven(slack: FakeSlackApi, client: AsyncWebCli
     assert [c.args["text"] for c in await waiter] == ["1", "2"]
     with pytest.raises(TimeoutError):
         await slack.wait_for("chat.delete", within_s=0.05)
+
+
+async def test_transcript_prints_a_thread_as_people_see_it(slack: FakeSlackApi, client: AsyncWebClient) -> None:
+    parent = slack.add_user_message("C0SUPPORT", "assist C-7", user="U0REP")
+    await client.chat_postMessage(channel="C0SUPPORT", thread_ts=parent, text="Bound to C-7", blocks=[
+        {"type": "section", "text": {"type": "mrkdwn", "text": "Bound to *C-7*"}},
+        {"type": "actions", "elements": [{"type": "button", "action_id": "a",
+                                          "text": {"type": "plain_text", "text": "Confirm"}}]}])
+    assert slack.transcript("C0SUPPORT", parent) == "[U0REP] assist C-7\n\n[U0SIGNOFF] Bound to *C-7*\n[Confirm]"

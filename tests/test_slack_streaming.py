@@ -282,3 +282,13 @@ async def test_cards_too_big_for_the_streamed_message_follow_in_their_own(slack:
     streamed, card = slack.messages_in("D0CUST", "1.1")
     assert streamed.blocks == () and streamed.markdown == "a" * 5000
     assert card.blocks == big.blocks and list(result.ts) == [streamed.ts, card.ts]
+
+
+async def test_a_turn_that_fails_still_finishes_its_reply_and_keeps_its_error(slack: FakeSlackApi,
+                                                                             sender: SlackSender) -> None:
+    with pytest.raises(LookupError):
+        async with sender.reply(channel="D0CUST", thread_ts="1.1") as reply:
+            await reply.write("Partial answer")
+            raise LookupError("the turn broke")
+    (message,) = slack.messages_in("D0CUST", "1.1")
+    assert (message.markdown, message.state) == ("Partial answer", "stopped")

@@ -461,7 +461,7 @@ def answer_messages(text: str, *, cards: Sequence[Outbound] = (), extra_blocks: 
     out = [Outbound(text=piece, blocks=(MarkdownBlock(text=piece).to_dict(),)) for piece in split_text(text, chunk)]
     tail: list[Outbound] = [*cards]
     if extra_blocks:
-        tail.append(Outbound(text="", blocks=tuple(extra_blocks)))
+        tail.append(Outbound(text=wording.ANSWER_FALLBACK, blocks=tuple(extra_blocks)))
     for card in tail:
         last = out[-1] if out else None
         if last and _fits(last.blocks, card.blocks):

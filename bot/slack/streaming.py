@@ -121,9 +121,16 @@ class StreamingReply:
     async def __aenter__(self) -> StreamingReply:
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._result is None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        if self._result is not None:
+            return
+        if exc_type is None:
             await self.finish()
+            return
+        try:  # the turn failed: keep what was said, without hiding the turn's own error
+            await self.finish()
+        except SlackSendError as exc:
+            log.warning("slack reply not finished after an error: %s", exc.error)
 
     # -- what a turn does -------------------------------------------------------------------
     async def set_status(self, status: str | None = None, loading_messages: Sequence[str] | None = None) -> None:

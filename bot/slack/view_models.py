@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from bot.slack import mrkdwn
+from bot.slack import mrkdwn, wording
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +44,7 @@ class Directory:
     def who(self, key: str | None) -> str:
         """For internal cards: a mention when we know the Slack user, else the escaped name or id."""
         if not key:
-            return "someone"
+            return wording.UNKNOWN_PERSON
         known = mrkdwn.mention(self._lookup(self.slack_ids, key))
         if known:
             return known
@@ -116,6 +116,14 @@ class Step:
     status: StepStatus = "complete"
     details: str | None = None
     output: str | None = None
+
+    @classmethod
+    def for_gate(cls, id: str, summary: str, decision: str) -> Step:
+        """The step for a gate decision on an action, e.g. ``for_gate("p1", "Refund 189.00 USD on O-1042",
+        "confirmation")`` → "Refund 189.00 USD on O-1042 — waiting for your confirmation" (pending).
+        ``summary`` is the runtime's rendering of the exact arguments."""
+        template, status = wording.GATE_STEP.get(decision, ("{summary}", "complete"))
+        return cls(id=id, title=template.format(summary=summary), status=status)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -153,6 +153,16 @@ TRACE_ERROR = " (error)"
 STATUS_WORKING = "is working on it…"
 LOADING_MESSAGES = ("Looking things up…", "Checking the details…", "Almost there…")
 STEPS_HEADING = "Steps"
+#: A gate decision as a step of the reply: (title template, step status).
+GATE_STEP = {
+    "execute": ("{summary}", "complete"),
+    "confirmation": ("{summary} — waiting for your confirmation", "pending"),
+    "approval": ("{summary} — waiting for a supervisor's approval", "pending"),
+    "reject": ("{summary} — not allowed", "error"),
+    "intercept": ("{summary} — already done a moment ago", "complete"),
+    "record": ("{summary} — recorded, not carried out", "complete"),
+}
+ANSWER_FALLBACK = "Reply from signoff"
 STEP_STATUS = {"pending": "…", "in_progress": "…", "complete": "✓", "error": "✗"}
 
 # -- feedback ----------------------------------------------------------------------------
