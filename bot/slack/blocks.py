@@ -1,0 +1,500 @@
+"""Block Kit for every message, modal and Home tab the Slack face shows. Pure functions.
+
+Inputs are storage records and the frozen view-models of ``view_models.py``;
+outputs are :class:`Outbound` messages (fallback ``text`` + ``blocks``) or view
+payloads, built with ``slack_sdk.models`` so the SDK's validators check Slack's
+limits when ``to_dict()`` runs. Every word a person reads comes from
+``wording.py`` or from the record's exact fields; text others wrote (names,
+evidence, comments, the model's rationale) is escaped and clipped by
+``mrkdwn.clip`` and the rationale is always labelled as unverified.
+
+Sizes are budgeted so that even absurd inputs stay inside Slack's limits: 50
+blocks a message (100 a view), 3,000 characters a section, and the
+undocumented ~12,000-character cap on all the text of a message's blocks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from slack_sdk.models.blocks import (
+    ActionsBlock,
+    Block,
+    ButtonElement,
+    ConfirmObject,
+    ContextActionsBlock,
+    ContextBlock,
+    DividerBlock,
+    FeedbackButtonObject,
+    FeedbackButtonsElement,
+    HeaderBlock,
+    InputBlock,
+    MarkdownBlock,
+    MarkdownTextObject,
+    PlainTextInputElement,
+    PlainTextObject,
+    SectionBlock,
+)
+from slack_sdk.models.views import View
+
+from bot.slack import ids, wording
+from bot.slack.mrkdwn import (
+    channel_link,
+    clip,
+    clip_plain,
+    code,
+    date,
+    money,
+    one_line,
+    parse_time,
+    split_text,
+    subteam,
+)
+from bot.slack.view_models import ApprovalRouting, AssistThread, Directory, Escalation, Outbound, Step, TraceStep
+from storage.records import Approval, Confirmation
+
+MAX_MESSAGE_BLOCKS = 50
+MAX_VIEW_BLOCKS = 100
+SECTION_CHARS = 3000
+FIELD_CHARS = 2000
+MARKDOWN_CHARS = 12_000
+MESSAGE_TEXT_CHARS = 40_000
+#: What we allow ourselves of the ~12k cumulative block-text cap (with a buffer).
+TEXT_BUDGET = 11_000
+#: One piece of a long answer (leaves room in the last message for a card).
+ANSWER_CHUNK = 8_000
+MONEY_TOOLS = frozenset({"issue_refund", "cancel_order", "retry_payment"})
+EVIDENCE_SHOWN = 5
+PROVENANCE_SHOWN = 10
+TRACE_STEPS_PER_MESSAGE = 10
+
+
+def _md(text: str) -> MarkdownTextObject:
+    # verbatim: no auto-linking of bare URLs or #channel names in text we embed.
+    return MarkdownTextObject(text=text, verbatim=True)
+
+
+def _section(text: str) -> Block:
+    return SectionBlock(text=_md(text))
+
+
+def _context(*texts: str) -> Block:
+    return ContextBlock(elements=[_md(t) for t in texts])
+
+
+def _header(text: str) -> Block:
+    return HeaderBlock(text=PlainTextObject(text=clip_plain(text, 150)))
+
+
+def _dump(blocks: Sequence[Block]) -> tuple[dict[str, Any], ...]:
+    return tuple(b.to_dict() for b in blocks)
+
+
+def _button(label: str, action_id: str, value: str, style: str | None = None,
+            confirm: ConfirmObject | None = None) -> ButtonElement:
+    return ButtonElement(text=PlainTextObject(text=label), action_id=action_id, value=value, style=style,
+                         confirm=confirm)
+
+
+# -- confirmation card ----------------------------------------------------------------
+def confirmation_card(c: Confirmation, *, directory: Directory | None = None,
+                      awaiting_approval: bool = False) -> Outbound:
+    """The card that asks the acting principal to confirm, or shows what they decided.
+
+    It may be read by another organisation (Slack Connect), so it shows the
+    action's summary, the outcome and a mention of who decided — nothing else.
+    """
+    summary = clip(c.summary, 500)
+    if c.status == "pending":
+        confirm = None
+        if c.tool in MONEY_TOOLS:
+            confirm = ConfirmObject(title=wording.CONFIRM_DIALOG_TITLE, text=clip(c.summary, 280),
+                                    confirm=wording.CONFIRM_DIALOG_YES, deny=wording.CONFIRM_DIALOG_NO)
+        value = ids.encode_value(c.id, c.version)
+        blocks = [
+            _section(f"*{wording.CONFIRM_HEADER}:* {summary}"),
+            _context(wording.CONFIRM_NOTHING_YET),
+            ActionsBlock(block_id=ids.CONFIRMATION_ACTIONS_BLOCK, elements=[
+                _button(wording.CONFIRM_BUTTON, ids.CONFIRM, value, "primary", confirm),
+                _button(wording.DECLINE_BUTTON, ids.DECLINE, value),
+            ]),
+        ]
+        return Outbound(text=wording.CONFIRM_FALLBACK.format(summary=summary), blocks=_dump(blocks))
+    outcome = wording.CONFIRMATION_OUTCOME.get(str(c.status), str(c.status).capitalize())
+    # Only the principal's own decisions name them; a replacement or expiry is nobody's click.
+    acted = c.status in ("confirmed", "consumed", "declined")
+    who = (directory or Directory()).who_public(c.principal) if acted else None
+    when = date(c.decided_at) if c.decided_at else None
+    line = (wording.CONFIRMATION_BY.format(outcome=outcome, who=who, when=when) if who and when
+            else wording.CONFIRMATION_WHEN.format(outcome=outcome, when=when) if when else outcome)
+    blocks = [_section(f"~{summary}~" if c.status in ("declined", "superseded", "expired") else summary),
+              _context(line)]
+    note = wording.CONFIRMATION_NOTE.get(str(c.status))
+    if awaiting_approval and c.status in ("confirmed", "consumed"):
+        note = wording.CONFIRMATION_AWAITING_APPROVAL
+    if note:
+        blocks.append(_context(note))
+    return Outbound(text=wording.CONFIRMATION_DECIDED_FALLBACK.format(outcome=outcome, summary=summary),
+                    blocks=_dump(blocks))
+
+
+# -- approval card -----------------------------------------------------------------------
+def approval_card(a: Approval, *, routing: ApprovalRouting | None = None,
+                  directory: Directory | None = None) -> Outbound:
+    """The supervisor's card: the exact action, why it was routed, the evidence, where each
+    value came from, the model's (unverified) rationale, and Approve/Reject — or, once
+    decided, the outcome, who decided and when, the comment and what execution did."""
+    people = directory or Directory()
+    summary = clip(a.summary, 500)
+    approvals = [d for d in a.decisions if d.decision == "approve"]
+    if a.status == "pending":
+        header = wording.APPROVAL_HEADER_SECOND if approvals else wording.APPROVAL_HEADER
+        blocks = [_header(header), _section(f"*{summary}*"), _fields(a, routing, people)]
+        blocks += _progress(a, people)
+        blocks += [DividerBlock(), *_evidence(a), _provenance(a), *_rationale(a), _approval_actions(a)]
+        return Outbound(text=wording.APPROVAL_FALLBACK.format(summary=summary), blocks=_dump(blocks))
+    outcome = wording.APPROVAL_HEADER_DECIDED.get(a.status, a.status.capitalize())
+    blocks = [_header(outcome), _section(f"*{summary}*"), _fields(a, routing, people), *_outcome(a, people)]
+    return Outbound(text=wording.APPROVAL_DECIDED_FALLBACK.format(outcome=outcome, summary=summary),
+                    blocks=_dump(blocks))
+
+
+def _fields(a: Approval, routing: ApprovalRouting | None, people: Directory) -> Block:
+    args = a.arguments if isinstance(a.arguments, dict) else {}
+    pairs = [(wording.FIELD_REQUESTER, people.who(a.requester)),
+             (wording.FIELD_ACCOUNT, clip(a.customer_id or wording.NO_ACCOUNT, 100))]
+    amount = _amount(routing, args)
+    if amount:
+        pairs.append((wording.FIELD_AMOUNT, amount))
+    if routing and routing.reason:
+        pairs.append((wording.FIELD_ROUTING, clip(one_line(routing.reason), 300)))
+    pairs += [(wording.FIELD_EXPIRES, date(a.expires_at)), (wording.FIELD_POLICY, clip(a.policy_version, 60))]
+    return SectionBlock(fields=[_md(f"*{label}*\n{value}") for label, value in pairs])
+
+
+def _amount(routing: ApprovalRouting | None, args: dict[str, Any]) -> str | None:
+    currency = (routing.currency if routing else None) or args.get("currency")
+    amount = routing.amount_minor if routing and routing.amount_minor is not None else args.get("amount_minor")
+    if not isinstance(currency, str) or not isinstance(amount, int) or isinstance(amount, bool):
+        return None
+    shown = money(amount, clip(currency, 8))
+    if routing is None or routing.ceiling_minor is None:
+        return shown
+    ceiling = money(routing.ceiling_minor, clip(currency, 8))
+    if routing.aggregate_minor is not None and routing.aggregate_minor != amount:
+        return wording.AMOUNT_WITH_AGGREGATE.format(amount=shown, ceiling=ceiling,
+                                                    aggregate=money(routing.aggregate_minor, clip(currency, 8)))
+    return wording.AMOUNT_AGAINST_CEILING.format(amount=shown, ceiling=ceiling)
+
+
+def _progress(a: Approval, people: Directory) -> list[Block]:
+    if a.approvals_required < 2:
+        return []
+    done = [d for d in a.decisions if d.decision == "approve"]
+    if not done:
+        return [_context(wording.PROGRESS.format(done=0, required=a.approvals_required))]
+    who = ", ".join(people.who(d.actor) for d in done[:3])
+    return [_context(wording.PROGRESS_WAITING.format(done=len(done), required=a.approvals_required, who=who))]
+
+
+def _evidence(a: Approval) -> list[Block]:
+    items = [e for e in a.evidence if isinstance(e, dict)]
+    if not items:
+        return [_section(f"*{wording.EVIDENCE_HEADING}*\n{wording.EVIDENCE_NONE}")]
+    blocks: list[Block] = []
+    for i, item in enumerate(items[:EVIDENCE_SHOWN]):
+        title = clip(one_line(item.get("title") or item.get("id") or "?"), 150)
+        ref = clip(one_line(item.get("id", "")).replace("`", "ˋ"), 100)
+        excerpt = clip(one_line(item.get("excerpt", "")), 400)
+        text = f"• *{title}* `{ref}`" + (f"\n>{excerpt}" if excerpt else "")
+        blocks.append(_section(f"*{wording.EVIDENCE_HEADING}*\n{text}" if i == 0 else text))
+    if len(items) > EVIDENCE_SHOWN:
+        blocks.append(_context(wording.EVIDENCE_MORE.format(count=len(items) - EVIDENCE_SHOWN)))
+    return blocks
+
+
+def _provenance(a: Approval) -> Block:
+    args = a.arguments if isinstance(a.arguments, dict) else {}
+    lines = []
+    for name, value in list(args.items())[:PROVENANCE_SHOWN]:
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+        origin = wording.PROVENANCE.get(str(a.provenance.get(name)), wording.PROVENANCE_UNKNOWN)
+        lines.append(f"• `{clip(name, 40).replace('`', 'ˋ')}` = {clip(one_line(shown), 120)} — {origin}")
+    if len(args) > PROVENANCE_SHOWN:
+        lines.append(wording.PROVENANCE_MORE.format(count=len(args) - PROVENANCE_SHOWN))
+    return _section(f"*{wording.PROVENANCE_HEADING}*\n" + "\n".join(lines or ["—"]))
+
+
+def _rationale(a: Approval) -> list[Block]:
+    if not a.rationale or not a.rationale.strip():
+        return []
+    quoted = ">" + clip(a.rationale.strip(), 1400).replace("\n", "\n>")
+    return [_context(f"_{wording.RATIONALE_LABEL}_"), _section(quoted)]
+
+
+def _approval_actions(a: Approval, block_id: str = ids.APPROVAL_ACTIONS_BLOCK) -> Block:
+    value = ids.encode_value(a.id, a.version)
+    return ActionsBlock(block_id=block_id, elements=[
+        _button(wording.APPROVE_BUTTON, ids.APPROVE, value, "primary"),
+        _button(wording.REJECT_BUTTON, ids.REJECT, value, "danger"),
+    ])
+
+
+def _outcome(a: Approval, people: Directory) -> list[Block]:
+    lines = _decision_lines(a, people) + _closing_lines(a)
+    blocks: list[Block] = [_section("\n".join(lines))] if lines else []
+    if a.result is not None:
+        blocks.append(_section(result_text(a.result)))
+    return blocks
+
+
+def _decision_lines(a: Approval, people: Directory) -> list[str]:
+    """Who decided and when (each decision of a two-person approval), with comments."""
+    lines: list[str] = []
+    for d in a.decisions[:5]:
+        at = parse_time(d.at)
+        when = date(at) if at else clip(d.at, 40)
+        lines.append(wording.DECISION_LINE[d.decision].format(who=people.who(d.actor), when=when))
+        if d.comment:
+            lines.append(wording.COMMENT.format(comment=clip(one_line(d.comment), 500)))
+    if not a.decisions and a.status in ("approved", "rejected"):
+        outcome = wording.APPROVAL_HEADER_DECIDED[a.status]
+        when = date(a.decided_at) if a.decided_at else "—"
+        lines.append(wording.DECIDED_BY.format(outcome=outcome, who=people.who(a.decider), when=when))
+    if a.comment and not any(d.comment for d in a.decisions):
+        lines.append(wording.COMMENT.format(comment=clip(one_line(a.comment), 500)))
+    return lines
+
+
+def _closing_lines(a: Approval) -> list[str]:
+    if a.status == "expired":
+        return [wording.EXPIRED_NOTE + (f" · {date(a.decided_at)}" if a.decided_at else "")]
+    if a.status == "superseded":
+        return [wording.SUPERSEDED_BY.format(id=clip(a.superseded_by, 80)) if a.superseded_by
+                else wording.SUPERSEDED_NOTE]
+    return []
+
+
+def result_text(result: Any) -> str:
+    """What execution did, in words: status, the ids it produced, or that it was a replay."""
+    if not isinstance(result, dict):
+        return wording.RESULT_UNKNOWN.format(status=clip(one_line(str(result)[:400]), 200))
+    details = " · ".join(template.format(value=clip(one_line(str(result[key])), 80))
+                         for key, template in wording.RESULT_KEYS.items() if result.get(key) not in (None, ""))
+    status = str(result.get("status", ""))
+    if result.get("replayed") is True:
+        when = parse_time(result.get("executed_at") or result.get("original_at") or result.get("created_at"))
+        line = wording.RESULT_REPLAYED.format(when=date(when)) if when else wording.RESULT_REPLAYED_NO_TIME
+    elif status == "FAILED":
+        reason = result.get("reason") or wording.RESULT_FAILED_DEFAULT
+        line = wording.RESULT_FAILED.format(reason=clip(one_line(str(reason)), 300))
+        if isinstance(result.get("error"), str):
+            line += f" (`{clip(result['error'], 64).replace('`', 'ˋ')}`)"
+        return line
+    elif status == "REOPENED":
+        return wording.RESULT_REOPENED
+    elif status in wording.RESULT_DONE:
+        line = wording.RESULT_DONE[status]
+    else:
+        line = wording.RESULT_UNKNOWN.format(status=clip(status or "?", 60))
+    return f"{line}: {details}" if details else line
+
+
+# -- reject modal ------------------------------------------------------------------------
+def reject_modal(a: Approval, *, channel: str | None = None, ts: str | None = None) -> dict[str, Any]:
+    """The ``views.open`` payload asking why; ``private_metadata`` carries only id, version
+    and the card's coordinates so the submission can redraw it."""
+    meta = ids.encode_modal_metadata(ids.ModalRef(id=a.id, version=a.version, channel=channel, ts=ts))
+    view = View(
+        type="modal", callback_id=ids.REJECT_MODAL, private_metadata=meta,
+        title=PlainTextObject(text=wording.REJECT_MODAL_TITLE),
+        submit=PlainTextObject(text=wording.REJECT_MODAL_SUBMIT),
+        close=PlainTextObject(text=wording.REJECT_MODAL_CLOSE),
+        blocks=[
+            _section(wording.REJECT_MODAL_INTRO.format(summary=clip(a.summary, 500))),
+            InputBlock(block_id=ids.REJECT_COMMENT_BLOCK, label=PlainTextObject(text=wording.REJECT_MODAL_LABEL),
+                       element=PlainTextInputElement(
+                           action_id=ids.REJECT_COMMENT_INPUT, multiline=True, min_length=1, max_length=2000,
+                           placeholder=PlainTextObject(text=wording.REJECT_MODAL_PLACEHOLDER))),
+        ],
+    )
+    return view.to_dict()
+
+
+# -- App Home --------------------------------------------------------------------------
+def home_view(*, queue: Sequence[Approval] | None = None, threads: Sequence[AssistThread] | None = None,
+              directory: Directory | None = None, pending_total: int | None = None) -> dict[str, Any]:
+    """The Home tab: a supervisor's queue (pending approvals, newest first, as compact cards
+    with buttons) and/or a rep's open assist threads; an empty state when both are empty.
+    ``pending_total`` is how many are pending in all, when ``queue`` is only the first page."""
+    if queue is None and threads is None:
+        return View(type="home", blocks=[_section(wording.HOME_EMPTY)]).to_dict()
+    mine = _thread_list(threads) if threads is not None else []
+    blocks = []
+    if queue is not None:
+        blocks = _queue(queue, directory or Directory(), pending_total, room=MAX_VIEW_BLOCKS - len(mine))
+    return View(type="home", blocks=blocks + mine).to_dict()
+
+
+def _queue(queue: Sequence[Approval], people: Directory, total: int | None, room: int) -> list[Block]:
+    pending = sorted((a for a in queue if a.status == "pending"), key=lambda a: a.created_at, reverse=True)
+    total = max(total or 0, len(pending))
+    if not pending:
+        return [_header(wording.HOME_QUEUE_HEADER), _section(wording.HOME_QUEUE_EMPTY)]
+    blocks: list[Block] = [_header(wording.HOME_QUEUE_HEADER)]
+    fits = max((room - len(blocks) - 1) // 4, 0)
+    for a in pending[:fits]:
+        line = f"*{clip(a.summary, 300)}*\n{people.who(a.requester)} · {wording.FIELD_EXPIRES} {date(a.expires_at)}"
+        blocks += [_section(line), *_progress(a, people), _approval_actions(a, ids.approval_actions_block(a.id)),
+                   DividerBlock()]
+    shown = min(fits, len(pending))
+    if total > shown:
+        blocks.append(_context(wording.HOME_QUEUE_MORE.format(count=total - shown)))
+    return blocks
+
+
+def _thread_list(threads: Sequence[AssistThread]) -> list[Block]:
+    if not threads:
+        return [_header(wording.HOME_THREADS_HEADER), _section(wording.HOME_THREADS_EMPTY)]
+    lines = []
+    for t in threads[:20]:
+        customer = clip(one_line(f"{t.customer_name} ({t.customer_id})" if t.customer_name else t.customer_id), 120)
+        lines.append("• " + wording.HOME_THREAD_LINE.format(customer=customer, channel=channel_link(t.channel),
+                                                            ts=f"`{clip(t.thread_ts, 24)}`"))
+    if len(threads) > 20:
+        lines.append(wording.HOME_THREADS_MORE.format(count=len(threads) - 20))
+    return [_header(wording.HOME_THREADS_HEADER), _section("\n".join(lines))]
+
+
+# -- escalation and trace ------------------------------------------------------------------
+def escalation_message(e: Escalation) -> Outbound:
+    """The post in the escalation channel: the agent's reason and summary (labelled as
+    its words), the customer and conversation, and a ping of the on-call group."""
+    reason, summary = clip(one_line(e.reason), 300), clip(e.summary, 2000)
+    blocks: list[Block] = [
+        _header(wording.ESCALATION_HEADER),
+        _section(wording.ESCALATION_REASON.format(reason=reason)),
+        _section(wording.ESCALATION_SUMMARY.format(summary=summary)),
+        SectionBlock(fields=[_md(f"*{wording.ESCALATION_CUSTOMER}*\n{clip(e.customer_id or wording.NO_ACCOUNT, 100)}"),
+                             _md(f"*{wording.ESCALATION_CONVERSATION}*\n`{clip(e.conversation_id, 100)}`")]),
+    ]
+    group = subteam(e.oncall_group)
+    if group:
+        blocks.append(_section(wording.ESCALATION_PING.format(group=group)))
+    blocks.append(_context(wording.ESCALATION_TRACE_FOLLOWS))
+    return Outbound(text=wording.ESCALATION_FALLBACK.format(reason=reason), blocks=_dump(blocks))
+
+
+def trace_messages(steps: Sequence[TraceStep]) -> list[Outbound]:
+    """The trace as thread replies: each tool call, its gate decision and a short result
+    excerpt (escaped, in a code block), several messages when there are many."""
+    if not steps:
+        return [Outbound(text=wording.TRACE_EMPTY, blocks=_dump([_section(wording.TRACE_EMPTY)]))]
+    out = []
+    total = len(steps)
+    for start in range(0, total, TRACE_STEPS_PER_MESSAGE):
+        chunk = steps[start:start + TRACE_STEPS_PER_MESSAGE]
+        first, last = start + 1, start + len(chunk)
+        blocks = [_context(wording.TRACE_HEADER.format(first=first, last=last, total=total))]
+        blocks += [_section(_trace_line(first + i, s)) for i, s in enumerate(chunk)]
+        out.append(Outbound(text=wording.TRACE_FALLBACK.format(first=first, last=last, total=total),
+                            blocks=_dump(blocks)))
+    return out
+
+
+def _trace_line(n: int, s: TraceStep) -> str:
+    gate = wording.GATE.get(s.decision or "", wording.GATE_UNDECIDED)
+    line = f"*{n}.* `{clip(s.tool, 64).replace('`', 'ˋ')}` — {gate}{wording.TRACE_ERROR if s.is_error else ''}"
+    if s.reason:
+        line += f" · {clip(one_line(s.reason), 200)}"
+    if s.result not in (None, ""):
+        shown = s.result if isinstance(s.result, str) else json.dumps(s.result, ensure_ascii=False, default=str)
+        line += "\n" + code(shown[:2000], 600)
+    return line
+
+
+# -- answers, steps and feedback -------------------------------------------------------------
+def feedback_block(turn_id: str) -> dict[str, Any]:
+    """Thumbs up/down under an answer; each value carries only the turn id and the vote."""
+    def button(vote: ids.Vote, text: str, label: str) -> FeedbackButtonObject:
+        return FeedbackButtonObject(text=text, value=ids.encode_feedback(turn_id, vote), accessibility_label=label)
+
+    buttons = FeedbackButtonsElement(
+        action_id=ids.FEEDBACK,
+        positive_button=button("positive", wording.FEEDBACK_POSITIVE, wording.FEEDBACK_POSITIVE_LABEL),
+        negative_button=button("negative", wording.FEEDBACK_NEGATIVE, wording.FEEDBACK_NEGATIVE_LABEL),
+    )
+    return ContextActionsBlock(block_id=ids.FEEDBACK_BLOCK, elements=[buttons]).to_dict()
+
+
+def steps_block(steps: Sequence[Step]) -> dict[str, Any]:
+    """The steps of a turn as a context block, for replies that could not be streamed."""
+    lines = [f"{wording.STEP_STATUS.get(s.status, '•')} {clip(one_line(s.title), 150)}" for s in steps[:20]]
+    return _context(f"*{wording.STEPS_HEADING}*\n" + "\n".join(lines)).to_dict()
+
+
+def recovered_message(text: str, steps: Sequence[Step], tail: Sequence[dict[str, Any]] = ()) -> Outbound:
+    """A stream Slack gave up on, redrawn (``chat.update``) with exactly the text it had received,
+    its steps, and ``tail`` (cards) when given."""
+    parts: list[dict[str, Any]] = [MarkdownBlock(text=text).to_dict()] if text.strip() else []
+    if steps:
+        parts.append(steps_block(steps))
+    fallback = text or "\n".join(one_line(s.title) for s in steps) or wording.STEPS_HEADING
+    return Outbound(text=clip_plain(fallback, MESSAGE_TEXT_CHARS), blocks=(*parts, *tail))
+
+
+def fits_under_stream(streamed_chars: int, tail: Sequence[dict[str, Any]]) -> bool:
+    """Whether ``tail`` can go under a streamed message of ``streamed_chars`` (count and text budget)."""
+    return len(tail) <= MAX_MESSAGE_BLOCKS and streamed_chars + text_size(tail) <= TEXT_BUDGET
+
+
+def answer_messages(text: str, *, cards: Sequence[Outbound] = (), extra_blocks: Sequence[dict[str, Any]] = (),
+                    chunk: int = ANSWER_CHUNK) -> list[Outbound]:
+    """A (long) Markdown answer as messages within Slack's limits, cards after it.
+
+    The answer is split with :func:`split_text` into ``markdown`` blocks; the cards'
+    blocks (and ``extra_blocks``, e.g. feedback) join the last message when the
+    block count and text budget allow, else follow in messages of their own.
+    """
+    out = [Outbound(text=piece, blocks=(MarkdownBlock(text=piece).to_dict(),)) for piece in split_text(text, chunk)]
+    tail: list[Outbound] = [*cards]
+    if extra_blocks:
+        tail.append(Outbound(text=wording.ANSWER_FALLBACK, blocks=tuple(extra_blocks)))
+    for card in tail:
+        last = out[-1] if out else None
+        if last and _fits(last.blocks, card.blocks):
+            out[-1] = Outbound(text=last.text or card.text, blocks=last.blocks + card.blocks)
+        else:
+            out.append(card)
+    return [o for o in out if o.blocks or o.text]
+
+
+def _fits(have: tuple[dict[str, Any], ...], more: tuple[dict[str, Any], ...]) -> bool:
+    return (len(have) + len(more) <= MAX_MESSAGE_BLOCKS
+            and text_size(have) + text_size(more) <= TEXT_BUDGET)
+
+
+def text_size(blocks: Sequence[Any]) -> int:
+    """All the text in ``blocks`` (what Slack's cumulative cap counts, as far as is known)."""
+    total = 0
+    stack: list[Any] = list(blocks)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                if key == "text" and isinstance(value, str):
+                    total += len(value)
+                else:
+                    stack.append(value)
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return total
+
+
+__all__ = [
+    "ANSWER_CHUNK", "MAX_MESSAGE_BLOCKS", "MAX_VIEW_BLOCKS", "TEXT_BUDGET", "answer_messages", "approval_card",
+    "confirmation_card", "escalation_message", "feedback_block", "fits_under_stream", "home_view",
+    "recovered_message", "reject_modal", "result_text", "steps_block", "text_size", "trace_messages",
+]
