@@ -210,3 +210,20 @@ async def test_without_a_token_only_the_dev_flag_lets_a_request_in() -> None:
             assert status == 401 and len(accept.got) == 1
         finally:
             await runner.cleanup()
+
+
+async def chunked(data: bytes, piece: int = 1000) -> AsyncIterator[bytes]:
+    for i in range(0, len(data), piece):
+        yield data[i:i + piece]
+
+
+async def test_a_chunked_body_is_read_whole_and_a_chunked_body_over_the_limit_is_413(bot: Bot) -> None:
+    """No Content-Length: the route still reads every chunk, and stops at the limit."""
+    headers = {"Authorization": f"Bearer {bot.token()}", "Content-Type": "application/json"}
+    good = json.dumps(message_activity(service_url=SERVICE, note="y" * 20_000)).encode()
+    async with bot.http.post(bot.url, data=chunked(good), headers=headers) as resp:
+        assert resp.status == 202
+    big = json.dumps(message_activity(service_url=SERVICE, note="z" * 70_000)).encode()
+    async with bot.http.post(bot.url, data=chunked(big), headers=headers) as resp:
+        assert resp.status == 413
+    assert len(bot.accept.got) == 1

@@ -84,9 +84,11 @@ async def handle(request: web.Request, accept: Accept, auth: InboundAuthenticato
 async def _read_json(request: web.Request, limit: int) -> dict[str, Any] | web.Response:
     if request.content_length is not None and request.content_length > limit:
         return _error(413, "too_large", f"The body is over {limit} bytes.")
-    body = await request.content.read(limit + 1)
-    if len(body) > limit:
-        return _error(413, "too_large", f"The body is over {limit} bytes.")
+    body = bytearray()
+    while chunk := await request.content.read(min(64 * 1024, limit + 1 - len(body))):
+        body += chunk
+        if len(body) > limit:
+            return _error(413, "too_large", f"The body is over {limit} bytes.")
     try:
         raw = json.loads(body)
     except (ValueError, UnicodeDecodeError):
