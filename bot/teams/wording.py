@@ -1,0 +1,67 @@
+"""Every word the Teams face shows a person, in one place."""
+
+from __future__ import annotations
+
+WELCOME = ("Hi, I'm signoff. I look up orders, start returns, cancel orders and issue refunds — "
+           "and I ask before I do anything that changes an order or moves money.")
+WELCOME_STAFF_HINT = "Staff: write `assist C-7` to bind this thread to a customer account, or `queue` for approvals."
+
+CONFIRM_TITLE = "Please confirm"
+CONFIRM_HINT = "Nothing happens until you confirm."
+CONFIRM = "Confirm"
+DECLINE = "Decline"
+CONFIRMED = "Confirmed"
+DECLINED = "Declined"
+CONFIRMED_BY = "Confirmed by {who} on {when}"
+DECLINED_BY = "Declined by {who} on {when}"
+SUPERSEDED_CONFIRMATION = "This request was replaced by a newer one; nothing was done from it."
+
+APPROVAL_TITLE = "Approval needed"
+APPROVED_TITLE = "Approved"
+REJECTED_TITLE = "Rejected"
+EXPIRED_TITLE = "Expired"
+SUPERSEDED_TITLE = "Replaced"
+PROGRESS = "{done} of {needed} approvals"
+REQUESTED_BY = "Requested by"
+ACCOUNT = "Account"
+AMOUNT = "Amount"
+AMOUNT_VS_CEILING = "{amount} — above the {ceiling} ceiling"
+NEEDS_ROLE = "Needs"
+EXPIRES = "Expires"
+POLICY = "Policy"
+ARGUMENTS = "Exact action"
+EVIDENCE = "Evidence"
+NO_EVIDENCE = "No evidence was cited."
+RATIONALE_LABEL = "Written by the model — untrusted text, not verified by anyone"
+DECISION_APPROVE = "Approved by {who} on {when}"
+DECISION_REJECT = "Rejected by {who} on {when}"
+COMMENT = "Comment"
+REJECT_INPUT_LABEL = "Reason (required to reject)"
+REJECT_INPUT_ERROR = "Write why you reject this request."
+APPROVE = "Approve"
+REJECT = "Reject"
+EXPIRED_ON = "Expired on {when}; nothing was done."
+SUPERSEDED = "Replaced by a newer request; nothing was done from this one."
+MORE = "…and {count} more"
+
+SOURCE = {
+    "system_of_record": "from our records",
+    "untrusted_text": "from text outsiders wrote",
+    "model": "from the model",
+}
+
+DONE = "Done: {status}"
+DONE_REF = "Done: {status} · {ref}"
+REPLAYED = "Already done on {when} (replayed) — nothing was done twice."
+REPLAYED_UNDATED = "Already done earlier (replayed) — nothing was done twice."
+NOT_DONE = "Not carried out: {error}"
+
+ESCALATION_TITLE = "Needs a person"
+ESCALATION_REASON = "Reason"
+ESCALATION_CONVERSATION = "Conversation"
+ESCALATION_CUSTOMER = "Customer"
+ESCALATION_TRACE = "What the agent tried"
+NO_TRACE = "No tool calls."
+
+NOT_ALLOWED = "You can't decide this one."
+STALE = "This card is out of date; it has been refreshed."
