@@ -177,8 +177,7 @@ def plan(v: View) -> Reply:
 
 
 _STATUS_REPLIES: dict[str, Callable[[dict[str, Any]], Reply]] = {
-    "CONFIRMATION_REQUIRED": lambda r: f"I can do this for you: {r.get('action')}. Shall I go ahead? Reply yes "
-                                       "to confirm or no to cancel.",
+    "CONFIRMATION_REQUIRED": lambda r: f"I can do this for you: {r.get('action')}. It needs your confirmation.",
     "PENDING_APPROVAL": lambda r: f"This needs a supervisor's approval first: {r.get('action')}. It is pending "
                                   "review, not done yet — I'll update you here as soon as it is decided.",
     "RECORDED_NOT_EXECUTED": lambda r: f"I've recorded this for a colleague to carry out: {r.get('action')}. "
@@ -254,6 +253,10 @@ def _done(v: View, summary: str, result: Any, *, approved: bool = False, call: C
     body = result if isinstance(result, dict) else {}
     amount = format_money(args["amount_minor"], args["currency"]) if "amount_minor" in args else ""
     action = action_id_of(body)
+    if body.get("replayed"):  # the runtime says this had been done before: nothing new happened
+        when = str(body.get("original_at") or "")[:10]
+        return (f"That was already done earlier{' on ' + when if when else ''} (reference {action}), with exactly "
+                "these details, so nothing new happened now.")
     phrase = DONE_PHRASE.get(tool, "done it").format(amount=amount, order=args.get("order_id", ""), id=action)
     lead = "Good news: a supervisor approved it and I've " if approved else "Done — I've "
     ref = f" (reference {action})" if action and action not in phrase else ""
