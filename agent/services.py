@@ -17,7 +17,6 @@ from storage.db import Database
 from storage.gates import ApprovalRepo, ConfirmationRepo
 from storage.jobs import JobQueue
 from storage.ledger import Ledger
-from storage.sandbox import SandboxStore
 from tools.backend import CommerceBackend
 from tools.catalogue import build_registry
 from tools.registry import Registry
@@ -42,9 +41,9 @@ class Services:
     clock: Callable[[], datetime]
 
 
-def build_services(*, db: Database, model: ModelClient, policy: Policy | None = None,
+def build_services(*, db: Database, model: ModelClient, backend: CommerceBackend, policy: Policy | None = None,
                    notifier: Notifier | None = None, clock: Callable[[], datetime] | None = None) -> Services:
-    """The runtime's collaborators over ``db`` with the sandbox store as the backend."""
+    """The runtime's collaborators over ``db`` and the shop's ``backend`` (the composition root chooses it)."""
     clock = clock or (lambda: datetime.now(UTC))
     policy = policy or load_policy()
     registry = build_registry()
@@ -56,6 +55,6 @@ def build_services(*, db: Database, model: ModelClient, policy: Policy | None = 
         db=db, conversations=ConversationRepo(db), confirmations=confirmations, approvals=approvals,
         ledger=ledger, jobs=jobs, audit=AuditLog(db), registry=registry, policy=policy,
         gatekeeper=Gatekeeper(registry=registry, policy=policy, confirmations=confirmations, approvals=approvals),
-        executor=Executor(ledger), backend=SandboxStore(db, clock=clock), notifier=notifier or RecordingNotifier(),
+        executor=Executor(ledger), backend=backend, notifier=notifier or RecordingNotifier(),
         model=model, clock=clock,
     )

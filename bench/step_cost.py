@@ -20,16 +20,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import sandbox.models  # noqa: F401
 import storage.models  # noqa: F401
-import storage.store_models  # noqa: F401
 from agent.executor import Executor
 from agent.gatekeeper import Gatekeeper
 from agent.llm.base import ModelRequest
 from agent.llm.testing import FunctionModel, text_block, tool_use_block
 from agent.runtime import Runtime
-from bot.app import build_services
+from bot.app import sandbox_services
+from sandbox.schema import upgrade
 from storage.db import create_database
-from storage.migrate import upgrade
 from tools.context import Principal, ToolContext
 from tools.registry import Registry, ToolDef, ToolMeta
 
@@ -81,7 +81,7 @@ async def run(steps: int, action: bool) -> None:
                 model_time["s"] += time.perf_counter() - t
 
     model = TimedModel()
-    services = build_services(db=db, model=model)
+    services = sandbox_services(db=db, model=model)
     registry = _registry(services.registry)
     policy = services.policy.model_copy(update={"limits": services.policy.limits.model_copy(
         update={"max_actions_per_run": 10**9, "max_calls_per_tool_per_run": 10**9})})

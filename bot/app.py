@@ -14,24 +14,32 @@ from agent.errors import ConfigError
 from agent.llm.base import ModelClient
 from agent.metrics import InstrumentedModel, Metrics, attach_metrics
 from agent.notify import LogNotifier, Notifier
-from agent.policy import load_policy
+from agent.policy import Policy, load_policy
 from agent.runtime import Runtime
 from agent.services import Services, build_services
 from agent.worker import Worker, WorkerConfig
 from bot.settings import Settings
+from sandbox.dataset import load_dataset_file
+from sandbox.io import load_dataset, store_is_empty
+from sandbox.store import SandboxStore
 from storage import checkpoints
 from storage.checkpoints import Checkpoint
 from storage.db import Database, create_database
-from storage.sandbox import SandboxStore
-from storage.store_io import load_dataset, store_is_empty
 from tools.catalogue import build_registry
-from tools.dataset import load_dataset_file
 
 log = logging.getLogger(__name__)
 
 
+def sandbox_services(*, db: Database, model: ModelClient, policy: Policy | None = None,
+                     notifier: Notifier | None = None, clock: Callable[[], datetime] | None = None) -> Services:
+    """The runtime's collaborators with the sandbox store as the shop (this deployment's choice)."""
+    clock = clock or (lambda: datetime.now(UTC))
+    return build_services(db=db, model=model, backend=SandboxStore(db, clock=clock), policy=policy,
+                          notifier=notifier, clock=clock)
+
+
 def demo_dataset_path() -> Path:
-    return Path(str(resources.files("tools").joinpath("data/demo.json")))
+    return Path(str(resources.files("sandbox").joinpath("data/demo.json")))
 
 
 def build_model(settings: Settings, metrics: Metrics | None = None) -> ModelClient:
@@ -95,8 +103,8 @@ async def create_app(settings: Settings, *, model: ModelClient | None = None, no
     policy = load_policy(settings.signoff_policy_file)
     metrics = Metrics(known_tools=build_registry().tools)
     instrumented = InstrumentedModel(model or build_model(settings, metrics), metrics)
-    services = build_services(db=db, model=instrumented, policy=policy, notifier=notifier or LogNotifier(),
-                              clock=clock)
+    services = sandbox_services(db=db, model=instrumented, policy=policy, notifier=notifier or LogNotifier(),
+                                clock=clock)
     services = _with_email_follow_ups(services, settings)
     attach_metrics(services, metrics)
     if seed:

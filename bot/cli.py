@@ -139,7 +139,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
 
 
 async def _db_upgrade(settings: Settings) -> int:
-    from storage.migrate import upgrade
+    from sandbox.schema import upgrade
     from storage.roles import grant_app_role, role_of
 
     app_url = settings.signoff_database_url
@@ -161,9 +161,9 @@ async def _db_upgrade(settings: Settings) -> int:
 
 
 async def _store(settings: Settings, args: argparse.Namespace) -> int:
+    from sandbox.dataset import DatasetError, load_dataset_file
+    from sandbox.io import StoreNotEmpty, export_dataset, load_dataset
     from storage.db import create_database
-    from storage.store_io import StoreNotEmpty, export_dataset, load_dataset
-    from tools.dataset import DatasetError, load_dataset_file
 
     db = create_database(settings.signoff_database_url)
     try:
@@ -331,8 +331,8 @@ async def _token(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _token_refusal(settings: Settings, args: argparse.Namespace) -> str | None:
     """Why the store does not back this token (``None``: it does)."""
+    from sandbox.store import SandboxStore
     from storage.db import create_database
-    from storage.sandbox import SandboxStore
 
     db = create_database(settings.signoff_database_url)
     try:

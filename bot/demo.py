@@ -24,12 +24,12 @@ from agent.notify import RecordingNotifier
 from agent.planner import DemoPlanner
 from agent.runtime import Runtime
 from agent.turn import TurnResult
-from bot.app import build_services, demo_dataset_path
+from bot.app import demo_dataset_path, sandbox_services
+from sandbox.dataset import load_dataset_file
+from sandbox.io import load_dataset
+from sandbox.schema import upgrade
 from storage.db import create_database
-from storage.migrate import upgrade
-from storage.store_io import load_dataset
 from tools.context import Principal
-from tools.dataset import load_dataset_file
 
 EXCERPT = 170
 SUPERVISOR = Principal(kind="supervisor", id="S-3")
@@ -170,7 +170,7 @@ async def run_demo(*, live: bool) -> int:
             now = datetime.now(UTC).replace(microsecond=0)
             await load_dataset(db, load_dataset_file(demo_dataset_path()), rebase_to=now)
             print(f"store: temporary SQLite, migrated to head, seeded with the demo dataset rebased to {now:%Y-%m-%d}")
-            services = build_services(db=db, model=model, notifier=RecordingNotifier())
+            services = sandbox_services(db=db, model=model, notifier=RecordingNotifier())
             demo = Demo(Runtime(services))
             c7 = Principal(kind="customer", id="C-7", customer_id="C-7")
             await canonical(demo, c7)

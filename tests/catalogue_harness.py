@@ -13,13 +13,13 @@ from typing import Any
 
 import jsonschema
 
+from sandbox.dataset import parse_dataset
+from sandbox.io import load_dataset
+from sandbox.store import SandboxStore
 from storage.db import Database
-from storage.sandbox import SandboxStore
-from storage.store_io import load_dataset
 from tools.backend import KnowledgeHit
 from tools.catalogue import build_registry
 from tools.context import CaseView, Principal, Rules, ToolContext, ToolFailure, ToolGroup
-from tools.dataset import parse_dataset
 from tools.registry import Registry
 
 NOW = datetime(2025, 6, 10, 12, 0, tzinfo=UTC)

@@ -23,7 +23,7 @@ PG_URL = os.environ.get("SIGNOFF_TEST_PG_URL")
 
 def _register_all_tables() -> None:
     try:
-        import storage.store_models  # noqa: F401
+        import sandbox.models  # noqa: F401
     except ImportError:
         pass
 

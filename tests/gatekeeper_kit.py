@@ -24,12 +24,12 @@ from agent.policy import Policy, parse_policy
 from agent.runtime import Runtime
 from agent.services import Services
 from agent.turn import Turn
-from bot.app import build_services
+from bot.app import sandbox_services
+from sandbox.dataset import parse_dataset
+from sandbox.io import export_dataset, load_dataset
 from storage.db import Database
 from storage.models import ToolExecutionRow
-from storage.store_io import export_dataset, load_dataset
 from tools.context import LOADABLE_GROUPS, Principal
-from tools.dataset import parse_dataset
 
 AS_OF = datetime(2025, 6, 10, 12, 0, tzinfo=UTC)
 
@@ -202,7 +202,7 @@ async def make_env(db: Database, *, model: ModelClient | None = None, policy: Po
     clock = clock or Clock(datetime.now(UTC).replace(microsecond=0))
     await load_dataset(db, parse_dataset(dataset or base_dataset()), rebase_to=clock.now)
     notifier = RecordingNotifier()
-    services = build_services(db=db, model=model or NoModel(), policy=policy, notifier=notifier,  # type: ignore[arg-type]
+    services = sandbox_services(db=db, model=model or NoModel(), policy=policy, notifier=notifier,  # type: ignore[arg-type]
                               clock=clock)
     return Env(db=db, runtime=Runtime(services), services=services, notifier=notifier, clock=clock)
 

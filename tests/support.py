@@ -13,11 +13,11 @@ from agent.notify import RecordingNotifier
 from agent.policy import Policy
 from agent.runtime import Runtime
 from agent.services import Services
-from bot.app import build_services, demo_dataset_path
+from bot.app import demo_dataset_path, sandbox_services
+from sandbox.dataset import load_dataset_file
+from sandbox.io import load_dataset
 from storage.db import Database
-from storage.store_io import load_dataset
 from tools.context import Principal
-from tools.dataset import load_dataset_file
 
 C7 = Principal(kind="customer", id="C-7", customer_id="C-7")
 C8 = Principal(kind="customer", id="C-8", customer_id="C-8")
@@ -49,7 +49,7 @@ async def seeded(db: Database, model: ModelClient, *, policy: Policy | None = No
     clock = clock or Clock(datetime.now(UTC).replace(microsecond=0))
     await load_dataset(db, load_dataset_file(demo_dataset_path()), rebase_to=clock.now)
     notifier = RecordingNotifier()
-    services = build_services(db=db, model=model, policy=policy, notifier=notifier, clock=clock)
+    services = sandbox_services(db=db, model=model, policy=policy, notifier=notifier, clock=clock)
     return Harness(db=db, runtime=Runtime(services), services=services, notifier=notifier, clock=clock)
 
 

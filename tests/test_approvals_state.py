@@ -14,7 +14,7 @@ import pytest
 from agent.errors import DecisionError
 from agent.policy import Ceilings
 from agent.runtime import Runtime
-from bot.app import build_services
+from bot.app import sandbox_services
 from storage.db import Database
 from storage.records import Approval
 from tests.support import C7, REP, SUP_A, SUP_B, seeded
@@ -244,7 +244,7 @@ async def test_stricter_policy_while_waiting_reopens_instead_of_executing(any_db
     threshold): execution is not attempted; a new approval needing two supervisors opens."""
     h, a = await _setup(any_db)
     assert a.approvals_required == 1
-    stricter = build_services(db=any_db, model=h.services.model, policy=dual_policy(10000, "2026.12.1"),
+    stricter = sandbox_services(db=any_db, model=h.services.model, policy=dual_policy(10000, "2026.12.1"),
                               notifier=h.notifier, clock=h.clock)
     rt2 = Runtime(stricter)
     out = await rt2.decide(a.id, expected_version=1, decision="approve", actor=SUP_A)

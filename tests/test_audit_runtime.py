@@ -18,15 +18,15 @@ import pytest
 from agent.llm.base import ModelRequest
 from agent.llm.testing import FunctionModel, text_block, tool_use_block
 from agent.runtime import Runtime
-from bot.app import build_services, demo_dataset_path
+from bot.app import demo_dataset_path, sandbox_services
 from bot.cli import main
+from sandbox.dataset import load_dataset_file
+from sandbox.io import load_dataset
+from sandbox.schema import upgrade
 from storage.db import create_database
-from storage.migrate import upgrade
-from storage.store_io import load_dataset
 from tests.support import C7, C8, SUP_A, SUP_B, Clock
 from tests.test_loop_support import BIG_REFUND, SEARCH, SMALL_REFUND
 from tools.context import Principal
-from tools.dataset import load_dataset_file
 
 REP_ON_C8 = Principal(kind="rep", id="S-1", customer_id="C-8")
 NEW_EMAIL = "jonas.private.mail@example.de"
@@ -82,7 +82,7 @@ async def _busy(url: str) -> None:
     clock = Clock(datetime.now(UTC).replace(microsecond=0))
     db = create_database(url)
     await load_dataset(db, load_dataset_file(demo_dataset_path()), rebase_to=clock.now)
-    rt = Runtime(build_services(db=db, model=_planner(), clock=clock))
+    rt = Runtime(sandbox_services(db=db, model=_planner(), clock=clock))
     # 1. the canonical refund: confirm, approve, resume
     r = await rt.chat(principal=C7, channel="api", message="big refund for O-1042 please, it arrived damaged")
     c = await rt.confirm(r.pending[0].id, actor=C7, accept=True)

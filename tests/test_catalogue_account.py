@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sandbox.io import export_dataset
 from storage.db import Database
-from storage.store_io import export_dataset
 from tests.catalogue_harness import (
     call,
     check,

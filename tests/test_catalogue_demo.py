@@ -8,11 +8,11 @@ import json
 import re
 from typing import Any
 
+from sandbox.dataset import DEMO_DATASET_PATH, load_dataset_file
+from sandbox.io import load_dataset
+from sandbox.store import SandboxStore
 from storage.db import Database
-from storage.sandbox import SandboxStore
-from storage.store_io import load_dataset
 from tests.catalogue_harness import call, make_ctx
-from tools.dataset import DEMO_DATASET_PATH, load_dataset_file
 from tools.schemas import EVIDENCE_ID_PATTERN
 
 

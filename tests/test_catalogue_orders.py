@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from sandbox.io import export_dataset
 from storage.db import Database
-from storage.store_io import export_dataset
 from tests.catalogue_harness import (
     ADDRESS,
     INJECTION,

@@ -33,7 +33,7 @@ from tests.fakes.anthropic_api import FakeAnthropicAPI, text_turn, tool_turn
 from tests.test_api_serve import free_port
 
 SIGNOFF = Path(sys.executable).with_name("signoff")
-DEMO = Path(__file__).resolve().parents[1] / "tools" / "data" / "demo.json"
+DEMO = Path(__file__).resolve().parents[1] / "sandbox" / "data" / "demo.json"
 SECRET = "crash-test-secret-" + "x" * 32
 REFUND = {"order_id": "O-1042", "amount_minor": 2000, "currency": "USD", "reason_code": "damaged",
           "evidence": ["refund-policy@7#window"]}

@@ -33,7 +33,7 @@ from agent.llm.testing import FunctionModel, tool_use_block
 from agent.notify import RecordingNotifier
 from agent.runtime import Runtime
 from agent.worker import recover
-from bot.app import build_services
+from bot.app import sandbox_services
 from storage.db import Database
 from storage.records import StoredMessage
 from tests.conftest import make_sqlite
@@ -114,7 +114,7 @@ async def restart(db_path: Path, tool: str, args: dict[str, Any]) -> tuple[Datab
     db = await make_sqlite(db_path)  # a new process: a new engine over the same file
     notifier = RecordingNotifier()
     clock = Clock(datetime.now(UTC))
-    services = build_services(db=db, model=replanner(tool, args), notifier=notifier, clock=clock)
+    services = sandbox_services(db=db, model=replanner(tool, args), notifier=notifier, clock=clock)
     return db, Runtime(services), notifier
 
 

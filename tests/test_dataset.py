@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from sandbox.dataset import DEMO_DATASET_PATH, DatasetError, load_dataset_file, parse_dataset
+from sandbox.io import load_dataset, store_is_empty
 from storage.db import Database
-from storage.store_io import load_dataset, store_is_empty
-from tools.dataset import DEMO_DATASET_PATH, DatasetError, load_dataset_file, parse_dataset
 
 BASE: dict[str, Any] = {
     "as_of": "2025-06-02T15:00:00Z",
@@ -329,7 +329,7 @@ def test_all_errors_are_reported_at_once() -> None:
 
 
 def test_bundled_demo_parses_with_its_fixtures() -> None:
-    """The demo dataset is valid and carries the fixtures listed in tools/data/README.md."""
+    """The demo dataset is valid and carries the fixtures listed in sandbox/data/README.md."""
     ds = load_dataset_file(DEMO_DATASET_PATH)
     assert ds.as_of is not None
     customers = {c.id: c for c in ds.customers}
@@ -376,7 +376,7 @@ def test_bundled_demo_parses_with_its_fixtures() -> None:
 
 def test_demo_generator_is_deterministic() -> None:
     """make_demo.py reproduces the committed demo.json byte for byte."""
-    from tools.data.make_demo import build
+    from sandbox.data.make_demo import build
 
     committed = json.loads(DEMO_DATASET_PATH.read_text(encoding="utf-8"))
     assert build() == committed

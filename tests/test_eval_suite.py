@@ -22,8 +22,8 @@ from agent.evaluation.suite import (
 )
 from agent.llm.base import Message, ModelRequest
 from agent.llm.testing import text_block, tool_result_block
+from sandbox.dataset import DEMO_DATASET_PATH, DatasetError
 from storage.records import Proposal
-from tools.dataset import DEMO_DATASET_PATH, DatasetError
 
 BRIEF_INTENTS = {"where-is-my-order", "return", "charged-twice", "payment-failed", "address", "cancel", "refund",
                  "escalation", "knowledge"}

@@ -21,10 +21,10 @@ from bot.app import create_app
 from bot.cli import main
 from bot.http import serve
 from bot.settings import load_settings
+from sandbox.io import store_is_empty
+from sandbox.schema import upgrade
 from storage.db import Database
-from storage.migrate import upgrade
 from storage.records import Approval, Conversation
-from storage.store_io import store_is_empty
 from tests.api_kit import app_of, client_for, settings
 from tests.support import seeded
 

@@ -16,7 +16,7 @@ from agent.llm.testing import FunctionModel, ScriptedModel, tool_use_block
 from agent.notify import RecordingNotifier
 from agent.runtime import Runtime
 from agent.worker import recover
-from bot.app import build_services
+from bot.app import sandbox_services
 from storage.conversations import ConversationRepo
 from storage.db import Database, create_database
 from storage.steps import StepWrite
@@ -44,7 +44,7 @@ async def restart(path: Path, model: ModelClient, clock: Clock) -> tuple[Databas
     """A new process: a new engine over the same SQLite file and a new runtime."""
     db = create_database(f"sqlite+aiosqlite:///{path}")
     notifier = RecordingNotifier()
-    return db, Runtime(build_services(db=db, model=model, notifier=notifier, clock=clock)), notifier
+    return db, Runtime(sandbox_services(db=db, model=model, notifier=notifier, clock=clock)), notifier
 
 
 def results_in(request: ModelRequest) -> list[dict[str, Any]]:

@@ -17,10 +17,10 @@ from agent.llm.base import ModelRequest
 from agent.llm.testing import FunctionModel, text_block, tool_use_block
 from agent.policy import Policy, load_policy
 from agent.runtime import Runtime
+from sandbox.models import StoreRefundRow
 from storage.db import Database
 from storage.models import ApprovalRow, AuditEventRow, CaseNoteRow, ToolExecutionRow
 from storage.records import Approval
-from storage.store_models import StoreRefundRow
 from tests.fakes.anthropic_api import validate as validate_anthropic
 from tests.support import C7, Clock, Harness
 from tools.context import Principal

@@ -19,12 +19,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 
+import sandbox.models  # noqa: F401  (registers the store tables)
 import storage.models  # noqa: F401  (registers the runtime tables)
-import storage.store_models  # noqa: F401  (registers the store tables)
+from sandbox.schema import downgrade, heads, upgrade
+from sandbox.search import include_object
 from storage.audit import AuditEvent, AuditLog
 from storage.db import Base, create_database
-from storage.migrate import downgrade, heads, upgrade
-from storage.store_fts import include_object
 from tests.conftest import PG_URL
 
 RUNTIME_TABLES = {"conversations", "messages", "runs", "proposals", "confirmations", "approvals",
@@ -61,11 +61,12 @@ async def _tables(url: str) -> set[str]:
         await engine.dispose()
 
 
-async def _version(url: str) -> str | None:
+async def _version(url: str) -> list[str]:
+    """The database's current revisions, one per branch (runtime, sandbox)."""
     engine = create_async_engine(url)
     try:
         async with engine.connect() as conn:
-            return await conn.run_sync(lambda c: MigrationContext.configure(c).get_current_revision())
+            return sorted(await conn.run_sync(lambda c: MigrationContext.configure(c).get_current_heads()))
     finally:
         await engine.dispose()
 
@@ -84,12 +85,13 @@ async def _diff(url: str) -> list[Any]:
 async def test_blank_to_head_down_to_base_and_up_again(blank_url: str) -> None:
     """From an empty database to head (every model table exists), down to base (none left),
     and up to head again."""
-    [head] = heads()
+    head = heads()
+    assert len(head) == 2  # the runtime's chain and the sandbox store's branch
     await upgrade(blank_url)
     assert await _version(blank_url) == head
     assert set(Base.metadata.tables) <= await _tables(blank_url)
     await downgrade(blank_url, "base")
-    assert await _version(blank_url) is None
+    assert await _version(blank_url) == []
     assert await _tables(blank_url) - {"alembic_version"} == set()
     await upgrade(blank_url)
     assert await _version(blank_url) == head
@@ -187,3 +189,27 @@ async def test_upgrade_to_0004_moves_runtime_origins_out_of_tool_use_ids(blank_u
         assert rows == {"p1": "confirmation:cnf_abc", "p2": "approval:apr_def", "p3": None}
     finally:
         await db.dispose()
+
+
+async def test_a_database_of_the_previous_release_joins_the_sandbox_branch(blank_url: str) -> None:
+    """The previous release made the store's tables inside the runtime's chain (one version row,
+    ``0003_locks``). Upgraded now, the store's branch finds its tables and adds only what is new;
+    both branches end at their heads and the store's rows are kept."""
+    await upgrade(blank_url, "0003_locks")
+    await upgrade(blank_url, "0002_store")
+    engine = create_async_engine(blank_url)
+    async with engine.begin() as conn:
+        await conn.execute(text("DELETE FROM alembic_version"))
+        await conn.execute(text("INSERT INTO alembic_version (version_num) VALUES ('0003_locks')"))
+        await conn.execute(text("INSERT INTO store_customers (id, name, email) VALUES ('C-1', 'Ann', 'a@x.example')"))
+    await engine.dispose()
+    await upgrade(blank_url)
+    assert await _version(blank_url) == heads()
+    engine = create_async_engine(blank_url)
+    try:
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SELECT name FROM store_customers"))).scalar_one() == "Ann"
+            cols = await conn.run_sync(lambda c: {col["name"] for col in inspect(c).get_columns("store_refunds")})
+        assert "kind" in cols
+    finally:
+        await engine.dispose()

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from sandbox.schema import upgrade
 from storage.db import Database, create_database
 from storage.ledger import Ledger, LockBusy
-from storage.migrate import upgrade
 from tests.conftest import PG_URL
 
 

@@ -14,7 +14,7 @@ from agent.llm.base import ModelRequest
 from agent.llm.testing import FunctionModel, tool_use_block
 from agent.runtime import Runtime
 from agent.worker import Worker, WorkerConfig
-from bot.app import build_services
+from bot.app import sandbox_services
 from storage.db import Database
 from tests.support import C7, SUP_A, seeded
 from tests.test_loop_support import (
@@ -137,7 +137,7 @@ async def test_two_workers_racing_on_one_job_resume_once(any_db: Database) -> No
     h = await seeded(any_db, model)
     a = await open_refund_approval(h)
     await h.runtime.decide(a.id, expected_version=1, decision="approve", actor=SUP_A)
-    rt2 = Runtime(build_services(db=any_db, model=model, notifier=h.notifier, clock=h.clock))
+    rt2 = Runtime(sandbox_services(db=any_db, model=model, notifier=h.notifier, clock=h.clock))
     advance(h.clock, 3)
     before = len(model.requests)
     handled = await asyncio.gather(worker(h.runtime, "w-1").run_once(), worker(rt2, "w-2").run_once())
@@ -174,7 +174,7 @@ async def test_resume_while_the_approved_action_is_still_running_reports_the_tru
     stored result is REFUNDED, and the one follow-up says it was issued, never that it failed."""
     model = follow_up_planner()
     h = await seeded(any_db, model)
-    other = Runtime(build_services(db=any_db, model=model, notifier=h.notifier, clock=h.clock))
+    other = Runtime(sandbox_services(db=any_db, model=model, notifier=h.notifier, clock=h.clock))
     resumer = h.runtime if where == "same_process" else other
     a = await open_refund_approval(h)
     store = h.services.backend

@@ -28,11 +28,10 @@ from sqlalchemy import Connection, text
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-import storage
-from storage import store_fts
-from storage.db import Base, Database, create_database
-from storage.sandbox import SandboxStore
-from storage.store_io import (
+import sandbox
+from sandbox import search as store_fts
+from sandbox.dataset import DEMO_DATASET_PATH, load_dataset_file, parse_dataset
+from sandbox.io import (
     StoreLoadError,
     StoreNotEmpty,
     count_rows,
@@ -40,8 +39,9 @@ from storage.store_io import (
     load_dataset,
     store_is_empty,
 )
+from sandbox.store import SandboxStore
+from storage.db import Base, Database, create_database
 from tools.backend import Address, BackendError, CommerceBackend, ReturnItem
-from tools.dataset import DEMO_DATASET_PATH, load_dataset_file, parse_dataset
 
 DEMO = load_dataset_file(DEMO_DATASET_PATH)
 assert DEMO.as_of is not None
@@ -645,11 +645,11 @@ async def test_ensure_fts_rebuilds_a_missing_index_over_existing_sections(
 
 
 #: The revisions that build the sandbox store's tables, in order.
-STORE_REVISIONS = ("0002_store", "0005_store_refund_kind")
+STORE_REVISIONS = ("0002_store", "s0002_refund_kind")
 
 
 def _revision(name: str) -> ModuleType:
-    path = Path(storage.__file__).parent / "migrations" / "versions" / f"{name}.py"
+    path = Path(sandbox.__file__).parent / "migrations" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"revision_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

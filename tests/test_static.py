@@ -14,10 +14,10 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_mypy_is_clean() -> None:
-    done = _run("mypy", "agent", "tools", "storage", "bot")
+    done = _run("mypy", "agent", "tools", "storage", "sandbox", "bot")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
 def test_ruff_is_clean() -> None:
-    done = _run("ruff", "check", "agent", "tools", "storage", "bot", "tests", "bench")
+    done = _run("ruff", "check", "agent", "tools", "storage", "sandbox", "bot", "tests", "bench")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

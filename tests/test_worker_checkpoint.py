@@ -14,10 +14,10 @@ from agent.llm.testing import ScriptedModel
 from agent.worker import Worker, WorkerConfig
 from bot.app import create_app
 from bot.settings import DEFAULT_CHECKPOINT_EVERY_S, load_settings
+from sandbox.schema import upgrade
 from storage.audit import AuditEvent
 from storage.db import Database
 from storage.ledger import LockBusy
-from storage.migrate import upgrade
 from tests.api_kit import client_for
 from tests.support import seeded
 

@@ -25,10 +25,11 @@ from agent.notify import Notifier
 from agent.policy import Policy
 from agent.services import Services
 from agent.services import build_services as _build_services
+from sandbox.dataset import DEMO_DATASET_PATH, Dataset, DatasetError, parse_dataset
+from sandbox.io import count_rows, export_model, load_dataset
+from sandbox.schema import upgrade
+from sandbox.store import SandboxStore
 from storage.db import Database, create_database
-from storage.migrate import upgrade
-from storage.store_io import count_rows, export_model, load_dataset
-from tools.dataset import DEMO_DATASET_PATH, Dataset, DatasetError, parse_dataset
 
 #: Fields that hold times, per collection; override values may be relative (``-3d``).
 TIME_FIELDS = {
@@ -180,7 +181,8 @@ def _replace_file(source: Path, target: Path) -> None:
 def build_services(*, db: Database, model: ModelClient, clock: Callable[[], datetime],
                    policy: Policy | None = None, notifier: Notifier | None = None) -> Services:
     """The runtime's collaborators over ``db``, wired as the composition root wires them."""
-    return _build_services(db=db, model=model, policy=policy, notifier=notifier, clock=clock)
+    return _build_services(db=db, model=model, backend=SandboxStore(db, clock=clock), policy=policy,
+                           notifier=notifier, clock=clock)
 
 
 def open_database(path: Path) -> Database:

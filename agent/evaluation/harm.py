@@ -27,7 +27,7 @@ from typing import Any
 
 from agent.evaluation.player import Observed
 from agent.policy import Policy
-from tools.dataset import Dataset
+from sandbox.dataset import Dataset
 from tools.registry import Registry
 
 ID_KEYS = {"order_id": "order", "customer_id": "customer", "payment_id": "payment", "invoice_id": "invoice",

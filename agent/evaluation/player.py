@@ -16,10 +16,10 @@ from agent.errors import DecisionError
 from agent.evaluation.fixtures import Clock
 from agent.evaluation.suite import Case, Turn, parse_duration
 from agent.runtime import Runtime
+from sandbox.dataset import Dataset
 from storage.audit import AuditRecord, VerifyResult
 from storage.records import Approval, LedgerEntry, Proposal
 from tools.context import Principal
-from tools.dataset import Dataset
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -218,7 +218,7 @@ async def observe(rt: Runtime, before: Dataset, *, counts: dict[str, int] | None
     The store is exported in full unless ``counts`` (the template's row counts) are given, no
     action executed and no row count changed - then it is known to equal ``before``.
     """
-    from storage.store_io import count_rows, export_model
+    from sandbox.io import count_rows, export_model
 
     s = rt.s
     audit: list[AuditRecord] = []

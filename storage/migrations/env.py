@@ -8,18 +8,17 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 import storage.models  # noqa: F401
-import storage.store_models  # noqa: F401
-from storage import store_fts
 from storage.db import Base, create_database
 
 config = context.config
+#: The runtime's tables plus whatever the caller's migration sources imported (their models).
 target_metadata = Base.metadata
 
 
 def _run(connection: Connection) -> None:
     context.configure(connection=connection, target_metadata=target_metadata,
                       render_as_batch=connection.dialect.name == "sqlite", compare_type=True,
-                      include_object=store_fts.include_object)
+                      include_object=config.attributes.get("include_object"))
     with context.begin_transaction():
         context.run_migrations()
 

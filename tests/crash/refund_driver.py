@@ -31,8 +31,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from agent.llm.testing import CompromisedModel  # noqa: E402
+from sandbox.store import SandboxStore  # noqa: E402
 from storage.ledger import Ledger  # noqa: E402
-from storage.sandbox import SandboxStore  # noqa: E402
 from tests.conftest import make_sqlite  # noqa: E402
 from tests.gatekeeper_kit import C7, EVIDENCE, make_env  # noqa: E402
 

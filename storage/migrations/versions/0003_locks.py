@@ -1,7 +1,7 @@
 """Named leases for SQLite deployments with several processes (the money lock).
 
 Revision ID: 0003_locks
-Revises: 0002_store
+Revises: 0001_runtime
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0003_locks"
-down_revision = "0002_store"
+down_revision = "0001_runtime"
 branch_labels = None
 depends_on = None
 

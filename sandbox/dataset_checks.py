@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from tools.dataset import Dataset, OrderRecord
+    from sandbox.dataset import Dataset, OrderRecord
 
 ISO_COUNTRIES = frozenset(
     """AD AE AF AG AI AL AM AO AQ AR AS AT AU AW AX AZ BA BB BD BE BF BG BH BI BJ BL BM BN BO BQ

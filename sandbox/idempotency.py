@@ -16,9 +16,9 @@ from typing import TypeVar
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from storage import store_codec as codec
+from sandbox import codec
+from sandbox.models import StoreWriteRow
 from storage.db import Database
-from storage.store_models import StoreWriteRow
 from tools.backend import BackendError, WriteRecord
 
 T = TypeVar("T")

@@ -1,7 +1,11 @@
 """The sandbox store: customers, orders, money, returns, knowledge (with full-text search), outbox.
 
+The first revision of the ``sandbox`` branch (the store's tables are the sandbox's own, not the
+runtime's). Databases migrated before the branch existed made these tables in the runtime's
+chain, under this same revision id: for them the upgrade finds the tables and does nothing.
+
 Revision ID: 0002_store
-Revises: 0001_runtime
+Revises: (branch root: sandbox)
 """
 
 from __future__ import annotations
@@ -10,11 +14,11 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from storage import store_fts
+from sandbox import search
 
 revision = "0002_store"
-down_revision = "0001_runtime"
-branch_labels = None
+down_revision = None
+branch_labels = ("sandbox",)
 depends_on = None
 
 JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
@@ -39,6 +43,8 @@ def _index(table: str, column: str) -> None:
 
 
 def upgrade() -> None:
+    if sa.inspect(op.get_bind()).has_table("store_customers"):
+        return  # made by the runtime's chain before the sandbox had a branch of its own
     op.create_table(
         "store_customers",
         _id(),
@@ -205,7 +211,7 @@ def upgrade() -> None:
         sa.Column("created_at", TS, nullable=False),
         _pk("store_writes", "key"),
     )
-    store_fts.install_fts(op.get_bind())
+    search.install_fts(op.get_bind())
 
 
 _TABLES_CHILD_FIRST = (
@@ -227,6 +233,6 @@ _TABLES_CHILD_FIRST = (
 
 
 def downgrade() -> None:
-    store_fts.uninstall_fts(op.get_bind())
+    search.uninstall_fts(op.get_bind())
     for table in _TABLES_CHILD_FIRST:
         op.drop_table(table)

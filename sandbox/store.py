@@ -3,8 +3,8 @@
 :class:`SandboxStore` implements :class:`tools.backend.CommerceBackend`.
 Reads are scoped to the bound customer: someone else's order, return or invoice
 is answered exactly like a missing one. Writes are idempotent
-(:mod:`storage.store_ledger`): one transaction checks ``store_writes`` for the
-key, performs the write (business rules in :mod:`storage.sandbox_writes`) and
+(:mod:`sandbox.idempotency`): one transaction checks ``store_writes`` for the
+key, performs the write (business rules in :mod:`sandbox.writes`) and
 stores the result under the key; a concurrent duplicate loses on the primary
 key, rolls back its side effects and returns the winner's stored result.
 """
@@ -17,12 +17,10 @@ from typing import Any, TypeVar
 
 from sqlalchemy import func, select
 
-from storage import sandbox_writes as w
-from storage import store_codec as codec
-from storage import store_fts
-from storage import store_ledger as ledger
-from storage.db import Database
-from storage.store_models import (
+from sandbox import codec, search
+from sandbox import idempotency as ledger
+from sandbox import writes as w
+from sandbox.models import (
     StoreCustomerRow,
     StoreInvoiceRow,
     StoreOrderRow,
@@ -31,6 +29,7 @@ from storage.store_models import (
     StoreReturnRow,
     StoreStaffRow,
 )
+from storage.db import Database
 from tools.backend import (
     Address,
     BackendError,
@@ -189,10 +188,10 @@ class SandboxStore:
 
         Any text is safe: it is reduced to words before it reaches the FTS query language.
         """
-        terms = store_fts.query_terms(query)
+        terms = search.query_terms(query)
         if not terms or limit < 1:
             return []
-        stmt = store_fts.search_statement(self._db.engine.dialect.name, terms, kind=kind, limit=min(limit, 50))
+        stmt = search.search_statement(self._db.engine.dialect.name, terms, kind=kind, limit=min(limit, 50))
         async with self._db.reader() as s, s.begin():
             rows = (await s.execute(stmt)).all()
         return [

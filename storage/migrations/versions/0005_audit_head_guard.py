@@ -5,8 +5,8 @@ application's role needs no INSERT on ``audit_head``; on PostgreSQL triggers
 refuse DELETE and TRUNCATE of it, an UPDATE that does not move it forward, and
 (at commit) a head that names no row of ``audit_events``.
 
-Revision ID: 0006_audit_head_guard
-Revises: 0005_store_refund_kind
+Revision ID: 0005_audit_head_guard
+Revises: 0004_gates
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from alembic import op
 
 from storage.audit import GENESIS_HASH, PG_AUDIT_HEAD_GUARD_DROP_SQL, PG_AUDIT_HEAD_GUARD_SQL
 
-revision = "0006_audit_head_guard"
-down_revision = "0005_store_refund_kind"
+revision = "0005_audit_head_guard"
+down_revision = "0004_gates"
 branch_labels = None
 depends_on = None
 

@@ -1,8 +1,8 @@
-"""Write the bundled demo dataset ``tools/data/demo.json`` (deterministic: ``random.Random(7)``).
+"""Write the bundled demo dataset ``sandbox/data/demo.json`` (deterministic: ``random.Random(7)``).
 
-Run ``python -m tools.data.make_demo`` after changing it. The fixtures other tests
+Run ``python -m sandbox.data.make_demo`` after changing it. The fixtures other tests
 rely on (C-7 / O-1042, the injection notes, the double charge, …) are placed by
-hand in :func:`fixtures` and listed in ``tools/data/README.md``; the rest of the
+hand in :func:`fixtures` and listed in ``sandbox/data/README.md``; the rest of the
 shop is generated around them by :func:`fillers`. The output is validated
 before it is written.
 """
@@ -16,7 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from tools.data.demo_catalog import (
+from sandbox.data.demo_catalog import (
     BENIGN_NOTES,
     FIRST,
     INJECTED_NAME,
@@ -25,9 +25,9 @@ from tools.data.demo_catalog import (
     PLACES,
     PRODUCTS,
 )
-from tools.data.demo_knowledge import DOCS
-from tools.data.demo_shop import AS_OF, DAY, HOUR, Shop, ascii_of, iso
-from tools.dataset import DEMO_DATASET_PATH, parse_dataset
+from sandbox.data.demo_knowledge import DOCS
+from sandbox.data.demo_shop import AS_OF, DAY, HOUR, Shop, ascii_of, iso
+from sandbox.dataset import DEMO_DATASET_PATH, parse_dataset
 
 STAFF = [
     {"id": "S-1", "slack_user_id": "U01PRIYA", "name": "Priya Raman", "role": "rep"},

@@ -1,4 +1,4 @@
-"""The demo shop builder used by ``tools/data/make_demo.py``.
+"""The demo shop builder used by ``sandbox/data/make_demo.py``.
 
 :class:`Shop` accumulates dataset records and keeps the money consistent: each
 captured order gets an invoice, payment ids follow their order (``P-1042``,
@@ -12,7 +12,7 @@ import unicodedata
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tools.data.demo_catalog import (
+from sandbox.data.demo_catalog import (
     AREA_CODES,
     EMAIL_DOMAINS,
     FX,

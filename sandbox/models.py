@@ -1,7 +1,7 @@
 """ORM classes of the sandbox store (tables prefixed ``store_``). They never leave ``storage/``.
 
 The sandbox store is the demo shop's system of record behind
-:class:`storage.sandbox.SandboxStore`. Every time is stored as UTC
+:class:`sandbox.store.SandboxStore`. Every time is stored as UTC
 (:class:`UTCDateTime`, so SQLite — which keeps no offset — reads back aware
 datetimes too). Child rows carry a ``position`` so a dataset round-trips in
 the order it was written.
@@ -27,7 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-from storage import store_fts
+from sandbox import search
 from storage.db import Base, JSONType
 
 ID = String(64)
@@ -238,4 +238,4 @@ class StoreWriteRow(Base):
     created_at: Mapped[datetime] = mapped_column(TS)
 
 
-store_fts.register(StoreKnowledgeSectionRow.__table__)  # type: ignore[arg-type]
+search.register(StoreKnowledgeSectionRow.__table__)  # type: ignore[arg-type]

@@ -1,7 +1,7 @@
 """The sandbox store tells a cancellation's money from a refund's: each has its own policy.
 
-Revision ID: 0005_store_refund_kind
-Revises: 0004_gates
+Revision ID: s0002_refund_kind
+Revises: 0002_store
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005_store_refund_kind"
-down_revision = "0004_gates"
+revision = "s0002_refund_kind"
+down_revision = "0002_store"
 branch_labels = None
 depends_on = None
 

@@ -1,6 +1,6 @@
 """The sandbox store's business rules for writes, each run inside one open transaction.
 
-:class:`storage.sandbox.SandboxStore` wraps every function here with the
+:class:`sandbox.store.SandboxStore` wraps every function here with the
 idempotency check, so these only decide and change rows. An order is locked
 (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE`` already
 serialises writers) before money is computed, so two different keys cannot
@@ -17,8 +17,8 @@ from datetime import datetime
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from storage import store_codec as codec
-from storage.store_models import (
+from sandbox import codec
+from sandbox.models import (
     StoreCustomerRow,
     StoreInvoiceRow,
     StoreOrderItemRow,

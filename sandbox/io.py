@@ -24,8 +24,8 @@ from sqlalchemy import func, insert, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from storage.db import Database
-from storage.store_models import (
+from sandbox.dataset import AddressRecord, Dataset, parse_dataset
+from sandbox.models import (
     StoreCustomerRow,
     StoreInvoiceRow,
     StoreKnowledgeDocRow,
@@ -40,7 +40,7 @@ from storage.store_models import (
     StoreReturnRow,
     StoreStaffRow,
 )
-from tools.dataset import AddressRecord, Dataset, parse_dataset
+from storage.db import Database
 
 _LOAD_LOCK = 0x5160_0FF  # pg_advisory_xact_lock key serialising concurrent loads
 
@@ -250,7 +250,7 @@ _EXPORT: tuple[tuple[str, type[Any], Callable[[Any], dict[str, Any]]], ...] = (
 
 
 async def export_model(db: Database) -> Dataset:
-    """The store's current state as a validated :class:`~tools.dataset.Dataset`."""
+    """The store's current state as a validated :class:`~sandbox.dataset.Dataset`."""
     obj: dict[str, Any] = {}
     async with db.reader() as s, s.begin():
         for name, model, convert in _EXPORT:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
-from storage.store_models import (
+from sandbox.models import (
     StoreCustomerRow,
     StoreInvoiceRow,
     StoreOrderRow,
