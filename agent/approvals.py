@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent import continuation
 from agent.errors import DecisionError
+from agent.host import ApplyResult, Host
 from agent.notify import best_effort
-from agent.turn import TurnResult
+from agent.outcomes import TurnResult
 from agent.wording import APPROVED_EVENT, EXPIRED_EVENT, REJECTED_EVENT, SUPERSEDED_EVENT
 from storage.audit import AuditEvent
 from storage.records import Approval, Proposal
 from tools.context import Principal
-
-if TYPE_CHECKING:
-    from agent.runtime import ApplyResult, Runtime
 
 RESUME_JOB = "resume"
 #: The deciding request normally executes and answers first; the job is the safety net.
@@ -35,13 +33,13 @@ class DecideResult:
     result: Any | None
 
 
-def _event(rt: Runtime, a: Approval, kind: str, actor: Principal | None, **data: Any) -> AuditEvent:
+def _event(rt: Host, a: Approval, kind: str, actor: Principal | None, **data: Any) -> AuditEvent:
     return AuditEvent(kind=kind, run_id=a.run_id, proposal_id=a.proposal_id, principal=actor.key if actor else "system",
                       tool=a.tool, args_hash=a.args_hash, idempotency_key=a.idempotency_key,
                       policy_version=rt.s.policy.version, data={"approval_id": a.id, **data})
 
 
-async def _spend_confirmation(rt: Runtime, a: Approval, actor: Principal | None) -> None:
+async def _spend_confirmation(rt: Host, a: Approval, actor: Principal | None) -> None:
     """The requester's confirmation was for this attempt: rejected, expired or replaced, it is spent
     (else a later identical proposal would run on it without asking again)."""
     s = rt.s
@@ -52,7 +50,7 @@ async def _spend_confirmation(rt: Runtime, a: Approval, actor: Principal | None)
                                          audit=[_event(rt, a, "confirmation.consumed", actor, confirmation_id=conf.id)])
 
 
-async def decide(rt: Runtime, approval_id: str, *, expected_version: int, decision: str, actor: Principal,
+async def decide(rt: Host, approval_id: str, *, expected_version: int, decision: str, actor: Principal,
                  comment: str | None = None, edited_arguments: dict[str, Any] | None = None) -> DecideResult:
     """Approve or reject ``approval_id`` at ``expected_version`` as ``actor``.
 
@@ -121,7 +119,7 @@ def same_person(actor: Principal, key: str) -> bool:
     return actor.key == key
 
 
-async def execute_approved(rt: Runtime, a: Approval) -> Any:
+async def execute_approved(rt: Host, a: Approval) -> Any:
     """Run the approved action once, re-running the whole gate first; store the result."""
     if a.result is not None:
         return a.result
@@ -152,8 +150,6 @@ async def execute_approved(rt: Runtime, a: Approval) -> Any:
 
 
 def _applied(prop: Proposal) -> ApplyResult:
-    from agent.runtime import ApplyResult
-
     return ApplyResult(decision=prop.decision or "reject", result=prop.result, is_error=prop.is_error, approval=None)
 
 
@@ -176,7 +172,7 @@ DONE_STATUS = {"issue_refund": "REFUNDED", "cancel_order": "CANCELLED", "create_
                "create_reorder": "CREATED", "retry_payment": "CHARGED"}
 
 
-async def _approve_edited(rt: Runtime, a: Approval, actor: Principal, comment: str | None,
+async def _approve_edited(rt: Host, a: Approval, actor: Principal, comment: str | None,
                           edited: dict[str, Any]) -> DecideResult:
     """An edited approval is a new proposal, judged from scratch; the old one is superseded."""
     s = rt.s
@@ -207,7 +203,7 @@ async def _approve_edited(rt: Runtime, a: Approval, actor: Principal, comment: s
     return DecideResult(approval=final, result=applied.result)
 
 
-async def _expire(rt: Runtime, a: Approval) -> bool:
+async def _expire(rt: Host, a: Approval) -> bool:
     moved = await rt.s.approvals.transition(
         a.id, expected_version=a.version, values={"status": "expired", "decided_at": rt.s.clock()},
         audit=[_event(rt, a, "approval.expired", None)],
@@ -218,7 +214,7 @@ async def _expire(rt: Runtime, a: Approval) -> bool:
     return moved is not None
 
 
-async def expire_stale(rt: Runtime) -> int:
+async def expire_stale(rt: Host) -> int:
     """The scheduled job: every pending approval past ``expires_at`` becomes expired."""
     n = 0
     for a in await rt.s.approvals.expired_pending(rt.s.clock()):
@@ -226,7 +222,7 @@ async def expire_stale(rt: Runtime) -> int:
     return n
 
 
-async def resume(rt: Runtime, approval_id: str) -> TurnResult | None:
+async def resume(rt: Host, approval_id: str) -> TurnResult | None:
     """Resume the approval's run with an observation and post the agent's follow-up (once:
     the observation is a keyed runtime event, whatever any message says)."""
     s = rt.s
@@ -257,6 +253,6 @@ def _observation(a: Approval) -> str:
     return EXPIRED_EVENT.format(id=a.id)
 
 
-async def _notify(rt: Runtime, a: Approval) -> None:
+async def _notify(rt: Host, a: Approval) -> None:
     await best_effort(rt.s.notifier.approval_decided(a), "approval notification")
 

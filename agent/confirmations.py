@@ -16,20 +16,19 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from agent import continuation, gates
 from agent.errors import DecisionError
 from agent.gatekeeper import Proposed
 from agent.history import new_id
-from agent.turn import Pending, Turn, TurnResult
+from agent.host import Host
+from agent.outcomes import Pending, TurnResult
+from agent.turn import Turn
 from agent.wording import CONFIRMED_EVENT, DECLINED_EVENT
 from storage.records import Approval, Confirmation, Conversation
 from storage.steps import ConfirmationMove, LostRace, NewJob, NewProposal, StepWrite
 from tools.context import Principal
-
-if TYPE_CHECKING:
-    from agent.runtime import Runtime
 
 #: The job that finishes an answered confirmation if the answering process dies first.
 CONFIRM_JOB = "confirmation"
@@ -109,7 +108,7 @@ def read_reply(text: str, waiting: list[Confirmation], *, codes_only: bool = Fal
     return AskWhich(waiting=tuple(waiting))
 
 
-async def record(rt: Runtime, conv: Conversation, acting: Principal, conf: Confirmation, accept: bool,
+async def record(rt: Host, conv: Conversation, acting: Principal, conf: Confirmation, accept: bool,
                  *, via: Via) -> None:
     """The principal's answer, the proposal that carries it out and the job that finishes it:
     one transaction. A lost race is a conflict and writes nothing."""
@@ -137,7 +136,7 @@ async def record(rt: Runtime, conv: Conversation, acting: Principal, conf: Confi
         raise DecisionError("conflict", "This confirmation was already answered.") from None
 
 
-async def answer(rt: Runtime, conv: Conversation, acting: Principal, conf: Confirmation, accept: bool,
+async def answer(rt: Host, conv: Conversation, acting: Principal, conf: Confirmation, accept: bool,
                  *, via: Via) -> ConfirmResult:
     """Answer ``conf`` (the caller holds the conversation's lock). Answering again the same way
     returns the stored outcome; the opposite answer, or a superseded confirmation, is a conflict."""
@@ -149,7 +148,7 @@ async def answer(rt: Runtime, conv: Conversation, acting: Principal, conf: Confi
     return await result_of(rt, conf.id, reply)
 
 
-async def carry_out(rt: Runtime, confirmation_id: str) -> TurnResult | None:
+async def carry_out(rt: Host, confirmation_id: str) -> TurnResult | None:
     """Finish an answered confirmation: execute it once, tell the agent once, let it answer.
 
     Idempotent: ``None`` when the agent was told before (by this or another caller)."""
@@ -171,7 +170,7 @@ async def carry_out(rt: Runtime, confirmation_id: str) -> TurnResult | None:
     return await continuation.with_event(turn, text, key=_event_key(conf), pending=pending)
 
 
-async def _execute(rt: Runtime, turn: Turn, conf: Confirmation) -> dict[str, Any]:
+async def _execute(rt: Host, turn: Turn, conf: Confirmation) -> dict[str, Any]:
     """Run the confirmed action through the whole gate under the proposal made when it was
     confirmed (so a retry shares its ledger entry), and store what came of it."""
     s = rt.s
@@ -188,7 +187,7 @@ async def _execute(rt: Runtime, turn: Turn, conf: Confirmation) -> dict[str, Any
     return applied.outcome()
 
 
-async def result_of(rt: Runtime, confirmation_id: str, reply: TurnResult | None) -> ConfirmResult:
+async def result_of(rt: Host, confirmation_id: str, reply: TurnResult | None) -> ConfirmResult:
     """The confirmation as it stands, with its stored outcome (and the approval's current state)."""
     conf = await rt.s.confirmations.get(confirmation_id)
     assert conf is not None
@@ -219,7 +218,7 @@ def _event_key(conf: Confirmation) -> str:
     return f"confirmation:{conf.id}"
 
 
-async def _rationale(rt: Runtime, turn: Turn, conf: Confirmation) -> str:
+async def _rationale(rt: Host, turn: Turn, conf: Confirmation) -> str:
     """The model's own words when it proposed this action (shown to approvers as untrusted)."""
     original = await rt.s.conversations.get_proposal(conf.proposal_id)
     if original is None:

@@ -9,18 +9,16 @@ that owns the conversation. Every path that does this goes through here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from agent.history import event_block
+from agent.host import Host
 from agent.loop import run_loop
 from agent.notify import best_effort
-from agent.turn import Pending, Turn, TurnResult
+from agent.outcomes import Pending, TurnResult
+from agent.turn import Turn
 from storage.audit import AuditEvent
 from storage.records import Conversation
 from storage.steps import StepWrite
-
-if TYPE_CHECKING:
-    from agent.runtime import Runtime
 
 
 async def with_event(turn: Turn, text: str, *, key: str, audit: Sequence[AuditEvent] = (),
@@ -41,7 +39,7 @@ async def with_event(turn: Turn, text: str, *, key: str, audit: Sequence[AuditEv
     return await run_loop(turn)
 
 
-async def deliver(rt: Runtime, conversation: Conversation, result: TurnResult | None) -> None:
+async def deliver(rt: Host, conversation: Conversation, result: TurnResult | None) -> None:
     """Send the agent's answer to the conversation's face (best effort: the state is committed);
     once it went out, the confirmations it rendered count as shown to their principal."""
     if result is None or not result.reply:

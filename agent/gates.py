@@ -8,18 +8,16 @@ from __future__ import annotations
 import json
 import secrets
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent.decisions import NeedsApproval, NeedsConfirmation
 from agent.gatekeeper import Proposed
 from agent.history import new_id
 from agent.notify import EscalationNotice, best_effort
+from agent.turn import Turn
 from storage.gates import ConfirmationCreated
 from storage.models import ApprovalRow, ConfirmationRow
 from storage.records import Approval, StoredMessage
-
-if TYPE_CHECKING:
-    from agent.turn import Turn
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 
@@ -95,6 +93,8 @@ def _money(decision: NeedsApproval) -> dict[str, Any]:
 
 
 async def escalate(turn: Turn, reason: str, summary: str) -> dict[str, Any]:
+    """Hand the conversation to a person: a case note, the trace of every tool call, the notifier."""
+    turn.escalated = True
     s = turn.services
     trace = tuple(
         {"tool": pr.tool, "decision": pr.decision, "reason": pr.reason, "is_error": pr.is_error,

@@ -8,13 +8,13 @@ into a closed set of frozen steps → dispatch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, assert_never
+from typing import assert_never
 
+from agent import steps
 from agent.errors import BudgetExceeded, ModelUnavailable, StepLimitExceeded
 from agent.llm.base import Block, ModelResponse
-
-if TYPE_CHECKING:
-    from agent.turn import Turn, TurnResult
+from agent.outcomes import TurnResult
+from agent.turn import Turn
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,26 +57,25 @@ def classify(response: ModelResponse) -> Step:
 
 async def run_loop(turn: Turn) -> TurnResult:
     """Drive one turn until the model answers, finishes, or a cap is hit."""
-    await turn.repair()
+    await steps.repair(turn)
     while True:
         try:
             turn.check_budgets()
             response = await turn.model.complete(turn.request())
         except (StepLimitExceeded, BudgetExceeded) as exc:
-            return await turn.give_up(reason=type(exc).__name__, detail=str(exc))
+            return await steps.give_up(turn, reason=type(exc).__name__, detail=str(exc))
         except ModelUnavailable as exc:
-            return await turn.give_up(reason="model_unavailable", detail=exc.reason)
+            return await steps.give_up(turn, reason="model_unavailable", detail=exc.reason)
         step = classify(response)
         match step:
             case FinalAnswer(response=r):
-                return await turn.answer(r)
+                return await steps.answer(turn, r)
             case RunTools(response=r, tool_uses=uses):
-                finished = await turn.run_tools(r, uses)
-                if finished is not None:
-                    return finished
+                if isinstance(await steps.run_tools(turn, r, uses), steps.Finished):
+                    return steps.finished(turn)
             case Continue(response=r):
-                await turn.record_partial(r)
+                await steps.partial(turn, r)
             case Refused(response=r):
-                return await turn.refused(r)
+                return await steps.refused(turn, r)
             case _:
                 assert_never(step)

@@ -5,14 +5,13 @@ for one turn. ``finish`` is verified against the run's tool log here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from agent import gates
 from agent.claims import claimed_actions
+from agent.turn import Turn
 from tools.backend import KnowledgeHit
 from tools.context import CaseView, ToolFailure, ToolGroup
-
-if TYPE_CHECKING:
-    from agent.turn import Turn
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,7 @@ class TurnDesk:
             audit=[t.event("case.note")])
 
     async def escalate(self, reason: str, summary: str) -> dict[str, Any]:
-        return await self.turn.escalate(reason, summary)
+        return await gates.escalate(self.turn, reason, summary)
 
 
 @dataclass(frozen=True)

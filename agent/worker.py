@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from agent import continuation
+from agent import continuation, gates, steps
 from agent.approvals import RESUME_JOB
 from agent.confirmations import CONFIRM_JOB
 from agent.loop import run_loop
@@ -168,9 +168,9 @@ async def _reconcile(rt: Runtime, entry: LedgerEntry) -> bool:
     principal = Principal.from_key(prop.principal, conv.customer_id)
     turn = await rt.turn(conv, principal, run=run)
     base = turn.event("execution", proposal_id=prop.id, tool=prop.tool, args_hash=prop.args_hash)
-    outcome = await s.executor.reconcile(entry, tool, turn.tool_context(prop.id), audit=base)
+    outcome = await s.executor.reconcile(entry, tool, steps.tool_context(turn, prop.id), audit=base)
     if outcome.needs_human:
-        await turn.escalate("needs_human", f"{entry.tool} with key {entry.key} may have run; check it.")
+        await gates.escalate(turn, "needs_human", f"{entry.tool} with key {entry.key} may have run; check it.")
     return True
 
 

@@ -18,8 +18,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from agent import queries
+from agent.outcomes import TurnResult
 from agent.runtime import ConfirmResult
-from agent.turn import TurnResult
 from bot import api_wording as say
 from bot.api_wording import ApiError
 from bot.app import App

@@ -21,9 +21,9 @@ from typing import Any
 from agent.history import EVENT_OPEN
 from agent.llm.base import ModelClient
 from agent.notify import RecordingNotifier
+from agent.outcomes import TurnResult
 from agent.planner import DemoPlanner
 from agent.runtime import Runtime
-from agent.turn import TurnResult
 from bot.app import demo_dataset_path, sandbox_services
 from sandbox.dataset import load_dataset_file
 from sandbox.io import load_dataset

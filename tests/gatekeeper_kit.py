@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from sqlalchemy import select
 
+from agent import steps
 from agent.decisions import Decision
 from agent.gatekeeper import Proposed, args_hash
 from agent.llm.base import ModelClient
@@ -223,7 +224,7 @@ def proposed(tool: str, args: Any) -> Proposed:
 
 async def judge(env: Env, turn: Turn, tool: str, args: Any, **kw: Any) -> Decision:
     """One proposal through the real gatekeeper (no side effects)."""
-    return await env.services.gatekeeper.judge(proposed(tool, args), turn.facts, turn.tool_context(), **kw)
+    return await env.services.gatekeeper.judge(proposed(tool, args), turn.facts, steps.tool_context(turn), **kw)
 
 
 async def confirm_exact(env: Env, turn: Turn, tool: str, args: dict[str, Any]) -> str:

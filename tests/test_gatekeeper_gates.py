@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from agent import steps
 from agent.decisions import Execute, NeedsApproval, NeedsConfirmation, Record, Reject
 from agent.policy import load_policy
 from storage.db import Database
@@ -60,9 +61,9 @@ async def test_shadow_records_a_confirmed_action_and_never_executes_it(db: Datab
     big = refund("O-1048", 90000)
     d = await judge(env, turn, "issue_refund", big)
     assert isinstance(d, Record) and d.would_need == "approval"
-    result, is_error, _o, events = await turn.handle({"id": "tu1", "name": "issue_refund", "input": args}, "p1")
+    result, is_error, _o, events = await steps.handle(turn, {"id": "tu1", "name": "issue_refund", "input": args}, "p1")
     assert result["status"] == "RECORDED_NOT_EXECUTED" and not is_error
-    assert [e.kind for e in events] == ["gate.record"]
+    assert events.kind == "gate.record"
     assert await store_state(db) == before and await ledger_rows(db) == []
     # the gate still refuses what it would refuse in production
     assert isinstance(await judge(env, turn, "issue_refund", refund("O-1050")), Reject)
@@ -166,7 +167,7 @@ async def test_confirmed_action_executes_once_and_consumes_the_confirmation(env:
     await retrieve(turn, EVIDENCE)
     args = refund(amount=2000)
     cid = await confirm_exact(env, turn, "issue_refund", args)
-    result, is_error, outcome, _ = await turn.handle({"id": "tu1", "name": "issue_refund", "input": args}, "p1")
+    result, is_error, outcome, _ = await steps.handle(turn, {"id": "tu1", "name": "issue_refund", "input": args}, "p1")
     assert not is_error and result["refund_id"].startswith("R-") and outcome.decision == "execute"
     conf = await env.services.confirmations.get(cid)
     assert conf is not None and conf.status == "consumed"
@@ -243,7 +244,7 @@ async def test_an_approved_approval_executes_only_if_it_still_covers_the_verdict
     await confirm_exact(env, turn, "issue_refund", args)
     d = await judge(env, turn, "issue_refund", args)
     assert isinstance(d, NeedsApproval) and d.approvals_required == 1
-    _, _, _ = await turn.act(d, proposed("issue_refund", args), "p1", turn.tool_context())
+    _, _, _ = await steps.act(turn, d, proposed("issue_refund", args), "p1", steps.tool_context(turn))
     approval = await env.services.approvals.get(turn.pending[-1].id)
     assert approval is not None and approval.status == "pending"
     from dataclasses import replace

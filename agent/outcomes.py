@@ -1,0 +1,49 @@
+"""What a turn hands back to the face that asked: the reply, and what now waits on a person."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Outcome = Literal["answered", "finished", "escalated", "gave_up", "refused", "asked", "recorded"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pending:
+    """Something waiting on a person: a confirmation (with the code they may type back) or an approval."""
+
+    kind: Literal["confirmation", "approval"]
+    id: str
+    summary: str
+    #: Confirmations only; rendered by the runtime, never shown to the model.
+    code: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnResult:
+    """What a turn gives the face: the reply to deliver and what now waits on a person.
+
+    ``reply`` is ``answer`` (the model's words) followed by ``notice`` (the runtime's own
+    rendering, from the exact arguments, of every confirmation this turn asked for). A face
+    that shows confirmations as cards may deliver ``answer`` and the cards instead; either
+    way it reports delivery (``Runtime.delivered``) so a typed "yes" can bind to it.
+    """
+
+    conversation_id: str
+    run_id: str
+    reply: str
+    iterations: int
+    input_tokens: int
+    output_tokens: int
+    pending: tuple[Pending, ...]
+    outcome: Outcome
+    answer: str = ""
+    notice: str = ""
+
+    @property
+    def shown_confirmations(self) -> tuple[str, ...]:
+        """The confirmations whose runtime text this result carries."""
+        return tuple(p.id for p in self.pending if p.kind == "confirmation")
+
+
+__all__ = ["Outcome", "Pending", "TurnResult"]
