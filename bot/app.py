@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from agent.errors import ConfigError
 from agent.llm.base import ModelClient
@@ -32,23 +33,31 @@ def demo_dataset_path() -> Path:
 
 
 def build_model(settings: Settings, metrics: Metrics | None = None) -> ModelClient:
-    """The configured model client. ``scripted`` is the demo planner (no network)."""
+    """The configured model client. ``scripted`` is the demo planner (no network).
+
+    The vendor SDK retries (``SIGNOFF_MODEL_MAX_RETRIES``, each attempt bounded by
+    ``SIGNOFF_MODEL_TIMEOUT_S``); the whole call is bounded by ``SIGNOFF_MODEL_DEADLINE_S``;
+    the breaker's state goes to ``metrics``.
+    """
     from agent.llm.breaker import CircuitBreaker
 
     provider = settings.provider
     on_change = metrics.breaker_callback(provider) if metrics else None
     breaker = CircuitBreaker(name=f"{provider}:{settings.signoff_model}", on_change=on_change)
+    sending: dict[str, Any] = {"timeout_s": settings.signoff_model_timeout_s,
+                               "max_retries": settings.signoff_model_max_retries,
+                               "deadline_s": settings.signoff_model_deadline_s}
     if provider == "anthropic":
         from agent.llm.anthropic import AnthropicClient, AnthropicConfig
 
         return AnthropicClient(AnthropicConfig(model=settings.signoff_model, api_key=settings.anthropic_api_key or "",
-                                               base_url=settings.anthropic_base_url), breaker=breaker)
+                                               base_url=settings.anthropic_base_url, **sending), breaker=breaker)
     if provider == "openai":
         from agent.llm.openai_compat import OpenAICompatClient, OpenAIConfig
 
         assert settings.openai_base_url
         return OpenAICompatClient(OpenAIConfig(model=settings.signoff_model, base_url=settings.openai_base_url,
-                                               api_key=settings.openai_api_key), breaker=breaker)
+                                               api_key=settings.openai_api_key, **sending), breaker=breaker)
     from agent.planner import DemoPlanner
 
     return DemoPlanner()
