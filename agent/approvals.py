@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from agent.errors import DecisionError
 from agent.loop import run_loop
 from agent.notify import best_effort
+from agent.tracing import traced_decision, traced_expiry
 from agent.turn import TurnResult, event_block
 from agent.wording import APPROVED_EVENT, EXPIRED_EVENT, REJECTED_EVENT, SUPERSEDED_EVENT
 from storage.audit import AuditEvent
@@ -53,6 +54,7 @@ async def _spend_confirmation(rt: Runtime, a: Approval, actor: Principal | None)
                                          audit=[_event(rt, a, "confirmation.consumed", actor, confirmation_id=conf.id)])
 
 
+@traced_decision
 async def decide(rt: Runtime, approval_id: str, *, expected_version: int, decision: str, actor: Principal,
                  comment: str | None = None, edited_arguments: dict[str, Any] | None = None) -> DecideResult:
     """Approve or reject ``approval_id`` at ``expected_version`` as ``actor``.
@@ -188,6 +190,7 @@ async def _approve_edited(rt: Runtime, a: Approval, actor: Principal, comment: s
     return DecideResult(approval=final, result=applied.result)
 
 
+@traced_expiry
 async def _expire(rt: Runtime, a: Approval) -> bool:
     moved = await rt.s.approvals.transition(
         a.id, expected_version=a.version, values={"status": "expired", "decided_at": rt.s.clock()},

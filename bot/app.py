@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,7 +19,9 @@ from agent.notify import Notifier
 from agent.policy import load_policy
 from agent.runtime import Runtime
 from agent.services import Services, build_services
+from agent.tracing import TracedModel
 from bot.settings import Settings
+from bot.telemetry import Tracing, install_tracing
 from storage.db import Database, create_database
 from storage.sandbox import SandboxStore
 from storage.store_io import load_dataset, store_is_empty
@@ -71,25 +74,32 @@ class App:
     backend: SandboxStore
     notifier: Notifier
     metrics: Metrics | None = None
+    #: Set when OTEL_EXPORTER_OTLP_ENDPOINT asked for export; None means tracing is off.
+    tracing: Tracing | None = None
 
     async def close(self) -> None:
         await self.db.dispose()
+        if self.tracing is not None:
+            await self.tracing.flush()
 
 
 async def create_app(settings: Settings, *, model: ModelClient | None = None, notifier: Notifier | None = None,
                      clock: Callable[[], datetime] | None = None, seed: bool = True) -> App:
     """Build the runtime from settings; seed an empty store with the configured dataset."""
     db = create_database(settings.signoff_database_url)
+    # OTEL_* are the OpenTelemetry SDK's own variables; this root only asks whether to export.
+    tracing = install_tracing(os.environ, db)
     policy = load_policy(settings.signoff_policy_file)
     metrics = Metrics(known_tools=build_registry().tools)
-    instrumented = InstrumentedModel(model or build_model(settings, metrics), metrics)
+    instrumented = TracedModel(InstrumentedModel(model or build_model(settings, metrics), metrics),
+                               provider=settings.provider)
     services = build_services(db=db, model=instrumented, policy=policy, notifier=notifier, clock=clock)
     services = _with_email_follow_ups(services, settings)
     attach_metrics(services, metrics)
     if seed:
         await seed_store(db, settings.signoff_store_seed)
     return App(settings=settings, db=db, runtime=Runtime(services), backend=services.backend,  # type: ignore[arg-type]
-               notifier=services.notifier, metrics=metrics)
+               notifier=services.notifier, metrics=metrics, tracing=tracing)
 
 
 def _with_email_follow_ups(services: Services, settings: Settings) -> Services:
