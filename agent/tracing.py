@@ -14,9 +14,9 @@ Spans carry ``gen_ai.conversation.id`` and ``signoff.run.id``; the composition r
 generator (``bot.telemetry``) makes a run's OpenTelemetry trace id the ``trace_id`` the
 audit log and the JSON logs already carry.
 
-Only the OpenTelemetry API is used here. Until the composition root installs the SDK,
-each wrapper checks one global and calls straight through: no span object, no context
-switch, so the step cost does not move.
+Only the OpenTelemetry API is used here. Until the composition root installs the SDK and
+calls :func:`enable`, each wrapper reads one flag and calls straight through: no span
+object, no context switch, so the step cost does not move.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GEN_AI",
+    "enable",
     "TracedModel",
     "traced_decision",
     "traced_execution",
@@ -72,9 +73,20 @@ class GEN_AI:  # noqa: N801 - a namespace of attribute names, spelled as the con
     ERROR_TYPE = "error.type"
 
 
+class _Switch:
+    # Process-wide, like the tracer provider it mirrors; one attribute read per wrapped call.
+    on = False
+
+
+def enable() -> None:
+    """Turn the spans on; the composition root calls this after installing the SDK provider
+    (so does any process that configures OpenTelemetry itself)."""
+    _Switch.on = True
+
+
 def tracing_on() -> bool:
-    """True once the composition root has installed an SDK tracer provider."""
-    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    """True once :func:`enable` was called (the SDK's tracer provider is installed)."""
+    return _Switch.on
 
 
 @contextmanager
@@ -154,9 +166,12 @@ def traced_execution(run: F) -> F:
     """Decorates ``Executor.run(self, tool, args, ctx, *, key, proposal_id, run_id, ...)``."""
 
     @functools.wraps(run)
-    async def wrapper(self: Any, tool: Any, args: Any, ctx: Any, **kw: Any) -> Any:
-        if not tracing_on():
-            return await run(self, tool, args, ctx, **kw)
+    def wrapper(self: Any, tool: Any, args: Any, ctx: Any, **kw: Any) -> Awaitable[Any]:
+        if not _Switch.on:
+            return run(self, tool, args, ctx, **kw)  # the bare coroutine: no extra frame
+        return traced(self, tool, args, ctx, **kw)
+
+    async def traced(self: Any, tool: Any, args: Any, ctx: Any, **kw: Any) -> Any:
         attributes: dict[str, AttributeValue] = {
             GEN_AI.OPERATION: "execute_tool", GEN_AI.TOOL_NAME: tool.name, GEN_AI.TOOL_TYPE: "function",
             "signoff.tool.kind": tool.meta.kind, "signoff.tool.keyed": kw.get("key") is not None,
@@ -178,9 +193,12 @@ def traced_judgement(judge: F) -> F:
     """Decorates ``Gatekeeper.judge(self, proposed, facts, ctx, ...)``: the gate's decision as a span."""
 
     @functools.wraps(judge)
-    async def wrapper(self: Any, p: Any, facts: Any, ctx: Any, **kw: Any) -> Any:
-        if not tracing_on():
-            return await judge(self, p, facts, ctx, **kw)
+    def wrapper(self: Any, p: Any, facts: Any, ctx: Any, **kw: Any) -> Awaitable[Any]:
+        if not _Switch.on:
+            return judge(self, p, facts, ctx, **kw)  # the bare coroutine: no extra frame
+        return traced(self, p, facts, ctx, **kw)
+
+    async def traced(self: Any, p: Any, facts: Any, ctx: Any, **kw: Any) -> Any:
         attributes: dict[str, AttributeValue] = {
             GEN_AI.TOOL_NAME: _short(p.tool), GEN_AI.CONVERSATION: facts.conversation_id,
             "signoff.run.id": facts.run_id, "signoff.principal.kind": facts.principal.kind,
@@ -202,9 +220,12 @@ def traced_decision(decide: F) -> F:
     """Decorates ``approvals.decide(rt, approval_id, *, decision, actor, ...)``."""
 
     @functools.wraps(decide)
-    async def wrapper(rt: Any, approval_id: str, **kw: Any) -> Any:
-        if not tracing_on():
-            return await decide(rt, approval_id, **kw)
+    def wrapper(rt: Any, approval_id: str, **kw: Any) -> Awaitable[Any]:
+        if not _Switch.on:
+            return decide(rt, approval_id, **kw)  # the bare coroutine: no extra frame
+        return traced(rt, approval_id, **kw)
+
+    async def traced(rt: Any, approval_id: str, **kw: Any) -> Any:
         actor = kw.get("actor")
         attributes: dict[str, AttributeValue] = {
             "signoff.approval.id": approval_id, "signoff.approval.decision": str(kw.get("decision")),
@@ -228,9 +249,12 @@ def traced_expiry(expire: F) -> F:
     """Decorates ``approvals._expire(rt, approval)``: the expiry transition as a span."""
 
     @functools.wraps(expire)
-    async def wrapper(rt: Any, approval: Any) -> Any:
-        if not tracing_on():
-            return await expire(rt, approval)
+    def wrapper(rt: Any, approval: Any) -> Awaitable[Any]:
+        if not _Switch.on:
+            return expire(rt, approval)  # the bare coroutine: no extra frame
+        return traced(rt, approval)
+
+    async def traced(rt: Any, approval: Any) -> Any:
         with _span("approval expire", SpanKind.INTERNAL, _approval_attributes(approval)) as span:
             moved = await expire(rt, approval)
             span.set_attribute("signoff.approval.status", "expired" if moved else str(approval.status))

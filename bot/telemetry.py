@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
+from agent import tracing as agent_tracing
 from storage.db import Database
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ def install_tracing(env: Mapping[str, str], db: Database) -> Tracing | None:
         return None
     current = trace.get_tracer_provider()
     if isinstance(current, TracerProvider):
+        agent_tracing.enable()
         return Tracing(provider=current)  # a second app in this process shares the first one's
     provider = TracerProvider(resource=_resource(), id_generator=RunTraceIds())
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
@@ -95,6 +97,7 @@ def install_tracing(env: Mapping[str, str], db: Database) -> Tracing | None:
     # The instrumentation declares sqlalchemy<2.1 but works on 2.1 (tests/test_tracing.py
     # asserts its statement spans); skip the declared-range check rather than lose them.
     SQLAlchemyInstrumentor().instrument(engines=_engines(db), tracer_provider=provider, skip_dep_check=True)
+    agent_tracing.enable()
     log.info("tracing: exporting spans over OTLP")
     return Tracing(provider=provider)
 
