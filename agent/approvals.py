@@ -17,6 +17,7 @@ from agent.errors import DecisionError
 from agent.host import ApplyResult, Host
 from agent.notify import best_effort
 from agent.outcomes import TurnResult
+from agent.tracing import traced_decision, traced_expiry
 from agent.wording import APPROVED_EVENT, EXPIRED_EVENT, REJECTED_EVENT, SUPERSEDED_EVENT
 from storage.audit import AuditEvent
 from storage.records import Approval, Proposal
@@ -50,6 +51,7 @@ async def _spend_confirmation(rt: Host, a: Approval, actor: Principal | None) ->
                                          audit=[_event(rt, a, "confirmation.consumed", actor, confirmation_id=conf.id)])
 
 
+@traced_decision
 async def decide(rt: Host, approval_id: str, *, expected_version: int, decision: str, actor: Principal,
                  comment: str | None = None, edited_arguments: dict[str, Any] | None = None) -> DecideResult:
     """Approve or reject ``approval_id`` at ``expected_version`` as ``actor``.
@@ -203,6 +205,7 @@ async def _approve_edited(rt: Host, a: Approval, actor: Principal, comment: str 
     return DecideResult(approval=final, result=applied.result)
 
 
+@traced_expiry
 async def _expire(rt: Host, a: Approval) -> bool:
     moved = await rt.s.approvals.transition(
         a.id, expected_version=a.version, values={"status": "expired", "decided_at": rt.s.clock()},

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
+from agent.tracing import traced_execution
 from storage.audit import AuditEvent
 from storage.ledger import Ledger
 from storage.records import LedgerEntry
@@ -52,6 +53,7 @@ class Executor:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
 
+    @traced_execution
     async def run(self, tool: ToolDef, args: dict[str, Any], ctx: ToolContext, *, key: str | None,
                   proposal_id: str | None, run_id: str | None,
                   audit: AuditEvent | None = None) -> ExecOutcome:

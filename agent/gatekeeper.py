@@ -28,6 +28,7 @@ from agent.decisions import (
     Routing,
 )
 from agent.policy import Policy
+from agent.tracing import traced_judgement
 from storage.audit import canonical_json, sha256_hex
 from storage.gates import ApprovalRepo, ConfirmationRepo
 from storage.records import Approval
@@ -95,6 +96,7 @@ class Gatekeeper:
             name: _StrictValidator(t.input_schema) for name, t in registry.tools.items()
         }
 
+    @traced_judgement
     async def judge(self, p: Proposed, facts: RunFacts, ctx: ToolContext, *,
                     approval: Approval | None = None, dedup: bool = True, key: str | None = None) -> Decision:
         """The decision on ``p``. ``key``: the idempotency key fixed when this action was first

@@ -25,6 +25,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -37,7 +38,9 @@ if TYPE_CHECKING:
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
 REFUND_BUCKETS = (500, 1000, 2500, 5000, 10000, 20000, 50000, 100000, 250000, 1000000)
+DECISION_BUCKETS = (30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400)
 COST_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+_FINAL_APPROVAL = frozenset({"approved", "rejected", "expired", "superseded"})
 BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
 _LABEL = re.compile(r"^[a-z][a-z0-9_.:-]{0,63}$")
 
@@ -89,6 +92,7 @@ class Metrics:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self._tools = frozenset(known_tools)
         self._turn_cost: OrderedDict[str, float] = OrderedDict()
+        self._requested: OrderedDict[str, datetime] = OrderedDict()
         r = self.registry
         self.conversations = Counter("signoff_conversations", "Conversations (agent runs) started.", registry=r)
         self.turns = Counter("signoff_turns", "Turns ended, by outcome and channel.", ["outcome", "channel"],
@@ -102,6 +106,9 @@ class Metrics:
         self.intercepts = Counter("signoff_dedup_intercepts", "Repeated identical calls intercepted.", registry=r)
         self.confirmations = Counter("signoff_confirmations", "Confirmation transitions.", ["outcome"], registry=r)
         self.approvals = Counter("signoff_approvals", "Approval transitions.", ["outcome"], registry=r)
+        self.approval_wait = Histogram("signoff_approval_decision_seconds",
+                                       "Time from an approval's request to its decision or expiry.", ["outcome"],
+                                       buckets=DECISION_BUCKETS, registry=r)
         self.tool_calls = Counter("signoff_tool_calls", "Tool proposals judged, by tool.", ["tool"], registry=r)
         self.tool_errors = Counter("signoff_tool_errors", "Tool calls that ended in an error result, by tool.",
                                    ["tool"], registry=r)
@@ -183,7 +190,20 @@ class Metrics:
         self.confirmations.labels(_label(e.kind.partition(".")[2])).inc()
 
     def _on_approval(self, e: Any) -> None:
-        self.approvals.labels(_label(e.kind.partition(".")[2])).inc()
+        outcome = _label(e.kind.partition(".")[2])
+        self.approvals.labels(outcome).inc()
+        approval_id = e.data.get("approval_id")
+        if not isinstance(approval_id, str):
+            return
+        # Time to decision is measured where the request was seen: the request and its
+        # decision pass through one process's observer (one serve, or a test).
+        if outcome == "requested":
+            self._requested[approval_id] = e.ts
+            while len(self._requested) > 10_000:
+                self._requested.popitem(last=False)
+        elif outcome in _FINAL_APPROVAL and approval_id in self._requested:
+            waited = (e.ts - self._requested.pop(approval_id)).total_seconds()
+            self.approval_wait.labels(outcome).observe(max(waited, 0.0))
 
     _HANDLERS: dict[str, Callable[[Metrics, Any], None]] = {
         "run.started": _on_run, "turn.ended": _on_turn, "escalation": _on_escalation,

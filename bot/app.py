@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from agent.errors import ConfigError
 from agent.llm.base import ModelClient
@@ -17,8 +19,10 @@ from agent.notify import LogNotifier, Notifier
 from agent.policy import Policy, load_policy
 from agent.runtime import Runtime
 from agent.services import Services, build_services
+from agent.tracing import TracedModel
 from agent.worker import Worker, WorkerConfig
 from bot.settings import Settings
+from bot.telemetry import Tracing, install_tracing
 from sandbox.dataset import load_dataset_file
 from sandbox.io import load_dataset, store_is_empty
 from sandbox.store import SandboxStore
@@ -43,23 +47,31 @@ def demo_dataset_path() -> Path:
 
 
 def build_model(settings: Settings, metrics: Metrics | None = None) -> ModelClient:
-    """The configured model client. ``scripted`` is the demo planner (no network)."""
+    """The configured model client. ``scripted`` is the demo planner (no network).
+
+    The vendor SDK retries (``SIGNOFF_MODEL_MAX_RETRIES``, each attempt bounded by
+    ``SIGNOFF_MODEL_TIMEOUT_S``); the whole call is bounded by ``SIGNOFF_MODEL_DEADLINE_S``;
+    the breaker's state goes to ``metrics``.
+    """
     from agent.llm.breaker import CircuitBreaker
 
     provider = settings.provider
     on_change = metrics.breaker_callback(provider) if metrics else None
     breaker = CircuitBreaker(name=f"{provider}:{settings.signoff_model}", on_change=on_change)
+    sending: dict[str, Any] = {"timeout_s": settings.signoff_model_timeout_s,
+                               "max_retries": settings.signoff_model_max_retries,
+                               "deadline_s": settings.signoff_model_deadline_s}
     if provider == "anthropic":
         from agent.llm.anthropic import AnthropicClient, AnthropicConfig
 
         return AnthropicClient(AnthropicConfig(model=settings.signoff_model, api_key=settings.anthropic_api_key or "",
-                                               base_url=settings.anthropic_base_url), breaker=breaker)
+                                               base_url=settings.anthropic_base_url, **sending), breaker=breaker)
     if provider == "openai":
         from agent.llm.openai_compat import OpenAICompatClient, OpenAIConfig
 
         assert settings.openai_base_url
         return OpenAICompatClient(OpenAIConfig(model=settings.signoff_model, base_url=settings.openai_base_url,
-                                               api_key=settings.openai_api_key), breaker=breaker)
+                                               api_key=settings.openai_api_key, **sending), breaker=breaker)
     from agent.planner import DemoPlanner
 
     return DemoPlanner()
@@ -73,9 +85,13 @@ class App:
     backend: SandboxStore
     notifier: Notifier
     metrics: Metrics | None = None
+    #: Set when OTEL_EXPORTER_OTLP_ENDPOINT asked for export; None means tracing is off.
+    tracing: Tracing | None = None
 
     async def close(self) -> None:
         await self.db.dispose()
+        if self.tracing is not None:
+            await self.tracing.flush()
 
     async def audit_checkpoint(self, *, skip_if_unchanged: bool = False) -> Checkpoint | None:
         """Sign the audit head into the configured checkpoint file (``signoff audit checkpoint``)."""
@@ -100,9 +116,12 @@ async def create_app(settings: Settings, *, model: ModelClient | None = None, no
                      clock: Callable[[], datetime] | None = None, seed: bool = True) -> App:
     """Build the runtime from settings; seed an empty store with the configured dataset."""
     db = create_database(settings.signoff_database_url)
+    # OTEL_* are the OpenTelemetry SDK's own variables; this root only asks whether to export.
+    tracing = install_tracing(os.environ, db)
     policy = load_policy(settings.signoff_policy_file)
     metrics = Metrics(known_tools=build_registry().tools)
-    instrumented = InstrumentedModel(model or build_model(settings, metrics), metrics)
+    instrumented = TracedModel(InstrumentedModel(model or build_model(settings, metrics), metrics),
+                               provider=settings.provider)
     services = sandbox_services(db=db, model=instrumented, policy=policy, notifier=notifier or LogNotifier(),
                                 clock=clock)
     services = _with_email_follow_ups(services, settings)
@@ -110,7 +129,7 @@ async def create_app(settings: Settings, *, model: ModelClient | None = None, no
     if seed:
         await seed_store(db, settings.signoff_store_seed, production=settings.is_production)
     return App(settings=settings, db=db, runtime=Runtime(services), backend=services.backend,  # type: ignore[arg-type]
-               notifier=services.notifier, metrics=metrics)
+               notifier=services.notifier, metrics=metrics, tracing=tracing)
 
 
 def _with_email_follow_ups(services: Services, settings: Settings) -> Services:

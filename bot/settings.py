@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent.errors import ConfigError
@@ -34,6 +34,12 @@ class Settings(BaseSettings):
     signoff_database_url: str = "sqlite+aiosqlite:///./signoff.db"
     signoff_llm_provider: Literal["anthropic", "openai", "scripted"] | None = None
     signoff_model: str = DEFAULT_MODEL
+    #: The vendor SDK's retries of one model call (429/5xx/connection errors, honouring retry-after).
+    signoff_model_max_retries: int = Field(default=4, ge=0, le=10)
+    #: Seconds one HTTP attempt to the model may take.
+    signoff_model_timeout_s: float = Field(default=60.0, gt=0)
+    #: Seconds one model call may take, retries and their waits included; then the turn gives up honestly.
+    signoff_model_deadline_s: float = Field(default=120.0, gt=0)
     anthropic_api_key: str | None = None
     anthropic_base_url: str | None = None
     openai_base_url: str | None = None

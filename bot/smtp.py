@@ -2,24 +2,24 @@
 
 ``SIGNOFF_SMTP_URL`` is ``smtp://[user:pass@]host:port`` or ``smtps://…``;
 query options ``starttls=1`` and ``from=support@shop.example`` (the shop's
-address replies come from). The stdlib client runs in a thread so the event
-loop never blocks. A reply's Message-ID names its conversation
+address replies come from). Sent with :mod:`aiosmtplib` (asyncio, implicit TLS
+or STARTTLS, certificates verified, one timeout for every step). A reply's Message-ID names its conversation
 (``<signoff.{conversation_id}.{nonce}@domain>``), so a customer's answer that
 only carries ``In-Reply-To`` still finds its thread.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import secrets
-import smtplib
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formatdate
 from typing import Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
+
+import aiosmtplib
 
 from agent.notify import EscalationNotice, Notifier
 from storage.records import Approval, Conversation
@@ -73,23 +73,18 @@ class Mailer(Protocol):
 
 
 class SmtpMailer:
-    """Sends with :mod:`smtplib` in a worker thread."""
+    """Sends over SMTP with :mod:`aiosmtplib`: ``smtps://`` is implicit TLS; ``starttls=1``
+    upgrades a plain connection (and fails rather than send in the clear if the server
+    cannot); without either the connection stays plain, as configured."""
 
     def __init__(self, config: SmtpConfig) -> None:
         self.config = config
 
     async def send(self, mail: OutgoingEmail) -> None:
-        await asyncio.to_thread(self._send, compose(mail))
-
-    def _send(self, msg: EmailMessage) -> None:
         c = self.config
-        client_cls = smtplib.SMTP_SSL if c.ssl else smtplib.SMTP
-        with client_cls(c.host, c.port, timeout=c.timeout_s) as client:
-            if c.starttls and not c.ssl:
-                client.starttls()
-            if c.username:
-                client.login(c.username, c.password or "")
-            client.send_message(msg)
+        await aiosmtplib.send(compose(mail), hostname=c.host, port=c.port, use_tls=c.ssl,
+                              start_tls=c.starttls and not c.ssl, username=c.username, password=c.password,
+                              timeout=c.timeout_s)
 
 
 def _header(value: str, limit: int = 300) -> str:

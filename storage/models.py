@@ -13,6 +13,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -207,7 +208,8 @@ class AuditEventRow(Base):
     model: Mapped[str | None] = mapped_column(String(128))
     prompt_version: Mapped[str | None] = mapped_column(String(32))
     policy_version: Mapped[str | None] = mapped_column(String(32))
-    latency_ms: Mapped[float | None] = mapped_column()
+    # Float as migrated (0001): SQLAlchemy 2.1 maps a bare ``float`` annotation to Double.
+    latency_ms: Mapped[float | None] = mapped_column(Float)
     data: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64))

@@ -28,6 +28,7 @@ from agent.llm.testing import (
 )
 from tests.fakes import scripted
 from tests.fakes.openai_api import FakeOpenAIAPI, chat_error, chat_text, chat_tool_call
+from tests.fakes.plugin import SdkSleeps
 
 TOOL = ToolSpec(
     name="get_order",
@@ -47,19 +48,10 @@ def completion(message: dict[str, Any], finish: str | None, usage: dict[str, Any
     }
 
 
-class Sleeps:
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, delay: float) -> None:
-        self.delays.append(delay)
-
-
-def client_for(api: FakeOpenAIAPI, **overrides: Any) -> tuple[OpenAICompatClient, Sleeps]:
-    sleeps = Sleeps()
+def client_for(api: FakeOpenAIAPI, **overrides: Any) -> OpenAICompatClient:
     breaker = overrides.pop("breaker", None)
     config = OpenAIConfig(model="qwen", base_url=api.base_url, **overrides)
-    return OpenAICompatClient(config, breaker=breaker, sleep=sleeps, rand=lambda: 1.0), sleeps
+    return OpenAICompatClient(config, breaker=breaker)
 
 
 def test_history_translates_to_chat_messages_in_order() -> None:
@@ -212,7 +204,7 @@ async def test_tool_round_trip_against_the_fake() -> None:
         chat_tool_call("get_order", {"order_id": "A1"}, id="call_1"), chat_text("Shipped.")
     )
     async with FakeOpenAIAPI(script) as api:
-        client, _ = client_for(api, api_key="sk-local")
+        client = client_for(api, api_key="sk-local")
         request = ModelRequest(
             system="Be kind.",
             messages=[Message(role="user", content=[text_block("A1?")])],
@@ -249,7 +241,7 @@ async def test_invalid_json_arguments_from_the_server_become_an_invalid_tool_use
     async with FakeOpenAIAPI(
         lambda body: chat_tool_call("get_order", '{"order_id": ', id="c1")
     ) as api:
-        client, _ = client_for(api)
+        client = client_for(api)
         response = await client.complete(
             ModelRequest(
                 system="", messages=[Message(role="user", content=[text_block("x")])], tools=[TOOL]
@@ -267,10 +259,11 @@ async def test_invalid_json_arguments_from_the_server_become_an_invalid_tool_use
 
 
 async def test_retries_honour_retry_after_and_bad_requests_are_not_retried(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, sdk_sleeps: SdkSleeps
 ) -> None:
-    """Same policy as the Anthropic client: 429/5xx retried after ``retry-after``; a 400
-    is logged with the request id and raised as bad_request at once."""
+    """Same policy as the Anthropic client, through the official SDK: 429/5xx retried after
+    ``retry-after`` (exponential backoff without it); a 400 is logged with the request id
+    and raised as bad_request at once."""
     request = ModelRequest(
         system="", messages=[Message(role="user", content=[text_block("x")])], tools=[]
     )
@@ -278,26 +271,54 @@ async def test_retries_honour_retry_after_and_bad_requests_are_not_retried(
         chat_error(429, retry_after="2"), chat_error(503), chat_text("ok"), chat_error(400)
     )
     async with FakeOpenAIAPI(script) as api:
-        client, sleeps = client_for(api, backoff_base_s=0.01)
+        client = client_for(api)
         assert (await client.complete(request)).text == "ok"
-        assert sleeps.delays == pytest.approx([2.0, 0.02])
+        assert sdk_sleeps.delays == [2.0, 1.0]
         with caplog.at_level(logging.ERROR, logger="agent.llm.openai_compat"):
             with pytest.raises(ModelUnavailable) as info:
                 await client.complete(request)
         await client.aclose()
     assert len(api.requests) == 4
+    assert sdk_sleeps.delays == [2.0, 1.0]
     assert info.value.reason == "bad_request"
     assert info.value.request_id and info.value.request_id in caplog.text
 
 
-async def test_breaker_opens_on_repeated_failures() -> None:
+async def test_exhausted_retries_are_an_honest_give_up_naming_the_attempts(sdk_sleeps: SdkSleeps) -> None:
+    """After ``max_retries`` the caller gets ModelUnavailable naming the attempts made."""
+    request = ModelRequest(
+        system="", messages=[Message(role="user", content=[text_block("x")])], tools=[]
+    )
+    async with FakeOpenAIAPI(lambda body: chat_error(502)) as api:
+        client = client_for(api, max_retries=2)
+        with pytest.raises(ModelUnavailable, match="gave up after 3 attempts: HTTP 502") as info:
+            await client.complete(request)
+        await client.aclose()
+    assert info.value.reason == "unavailable"
+    assert len(api.requests) == 3 and len(sdk_sleeps.delays) == 2
+
+
+async def test_a_wait_past_the_deadline_is_an_honest_give_up_not_a_hang() -> None:
+    """A server asking for a long wait ends the call at ``deadline_s``, with nothing more sent."""
+    request = ModelRequest(
+        system="", messages=[Message(role="user", content=[text_block("x")])], tools=[]
+    )
+    async with FakeOpenAIAPI(lambda body: chat_error(429, retry_after="60")) as api:
+        client = client_for(api, deadline_s=0.2)
+        with pytest.raises(ModelUnavailable, match="deadline") as info:
+            await client.complete(request)
+        await client.aclose()
+    assert info.value.reason == "unavailable" and len(api.requests) == 1
+
+
+async def test_breaker_opens_on_repeated_failures(sdk_sleeps: SdkSleeps) -> None:
     """Exhausted calls count against the breaker; once open nothing reaches the server."""
     breaker = CircuitBreaker(BreakerConfig(failure_threshold=2), clock=lambda: 0.0)
     request = ModelRequest(
         system="", messages=[Message(role="user", content=[text_block("x")])], tools=[]
     )
     async with FakeOpenAIAPI(lambda body: chat_error(500)) as api:
-        client, _ = client_for(api, max_retries=1, breaker=breaker)
+        client = client_for(api, max_retries=1, breaker=breaker)
         for _ in range(2):
             with pytest.raises(ModelUnavailable, match="gave up"):
                 await client.complete(request)
@@ -306,6 +327,32 @@ async def test_breaker_opens_on_repeated_failures() -> None:
         await client.aclose()
     assert info.value.reason == "circuit_open"
     assert len(api.requests) == 4
+
+
+async def test_without_a_key_no_authorization_header_is_sent() -> None:
+    """Local servers need no key: the SDK's placeholder never goes out as a credential."""
+    request = ModelRequest(
+        system="", messages=[Message(role="user", content=[text_block("x")])], tools=[]
+    )
+    async with FakeOpenAIAPI() as api:
+        client = client_for(api)
+        assert (await client.complete(request)).text == "ok"
+        await client.aclose()
+    assert "authorization" not in api.requests[0].headers
+
+
+async def test_ollama_style_object_arguments_come_through_the_sdk() -> None:
+    """A server that sends tool-call arguments as a JSON object (Ollama) still yields the
+    parsed input, through the SDK's response model."""
+    call = {"id": "call_o", "type": "function", "function": {"name": "get_order", "arguments": {"order_id": "A1"}}}
+    async with FakeOpenAIAPI(lambda body: {"content": None, "tool_calls": [call]}) as api:
+        client = client_for(api)
+        response = await client.complete(
+            ModelRequest(system="", messages=[Message(role="user", content=[text_block("x")])], tools=[TOOL])
+        )
+        await client.aclose()
+    assert response.tool_uses == [tool_use_block("get_order", {"order_id": "A1"}, id="call_o")]
+    assert response.request_id is not None and response.request_id.startswith("req-")
 
 
 async def test_tripwire_refuses_non_loopback_servers() -> None:
@@ -327,7 +374,7 @@ async def test_fake_rejects_a_tool_call_without_its_tool_message() -> None:
         Message(role="user", content=[text_block("no result")]),
     ]
     async with FakeOpenAIAPI() as api:
-        client, _ = client_for(api)
+        client = client_for(api)
         with pytest.raises(ModelUnavailable) as info:
             await client.complete(ModelRequest(system="", messages=history, tools=[TOOL]))
         await client.aclose()

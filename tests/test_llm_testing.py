@@ -9,7 +9,7 @@ import re
 import pytest
 
 from agent.llm.base import Block, Message, ModelRequest, ModelResponse, Usage
-from agent.llm.retry import check_outbound
+from agent.llm.sending import check_outbound
 from agent.llm.testing import (
     CompromisedModel,
     FunctionModel,

@@ -30,20 +30,12 @@ from tests.test_loop_support import (
 )
 
 
-async def _no_sleep(_delay: float) -> None:
-    return None
-
-
 def anthropic_client(api: FakeAnthropicAPI) -> AnthropicClient:
-    return AnthropicClient(AnthropicConfig(model="claude-test", api_key="sk-test", base_url=api.base_url,
-                                           backoff_base_s=0.001, backoff_max_s=0.002),
-                           sleep=_no_sleep, rand=lambda: 0.0)
+    return AnthropicClient(AnthropicConfig(model="claude-test", api_key="sk-test", base_url=api.base_url))
 
 
 def openai_client(api: FakeOpenAIAPI) -> OpenAICompatClient:
-    return OpenAICompatClient(OpenAIConfig(model="local-test", base_url=api.base_url,
-                                           backoff_base_s=0.001, backoff_max_s=0.002),
-                              sleep=_no_sleep, rand=lambda: 0.0)
+    return OpenAICompatClient(OpenAIConfig(model="local-test", base_url=api.base_url))
 
 
 async def _canonical(h: Any) -> tuple[str, str]:

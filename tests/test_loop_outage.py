@@ -10,31 +10,23 @@ from agent.llm.breaker import BreakerConfig, CircuitBreaker
 from agent.wording import GIVE_UP_REPLY
 from storage.db import Database
 from tests.fakes.anthropic_api import FakeAnthropicAPI, api_error, text_turn
+from tests.fakes.plugin import SdkSleeps
 from tests.support import C7, seeded
 from tests.test_loop_support import assert_history_valid, case_notes
 
 
-class Sleeps:
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, delay: float) -> None:
-        self.delays.append(delay)
-
-
 @pytest.mark.parametrize("status", [429, 529, 500])
 async def test_outage_past_retries_then_open_breaker_gives_an_honest_reply_and_escalates(
-        db: Database, status: int) -> None:
+        db: Database, status: int, sdk_sleeps: SdkSleeps) -> None:
     """Retries are spent (honouring retry-after), the breaker opens, and each affected turn
     answers with the fixed honest reply, keeps the user's words, and escalates once per turn.
     While the breaker is open nothing is sent to the provider."""
     now = [0.0]
     breaker = CircuitBreaker(BreakerConfig(failure_threshold=1, cooldown_s=30), clock=lambda: now[0])
-    sleeps = Sleeps()
     async with FakeAnthropicAPI(lambda body: api_error(status, "down", retry_after="0.001")) as api:
         client = AnthropicClient(AnthropicConfig(model="claude-test", api_key="sk-test", base_url=api.base_url,
                                                  max_retries=2),
-                                 breaker=breaker, sleep=sleeps, rand=lambda: 0.0)
+                                 breaker=breaker)
         h = await seeded(db, client)
         first = await h.runtime.chat(principal=C7, channel="api", message="Where is my order O-1042?")
         sent = len(api.requests)
@@ -46,7 +38,7 @@ async def test_outage_past_retries_then_open_breaker_gives_an_honest_reply_and_e
         third = await h.runtime.chat(principal=C7, channel="api", message="Still there?",
                                      conversation_id=first.conversation_id)
         await client.aclose()
-    assert sent == 3 and sleeps.delays == [0.001, 0.001]
+    assert sent == 3 and sdk_sleeps.delays == [0.001, 0.001]
     assert [r.status for r in api.requests[:3]] == [status] * 3
     assert breaker.trips == 1
     for r in (first, second):
@@ -69,8 +61,7 @@ async def test_a_rejected_request_is_not_retried_and_still_ends_honestly(db: Dat
     """A 400 (our bug) is not retried, does not count against the provider, and the user still
     gets the honest reply and an escalation."""
     async with FakeAnthropicAPI(lambda body: api_error(400, "bad")) as api:
-        client = AnthropicClient(AnthropicConfig(model="claude-test", api_key="sk-test", base_url=api.base_url),
-                                 sleep=Sleeps(), rand=lambda: 0.0)
+        client = AnthropicClient(AnthropicConfig(model="claude-test", api_key="sk-test", base_url=api.base_url))
         h = await seeded(db, client)
         r = await h.runtime.chat(principal=C7, channel="api", message="hi")
         await client.aclose()

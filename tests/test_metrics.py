@@ -96,6 +96,13 @@ async def test_confirmations_and_approvals_by_outcome(driven: Metrics) -> None:
     assert value(driven, "signoff_approvals_total", outcome="executed") == 1
 
 
+async def test_approval_time_to_decision_is_observed_by_outcome(driven: Metrics) -> None:
+    """From approval.requested to its decision: one sample, labelled with the outcome."""
+    assert value(driven, "signoff_approval_decision_seconds_count", outcome="approved") == 1
+    assert value(driven, "signoff_approval_decision_seconds_sum", outcome="approved") >= 0
+    assert value(driven, "signoff_approval_decision_seconds_count", outcome="rejected") == 0
+
+
 async def test_refund_amounts(driven: Metrics) -> None:
     """execution.succeeded of issue_refund adds minor units by currency and a histogram sample."""
     assert value(driven, "signoff_refund_amount_minor_total", currency="USD") == 18900

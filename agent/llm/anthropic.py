@@ -1,17 +1,15 @@
 """The Anthropic Messages API behind :class:`agent.llm.base.ModelClient`.
 
 The only module that imports ``anthropic``; every SDK exception is translated
-to :class:`agent.errors.ModelUnavailable` here. The SDK's own retries are off:
-we retry 429/529/5xx and connection errors ourselves (honouring
-``retry-after``) so that the breaker sees one outcome per call.
+to :class:`agent.errors.ModelUnavailable` here. The SDK retries 429/529/5xx and
+connection errors itself (honouring ``retry-after-ms``/``retry-after``), up to
+``max_retries`` times; the breaker sees one outcome per call, and
+:func:`agent.llm.sending.within_deadline` bounds the whole call.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
@@ -20,15 +18,14 @@ import anthropic
 from agent.errors import ModelUnavailable
 from agent.llm.base import Block, ModelRequest, ModelResponse, StopReason, Usage
 from agent.llm.breaker import CircuitBreaker
-from agent.llm.retry import (
-    Retryable,
-    RetryPolicy,
-    Sleep,
+from agent.llm.sending import (
+    attempts_made,
     check_outbound,
     counts_against_provider,
-    is_retryable_status,
-    parse_retry_after,
-    send_with_retries,
+    gave_up,
+    is_transient,
+    rejected,
+    within_deadline,
 )
 
 log = logging.getLogger(__name__)
@@ -40,7 +37,9 @@ _STOP_REASONS: frozenset[str] = frozenset(get_args(StopReason))
 class AnthropicConfig:
     """Connection and retry settings; ``base_url=None`` lets the SDK read ``ANTHROPIC_BASE_URL``.
 
-    ``max_tokens`` is a ceiling: a request asking for more is clamped to it.
+    ``timeout_s`` bounds one HTTP attempt, ``max_retries`` is the SDK's retry count,
+    ``deadline_s`` bounds the whole call with its retries and waits. ``max_tokens``
+    is a ceiling: a request asking for more is clamped to it.
     """
 
     model: str
@@ -48,8 +47,7 @@ class AnthropicConfig:
     base_url: str | None = None
     timeout_s: float = 60
     max_retries: int = 4
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 20
+    deadline_s: float = 120
     max_tokens: int = 1024
 
 
@@ -58,34 +56,20 @@ class AnthropicClient:
 
     Sends ``system`` as one text block carrying ``cache_control`` so that the
     tools followed by the system prompt form the cached prefix. Raises
-    :class:`ModelUnavailable` with reason ``unavailable`` (retries spent),
-    ``bad_request`` (a 4xx: our bug, logged with the request id, not retried),
-    ``bad_response`` or ``circuit_open``.
+    :class:`ModelUnavailable` with reason ``unavailable`` (the SDK's retries
+    spent, or the deadline passed), ``bad_request`` (a 4xx: our bug, logged with
+    the request id, not retried), ``bad_response`` or ``circuit_open``.
     """
 
-    def __init__(
-        self,
-        config: AnthropicConfig,
-        *,
-        breaker: CircuitBreaker | None = None,
-        sleep: Sleep = asyncio.sleep,
-        rand: Callable[[], float] = random.random,
-    ) -> None:
+    def __init__(self, config: AnthropicConfig, *, breaker: CircuitBreaker | None = None) -> None:
         self._config = config
         self._sdk = anthropic.AsyncAnthropic(
             api_key=config.api_key,
             base_url=config.base_url,
             timeout=config.timeout_s,
-            max_retries=0,
+            max_retries=config.max_retries,
         )
         self._breaker = breaker or CircuitBreaker(name=f"anthropic:{config.model}")
-        self._policy = RetryPolicy(
-            max_retries=config.max_retries,
-            backoff_base_s=config.backoff_base_s,
-            backoff_max_s=config.backoff_max_s,
-        )
-        self._sleep = sleep
-        self._rand = rand
 
     @property
     def model_name(self) -> str:
@@ -106,16 +90,7 @@ class AnthropicClient:
         """Send one Messages API request; see the class docstring for failures."""
         check_outbound(self.base_url, client="AnthropicClient")
         params = build_params(request, model=self._config.model, max_tokens=self._config.max_tokens)
-
-        async def attempt() -> ModelResponse:
-            return await self._attempt(params, request)
-
-        async def with_retries() -> ModelResponse:
-            return await send_with_retries(
-                attempt, policy=self._policy, what="anthropic", sleep=self._sleep, rand=self._rand
-            )
-
-        return await self._breaker.call(with_retries, is_failure=counts_against_provider)
+        return await self._breaker.call(lambda: self._send(params, request), is_failure=counts_against_provider)
 
     async def aclose(self) -> None:
         """Close the SDK's HTTP connection pool."""
@@ -127,25 +102,20 @@ class AnthropicClient:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def _attempt(self, params: dict[str, Any], request: ModelRequest) -> ModelResponse:
+    async def _send(self, params: dict[str, Any], request: ModelRequest) -> ModelResponse:
         try:
-            message = await self._sdk.messages.create(**params)
+            message = await within_deadline(self._sdk.messages.create(**params),
+                                            deadline_s=self._config.deadline_s, provider="anthropic")
         except anthropic.APIStatusError as exc:
             raise _status_failure(exc, request) from exc
         except anthropic.APIConnectionError as exc:
-            raise Retryable(f"connection error: {exc}") from exc
+            raise gave_up("anthropic", f"connection error: {exc}", attempts=attempts_made(exc.request)) from exc
         except anthropic.AnthropicError as exc:
-            raise ModelUnavailable(
-                f"anthropic: unusable response: {exc}", reason="bad_response"
-            ) from exc
+            raise ModelUnavailable(f"anthropic: unusable response: {exc}", reason="bad_response") from exc
         response = to_model_response(message)
         log.debug(
             "anthropic answered",
-            extra={
-                "request_id": response.request_id,
-                "usage": response.usage,
-                "metadata": dict(request.metadata),
-            },
+            extra={"request_id": response.request_id, "usage": response.usage, "metadata": dict(request.metadata)},
         )
         return response
 
@@ -208,24 +178,9 @@ def _stop_reason(raw: str | None, content: list[Block]) -> StopReason:
     return "tool_use" if any(b.get("type") == "tool_use" for b in content) else "end_turn"
 
 
-def _status_failure(exc: anthropic.APIStatusError, request: ModelRequest) -> Exception:
+def _status_failure(exc: anthropic.APIStatusError, request: ModelRequest) -> ModelUnavailable:
     status = exc.status_code
-    if is_retryable_status(status):
-        return Retryable(
-            f"HTTP {status}: {exc.message}",
-            status=status,
-            retry_after_s=parse_retry_after(exc.response.headers),
-            request_id=exc.request_id,
-        )
-    log.error(
-        "anthropic rejected the request: HTTP %s, request id %s: %s",
-        status,
-        exc.request_id,
-        exc.message,
-        extra={"status": status, "request_id": exc.request_id, "metadata": dict(request.metadata)},
-    )
-    return ModelUnavailable(
-        f"anthropic rejected the request (HTTP {status}, request id {exc.request_id})",
-        reason="bad_request",
-        request_id=exc.request_id,
-    )
+    if is_transient(status):
+        return gave_up("anthropic", f"HTTP {status}: {exc.message}", attempts=attempts_made(exc.response.request),
+                       request_id=exc.request_id)
+    return rejected("anthropic", status, exc.request_id, exc.message, request.metadata, logger=log)

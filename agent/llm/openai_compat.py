@@ -1,36 +1,36 @@
 """OpenAI-compatible chat-completions servers (vLLM, Ollama, llama.cpp) behind
-:class:`agent.llm.base.ModelClient`, over plain aiohttp.
+:class:`agent.llm.base.ModelClient`, on the official ``openai`` SDK
+(``AsyncOpenAI(base_url=...)``).
 
-History stays in Anthropic block form everywhere else; this module translates
-at its edge, both ways. Retries, backoff and the breaker behave exactly as in
-:mod:`agent.llm.anthropic`.
+The only module that imports ``openai``, and the one place that maps tool calls
+between the chat format and our blocks: history stays in Anthropic block form
+everywhere else; this module translates at its edge, both ways. The SDK retries
+429/5xx and connection errors itself (honouring ``retry-after``); the breaker,
+the deadline and the honest give-up behave exactly as in :mod:`agent.llm.anthropic`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import random
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
+import openai
 
 from agent.errors import ModelUnavailable
 from agent.llm.base import Block, Message, ModelRequest, ModelResponse, StopReason, ToolSpec, Usage
 from agent.llm.breaker import CircuitBreaker
-from agent.llm.retry import (
-    Retryable,
-    RetryPolicy,
-    Sleep,
+from agent.llm.sending import (
+    attempts_made,
     check_outbound,
     counts_against_provider,
-    is_retryable_status,
-    parse_retry_after,
-    send_with_retries,
+    gave_up,
+    is_transient,
+    rejected,
+    within_deadline,
 )
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 #: The ``input`` key of a tool_use whose arguments were not a JSON object; the
 #: loop's schema check rejects it and the model gets an ``is_error`` result.
 INVALID_JSON_KEY = "__invalid_json__"
+
+#: The SDK insists on a key; local servers need none, so none is sent (see ``_send``).
+_NO_KEY = "unused"
 
 _FINISH_REASONS: dict[str, StopReason] = {
     "stop": "end_turn",
@@ -52,7 +55,9 @@ _FINISH_REASONS: dict[str, StopReason] = {
 class OpenAIConfig:
     """Where the server is (``base_url`` ends before ``/chat/completions``) and how to retry.
 
-    ``max_tokens`` is a ceiling: a request asking for more is clamped to it.
+    ``timeout_s`` bounds one HTTP attempt, ``max_retries`` is the SDK's retry count,
+    ``deadline_s`` bounds the whole call. ``max_tokens`` is a ceiling: a request
+    asking for more is clamped to it.
     """
 
     model: str
@@ -60,8 +65,7 @@ class OpenAIConfig:
     api_key: str | None = field(default=None, repr=False)
     timeout_s: float = 60
     max_retries: int = 4
-    backoff_base_s: float = 0.5
-    backoff_max_s: float = 20
+    deadline_s: float = 120
     max_tokens: int = 1024
 
 
@@ -72,25 +76,17 @@ class OpenAICompatClient:
     with reason ``unavailable``, ``bad_request``, ``bad_response`` or ``circuit_open``.
     """
 
-    def __init__(
-        self,
-        config: OpenAIConfig,
-        *,
-        breaker: CircuitBreaker | None = None,
-        sleep: Sleep = asyncio.sleep,
-        rand: Callable[[], float] = random.random,
-    ) -> None:
+    def __init__(self, config: OpenAIConfig, *, breaker: CircuitBreaker | None = None) -> None:
         self._config = config
-        self._url = config.base_url.rstrip("/") + "/chat/completions"
-        self._breaker = breaker or CircuitBreaker(name=f"openai:{config.model}")
-        self._policy = RetryPolicy(
+        self._sdk = openai.AsyncOpenAI(
+            base_url=config.base_url,
+            api_key=config.api_key or _NO_KEY,
+            timeout=config.timeout_s,
             max_retries=config.max_retries,
-            backoff_base_s=config.backoff_base_s,
-            backoff_max_s=config.backoff_max_s,
         )
-        self._sleep = sleep
-        self._rand = rand
-        self._session: aiohttp.ClientSession | None = None
+        # Without a key of our own, send no Authorization header at all (not a placeholder).
+        self._headers: dict[str, Any] = {} if config.api_key else {"Authorization": openai.omit}
+        self._breaker = breaker or CircuitBreaker(name=f"openai:{config.model}")
 
     @property
     def model_name(self) -> str:
@@ -98,33 +94,24 @@ class OpenAICompatClient:
         return self._config.model
 
     @property
+    def base_url(self) -> str:
+        """Where requests go."""
+        return str(self._sdk.base_url)
+
+    @property
     def breaker(self) -> CircuitBreaker:
         """The circuit breaker guarding this client."""
         return self._breaker
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        """Translate, send with retries through the breaker, translate back."""
+        """Translate, send (the SDK retrying) through the breaker, translate back."""
         check_outbound(self._config.base_url, client="OpenAICompatClient")
-        body = build_chat_body(
-            request, model=self._config.model, max_tokens=self._config.max_tokens
-        )
-
-        async def with_retries() -> ModelResponse:
-            return await send_with_retries(
-                lambda: self._attempt(body),
-                policy=self._policy,
-                what="openai-compat",
-                sleep=self._sleep,
-                rand=self._rand,
-            )
-
-        return await self._breaker.call(with_retries, is_failure=counts_against_provider)
+        body = build_chat_body(request, model=self._config.model, max_tokens=self._config.max_tokens)
+        return await self._breaker.call(lambda: self._send(body, request), is_failure=counts_against_provider)
 
     async def aclose(self) -> None:
-        """Close the HTTP session, if one was opened."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the SDK's HTTP connection pool."""
+        await self._sdk.close()
 
     async def __aenter__(self) -> OpenAICompatClient:
         return self
@@ -132,51 +119,31 @@ class OpenAICompatClient:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def _attempt(self, body: dict[str, Any]) -> ModelResponse:
-        headers = {"content-type": "application/json"}
-        if self._config.api_key:
-            headers["authorization"] = f"Bearer {self._config.api_key}"
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
-        timeout = aiohttp.ClientTimeout(total=self._config.timeout_s)
+    async def _send(self, body: dict[str, Any], request: ModelRequest) -> ModelResponse:
+        create = self._sdk.chat.completions.create(**body, extra_headers=self._headers)
         try:
-            async with self._session.post(
-                self._url, json=body, headers=headers, timeout=timeout
-            ) as resp:
-                raw = await resp.text()
-                request_id = resp.headers.get("x-request-id")
-                if resp.status >= 400:
-                    raise _status_failure(resp.status, resp.headers, raw, request_id)
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise Retryable(f"connection error: {exc!r}") from exc
+            completion = await within_deadline(create, deadline_s=self._config.deadline_s, provider="openai-compat")
+        except openai.APIStatusError as exc:
+            raise _status_failure(exc, request) from exc
+        except openai.APIConnectionError as exc:
+            raise gave_up("openai-compat", f"connection error: {exc}", attempts=attempts_made(exc.request)) from exc
+        except openai.OpenAIError as exc:
+            raise ModelUnavailable(f"openai-compat: unusable response: {exc}", reason="bad_response") from exc
         try:
-            return from_chat_completion(json.loads(raw), request_id=request_id)
-        except (ValueError, KeyError, TypeError, IndexError) as exc:
-            raise ModelUnavailable(
-                f"openai-compat: unusable response: {exc!r}", reason="bad_response"
-            ) from exc
+            # The SDK builds its models without validating; servers stray (Ollama sends
+            # arguments as an object), so the mapping below reads the plain JSON.
+            data = completion.model_dump(mode="json", warnings=False)
+            return from_chat_completion(data, request_id=completion._request_id)
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+            raise ModelUnavailable(f"openai-compat: unusable response: {exc!r}", reason="bad_response") from exc
 
 
-def _status_failure(status: int, headers: Any, raw: str, request_id: str | None) -> Exception:
-    if is_retryable_status(status):
-        return Retryable(
-            f"HTTP {status}",
-            status=status,
-            retry_after_s=parse_retry_after(headers),
-            request_id=request_id,
-        )
-    log.error(
-        "openai-compat rejected the request: HTTP %s, request id %s: %s",
-        status,
-        request_id,
-        raw[:500],
-        extra={"status": status, "request_id": request_id},
-    )
-    return ModelUnavailable(
-        f"openai-compat rejected the request (HTTP {status}, request id {request_id})",
-        reason="bad_request",
-        request_id=request_id,
-    )
+def _status_failure(exc: openai.APIStatusError, request: ModelRequest) -> ModelUnavailable:
+    status = exc.status_code
+    if is_transient(status):
+        return gave_up("openai-compat", f"HTTP {status}", attempts=attempts_made(exc.response.request),
+                       request_id=exc.request_id)
+    return rejected("openai-compat", status, exc.request_id, exc.response.text, request.metadata, logger=log)
 
 
 # --- Anthropic blocks -> chat completions -------------------------------------

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from agent.llm.base import Block, ModelRequest, ModelResponse, Usage
-from agent.llm.retry import RealModelCallBlocked, is_loopback_url, outbound_loopback_only
+from agent.llm.sending import RealModelCallBlocked, is_loopback_url, outbound_loopback_only
 
 __all__ = [
     "CompromisedModel",

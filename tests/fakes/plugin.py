@@ -1,4 +1,5 @@
-"""pytest plugin: the model-call tripwire, on for every test.
+"""pytest plugin: the model-call tripwire, on for every test; no telemetry export unless
+a test sets it up itself; and ``sdk_sleeps``, which records the vendor SDKs' retry waits.
 
 Enable with ``pytest_plugins = ["tests.fakes.plugin"]`` in the root conftest.
 A test that really must reach a non-loopback model opts in with
@@ -8,10 +9,14 @@ A test that really must reach a non-loopback model opts in with
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 
 from agent.llm.testing import allow_real_model_calls, block_real_model_calls
+
+#: Variables that would make the composition root export spans (to a developer's collector).
+OTEL_EXPORT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -30,3 +35,39 @@ def _model_call_tripwire(request: pytest.FixtureRequest) -> Iterator[None]:
     else:
         with block_real_model_calls():
             yield
+
+
+@pytest.fixture(autouse=True)
+def _no_telemetry_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never export spans to whatever collector the shell points at."""
+    for name in OTEL_EXPORT_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+class SdkSleeps:
+    """The waits the vendor SDKs' retry loops asked for, in order, instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def sleep(self, delay: float) -> None:
+        self.delays.append(round(delay, 6))
+
+
+@pytest.fixture
+def sdk_sleeps(monkeypatch: pytest.MonkeyPatch) -> SdkSleeps:
+    """Record the ``anthropic`` and ``openai`` SDKs' retry waits instead of sleeping them.
+
+    Both SDKs wait between attempts with ``anyio.sleep`` and take their jitter from
+    ``random()`` in ``_base_client``; this replaces exactly those two names there (jitter
+    0, so a backoff is its full step). ``monkeypatch`` fails loudly if an SDK upgrade
+    renames them, which is when these contract tests must be looked at again.
+    """
+    import anthropic._base_client
+    import openai._base_client
+
+    sleeps = SdkSleeps()
+    for module in (anthropic._base_client, openai._base_client):
+        monkeypatch.setattr(module, "anyio", SimpleNamespace(sleep=sleeps.sleep))
+        monkeypatch.setattr(module, "random", lambda: 0.0)
+    return sleeps
