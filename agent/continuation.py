@@ -44,5 +44,5 @@ async def deliver(rt: Host, conversation: Conversation, result: TurnResult | Non
     once it went out, the confirmations it rendered count as shown to their principal."""
     if result is None or not result.reply:
         return
-    if await best_effort(rt.s.notifier.follow_up(conversation, result.reply), "follow-up"):
+    if await best_effort(rt.s.notifier.follow_up(conversation, result), "follow-up"):
         await rt.delivered(result)

@@ -8,10 +8,11 @@ written, so a failed post loses nothing (it is logged).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agent.outcomes import TurnResult
 from storage.records import Approval, Conversation
 
 log = logging.getLogger(__name__)
@@ -38,12 +39,55 @@ async def best_effort(aw: Awaitable[Any], what: str = "notification") -> bool:
 
 
 class Notifier(Protocol):
-    async def approval_requested(self, approval: Approval) -> None: ...
-    async def approval_decided(self, approval: Approval) -> None: ...
-    async def escalated(self, notice: EscalationNotice) -> None: ...
-    async def follow_up(self, conversation: Conversation, text: str) -> None:
-        """A reply the agent composed after a resume (approval decided, expired)."""
+    """Where the runtime's news goes. Faces implement it; :class:`RoutingNotifier` picks the face."""
+
+    async def approval_requested(self, approval: Approval) -> None:
+        """A new approval waits for a supervisor (show its card)."""
         ...
+
+    async def approval_decided(self, approval: Approval) -> None:
+        """An approval moved on, on whatever surface (redraw its card)."""
+        ...
+
+    async def escalated(self, notice: EscalationNotice) -> None:
+        """A conversation was handed to a person (with the agent's trace)."""
+        ...
+
+    async def follow_up(self, conversation: Conversation, result: TurnResult) -> None:
+        """The agent's answer after something happened outside a turn (an approval decided, a
+        confirmation carried out after a crash): deliver ``result`` where the conversation lives."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoutingNotifier:
+    """Each notification to the face that owns it.
+
+    A follow-up goes to the face of the conversation's channel (``faces``); approval cards
+    and escalations go to every staff surface (``staff``: the Slack approvals channel, Teams);
+    whatever has no face is logged (``fallback``). One failing staff surface does not keep
+    the others from hearing; a follow-up's failure is the caller's to see (it is not shown).
+    """
+
+    faces: Mapping[str, Notifier] = field(default_factory=dict)
+    staff: Sequence[Notifier] = ()
+    fallback: Notifier = field(default_factory=lambda: LogNotifier())
+
+    async def approval_requested(self, approval: Approval) -> None:
+        await self._broadcast("approval notification", lambda n: n.approval_requested(approval))
+
+    async def approval_decided(self, approval: Approval) -> None:
+        await self._broadcast("approval notification", lambda n: n.approval_decided(approval))
+
+    async def escalated(self, notice: EscalationNotice) -> None:
+        await self._broadcast("escalation", lambda n: n.escalated(notice))
+
+    async def follow_up(self, conversation: Conversation, result: TurnResult) -> None:
+        await self.faces.get(conversation.channel, self.fallback).follow_up(conversation, result)
+
+    async def _broadcast(self, what: str, call: Callable[[Notifier], Awaitable[None]]) -> None:
+        for surface in self.staff or (self.fallback,):
+            await best_effort(call(surface), what)
 
 
 class LogNotifier:
@@ -62,8 +106,9 @@ class LogNotifier:
     async def escalated(self, notice: EscalationNotice) -> None:
         log.info("conversation %s escalated: %s", notice.conversation.id, notice.reason)
 
-    async def follow_up(self, conversation: Conversation, text: str) -> None:
-        log.info("follow-up in %s (%d characters, not delivered: no face configured)", conversation.id, len(text))
+    async def follow_up(self, conversation: Conversation, result: TurnResult) -> None:
+        size = len(result.reply)
+        log.info("follow-up in %s (%d characters, not delivered: no face configured)", conversation.id, size)
 
 
 @dataclass
@@ -85,8 +130,8 @@ class RecordingNotifier:
         self.events.append(("escalated", notice))
         log.info("conversation %s escalated: %s", notice.conversation.id, notice.reason)
 
-    async def follow_up(self, conversation: Conversation, text: str) -> None:
-        self.events.append(("follow_up", (conversation.id, text)))
+    async def follow_up(self, conversation: Conversation, result: TurnResult) -> None:
+        self.events.append(("follow_up", (conversation.id, result.reply)))
         log.info("follow-up in %s", conversation.id)
 
     def of(self, kind: str) -> list[Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from collections.abc import Callable
@@ -15,12 +14,13 @@ from typing import Any
 from agent.errors import ConfigError
 from agent.llm.base import ModelClient
 from agent.metrics import InstrumentedModel, Metrics, attach_metrics
-from agent.notify import LogNotifier, Notifier
+from agent.notify import LogNotifier, Notifier, RoutingNotifier
 from agent.policy import Policy, load_policy
 from agent.runtime import Runtime
 from agent.services import Services, build_services
 from agent.tracing import TracedModel
 from agent.worker import Worker, WorkerConfig
+from bot.email.smtp import Mailer
 from bot.settings import Settings
 from bot.telemetry import Tracing, install_tracing
 from sandbox.dataset import load_dataset_file
@@ -87,6 +87,8 @@ class App:
     metrics: Metrics | None = None
     #: Set when OTEL_EXPORTER_OTLP_ENDPOINT asked for export; None means tracing is off.
     tracing: Tracing | None = None
+    #: The one SMTP client (email replies and follow-ups), when SIGNOFF_SMTP_URL is set.
+    mailer: Mailer | None = None
 
     async def close(self) -> None:
         await self.db.dispose()
@@ -122,27 +124,30 @@ async def create_app(settings: Settings, *, model: ModelClient | None = None, no
     metrics = Metrics(known_tools=build_registry().tools)
     instrumented = TracedModel(InstrumentedModel(model or build_model(settings, metrics), metrics),
                                provider=settings.provider)
-    services = sandbox_services(db=db, model=instrumented, policy=policy, notifier=notifier or LogNotifier(),
-                                clock=clock)
-    services = _with_email_follow_ups(services, settings)
+    backend = SandboxStore(db, clock=clock or (lambda: datetime.now(UTC)))
+    mailer, faces = email_face(settings, backend)
+    routed = RoutingNotifier(faces=faces, fallback=notifier or LogNotifier())
+    services = build_services(db=db, model=instrumented, backend=backend, policy=policy, notifier=routed,
+                              clock=clock)
     attach_metrics(services, metrics)
     if seed:
         await seed_store(db, settings.signoff_store_seed, production=settings.is_production)
-    return App(settings=settings, db=db, runtime=Runtime(services), backend=services.backend,  # type: ignore[arg-type]
-               notifier=services.notifier, metrics=metrics, tracing=tracing)
+    return App(settings=settings, db=db, runtime=Runtime(services), backend=backend, notifier=routed,
+               metrics=metrics, tracing=tracing, mailer=mailer)
 
 
-def _with_email_follow_ups(services: Services, settings: Settings) -> Services:
-    """With SMTP configured, follow-ups on email conversations (an approval decided) go out by email."""
-    from bot.email_bridge import smtp_config
-    from bot.smtp import EmailFollowUps, SmtpMailer
+def email_face(settings: Settings, backend: SandboxStore) -> tuple[Mailer | None, dict[str, Notifier]]:
+    """The SMTP client (built once, for replies and follow-ups) and the email face's notifier."""
+    from bot.email.bridge import smtp_config
+    from bot.email.smtp import EmailFollowUps, SmtpMailer
 
     cfg = smtp_config(settings)
-    if cfg is None or not cfg.from_address:
-        return services
-    notifier = EmailFollowUps(services.notifier, mailer=SmtpMailer(cfg), backend=services.backend,
-                              from_address=cfg.from_address)
-    return dataclasses.replace(services, notifier=notifier)
+    if cfg is None:
+        return None, {}
+    mailer = SmtpMailer(cfg)
+    if not cfg.from_address:
+        return mailer, {}
+    return mailer, {"email": EmailFollowUps(mailer=mailer, backend=backend, from_address=cfg.from_address)}
 
 
 async def seed_store(db: Database, seed: str | None, *, production: bool = False) -> bool:

@@ -55,6 +55,7 @@ def to_confirmation(r: ConfirmationRow) -> Confirmation:
         idempotency_key=r.idempotency_key,
         shown_at=aware(r.shown_at),
         outcome=r.outcome,
+        surfaces=dict(r.surfaces or {}),
     )
 
 
@@ -84,7 +85,7 @@ def to_approval(r: ApprovalRow) -> Approval:
         policy_version=r.policy_version,
         result=r.result,
         superseded_by=r.superseded_by,
-        slack_ref=r.slack_ref,
+        surfaces=dict(r.surfaces or {}),
         expires_at=_at(r.expires_at),
         created_at=_at(r.created_at),
         decided_at=aware(r.decided_at),
@@ -128,6 +129,10 @@ class ConfirmationRepo:
         async with self.db.sessions() as s, s.begin():
             await s.execute(update(ConfirmationRow).where(ConfirmationRow.id.in_(list(ids)),
                                                           ConfirmationRow.shown_at.is_(None)).values(shown_at=at))
+
+    async def set_surface(self, confirmation_id: str, surface: str, ref: dict[str, Any] | None) -> None:
+        """Record where ``surface`` shows this confirmation's card (``None`` forgets it)."""
+        await _set_surface(self.db, ConfirmationRow, confirmation_id, surface, ref)
 
     async def get(self, confirmation_id: str) -> Confirmation | None:
         async with self.db.reader() as s:
@@ -336,8 +341,20 @@ class ApprovalRepo:
             await s.execute(update(ApprovalRow).where(ApprovalRow.id == approval_id,
                                                       ApprovalRow.status == "superseded").values(superseded_by=new_id))
 
-    async def set_slack_ref(self, approval_id: str, ref: dict[str, Any]) -> None:
-        async with self.db.sessions() as s, s.begin():
-            await s.execute(
-                update(ApprovalRow).where(ApprovalRow.id == approval_id).values(slack_ref=ref)
-            )
+    async def set_surface(self, approval_id: str, surface: str, ref: dict[str, Any] | None) -> None:
+        """Record where ``surface`` shows this approval (``None`` forgets it); other surfaces' refs stay."""
+        await _set_surface(self.db, ApprovalRow, approval_id, surface, ref)
+
+
+async def _set_surface(db: Database, row_type: type[ApprovalRow] | type[ConfirmationRow], row_id: str,
+                       surface: str, ref: dict[str, Any] | None) -> None:
+    async with db.sessions() as s, s.begin():
+        row: ApprovalRow | ConfirmationRow | None = await s.get(row_type, row_id, with_for_update=True)
+        if row is None:
+            return
+        surfaces = dict(row.surfaces or {})
+        if ref is None:
+            surfaces.pop(surface, None)
+        else:
+            surfaces[surface] = ref
+        row.surfaces = surfaces

@@ -130,6 +130,8 @@ class ConfirmationRow(Base):
     shown_at: Mapped[datetime | None] = mapped_column(TS)
     #: What confirming led to (decision, result, approval id), so a repeated confirm answers the same.
     outcome: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    #: Where its card is shown, per surface (to redraw it when it is answered elsewhere).
+    surfaces: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(TS)
     decided_at: Mapped[datetime | None] = mapped_column(TS)
 
@@ -165,7 +167,8 @@ class ApprovalRow(Base):
     routing: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     result: Mapped[Any | None] = mapped_column(JSONType)
     superseded_by: Mapped[str | None] = mapped_column(String(64))
-    slack_ref: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    #: Where it is shown, per surface: what each needs to redraw its card (``{"slack": {...}}``).
+    surfaces: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     expires_at: Mapped[datetime] = mapped_column(TS)
     created_at: Mapped[datetime] = mapped_column(TS)
     decided_at: Mapped[datetime | None] = mapped_column(TS)

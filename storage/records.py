@@ -102,6 +102,7 @@ class Confirmation:
     idempotency_key: str | None = None
     shown_at: datetime | None = None
     outcome: dict[str, Any] | None = None
+    surfaces: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,7 +139,8 @@ class Approval:
     policy_version: str
     result: Any | None
     superseded_by: str | None
-    slack_ref: dict[str, Any] | None
+    #: Where it is shown, per surface (``{"slack": {"channel", "ts"}, "teams": {...}}``).
+    surfaces: dict[str, Any]
     expires_at: datetime
     created_at: datetime
     decided_at: datetime | None

@@ -9,11 +9,11 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import func, select
 
-from bot.app import App
-from bot.auth import make_token
-from bot.http import make_web_app
+from bot.api.auth import make_token
+from bot.app import App, email_face
+from bot.email.smtp import Mailer
+from bot.server import make_web_app
 from bot.settings import Settings, load_settings
-from bot.smtp import Mailer
 from storage.db import Database
 from storage.models import (
     ApprovalRow,
@@ -37,8 +37,11 @@ def settings(**extra: str) -> Settings:
 
 
 def app_of(h: Harness, s: Settings | None = None) -> App:
-    return App(settings=s or settings(), db=h.db, runtime=h.runtime, backend=h.services.backend,  # type: ignore[arg-type]
-               notifier=h.notifier)
+    """An App over the harness's runtime, with the SMTP client the composition root would build."""
+    s = s or settings()
+    mailer, _faces = email_face(s, h.services.backend)  # type: ignore[arg-type]
+    return App(settings=s, db=h.db, runtime=h.runtime, backend=h.services.backend,  # type: ignore[arg-type]
+               notifier=h.notifier, mailer=mailer)
 
 
 @asynccontextmanager

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from agent.llm.base import ModelRequest
 from agent.llm.testing import FunctionModel, tool_use_block
-from bot.auth import make_token
-from bot.email_bridge import sign
-from bot.openapi import SCHEMAS
+from bot.api.auth import make_token
+from bot.api.openapi import SCHEMAS
+from bot.email.parsing import sign
 from tests.api_kit import EMAIL_SECRET, JWT_SECRET, bearer, client_for, counts
 from tests.conftest import make_sqlite
 from tests.support import C7, Harness, seeded

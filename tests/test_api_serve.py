@@ -13,9 +13,10 @@ import aiohttp
 
 from agent.llm.testing import ScriptedModel, tool_use_block
 from agent.notify import RecordingNotifier
+from agent.outcomes import TurnResult
 from agent.runtime import Runtime
-from bot.auth import make_token
-from bot.http import serve
+from bot.api.auth import make_token
+from bot.server import serve
 from storage.db import Database
 from storage.records import Conversation
 from tests.api_kit import JWT_SECRET, app_of
@@ -32,8 +33,8 @@ class SignallingNotifier(RecordingNotifier):
         super().__init__()
         self.followed_up = asyncio.Event()
 
-    async def follow_up(self, conversation: Conversation, text: str) -> None:
-        await super().follow_up(conversation, text)
+    async def follow_up(self, conversation: Conversation, result: TurnResult) -> None:
+        await super().follow_up(conversation, result)
         self.followed_up.set()
 
 

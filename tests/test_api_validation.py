@@ -11,8 +11,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from agent.llm.testing import ScriptedModel
 from agent.runtime import Runtime
-from bot.api import MAX_BODY
-from bot.http import make_web_app
+from bot.api.routes import MAX_BODY
+from bot.server import make_web_app
 from storage.conversations import ConversationRepo
 from storage.db import Database, create_database
 from tests.api_kit import app_of, bearer, client_for, counts

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, HMACAlgorithm, RSAAlgorithm
 
 from agent.llm.testing import ScriptedModel
-from bot.auth import AuthConfig, make_token
+from bot.api.auth import AuthConfig, make_token
 from storage.db import Database
 from tests.api_kit import JWT_SECRET, client_for, counts
 from tests.support import Harness, seeded

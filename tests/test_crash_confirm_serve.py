@@ -28,7 +28,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
-from bot.auth import make_token
+from bot.api.auth import make_token
 from tests.fakes.anthropic_api import FakeAnthropicAPI, text_turn, tool_turn
 from tests.test_api_serve import free_port
 

@@ -17,9 +17,10 @@ from aiohttp.test_utils import TestClient
 from aiosmtpd.controller import Controller
 
 from agent.llm.testing import ScriptedModel, tool_use_block
+from agent.notify import RoutingNotifier
 from agent.runtime import Runtime
-from bot.email_bridge import sign
-from bot.smtp import EmailFollowUps, SmtpConfig, SmtpMailer
+from bot.email.parsing import sign
+from bot.email.smtp import EmailFollowUps, SmtpConfig, SmtpMailer
 from storage.db import Database
 from tests.api_kit import EMAIL_SECRET, client_for, counts, settings
 from tests.support import SUP_A, seeded
@@ -166,7 +167,7 @@ async def test_confirm_by_code_over_email(db: Database, smtp: tuple[Inbox, str])
         _s, first = await deliver(client, mail("Please refund O-1042, it arrived broken.", message_id="<c1@ex.com>"))
         [conf] = await h.services.confirmations.pending(first["conversationId"])
         reply = inbox.messages[0][2]
-        assert f"Reply YES or with code {conf.code} to confirm" in reply.get_payload()
+        assert f"To confirm, reply with the code {conf.code}:" in reply.get_payload()
         answer = f"{conf.code.lower()}\n\nMaya\n\nOn Tue, Fernway <{SHOP}> wrote:\n> I can refund $189.00"
         _s, second = await deliver(client, mail(answer, message_id="<c2@ex.com>", subject="Re: Order O-1042",
                                                 in_reply_to=reply["Message-ID"],
@@ -257,9 +258,10 @@ async def test_follow_up_after_approval_is_emailed(db: Database, smtp: tuple[Inb
         "Shall I refund $189.00?", "It is pending approval.", "Your refund of $189.00 was approved and issued.",
     ])
     h = await seeded(db, model)
-    followups = EmailFollowUps(h.notifier, mailer=SmtpMailer(SmtpConfig.from_url(url)), backend=h.services.backend,
+    followups = EmailFollowUps(mailer=SmtpMailer(SmtpConfig.from_url(url)), backend=h.services.backend,
                                from_address=SHOP)
-    h = dataclasses.replace(h, runtime=Runtime(dataclasses.replace(h.services, notifier=followups)))
+    routed = RoutingNotifier(faces={"email": followups}, fallback=h.notifier)
+    h = dataclasses.replace(h, runtime=Runtime(dataclasses.replace(h.services, notifier=routed)))
     async with client_for(h, settings(SIGNOFF_SMTP_URL=url)) as client:
         _s, first = await deliver(client, mail("Refund O-1042", message_id="<a1@ex.com>"))
         [conf] = await h.services.confirmations.pending(first["conversationId"])

@@ -10,9 +10,9 @@ from urllib.parse import urlencode
 
 import pytest
 
-from bot.email_bridge import (
+from bot.email.bridge import answer_by_code
+from bot.email.parsing import (
     InboundEmail,
-    answer_by_code,
     failed_check,
     normalise,
     parse_inbound,
@@ -21,7 +21,7 @@ from bot.email_bridge import (
     single_address,
     strip_quoted,
 )
-from bot.smtp import OutgoingEmail, SmtpConfig, compose, conversation_of, new_message_id, reply_subject
+from bot.email.smtp import OutgoingEmail, SmtpConfig, compose, conversation_of, new_message_id, reply_subject
 from storage.records import Confirmation
 
 SENDGRID_HEADERS = (

@@ -16,10 +16,11 @@ import pytest
 
 from agent.errors import ConfigError
 from agent.llm.testing import ScriptedModel
-from agent.notify import EscalationNotice, LogNotifier, RecordingNotifier
+from agent.notify import EscalationNotice, LogNotifier, RecordingNotifier, RoutingNotifier
+from agent.outcomes import TurnResult
 from bot.app import create_app
 from bot.cli import main
-from bot.http import serve
+from bot.server import serve
 from bot.settings import load_settings
 from sandbox.io import store_is_empty
 from sandbox.schema import upgrade
@@ -171,8 +172,10 @@ async def test_the_composition_root_keeps_no_notifications_in_memory(tmp_path: P
     url = await _empty_migrated(tmp_path)
     app = await create_app(load_settings({"SIGNOFF_DATABASE_URL": url, "SIGNOFF_LLM_PROVIDER": "scripted"}))
     try:
-        assert isinstance(app.notifier, LogNotifier) and not isinstance(app.notifier, RecordingNotifier)
-        assert not hasattr(app.notifier, "events")
+        assert isinstance(app.notifier, RoutingNotifier)
+        surfaces = [app.notifier.fallback, *app.notifier.staff, *app.notifier.faces.values()]
+        assert isinstance(app.notifier.fallback, LogNotifier)
+        assert not any(isinstance(n, RecordingNotifier) or hasattr(n, "events") for n in surfaces)
     finally:
         await app.close()
 
@@ -188,7 +191,7 @@ def _approval() -> Approval:
         summary=f"Change contact details: email to {PERSONAL[0]}, phone to {PERSONAL[1]}, ship to {PERSONAL[2]}",
         status="pending", version=1, required_role="supervisor", approvals_required=1, decisions=(),
         requester="customer:C-7", decider=None, comment=None, rationale=None, evidence=(), provenance={},
-        idempotency_key=None, policy_version="p1", result=None, superseded_by=None, slack_ref=None,
+        idempotency_key=None, policy_version="p1", result=None, superseded_by=None, surfaces={},
         expires_at=now + timedelta(hours=1), created_at=now, decided_at=None)
 
 
@@ -204,7 +207,9 @@ async def test_notifiers_log_ids_never_personal_data(notifier: LogNotifier | Rec
         await notifier.approval_decided(_approval())
         await notifier.escalated(EscalationNotice(conversation=conv, reason="customer_request",
                                                   summary=f"wants mail at {PERSONAL[0]}", trace=()))
-        await notifier.follow_up(conv, f"Done: your email is now {PERSONAL[0]} and phone {PERSONAL[1]}.")
+        text = f"Done: your email is now {PERSONAL[0]} and phone {PERSONAL[1]}."
+        await notifier.follow_up(conv, TurnResult(conversation_id="conv_1", run_id="run_1", reply=text, iterations=1,
+                                                  input_tokens=0, output_tokens=0, pending=(), outcome="answered"))
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "apr_1" in logged and "conv_1" in logged
     assert not any(p in logged for p in PERSONAL), logged

@@ -11,9 +11,9 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate as validate_openapi
 
 from agent.llm.testing import ScriptedModel
-from bot import api
-from bot.http import make_web_app
-from bot.openapi import OPERATIONS, SCHEMAS, document
+from bot.api import routes as api
+from bot.api.openapi import OPERATIONS, SCHEMAS, document
+from bot.server import make_web_app
 from storage.db import Database
 from tests.api_kit import app_of, client_for
 from tests.support import seeded

@@ -38,7 +38,7 @@ def approval(**changes: Any) -> Approval:
         provenance={"order_id": "system_of_record", "amount_minor": "system_of_record",
                     "currency": "system_of_record", "reason_code": "untrusted_text", "evidence": "search_knowledge"},
         idempotency_key="refund:O-1042:18900", policy_version="policy-3", result=None, superseded_by=None,
-        slack_ref=None, expires_at=EXPIRES, created_at=NOW, decided_at=None)
+        surfaces={}, expires_at=EXPIRES, created_at=NOW, decided_at=None)
     return dataclasses.replace(base, **changes)
 
 

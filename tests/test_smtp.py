@@ -10,7 +10,7 @@ import aiosmtplib
 import pytest
 from aiosmtpd.controller import Controller
 
-from bot.smtp import OutgoingEmail, SmtpConfig, SmtpMailer
+from bot.email.smtp import OutgoingEmail, SmtpConfig, SmtpMailer
 from tests.test_email_bridge import Inbox, free_port
 
 MAIL = OutgoingEmail(to="maya@example.com", from_address="support@fernway.example", subject="Re: O-1042",

@@ -49,7 +49,7 @@ def approval(**kw: Any) -> Approval:
                 provenance={"order_id": "system_of_record", "amount_minor": "model",
                             "reason_code": "untrusted_text"},
                 idempotency_key="refund:O-1042:18900", policy_version="policy-3", result=None, superseded_by=None,
-                slack_ref=None, expires_at=T0 + timedelta(hours=4), created_at=T0, decided_at=None)
+                surfaces={}, expires_at=T0 + timedelta(hours=4), created_at=T0, decided_at=None)
     return Approval(**{**base, **kw})  # type: ignore[arg-type]
 
 

@@ -103,12 +103,12 @@ async def test_a_busy_money_lock_is_a_409_not_a_500(db: Database) -> None:
 def test_the_cli_answers_a_busy_money_lock_with_one_line(monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """`signoff approvals approve` whose action waits out the lock: exit 1, "busy; try again", no traceback."""
-    import bot.cli
+    import bot.cli.commands
 
     async def busy(_args: object) -> int:
         raise LockBusy("money:C-7", 30)
 
-    monkeypatch.setattr(bot.cli, "_dispatch", busy)
-    assert bot.cli.main(["audit", "verify"]) == 1
+    monkeypatch.setattr(bot.cli.commands, "_dispatch", busy)
+    assert bot.cli.commands.main(["audit", "verify"]) == 1
     err = capsys.readouterr().err
     assert "lock money:C-7 is busy" in err and "try again" in err and "Traceback" not in err

@@ -8,23 +8,21 @@ changes nothing.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
 
 from agent import queries
 from agent.outcomes import TurnResult
 from agent.runtime import ConfirmResult
-from bot import api_wording as say
-from bot.api_wording import ApiError
+from bot.api import wording as say
+from bot.api.auth import ID_PATTERN, Authenticator, Caller
+from bot.api.openapi import SCHEMAS, document, validator_schema
 from bot.app import App
-from bot.auth import ID_PATTERN, Authenticator, Caller
-from bot.openapi import SCHEMAS, document, validator_schema
+from bot.web import ApiError, json_ok, jsonable, parse_json, read_limited, validate
 from storage.records import Approval, Confirmation
 from tools.context import Principal
 
@@ -52,7 +50,7 @@ def make_state(app: App, auth: Authenticator) -> ApiState:
 
 
 def add_routes(web_app: web.Application) -> None:
-    """Register every ``/api`` route (``bot.openapi.OPERATIONS`` documents the same set)."""
+    """Register every ``/api`` route (``bot.api.openapi.OPERATIONS`` documents the same set)."""
     r = web_app.router
     r.add_get("/api/openapi.json", openapi_json)
     r.add_post("/api/chat", chat)
@@ -155,7 +153,7 @@ async def _decide(request: web.Request, decision: str, schema: str) -> web.Respo
         raise ApiError("forbidden", say.SUPERVISOR_ONLY)
     decided = await st.app.runtime.decide(approval_id, expected_version=int(body["version"]), decision=decision,
                                           actor=caller.principal, comment=body.get("comment"))
-    return json_ok({"approval": decided.approval.as_public(), "result": _jsonable(decided.result)})
+    return json_ok({"approval": decided.approval.as_public(), "result": jsonable(decided.result)})
 
 
 async def _bind(st: ApiState, caller: Caller, body: dict[str, Any]) -> tuple[Principal, str | None]:
@@ -195,22 +193,8 @@ def path_id(request: web.Request, missing: str) -> str:
 
 # -- bodies -------------------------------------------------------------------------------
 
-async def read_limited(request: web.Request, limit: int) -> bytes:
-    """The raw body, refusing (413) as soon as it exceeds ``limit`` bytes."""
-    if request.content_length is not None and request.content_length > limit:
-        raise ApiError("too_large", say.BODY_TOO_LARGE.format(limit=limit))
-    chunks: list[bytes] = []
-    total = 0
-    while chunk := await request.content.read(65536):
-        total += len(chunk)
-        if total > limit:
-            raise ApiError("too_large", say.BODY_TOO_LARGE.format(limit=limit))
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 async def read_json(request: web.Request, schema: str, *, optional: bool = False) -> dict[str, Any]:
-    """Read, parse and validate a JSON body against ``bot.openapi.SCHEMAS[schema]``."""
+    """Read, parse and validate a JSON body against ``bot.api.openapi.SCHEMAS[schema]``."""
     raw = await read_limited(request, MAX_BODY)
     if not raw.strip():
         if optional:
@@ -223,49 +207,6 @@ async def read_json(request: web.Request, schema: str, *, optional: bool = False
     return data  # type: ignore[no-any-return]
 
 
-def parse_json(raw: bytes) -> Any:
-    """Strict JSON: UTF-8 only, no NaN/Infinity, bounded nesting; 400 otherwise."""
-    def _no_constants(name: str) -> Any:
-        raise ValueError(name)
-
-    try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_no_constants)
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise ApiError("bad_request", say.MALFORMED_JSON) from None
-
-
-def validate(validator: Draft202012Validator, data: Any) -> None:
-    """422 with a short message naming the field; never echoes the (possibly huge) value."""
-    if not isinstance(data, dict):
-        raise ApiError("invalid", say.NOT_AN_OBJECT)
-    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.path), str(e.validator)))
-    if errors:
-        raise ApiError("invalid", _describe(errors[0]))
-
-
-def _describe(e: ValidationError) -> str:
-    where = ".".join(str(p) for p in e.absolute_path) or "body"
-    match e.validator:
-        case "required":
-            missing = [f for f in e.validator_value if f not in (e.instance or {})]
-            return f"missing field: {', '.join(missing)[:80]}"
-        case "additionalProperties":
-            allowed = set(e.schema.get("properties") or {})
-            extra = sorted(str(k)[:40] for k in (e.instance or {}) if k not in allowed)
-            return f"unknown field: {', '.join(extra[:5])}"
-        case "type":
-            return f"{where}: must be of type {e.validator_value}"
-        case "maxLength" | "minLength":
-            return f"{where}: length must be {'at most' if e.validator == 'maxLength' else 'at least'} " \
-                   f"{e.validator_value} characters"
-        case "minimum" | "maximum":
-            return f"{where}: out of range"
-        case "enum":
-            return f"{where}: must be one of {', '.join(map(str, e.validator_value))}"
-        case _:
-            return f"{where}: not a valid value"
-
-
 def _query(request: web.Request, schema: str) -> dict[str, str]:
     query = request.rel_url.query
     if len(set(query.keys())) != len(query):
@@ -276,18 +217,6 @@ def _query(request: web.Request, schema: str) -> dict[str, str]:
 
 
 # -- rendering ----------------------------------------------------------------------------
-
-def json_ok(data: Any) -> web.Response:
-    return web.json_response(data, dumps=_dumps)
-
-
-def _dumps(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False, default=str)
-
-
-def _jsonable(value: Any) -> Any:
-    return json.loads(_dumps(value)) if value is not None else None
-
 
 def render_turn(r: TurnResult) -> dict[str, Any]:
     return {"conversationId": r.conversation_id, "reply": r.reply, "iterations": r.iterations,
@@ -310,7 +239,7 @@ def render_approval(a: Approval, *, staff: bool) -> dict[str, Any]:
 
 
 def render_confirm(r: ConfirmResult, *, staff: bool) -> dict[str, Any]:
-    result = _jsonable(r.result)
+    result = jsonable(r.result)
     if result is None and r.approval is not None and r.approval.status == "pending":
         result = {"status": "PENDING_APPROVAL", "approvalId": r.approval.id}
     return {"confirmation": render_confirmation(r.confirmation), "result": result,

@@ -23,16 +23,14 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from agent import queries
-from agent.errors import DecisionError, ModelUnavailable
-from bot import api, email_bridge
-from bot import api_wording as say
-from bot.api_wording import STATUS, ApiError
+from bot.api import routes as api
+from bot.api import wording as say
+from bot.api.auth import AuthConfig, Authenticator
 from bot.app import App
-from bot.auth import AuthConfig, Authenticator
-from bot.email_bridge import EmailBridge, EmailConfig
-from bot.smtp import Mailer, SmtpMailer
-from storage.ledger import LockBusy
-from storage.steps import ConcurrentTurn
+from bot.email import bridge as email_bridge
+from bot.email.bridge import EmailBridge, EmailConfig
+from bot.email.smtp import Mailer
+from bot.web import error_response, errors
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +50,7 @@ def make_web_app(app: App, *, metrics_render: Callable[[], bytes] | None = None,
         metrics_token = app.settings.signoff_metrics_token
     auth = auth or AuthConfig.from_settings(app.settings)
     email = email or EmailConfig.from_settings(app.settings)
-    if mailer is None and email.smtp is not None:
-        mailer = SmtpMailer(email.smtp)
+    mailer = mailer or app.mailer
     web_app = web.Application(middlewares=[errors], client_max_size=email.max_body)
     web_app[api.STATE] = api.make_state(app, Authenticator(auth, app.backend))
     web_app[email_bridge.EMAIL] = EmailBridge(app, email, mailer=mailer)
@@ -78,17 +75,17 @@ _METRICS: web.AppKey[_Metrics] = web.AppKey("signoff_metrics", _Metrics)
 async def healthz(request: web.Request) -> web.Response:
     if await queries.database_ok(request.app[api.STATE].app.runtime):
         return web.json_response({"status": "ok"})
-    return _error("unavailable", say.DATABASE_DOWN)
+    return error_response("unavailable", say.DATABASE_DOWN)
 
 
 async def metrics(request: web.Request) -> web.Response:
     state = request.app[_METRICS]
     if state.render is None:
-        return _error("not_found", say.METRICS_OFF)
+        return error_response("not_found", say.METRICS_OFF)
     if state.token is not None:
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), state.token.encode()):
-            response = _error("unauthorized", say.METRICS_TOKEN)
+            response = error_response("unauthorized", say.METRICS_TOKEN)
             response.headers["WWW-Authenticate"] = 'Bearer realm="metrics"'
             return response
     return web.Response(body=state.render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
@@ -106,45 +103,6 @@ def make_metrics_app(app: App, *, metrics_render: Callable[[], bytes] | None,
 
 
 # -- errors -------------------------------------------------------------------------------
-
-def _error(code: str, message: str) -> web.Response:
-    return web.json_response({"error": code, "message": message}, status=STATUS.get(code, 400))
-
-
-_HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-               405: "method_not_allowed", 413: "too_large", 415: "unsupported_media_type", 422: "invalid"}
-
-
-@web.middleware
-async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Map every refusal to ``{"error", "message"}``; only our own faults are 5xx."""
-    try:
-        response = await handler(request)
-    except ApiError as exc:
-        response = _error(exc.code, exc.message)
-    except DecisionError as exc:
-        response = _error(exc.code if exc.code in STATUS else "invalid", str(exc))
-    except (ConcurrentTurn, LockBusy):
-        response = _error("conflict", say.BUSY)
-    except ModelUnavailable:
-        response = _error("unavailable", say.MODEL_UNAVAILABLE)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        code = _HTTP_CODES.get(exc.status, "bad_request" if exc.status < 500 else "internal")
-        message = say.METHOD_NOT_ALLOWED.format(method=request.method) if exc.status == 405 else (
-            say.NO_SUCH_ROUTE if exc.status == 404 else exc.reason)
-        response = web.json_response({"error": code, "message": message}, status=exc.status)
-    except (asyncio.CancelledError, KeyboardInterrupt):
-        raise
-    except Exception:
-        log.exception("unhandled error in %s %s", request.method, request.path)
-        response = _error("internal", say.INTERNAL)
-    if request.path.startswith(("/api/", "/email/")):
-        response.headers.setdefault("Cache-Control", "no-store")
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-    return response
-
 
 # -- serving ------------------------------------------------------------------------------
 

@@ -12,8 +12,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from bot.api_wording import STATUS
-from bot.auth import ID_PATTERN
+from bot.api.auth import ID_PATTERN
+from bot.web import STATUS
 
 MAX_MESSAGE_CHARS = 4000
 MAX_COMMENT_CHARS = 2000

@@ -26,8 +26,8 @@ import jwt
 from jwt import PyJWKClient
 
 from agent.errors import ConfigError
-from bot import api_wording as say
-from bot.api_wording import ApiError
+from bot.api import wording as say
+from bot.web import ApiError
 from tools.backend import CommerceBackend
 from tools.context import Principal
 

@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 async def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
-        from bot.demo import run_demo
+        from bot.cli.demo import run_demo
 
         return await run_demo(live=args.live)
     settings = load_settings()
@@ -322,7 +322,7 @@ async def _token(settings: Settings, args: argparse.Namespace) -> int:
     if refusal:
         print(f"signoff: {refusal}", file=sys.stderr)
         return 2
-    from bot.auth import make_token
+    from bot.api.auth import make_token
 
     print(make_token(settings.signoff_jwt_secret, sub=args.sub, role=args.role, customer=args.customer,
                      ttl_s=args.ttl, audience=settings.signoff_jwt_audience, issuer=settings.signoff_jwt_issuer))
@@ -359,8 +359,8 @@ async def _token_refusal(settings: Settings, args: argparse.Namespace) -> str | 
 
 async def _serve(settings: Settings, args: argparse.Namespace) -> int:
     from bot.app import create_app
-    from bot.http import serve
     from bot.logging import configure_logging
+    from bot.server import serve
 
     configure_logging(json=True)
     listen = (args.host, args.metrics_port) if args.metrics_port else settings.metrics_listen

@@ -1,4 +1,4 @@
-"""What the HTTP API and the email bridge say to people when code, not the agent, answers.
+"""What the HTTP API says to people when code, not the agent, answers.
 
 Every error body is ``{"error": CODE, "message": TEXT}``; the codes are stable,
 the texts are for humans and may be reworded.
@@ -6,28 +6,10 @@ the texts are for humans and may be reworded.
 
 from __future__ import annotations
 
-#: HTTP status for each error code the API can answer with.
-STATUS: dict[str, int] = {
-    "bad_request": 400,
-    "unauthorized": 401,
-    "forbidden": 403,
-    "own_request": 403,
-    "not_found": 404,
-    "method_not_allowed": 405,
-    "conflict": 409,
-    "expired": 410,
-    "too_large": 413,
-    "unsupported_media_type": 415,
-    "invalid": 422,
-    "internal": 500,
-    "unavailable": 503,
-}
-
 MALFORMED_JSON = "The request body is not valid JSON."
 NOT_AN_OBJECT = "The request body must be a JSON object."
 BODY_TOO_LARGE = "The request body is too large (at most {limit} bytes)."
 WRONG_CONTENT_TYPE = "Send the body as application/json."
-WRONG_EMAIL_CONTENT_TYPE = "Send the email as application/json, multipart/form-data or a URL-encoded form."
 NO_TOKEN = "Send a bearer token: Authorization: Bearer <JWT>."
 BAD_TOKEN = "The bearer token is not valid: {reason}."
 AUTH_NOT_CONFIGURED = "The HTTP API has no authentication configured (SIGNOFF_JWT_SECRET or SIGNOFF_JWKS_URL)."
@@ -51,27 +33,3 @@ INTERNAL = "Something went wrong on our side. It has been logged."
 DATABASE_DOWN = "The database is not answering."
 METRICS_OFF = "Metrics are not enabled on this server."
 METRICS_TOKEN = "Metrics need Authorization: Bearer <SIGNOFF_METRICS_TOKEN>."
-
-# -- the email bridge -------------------------------------------------------------------
-EMAIL_NOT_CONFIGURED = "The email bridge has no shared secret configured (SIGNOFF_EMAIL_SECRET)."
-EMAIL_BAD_SIGNATURE = "The webhook signature is missing, stale or wrong."
-EMAIL_UNPARSEABLE = "The inbound email could not be read: {reason}."
-EMAIL_AUTH_FAILED = "The sender's domain failed {check}; the message was not accepted."
-EMAIL_UNKNOWN_SENDER = "The sender is not a customer on file; the message was not accepted."
-CONFIRM_HINT = "Reply YES or with code {code} to confirm: {summary}"
-CONFIRM_HINT_MANY = "To confirm one of these, reply with its code:"
-EMAIL_SIGNATURE = "\n\n-- \nThis reply was written by our support assistant. Reply to this email to continue."
-EMPTY_REPLY = "Thanks for your message — we're on it."
-
-
-class ApiError(Exception):
-    """A refusal the client caused; rendered as ``{"error": code, "message": message}``."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code if code in STATUS else "bad_request"
-        self.message = message
-
-    @property
-    def status(self) -> int:
-        return STATUS[self.code]

@@ -21,7 +21,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import aiosmtplib
 
-from agent.notify import EscalationNotice, Notifier
+from agent.notify import EscalationNotice
+from agent.outcomes import TurnResult
 from storage.records import Approval, Conversation
 from tools.backend import CommerceBackend
 
@@ -131,30 +132,26 @@ def valid_message_id(value: str) -> bool:
 
 
 class EmailFollowUps:
-    """A :class:`Notifier` that also emails follow-ups (an approval decided) on email conversations.
+    """The email face's :class:`Notifier`: follow-ups on email conversations (an approval decided)
+    go to the customer's address on file (S3), in the conversation's mail thread. Approval cards
+    and escalations are for staff surfaces; this face has none."""
 
-    Wraps the deployment's notifier; every call is delegated to it first.
-    The recipient is always the customer's address on file (S3).
-    """
-
-    def __init__(self, inner: Notifier, *, mailer: Mailer, backend: CommerceBackend, from_address: str) -> None:
-        self.inner = inner
+    def __init__(self, *, mailer: Mailer, backend: CommerceBackend, from_address: str) -> None:
         self.mailer = mailer
         self.backend = backend
         self.from_address = from_address
 
     async def approval_requested(self, approval: Approval) -> None:
-        await self.inner.approval_requested(approval)
+        return None
 
     async def approval_decided(self, approval: Approval) -> None:
-        await self.inner.approval_decided(approval)
+        return None
 
     async def escalated(self, notice: EscalationNotice) -> None:
-        await self.inner.escalated(notice)
+        return None
 
-    async def follow_up(self, conversation: Conversation, text: str) -> None:
-        await self.inner.follow_up(conversation, text)
-        if conversation.channel != "email" or not conversation.customer_id:
+    async def follow_up(self, conversation: Conversation, result: TurnResult) -> None:
+        if not conversation.customer_id:
             return
         customer = await self.backend.get_customer(conversation.customer_id)
         if customer is None:
@@ -163,7 +160,7 @@ class EmailFollowUps:
         ids = [i for i in thread.get("message_ids", []) if isinstance(i, str) and valid_message_id(i)]
         await self.mailer.send(OutgoingEmail(
             to=customer.email, from_address=self.from_address, subject=reply_subject(str(thread.get("subject", ""))),
-            body=text, message_id=new_message_id(conversation.id, self.from_address),
+            body=result.reply, message_id=new_message_id(conversation.id, self.from_address),
             in_reply_to=ids[-1] if ids else None, references=tuple(ids[-20:])))
 
 

@@ -1,0 +1,1 @@
+"""The HTTP JSON API face: routes, OpenAPI document, bearer-token auth, wording."""

@@ -1,0 +1,1 @@
+"""The email face: the inbound-parse webhook, mail parsing, replies over SMTP."""
