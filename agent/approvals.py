@@ -35,9 +35,17 @@ class DecideResult:
 
 
 def _event(rt: Host, a: Approval, kind: str, actor: Principal | None, **data: Any) -> AuditEvent:
-    return AuditEvent(kind=kind, run_id=a.run_id, proposal_id=a.proposal_id, principal=actor.key if actor else "system",
-                      tool=a.tool, args_hash=a.args_hash, idempotency_key=a.idempotency_key,
-                      policy_version=rt.s.policy.version, data={"approval_id": a.id, **data})
+    return AuditEvent(
+        kind=kind,
+        run_id=a.run_id,
+        proposal_id=a.proposal_id,
+        principal=actor.key if actor else "system",
+        tool=a.tool,
+        args_hash=a.args_hash,
+        idempotency_key=a.idempotency_key,
+        policy_version=rt.s.policy.version,
+        data={"approval_id": a.id, **data},
+    )
 
 
 async def _spend_confirmation(rt: Host, a: Approval, actor: Principal | None) -> None:
@@ -46,14 +54,27 @@ async def _spend_confirmation(rt: Host, a: Approval, actor: Principal | None) ->
     s = rt.s
     conf = await s.confirmations.find_confirmed(a.conversation_id, a.requester, a.tool, a.args_hash)
     if conf is not None:
-        await s.confirmations.transition(conf.id, expected_version=conf.version, from_status="confirmed",
-                                         to_status="consumed", at=s.clock(),
-                                         audit=[_event(rt, a, "confirmation.consumed", actor, confirmation_id=conf.id)])
+        await s.confirmations.transition(
+            conf.id,
+            expected_version=conf.version,
+            from_status="confirmed",
+            to_status="consumed",
+            at=s.clock(),
+            audit=[_event(rt, a, "confirmation.consumed", actor, confirmation_id=conf.id)],
+        )
 
 
 @traced_decision
-async def decide(rt: Host, approval_id: str, *, expected_version: int, decision: str, actor: Principal,
-                 comment: str | None = None, edited_arguments: dict[str, Any] | None = None) -> DecideResult:
+async def decide(
+    rt: Host,
+    approval_id: str,
+    *,
+    expected_version: int,
+    decision: str,
+    actor: Principal,
+    comment: str | None = None,
+    edited_arguments: dict[str, Any] | None = None,
+) -> DecideResult:
     """Approve or reject ``approval_id`` at ``expected_version`` as ``actor``.
 
     Raises :class:`DecisionError` with code not_found, forbidden, own_request,
@@ -90,14 +111,22 @@ async def decide(rt: Host, approval_id: str, *, expected_version: int, decision:
     final = decision == "reject" or len(decisions) >= a.approvals_required
     values: dict[str, Any] = {"decisions": decisions}
     if final:
-        values |= {"status": "approved" if decision == "approve" else "rejected", "decider": actor.key,
-                   "comment": comment, "decided_at": now}
+        values |= {
+            "status": "approved" if decision == "approve" else "rejected",
+            "decider": actor.key,
+            "comment": comment,
+            "decided_at": now,
+        }
     verdict = "approval.approved" if decision == "approve" else "approval.rejected"
     kind = verdict if final else "approval.partially_approved"
     job = (RESUME_JOB, {"approval_id": a.id}, f"resume:{a.id}", RESUME_DELAY_S) if final else None
-    moved = await s.approvals.transition(a.id, expected_version=expected_version, values=values,
-                                         audit=[_event(rt, a, kind, actor, comment=bool(comment))],
-                                         job=job)
+    moved = await s.approvals.transition(
+        a.id,
+        expected_version=expected_version,
+        values=values,
+        audit=[_event(rt, a, kind, actor, comment=bool(comment))],
+        job=job,
+    )
     if moved is None:
         raise DecisionError("conflict", "Someone else decided this approval first.")
     if moved.status == "rejected":
@@ -141,13 +170,21 @@ async def execute_approved(rt: Host, a: Approval) -> Any:
             result = _result_for_approver(a, _applied(prop))
         else:
             turn = await rt.turn(conv, requester, run=run)
-            applied = await rt.apply(turn, tool=a.tool, args=a.arguments, origin=f"approval:{a.id}", approval=a,
-                                     proposal_id=prop.id if prop else None, key=a.idempotency_key)
+            applied = await rt.apply(
+                turn,
+                tool=a.tool,
+                args=a.arguments,
+                origin=f"approval:{a.id}",
+                approval=a,
+                proposal_id=prop.id if prop else None,
+                key=a.idempotency_key,
+            )
             result = _result_for_approver(a, applied)
             if applied.decision != "execute" or applied.is_error:
                 await _spend_confirmation(rt, a, None)  # refused at the re-check: never reusable later
-        await rt.s.approvals.set_result(a.id, result, audit=[_event(rt, a, "approval.executed", None,
-                                                                   status=result.get("status"))])
+        await rt.s.approvals.set_result(
+            a.id, result, audit=[_event(rt, a, "approval.executed", None, status=result.get("status"))]
+        )
     return result
 
 
@@ -162,26 +199,40 @@ def _result_for_approver(a: Approval, applied: ApplyResult) -> dict[str, Any]:
         return {"status": DONE_STATUS.get(tool, "DONE"), **body}
     if applied.decision == "approval":
         new_id = applied.approval.id if applied.approval is not None else (applied.result or {}).get("approval_id")
-        return {"status": "REOPENED", "new_approval_id": new_id,
-                "reason": "The policy or ceiling changed while this waited; a new approval is required."}
+        return {
+            "status": "REOPENED",
+            "new_approval_id": new_id,
+            "reason": "The policy or ceiling changed while this waited; a new approval is required.",
+        }
     reason = applied.result if isinstance(applied.result, dict) else {"detail": applied.result}
     return {"status": "FAILED", "reason": "A precondition no longer holds; nothing was done.", **reason}
 
 
-DONE_STATUS = {"issue_refund": "REFUNDED", "cancel_order": "CANCELLED", "create_return": "RETURN_CREATED",
-               "update_contact_details": "UPDATED", "update_shipping_address": "UPDATED",
-               "send_message": "SENT", "send_password_reset": "SENT", "send_payment_link": "SENT",
-               "create_reorder": "CREATED", "retry_payment": "CHARGED"}
+DONE_STATUS = {
+    "issue_refund": "REFUNDED",
+    "cancel_order": "CANCELLED",
+    "create_return": "RETURN_CREATED",
+    "update_contact_details": "UPDATED",
+    "update_shipping_address": "UPDATED",
+    "send_message": "SENT",
+    "send_password_reset": "SENT",
+    "send_payment_link": "SENT",
+    "create_reorder": "CREATED",
+    "retry_payment": "CHARGED",
+}
 
 
-async def _approve_edited(rt: Host, a: Approval, actor: Principal, comment: str | None,
-                          edited: dict[str, Any]) -> DecideResult:
+async def _approve_edited(
+    rt: Host, a: Approval, actor: Principal, comment: str | None, edited: dict[str, Any]
+) -> DecideResult:
     """An edited approval is a new proposal, judged from scratch; the old one is superseded."""
     s = rt.s
     moved = await s.approvals.transition(
-        a.id, expected_version=a.version,
+        a.id,
+        expected_version=a.version,
         values={"status": "superseded", "decider": actor.key, "comment": comment, "decided_at": s.clock()},
-        audit=[_event(rt, a, "approval.superseded", actor, edited=True)])
+        audit=[_event(rt, a, "approval.superseded", actor, edited=True)],
+    )
     if moved is None:
         raise DecisionError("conflict", "Someone else decided this approval first.")
     await _spend_confirmation(rt, moved, actor)
@@ -196,10 +247,12 @@ async def _approve_edited(rt: Host, a: Approval, actor: Principal, comment: str 
         new_id = applied.approval.id if applied.approval else (turn.pending[-1].id if turn.pending else None)
         if new_id:
             await s.approvals.set_superseded_by(a.id, new_id)
-        text = SUPERSEDED_EVENT.format(id=a.id, summary=s.registry.tools[a.tool].describe(edited),
-                                       outcome=json.dumps(applied.result, default=str)[:1500])
-        reply = await continuation.with_event(turn, text, key=f"approval:{a.id}:superseded",
-                                              pending=list(turn.pending))
+        text = SUPERSEDED_EVENT.format(
+            id=a.id,
+            summary=s.registry.tools[a.tool].describe(edited),
+            outcome=json.dumps(applied.result, default=str)[:1500],
+        )
+        reply = await continuation.with_event(turn, text, key=f"approval:{a.id}:superseded", pending=list(turn.pending))
     await continuation.deliver(rt, conv, reply)
     final = await s.approvals.get(a.id) or moved
     return DecideResult(approval=final, result=applied.result)
@@ -208,9 +261,12 @@ async def _approve_edited(rt: Host, a: Approval, actor: Principal, comment: str 
 @traced_expiry
 async def _expire(rt: Host, a: Approval) -> bool:
     moved = await rt.s.approvals.transition(
-        a.id, expected_version=a.version, values={"status": "expired", "decided_at": rt.s.clock()},
+        a.id,
+        expected_version=a.version,
+        values={"status": "expired", "decided_at": rt.s.clock()},
         audit=[_event(rt, a, "approval.expired", None)],
-        job=(RESUME_JOB, {"approval_id": a.id}, f"resume:{a.id}", 0.0))
+        job=(RESUME_JOB, {"approval_id": a.id}, f"resume:{a.id}", 0.0),
+    )
     if moved is not None:
         await _spend_confirmation(rt, moved, None)
         await _notify(rt, moved)
@@ -242,8 +298,7 @@ async def resume(rt: Host, approval_id: str) -> TurnResult | None:
     async with rt.lock(conv.id):
         turn = await rt.turn(conv, principal, run=run)
         resumed = turn.event("run.resumed", data={"approval_id": a.id, "status": a.status})
-        reply = await continuation.with_event(turn, _observation(a), key=f"approval:{a.id}:{a.status}",
-                                              audit=[resumed])
+        reply = await continuation.with_event(turn, _observation(a), key=f"approval:{a.id}:{a.status}", audit=[resumed])
     await continuation.deliver(rt, conv, reply)
     return reply
 
@@ -258,4 +313,3 @@ def _observation(a: Approval) -> str:
 
 async def _notify(rt: Host, a: Approval) -> None:
     await best_effort(rt.s.notifier.approval_decided(a), "approval notification")
-

@@ -8,10 +8,10 @@ import re
 
 CLAIMS = {
     "issue_refund": r"\b(i|we)('ve| have)? (refunded|issued (a|the|your) refund)|\byour refund (has been|was) "
-                    r"(issued|processed|sent)|\b(has|have) been refunded\b",
+    r"(issued|processed|sent)|\b(has|have) been refunded\b",
     "cancel_order": r"\b(i|we)('ve| have)? cancell?ed\b|\b(order|it)( o-\w+)? (has been|was|is now) cancell?ed\b",
     "create_return": r"\b(i|we)('ve| have)? (opened|created|started) (a|the|your)? ?return\b|\breturn (has been|was) "
-                     r"(created|opened)\b",
+    r"(created|opened)\b",
     "send_password_reset": r"\b(i|we)('ve| have)? sent (you )?(a|the) (password[- ]reset|reset)",
 }
 _NEGATION = re.compile(r"\b(not|never|no|n't|haven't|hasn't|didn't|cannot|can't)\b[^.]{0,20}$")
@@ -23,6 +23,6 @@ def claimed_actions(reply: str) -> set[str]:
     out = set()
     for tool, pattern in CLAIMS.items():
         for m in re.finditer(pattern, text):
-            if not _NEGATION.search(text[max(0, m.start() - 30):m.start()]):
+            if not _NEGATION.search(text[max(0, m.start() - 30) : m.start()]):
                 out.add(tool)
     return out

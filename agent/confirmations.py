@@ -36,13 +36,36 @@ CONFIRM_JOB = "confirmation"
 CONFIRM_JOB_DELAY_S = 10.0
 Via = Literal["api", "button", "reply", "code", "cli"]
 
-AFFIRMATIVE = frozenset({
-    "yes", "y", "yes please", "yeah", "yep", "yup", "go ahead", "go ahead please", "please go ahead",
-    "confirm", "confirmed", "i confirm", "yes confirm", "please do", "do it", "ok", "okay",
-    "sure", "yes go ahead", "that's right", "correct", "yes do it", "sounds good",
-})
-NEGATIVE = frozenset({"no", "n", "nope", "no thanks", "don't", "do not", "stop", "no don't", "decline",
-                      "cancel that", "cancel"})
+AFFIRMATIVE = frozenset(
+    {
+        "yes",
+        "y",
+        "yes please",
+        "yeah",
+        "yep",
+        "yup",
+        "go ahead",
+        "go ahead please",
+        "please go ahead",
+        "confirm",
+        "confirmed",
+        "i confirm",
+        "yes confirm",
+        "please do",
+        "do it",
+        "ok",
+        "okay",
+        "sure",
+        "yes go ahead",
+        "that's right",
+        "correct",
+        "yes do it",
+        "sounds good",
+    }
+)
+NEGATIVE = frozenset(
+    {"no", "n", "nope", "no thanks", "don't", "do not", "stop", "no don't", "decline", "cancel that", "cancel"}
+)
 _CODE = re.compile(r"\b[A-Z2-9]{6}\b")
 
 
@@ -108,36 +131,69 @@ def read_reply(text: str, waiting: list[Confirmation], *, codes_only: bool = Fal
     return AskWhich(waiting=tuple(waiting))
 
 
-async def record(rt: Host, conv: Conversation, acting: Principal, conf: Confirmation, accept: bool,
-                 *, via: Via) -> None:
+async def record(
+    rt: Host, conv: Conversation, acting: Principal, conf: Confirmation, accept: bool, *, via: Via
+) -> None:
     """The principal's answer, the proposal that carries it out and the job that finishes it:
     one transaction. A lost race is a conflict and writes nothing."""
     turn = await rt.turn(conv, acting)
     now = rt.s.clock()
     kind = "confirmation.confirmed" if accept else "confirmation.declined"
     step = StepWrite(
-        conversation_id=conv.id, run_id=turn.run.id,
-        confirmation_move=ConfirmationMove(id=conf.id, expected_version=conf.version, from_status="pending",
-                                           to_status="confirmed" if accept else "declined", at=now),
-        jobs=[NewJob(kind=CONFIRM_JOB, payload={"confirmation_id": conf.id}, dedup_key=f"confirm:{conf.id}",
-                     run_after=now + timedelta(seconds=CONFIRM_JOB_DELAY_S))],
-        audit=[turn.event(kind, tool=conf.tool, args_hash=conf.args_hash, idempotency_key=conf.idempotency_key,
-                          data={"confirmation_id": conf.id, "via": via})])
+        conversation_id=conv.id,
+        run_id=turn.run.id,
+        confirmation_move=ConfirmationMove(
+            id=conf.id,
+            expected_version=conf.version,
+            from_status="pending",
+            to_status="confirmed" if accept else "declined",
+            at=now,
+        ),
+        jobs=[
+            NewJob(
+                kind=CONFIRM_JOB,
+                payload={"confirmation_id": conf.id},
+                dedup_key=f"confirm:{conf.id}",
+                run_after=now + timedelta(seconds=CONFIRM_JOB_DELAY_S),
+            )
+        ],
+        audit=[
+            turn.event(
+                kind,
+                tool=conf.tool,
+                args_hash=conf.args_hash,
+                idempotency_key=conf.idempotency_key,
+                data={"confirmation_id": conf.id, "via": via},
+            )
+        ],
+    )
     if accept:
-        prop = NewProposal(id=new_id("prop"), tool_use_id=f"runtime:{conf.id}", origin=f"confirmation:{conf.id}",
-                           tool=conf.tool, arguments=conf.arguments, args_hash=conf.args_hash, principal=acting.key,
-                           step=turn.facts.step, policy_version=rt.s.policy.version)
+        prop = NewProposal(
+            id=new_id("prop"),
+            tool_use_id=f"runtime:{conf.id}",
+            origin=f"confirmation:{conf.id}",
+            tool=conf.tool,
+            arguments=conf.arguments,
+            args_hash=conf.args_hash,
+            principal=acting.key,
+            step=turn.facts.step,
+            policy_version=rt.s.policy.version,
+        )
         step.new_proposals.append(prop)
-        step.audit.append(turn.event("proposal", proposal_id=prop.id, tool=conf.tool, args_hash=conf.args_hash,
-                                     data={"origin": prop.origin}))
+        step.audit.append(
+            turn.event(
+                "proposal", proposal_id=prop.id, tool=conf.tool, args_hash=conf.args_hash, data={"origin": prop.origin}
+            )
+        )
     try:
         await turn.commit(step)
     except LostRace:
         raise DecisionError("conflict", "This confirmation was already answered.") from None
 
 
-async def answer(rt: Host, conv: Conversation, acting: Principal, conf: Confirmation, accept: bool,
-                 *, via: Via) -> ConfirmResult:
+async def answer(
+    rt: Host, conv: Conversation, acting: Principal, conf: Confirmation, accept: bool, *, via: Via
+) -> ConfirmResult:
     """Answer ``conf`` (the caller holds the conversation's lock). Answering again the same way
     returns the stored outcome; the opposite answer, or a superseded confirmation, is a conflict."""
     if conf.status == "pending":
@@ -164,8 +220,11 @@ async def carry_out(rt: Host, confirmation_id: str) -> TurnResult | None:
         text = DECLINED_EVENT.format(who=who, summary=conf.summary)
         return await continuation.with_event(turn, text, key=_event_key(conf))
     outcome = conf.outcome or await _execute(rt, turn, conf)
-    pending = [Pending(kind="approval", id=outcome["approval_id"], summary=conf.summary)] \
-        if outcome.get("approval_id") and outcome.get("decision") == "approval" else []
+    pending = (
+        [Pending(kind="approval", id=outcome["approval_id"], summary=conf.summary)]
+        if outcome.get("approval_id") and outcome.get("decision") == "approval"
+        else []
+    )
     text = CONFIRMED_EVENT.format(who=who, summary=conf.summary, outcome=outcome_text(outcome))
     return await continuation.with_event(turn, text, key=_event_key(conf), pending=pending)
 
@@ -176,12 +235,22 @@ async def _execute(rt: Host, turn: Turn, conf: Confirmation) -> dict[str, Any]:
     s = rt.s
     prop = await s.conversations.proposal_for_origin(f"confirmation:{conf.id}")
     if prop is not None and prop.decision is not None:
-        return {"decision": prop.decision, "result": prop.result, "is_error": prop.is_error,
-                "approval_id": (prop.result or {}).get("approval_id") if isinstance(prop.result, dict) else None}
+        return {
+            "decision": prop.decision,
+            "result": prop.result,
+            "is_error": prop.is_error,
+            "approval_id": (prop.result or {}).get("approval_id") if isinstance(prop.result, dict) else None,
+        }
     turn.rationale = await _rationale(rt, turn, conf)
-    applied = await rt.apply(turn, tool=conf.tool, args=conf.arguments, origin=f"confirmation:{conf.id}",
-                             proposal_id=prop.id if prop else None, key=conf.idempotency_key,
-                             confirmation_id=conf.id)
+    applied = await rt.apply(
+        turn,
+        tool=conf.tool,
+        args=conf.arguments,
+        origin=f"confirmation:{conf.id}",
+        proposal_id=prop.id if prop else None,
+        key=conf.idempotency_key,
+        confirmation_id=conf.id,
+    )
     if applied.decision != "approval":  # one confirmation, one attempt: done or refused, it is spent
         await gates.consume_confirmation(turn, Proposed(tool=conf.tool, args=conf.arguments, hash=conf.args_hash))
     return applied.outcome()
@@ -194,8 +263,13 @@ async def result_of(rt: Host, confirmation_id: str, reply: TurnResult | None) ->
     outcome = conf.outcome or {}
     approval = await rt.s.approvals.get(outcome["approval_id"]) if outcome.get("approval_id") else None
     result = outcome.get("result") if outcome.get("decision") == "execute" else None
-    return ConfirmResult(confirmation=conf, result=result, approval=approval,
-                         reply=reply.reply if reply and reply.reply else None, turn=reply)
+    return ConfirmResult(
+        confirmation=conf,
+        result=result,
+        approval=approval,
+        reply=reply.reply if reply and reply.reply else None,
+        turn=reply,
+    )
 
 
 def outcome_text(outcome: dict[str, Any]) -> str:

@@ -21,13 +21,19 @@ from storage.records import Conversation
 from storage.steps import StepWrite
 
 
-async def with_event(turn: Turn, text: str, *, key: str, audit: Sequence[AuditEvent] = (),
-                     pending: Sequence[Pending] = ()) -> TurnResult | None:
+async def with_event(
+    turn: Turn, text: str, *, key: str, audit: Sequence[AuditEvent] = (), pending: Sequence[Pending] = ()
+) -> TurnResult | None:
     """Append the runtime event ``text`` under ``key`` and run the loop; ``None`` when the
     conversation already holds that event (someone delivered it before: nothing to do)."""
-    step = StepWrite(conversation_id=turn.conversation.id, run_id=turn.run.id,
-                     messages=[("user", [event_block(text)])], run_status="running", audit=list(audit),
-                     event_key=key)
+    step = StepWrite(
+        conversation_id=turn.conversation.id,
+        run_id=turn.run.id,
+        messages=[("user", [event_block(text)])],
+        run_status="running",
+        audit=list(audit),
+        event_key=key,
+    )
     if not await turn.commit(step):
         # Delivered before — but if the process that delivered it died before the agent
         # answered, that answer is still owed: take the run over and give it, once.

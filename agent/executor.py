@@ -54,23 +54,31 @@ class Executor:
         self.ledger = ledger
 
     @traced_execution
-    async def run(self, tool: ToolDef, args: dict[str, Any], ctx: ToolContext, *, key: str | None,
-                  proposal_id: str | None, run_id: str | None,
-                  audit: AuditEvent | None = None) -> ExecOutcome:
+    async def run(
+        self,
+        tool: ToolDef,
+        args: dict[str, Any],
+        ctx: ToolContext,
+        *,
+        key: str | None,
+        proposal_id: str | None,
+        run_id: str | None,
+        audit: AuditEvent | None = None,
+    ) -> ExecOutcome:
         """Execute a decided proposal; reads and runtime tools skip the ledger."""
         start = time.perf_counter()
         if key is None:
             return await self._call(tool, args, ctx, start)
-        held = await self.ledger.claim(key=key, tool=tool.name, arguments=args,
-                                       proposal_id=proposal_id, run_id=run_id)
+        held = await self.ledger.claim(key=key, tool=tool.name, arguments=args, proposal_id=proposal_id, run_id=run_id)
         if held is not None and held.proposal_id == proposal_id and self.ledger.abandoned(held):
             # Our own claim, left by a process that died mid-call: settle it with the downstream
             # now; if the call provably never happened, make it (once) under the same key.
             outcome = await self.reconcile(held, tool, ctx, audit=audit, start=start)
             if not outcome.released:
                 return outcome
-            held = await self.ledger.claim(key=key, tool=tool.name, arguments=args,
-                                           proposal_id=proposal_id, run_id=run_id)
+            held = await self.ledger.claim(
+                key=key, tool=tool.name, arguments=args, proposal_id=proposal_id, run_id=run_id
+            )
         if held is not None:
             return self._already(held, proposal_id, start)
         return await self._call_keyed(tool, args, replace(ctx, idempotency_key=key), key, start, audit)
@@ -83,18 +91,31 @@ class Executor:
             return ExecOutcome(result=f.as_result(), is_error=True, latency_ms=_ms(start))
         except TimeoutError:
             log.warning("tool %s timed out after %ss", tool.name, tool.meta.timeout_s)
-            return ExecOutcome(result={"error": "tool_timeout", "message": "This lookup took too long; try once "
-                                       "more, or tell the person you could not check it and escalate."},
-                               is_error=True, latency_ms=_ms(start))
+            return ExecOutcome(
+                result={
+                    "error": "tool_timeout",
+                    "message": "This lookup took too long; try once "
+                    "more, or tell the person you could not check it and escalate.",
+                },
+                is_error=True,
+                latency_ms=_ms(start),
+            )
         except Exception:
             log.exception("tool %s failed", tool.name)
-            return ExecOutcome(result={"error": "tool_unavailable", "message": "This lookup failed on our side; "
-                                       "try once more, or tell the person you could not check it and escalate."},
-                               is_error=True, latency_ms=_ms(start))
+            return ExecOutcome(
+                result={
+                    "error": "tool_unavailable",
+                    "message": "This lookup failed on our side; "
+                    "try once more, or tell the person you could not check it and escalate.",
+                },
+                is_error=True,
+                latency_ms=_ms(start),
+            )
         return ExecOutcome(result=result, is_error=False, latency_ms=_ms(start))
 
-    async def _call_keyed(self, tool: ToolDef, args: dict[str, Any], ctx: ToolContext, key: str,
-                          start: float, audit: AuditEvent | None) -> ExecOutcome:
+    async def _call_keyed(
+        self, tool: ToolDef, args: dict[str, Any], ctx: ToolContext, key: str, start: float, audit: AuditEvent | None
+    ) -> ExecOutcome:
         try:
             result = await asyncio.wait_for(tool.handler(args, ctx), timeout=tool.meta.timeout_s)
         except ToolFailure as f:
@@ -107,8 +128,9 @@ class Executor:
             if entry is None:
                 raise
             return await self.reconcile(entry, tool, ctx, audit=audit, start=start)
-        await self.ledger.settle(key, status="succeeded", result=result,
-                                 audit=[_executed(audit, key, result, start)] if audit else ())
+        await self.ledger.settle(
+            key, status="succeeded", result=result, audit=[_executed(audit, key, result, start)] if audit else ()
+        )
         return ExecOutcome(result=result, is_error=False, latency_ms=_ms(start))
 
     def _already(self, held: LedgerEntry, proposal_id: str | None, start: float) -> ExecOutcome:
@@ -118,17 +140,26 @@ class Executor:
         if held.status == "succeeded":
             if held.proposal_id is not None and held.proposal_id == proposal_id:
                 return ExecOutcome(result=held.result, is_error=False, latency_ms=_ms(start), deduplicated=True)
-            return ExecOutcome(result=replayed(held), is_error=False, latency_ms=_ms(start), deduplicated=True,
-                               replayed=True)
+            return ExecOutcome(
+                result=replayed(held), is_error=False, latency_ms=_ms(start), deduplicated=True, replayed=True
+            )
         if held.status == "needs_human":
             return _needs_human(start)
         return ExecOutcome(
             result={"error": "in_progress", "message": "This action is already being carried out."},
-            is_error=True, latency_ms=_ms(start),
+            is_error=True,
+            latency_ms=_ms(start),
         )
 
-    async def reconcile(self, entry: LedgerEntry, tool: ToolDef, ctx: ToolContext, *,
-                        audit: AuditEvent | None = None, start: float | None = None) -> ExecOutcome:
+    async def reconcile(
+        self,
+        entry: LedgerEntry,
+        tool: ToolDef,
+        ctx: ToolContext,
+        *,
+        audit: AuditEvent | None = None,
+        start: float | None = None,
+    ) -> ExecOutcome:
         """Settle an ``executing`` entry against the downstream's own record of the key."""
         start = time.perf_counter() if start is None else start
         record = await ctx.backend.lookup_write(entry.key)
@@ -136,27 +167,40 @@ class Executor:
         if record is not None:
             # The side effect happened; the backend answers from its record.
             result = await asyncio.wait_for(tool.handler(entry.arguments, keyed), timeout=tool.meta.timeout_s)
-            await self.ledger.settle(entry.key, status="succeeded", result=result,
-                                     audit=[_executed(audit, entry.key, result, start)] if audit else ())
+            await self.ledger.settle(
+                entry.key,
+                status="succeeded",
+                result=result,
+                audit=[_executed(audit, entry.key, result, start)] if audit else (),
+            )
             return ExecOutcome(result=result, is_error=False, latency_ms=_ms(start), deduplicated=True)
         if tool.meta.retryable:
             await self.ledger.release(entry.key)
             return ExecOutcome(
-                result={"error": "temporarily_unavailable",
-                        "message": "The action did not go through; you may retry once."},
-                is_error=True, latency_ms=_ms(start), released=True,
+                result={
+                    "error": "temporarily_unavailable",
+                    "message": "The action did not go through; you may retry once.",
+                },
+                is_error=True,
+                latency_ms=_ms(start),
+                released=True,
             )
-        await self.ledger.settle(entry.key, status="needs_human", result=None,
-                                 audit=[_flagged(audit, entry.key)] if audit else ())
+        await self.ledger.settle(
+            entry.key, status="needs_human", result=None, audit=[_flagged(audit, entry.key)] if audit else ()
+        )
         return _needs_human(start)
 
 
 def replayed(held: LedgerEntry) -> dict[str, Any]:
     """An earlier execution's result, saying plainly that it is one (the original id and time)."""
     body = held.result if isinstance(held.result, dict) else {"result": held.result}
-    return {**body, "replayed": True, "original_id": action_id_of(held.result),
-            "original_at": held.created_at.isoformat() if held.created_at else None,
-            "message": "This was already done earlier with exactly these details; nothing new happened now."}
+    return {
+        **body,
+        "replayed": True,
+        "original_id": action_id_of(held.result),
+        "original_at": held.created_at.isoformat() if held.created_at else None,
+        "message": "This was already done earlier with exactly these details; nothing new happened now.",
+    }
 
 
 def _ms(start: float) -> float:
@@ -166,13 +210,20 @@ def _ms(start: float) -> float:
 def _needs_human(start: float) -> ExecOutcome:
     return ExecOutcome(
         result={"error": "needs_human", "message": "A person must check whether this went through; escalate."},
-        is_error=True, latency_ms=_ms(start), needs_human=True,
+        is_error=True,
+        latency_ms=_ms(start),
+        needs_human=True,
     )
 
 
 def _executed(base: AuditEvent, key: str, result: Any, start: float) -> AuditEvent:
-    return replace(base, kind="execution.succeeded", idempotency_key=key, latency_ms=_ms(start),
-                   data={**base.data, "action_id": action_id_of(result)})
+    return replace(
+        base,
+        kind="execution.succeeded",
+        idempotency_key=key,
+        latency_ms=_ms(start),
+        data={**base.data, "action_id": action_id_of(result)},
+    )
 
 
 def _flagged(base: AuditEvent, key: str) -> AuditEvent:

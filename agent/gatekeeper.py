@@ -41,8 +41,12 @@ DEDUP_WINDOW_STEPS = 5
 
 # JSON Schema counts 2000.0 as an integer; money and counts here are ints, one canonical form each
 # (the arguments hash, the idempotency key and the amount written downstream all depend on it).
-_StrictValidator = validators.extend(Draft202012Validator, type_checker=Draft202012Validator.TYPE_CHECKER.redefine(
-    "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)))
+_StrictValidator = validators.extend(
+    Draft202012Validator,
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)
+    ),
+)
 
 
 def args_hash(tool: str, args: Any) -> str:
@@ -86,33 +90,38 @@ class Proposed:
 class Gatekeeper:
     """Judges proposals; returns a :class:`Decision`. Has no side effects."""
 
-    def __init__(self, *, registry: Registry, policy: Policy, confirmations: ConfirmationRepo,
-                 approvals: ApprovalRepo) -> None:
+    def __init__(
+        self, *, registry: Registry, policy: Policy, confirmations: ConfirmationRepo, approvals: ApprovalRepo
+    ) -> None:
         self.registry = registry
         self.policy = policy
         self.confirmations = confirmations
         self.approvals = approvals
-        self._validators = {
-            name: _StrictValidator(t.input_schema) for name, t in registry.tools.items()
-        }
+        self._validators = {name: _StrictValidator(t.input_schema) for name, t in registry.tools.items()}
 
     @traced_judgement
-    async def judge(self, p: Proposed, facts: RunFacts, ctx: ToolContext, *,
-                    approval: Approval | None = None, dedup: bool = True, key: str | None = None) -> Decision:
+    async def judge(
+        self,
+        p: Proposed,
+        facts: RunFacts,
+        ctx: ToolContext,
+        *,
+        approval: Approval | None = None,
+        dedup: bool = True,
+        key: str | None = None,
+    ) -> Decision:
         """The decision on ``p``. ``key``: the idempotency key fixed when this action was first
         judged (a confirmation's or an approval's); without one it is derived now."""
         tool = self.registry.get(p.tool)
         if tool is None:
             return Reject(reason="unknown_tool", message=f"There is no tool named {p.tool[:64]!r}.")
         if tool.meta.group != "always" and tool.meta.group not in facts.loaded_groups:
-            return Reject(reason="tool_not_loaded",
-                          message=f"Call load_tools with group {tool.meta.group!r} first.")
+            return Reject(reason="tool_not_loaded", message=f"Call load_tools with group {tool.meta.group!r} first.")
         if not isinstance(p.args, dict):
             return Reject(reason="invalid_arguments", message="Arguments must be a JSON object.")
         errors = sorted(self._validators[p.tool].iter_errors(p.args), key=lambda e: list(e.path))
         if errors:
-            return Reject(reason="invalid_arguments",
-                          details={"problems": [_describe(e) for e in errors[:5]]})
+            return Reject(reason="invalid_arguments", details={"problems": [_describe(e) for e in errors[:5]]})
         if dedup:
             prev = self._recent(p, facts)
             if prev is not None:
@@ -132,55 +141,88 @@ class Gatekeeper:
             return Execute(key=None)
         return await self._judge_action(tool, p, facts, ctx, stage, approval, key)
 
-    async def _judge_action(self, tool: ToolDef, p: Proposed, facts: RunFacts, ctx: ToolContext,
-                            stage: str, approval: Approval | None, pinned_key: str | None) -> Decision:
+    async def _judge_action(
+        self,
+        tool: ToolDef,
+        p: Proposed,
+        facts: RunFacts,
+        ctx: ToolContext,
+        stage: str,
+        approval: Approval | None,
+        pinned_key: str | None,
+    ) -> Decision:
         lim = self.policy.limits
         if approval is None and facts.action_counts.total() >= lim.max_actions_per_run:
-            return Reject(reason="run_action_limit_reached",
-                          message="Too many actions in this conversation; escalate to a person.")
+            return Reject(
+                reason="run_action_limit_reached",
+                message="Too many actions in this conversation; escalate to a person.",
+            )
         if facts.tool_counts[tool.name] >= lim.max_calls_per_tool_per_run:
             return Reject(reason="tool_call_limit_reached", message="Escalate to a person.")
         if tool.meta.requires_evidence:
             cited = p.args.get("evidence") or []
             if not cited:
-                return Reject(reason="evidence_required",
-                              message="Cite the evidence ids search_knowledge returned in this conversation.")
+                return Reject(
+                    reason="evidence_required",
+                    message="Cite the evidence ids search_knowledge returned in this conversation.",
+                )
             unknown = [e for e in cited if e not in facts.knowledge_ids]
             if unknown:
-                return Reject(reason="evidence_not_retrieved", details={"unknown_evidence": unknown},
-                              message="Only evidence ids returned by search_knowledge in this run count.")
+                return Reject(
+                    reason="evidence_not_retrieved",
+                    details={"unknown_evidence": unknown},
+                    message="Only evidence ids returned by search_knowledge in this run count.",
+                )
         verdict = await self._approval_verdict(tool, p, facts, ctx)
         if isinstance(verdict, Reject):
             return verdict
         summary = tool.describe(p.args)
-        key = pinned_key or (approval.idempotency_key if approval is not None else None) or (
-            tool.key(p.args, ctx) if tool.key else None)
+        key = (
+            pinned_key
+            or (approval.idempotency_key if approval is not None else None)
+            or (tool.key(p.args, ctx) if tool.key else None)
+        )
         if stage == "shadow":
             return Record(summary=summary, would_need="approval" if verdict else "execute")
         if tool.meta.needs_confirmation and approval is None:
             confirmed = await self.confirmations.find_confirmed(
-                facts.conversation_id, facts.principal.key, tool.name, p.hash)
+                facts.conversation_id, facts.principal.key, tool.name, p.hash
+            )
             if confirmed is None:
                 return NeedsConfirmation(summary=summary, target=tool.target_of(p.args), key=key)
             key = pinned_key or confirmed.idempotency_key or key
         if verdict is not None:
             if approval is not None and approval.status == "approved" and _covers(approval, verdict.approvers):
                 return Execute(key=key)
-            return NeedsApproval(summary=summary, required_role=self.policy.approvers.required_role,
-                                 approvals_required=verdict.approvers, reason=verdict.reason, key=key,
-                                 routing=verdict.routing)
+            return NeedsApproval(
+                summary=summary,
+                required_role=self.policy.approvers.required_role,
+                approvals_required=verdict.approvers,
+                reason=verdict.reason,
+                key=key,
+                routing=verdict.routing,
+            )
         return Execute(key=key)
 
-    async def _approval_verdict(self, tool: ToolDef, p: Proposed, facts: RunFacts,
-                                ctx: ToolContext) -> _Verdict | Reject | None:
+    async def _approval_verdict(
+        self, tool: ToolDef, p: Proposed, facts: RunFacts, ctx: ToolContext
+    ) -> _Verdict | Reject | None:
         """Whether policy routes this action to a supervisor (``None``: it does not), why, and
         how many must approve; a :class:`Reject` when no approval could allow it today."""
         money = tool.money(p.args) if tool.money else None
         if money is None and tool.money_at_stake is not None:
             money = await tool.money_at_stake(p.args, ctx)
         if tool.meta.risk_tier >= self.policy.always_approve_tier:
-            routing = None if money is None else Routing(amount_minor=money.amount_minor, currency=money.currency,
-                                                         ceiling_minor=0, aggregate_minor=money.amount_minor)
+            routing = (
+                None
+                if money is None
+                else Routing(
+                    amount_minor=money.amount_minor,
+                    currency=money.currency,
+                    ceiling_minor=0,
+                    aggregate_minor=money.amount_minor,
+                )
+            )
             return _Verdict(reason="risk_tier", approvers=1, routing=routing)
         if money is None:
             return None
@@ -188,36 +230,53 @@ class Gatekeeper:
             return await self._cancellation_verdict(money, p, facts, ctx)
         aggregate = money.amount_minor + await self._money_today(money.currency, p, facts, ctx, kinds=("refund",))
         if aggregate > self.policy.daily_refund_cap(money.currency):
-            return Reject(reason="daily_amount_limit_reached",
-                          message="This exceeds what can be refunded today; escalate to a person.")
+            return Reject(
+                reason="daily_amount_limit_reached",
+                message="This exceeds what can be refunded today; escalate to a person.",
+            )
         ceiling = self.policy.ceiling(facts.principal.kind, money.currency)
         if aggregate <= ceiling:
             return None
         dual = self.policy.dual_threshold(money.currency)
         approvers = 2 if aggregate > dual else 1
         reason = "over_ceiling" if money.amount_minor > ceiling else "aggregate_over_ceiling"
-        return _Verdict(reason=reason, approvers=approvers,
-                        routing=Routing(amount_minor=money.amount_minor, currency=money.currency,
-                                        ceiling_minor=ceiling, aggregate_minor=aggregate))
+        return _Verdict(
+            reason=reason,
+            approvers=approvers,
+            routing=Routing(
+                amount_minor=money.amount_minor,
+                currency=money.currency,
+                ceiling_minor=ceiling,
+                aggregate_minor=aggregate,
+            ),
+        )
 
-    async def _cancellation_verdict(self, money: Money, p: Proposed, facts: RunFacts,
-                                    ctx: ToolContext) -> _Verdict | None:
+    async def _cancellation_verdict(
+        self, money: Money, p: Proposed, facts: RunFacts, ctx: ToolContext
+    ) -> _Verdict | None:
         """A cancellation needs a supervisor only where the retailer set a threshold; it is
         measured against the day's cancelled money, never against the refund ceilings."""
         threshold = self.policy.cancellation_threshold(money.currency)
         if threshold is None:
             return None
-        aggregate = money.amount_minor + await self._money_today(
-            money.currency, p, facts, ctx, kinds=("cancellation",))
+        aggregate = money.amount_minor + await self._money_today(money.currency, p, facts, ctx, kinds=("cancellation",))
         if aggregate <= threshold:
             return None
         approvers = 2 if aggregate > self.policy.dual_threshold(money.currency) else 1
-        return _Verdict(reason="cancellation_over_threshold", approvers=approvers,
-                        routing=Routing(amount_minor=money.amount_minor, currency=money.currency,
-                                        ceiling_minor=threshold, aggregate_minor=aggregate))
+        return _Verdict(
+            reason="cancellation_over_threshold",
+            approvers=approvers,
+            routing=Routing(
+                amount_minor=money.amount_minor,
+                currency=money.currency,
+                ceiling_minor=threshold,
+                aggregate_minor=aggregate,
+            ),
+        )
 
-    async def _money_today(self, currency: str, p: Proposed, facts: RunFacts, ctx: ToolContext, *,
-                           kinds: tuple[str, ...]) -> int:
+    async def _money_today(
+        self, currency: str, p: Proposed, facts: RunFacts, ctx: ToolContext, *, kinds: tuple[str, ...]
+    ) -> int:
         """The customer's money of ``kinds`` moved in the last 24 h, plus every approval still
         pending for them (any kind: if approved, that money moves too) — so splitting an
         amount, or racing one request against another, does not avoid the limit (S5)."""
@@ -225,19 +284,25 @@ class Gatekeeper:
         if not customer:
             return 0
         since = ctx.now - timedelta(hours=24)
-        moved = sum(r.amount_minor for r in await ctx.backend.refunds_since(customer, since)
-                    if r.currency == currency and r.kind in kinds)
-        pending = sum(a.amount_minor or 0 for a in await self.approvals.pending_for_customer(customer)
-                      if a.currency == currency and a.args_hash != p.hash)
+        moved = sum(
+            r.amount_minor
+            for r in await ctx.backend.refunds_since(customer, since)
+            if r.currency == currency and r.kind in kinds
+        )
+        pending = sum(
+            a.amount_minor or 0
+            for a in await self.approvals.pending_for_customer(customer)
+            if a.currency == currency and a.args_hash != p.hash
+        )
         return moved + pending
 
     def _stage_refusal(self, tool: ToolDef, stage: str) -> Reject | None:
         if stage == "reads":
-            return Reject(reason="action_not_enabled",
-                          message="Actions are not enabled on this channel yet; offer to escalate.")
+            return Reject(
+                reason="action_not_enabled", message="Actions are not enabled on this channel yet; offer to escalate."
+            )
         if stage == "actions" and tool.name not in self.policy.rollout.enabled_actions:
-            return Reject(reason="action_not_enabled",
-                          message="This action is not enabled yet; offer to escalate.")
+            return Reject(reason="action_not_enabled", message="This action is not enabled yet; offer to escalate.")
         return None
 
     def _recent(self, p: Proposed, facts: RunFacts) -> RecentCall | None:
@@ -268,12 +333,16 @@ async def _check(tool: ToolDef, p: Proposed, ctx: ToolContext) -> Reject | None:
         return Reject(reason=f.code, message=f.message, details=f.details)
     except TimeoutError:
         log.warning("check of %s timed out", tool.name)
-        return Reject(reason="temporarily_unavailable", message="The shop's systems did not answer; try once more "
-                      "or escalate to a person.")
+        return Reject(
+            reason="temporarily_unavailable",
+            message="The shop's systems did not answer; try once more or escalate to a person.",
+        )
     except Exception:
         log.exception("check of %s failed", tool.name)
-        return Reject(reason="temporarily_unavailable", message="The shop's systems could not check this right now; "
-                      "try once more or escalate to a person.")
+        return Reject(
+            reason="temporarily_unavailable",
+            message="The shop's systems could not check this right now; try once more or escalate to a person.",
+        )
     return None
 
 

@@ -27,8 +27,9 @@ def confirmation_code() -> str:
     return "".join(secrets.choice(CODE_ALPHABET) for _ in range(6))
 
 
-async def request_confirmation(turn: Turn, p: Proposed, proposal_id: str,
-                               decision: NeedsConfirmation) -> ConfirmationCreated:
+async def request_confirmation(
+    turn: Turn, p: Proposed, proposal_id: str, decision: NeedsConfirmation
+) -> ConfirmationCreated:
     """A pending confirmation of exactly these arguments (the same one again if it is already
     pending); an older one for the same tool on the same target is superseded."""
     s = turn.services
@@ -36,13 +37,29 @@ async def request_confirmation(turn: Turn, p: Proposed, proposal_id: str,
         if existing.tool == p.tool and existing.args_hash == p.hash and existing.principal == turn.principal.key:
             return ConfirmationCreated(confirmation=existing, superseded=())
     row = ConfirmationRow(
-        id=new_id("cnf"), conversation_id=turn.conversation.id, run_id=turn.run.id,
-        proposal_id=proposal_id, tool=p.tool, arguments=p.args, args_hash=p.hash,
-        principal=turn.principal.key, code=confirmation_code(), summary=decision.summary, status="pending",
-        version=1, target=decision.target, idempotency_key=decision.key, created_at=s.clock(),
+        id=new_id("cnf"),
+        conversation_id=turn.conversation.id,
+        run_id=turn.run.id,
+        proposal_id=proposal_id,
+        tool=p.tool,
+        arguments=p.args,
+        args_hash=p.hash,
+        principal=turn.principal.key,
+        code=confirmation_code(),
+        summary=decision.summary,
+        status="pending",
+        version=1,
+        target=decision.target,
+        idempotency_key=decision.key,
+        created_at=s.clock(),
     )
-    event = turn.event("confirmation.requested", proposal_id=proposal_id, tool=p.tool, args_hash=p.hash,
-                        data={"confirmation_id": row.id})
+    event = turn.event(
+        "confirmation.requested",
+        proposal_id=proposal_id,
+        tool=p.tool,
+        args_hash=p.hash,
+        data={"confirmation_id": row.id},
+    )
     return await s.confirmations.create(row, audit=[event])
 
 
@@ -51,32 +68,61 @@ async def consume_confirmation(turn: Turn, p: Proposed) -> None:
     conf = await s.confirmations.find_confirmed(turn.conversation.id, turn.principal.key, p.tool, p.hash)
     if conf is not None:
         await s.confirmations.transition(
-            conf.id, expected_version=conf.version, from_status="confirmed", to_status="consumed",
-            at=s.clock(), audit=[turn.event("confirmation.consumed", tool=p.tool, args_hash=p.hash,
-                                             data={"confirmation_id": conf.id})])
+            conf.id,
+            expected_version=conf.version,
+            from_status="confirmed",
+            to_status="consumed",
+            at=s.clock(),
+            audit=[
+                turn.event("confirmation.consumed", tool=p.tool, args_hash=p.hash, data={"confirmation_id": conf.id})
+            ],
+        )
 
 
-async def request_approval(turn: Turn, p: Proposed, proposal_id: str, decision: NeedsApproval,
-                           *, supersedes: Approval | None = None) -> Approval:
+async def request_approval(
+    turn: Turn, p: Proposed, proposal_id: str, decision: NeedsApproval, *, supersedes: Approval | None = None
+) -> Approval:
     s = turn.services
     now = s.clock()
     cited = p.args.get("evidence") or [] if isinstance(p.args, dict) else []
     row = ApprovalRow(
-        id=new_id("apr"), proposal_id=proposal_id, run_id=turn.run.id, conversation_id=turn.conversation.id,
-        tool=p.tool, arguments=p.args, args_hash=p.hash, customer_id=turn.principal.customer_id,
-        summary=decision.summary, status="pending", version=1, required_role=decision.required_role,
-        approvals_required=decision.approvals_required, decisions=[], requester=turn.principal.key,
+        id=new_id("apr"),
+        proposal_id=proposal_id,
+        run_id=turn.run.id,
+        conversation_id=turn.conversation.id,
+        tool=p.tool,
+        arguments=p.args,
+        args_hash=p.hash,
+        customer_id=turn.principal.customer_id,
+        summary=decision.summary,
+        status="pending",
+        version=1,
+        required_role=decision.required_role,
+        approvals_required=decision.approvals_required,
+        decisions=[],
+        requester=turn.principal.key,
         rationale=(turn.rationale or "")[:2000] or None,
         evidence=[{"id": e, **turn.facts_notes().get(e, {})} for e in cited],
-        provenance=provenance(turn.history, p.args), idempotency_key=decision.key,
-        policy_version=s.policy.version, expires_at=now + timedelta(seconds=s.policy.expiry_s(p.tool)),
-        created_at=now, **_money(decision),
+        provenance=provenance(turn.history, p.args),
+        idempotency_key=decision.key,
+        policy_version=s.policy.version,
+        expires_at=now + timedelta(seconds=s.policy.expiry_s(p.tool)),
+        created_at=now,
+        **_money(decision),
     )
-    event = turn.event("approval.requested", proposal_id=proposal_id, tool=p.tool, args_hash=p.hash,
-                        idempotency_key=decision.key,
-                        data={"approval_id": row.id, "reason": decision.reason,
-                              "approvals_required": decision.approvals_required,
-                              **({"supersedes": supersedes.id} if supersedes else {})})
+    event = turn.event(
+        "approval.requested",
+        proposal_id=proposal_id,
+        tool=p.tool,
+        args_hash=p.hash,
+        idempotency_key=decision.key,
+        data={
+            "approval_id": row.id,
+            "reason": decision.reason,
+            "approvals_required": decision.approvals_required,
+            **({"supersedes": supersedes.id} if supersedes else {}),
+        },
+    )
     approval = await s.approvals.create(row, audit=[event])
     await best_effort(s.notifier.approval_requested(approval))
     return approval
@@ -87,9 +133,16 @@ def _money(decision: NeedsApproval) -> dict[str, Any]:
     r = decision.routing
     if r is None:
         return {"amount_minor": None, "currency": None, "routing": {"reason": decision.reason}}
-    return {"amount_minor": r.amount_minor, "currency": r.currency,
-            "routing": {"reason": decision.reason, "ceiling_minor": r.ceiling_minor,
-                        "aggregate_minor": r.aggregate_minor, "approvals_required": decision.approvals_required}}
+    return {
+        "amount_minor": r.amount_minor,
+        "currency": r.currency,
+        "routing": {
+            "reason": decision.reason,
+            "ceiling_minor": r.ceiling_minor,
+            "aggregate_minor": r.aggregate_minor,
+            "approvals_required": decision.approvals_required,
+        },
+    }
 
 
 async def escalate(turn: Turn, reason: str, summary: str) -> dict[str, Any]:
@@ -97,16 +150,24 @@ async def escalate(turn: Turn, reason: str, summary: str) -> dict[str, Any]:
     turn.escalated = True
     s = turn.services
     trace = tuple(
-        {"tool": pr.tool, "decision": pr.decision, "reason": pr.reason, "is_error": pr.is_error,
-         "result": _excerpt(pr.result)}
+        {
+            "tool": pr.tool,
+            "decision": pr.decision,
+            "reason": pr.reason,
+            "is_error": pr.is_error,
+            "result": _excerpt(pr.result),
+        }
         for pr in await s.conversations.proposals(turn.run.id)
     )
     await s.conversations.add_case_note(
-        turn.conversation.id, author=f"agent:{turn.run.id}", kind="escalation",
-        text=f"{reason}: {summary}"[:2000], status="escalated",
-        audit=[turn.event("escalation", data={"reason": reason[:64]})])
-    notice = EscalationNotice(conversation=turn.conversation, reason=reason[:200], summary=summary[:2000],
-                              trace=trace)
+        turn.conversation.id,
+        author=f"agent:{turn.run.id}",
+        kind="escalation",
+        text=f"{reason}: {summary}"[:2000],
+        status="escalated",
+        audit=[turn.event("escalation", data={"reason": reason[:64]})],
+    )
+    notice = EscalationNotice(conversation=turn.conversation, reason=reason[:200], summary=summary[:2000], trace=trace)
     await best_effort(s.notifier.escalated(notice))
     return {"status": "escalated", "message": "A person has the case and the full trace."}
 
@@ -170,4 +231,3 @@ def _collect(obj: Any, trusted: set[str], untrusted: list[str]) -> None:
 def _excerpt(result: Any) -> Any:
     text = json.dumps(result, ensure_ascii=False, default=str) if not isinstance(result, str) else result
     return text[:300]
-

@@ -44,8 +44,12 @@ class ApplyResult:
 
     def outcome(self) -> dict[str, Any]:
         """The stored form (a confirmation's ``outcome``)."""
-        return {"decision": self.decision, "result": self.result, "is_error": self.is_error,
-                "approval_id": self.approval.id if self.approval else None}
+        return {
+            "decision": self.decision,
+            "result": self.result,
+            "is_error": self.is_error,
+            "approval_id": self.approval.id if self.approval else None,
+        }
 
 
 class Host:
@@ -63,8 +67,15 @@ class Host:
         return lock
 
     # -- conversations ---------------------------------------------------------------
-    async def open_conversation(self, *, principal: Principal, channel: str, conversation_id: str | None = None,
-                                external_ref: str | None = None, meta: dict[str, Any] | None = None) -> Conversation:
+    async def open_conversation(
+        self,
+        *,
+        principal: Principal,
+        channel: str,
+        conversation_id: str | None = None,
+        external_ref: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> Conversation:
         """The principal's conversation, created on first use. Another principal's id is ``not_found``."""
         if conversation_id is not None:
             conv = await self.s.conversations.get(conversation_id)
@@ -78,9 +89,17 @@ class Host:
                     raise DecisionError("not_found", "No such conversation.")
                 return conv
         return await self.s.conversations.create(
-            id=new_id("conv"), channel=channel, external_ref=external_ref, principal_kind=principal.kind,
-            principal_id=principal.id, customer_id=principal.customer_id, model=self.s.model.model_name,
-            prompt_version=PROMPT_VERSION, loaded_groups=[], meta=meta)
+            id=new_id("conv"),
+            channel=channel,
+            external_ref=external_ref,
+            principal_kind=principal.kind,
+            principal_id=principal.id,
+            customer_id=principal.customer_id,
+            model=self.s.model.model_name,
+            prompt_version=PROMPT_VERSION,
+            loaded_groups=[],
+            meta=meta,
+        )
 
     @staticmethod
     def may_see(principal: Principal, conv: Conversation) -> bool:
@@ -104,17 +123,23 @@ class Host:
             return Principal(kind=caller.kind, id=caller.id, customer_id=conv.customer_id)
         return Principal(kind=conv.principal_kind, id=conv.principal_id, customer_id=conv.customer_id)  # type: ignore[arg-type]
 
-    async def turn(self, conv: Conversation, principal: Principal, *, run: Run | None = None,
-                   first_message: str | None = None) -> Turn:
+    async def turn(
+        self, conv: Conversation, principal: Principal, *, run: Run | None = None, first_message: str | None = None
+    ) -> Turn:
         """Load the conversation's durable state into a turn (the open run, or a new one)."""
         s = self.s
         run = run or await s.conversations.open_run(conv.id)
         if run is None:
             run_id = new_id("run")
             run = await s.conversations.create_run(
-                id=run_id, conversation_id=conv.id, model=s.model.model_name, prompt_version=PROMPT_VERSION,
-                policy_version=s.policy.version, trace_id=uuid.uuid4().hex,
-                audit=[_run_event(run_id, principal, s.policy.version, s.model.model_name)])
+                id=run_id,
+                conversation_id=conv.id,
+                model=s.model.model_name,
+                prompt_version=PROMPT_VERSION,
+                policy_version=s.policy.version,
+                trace_id=uuid.uuid4().hex,
+                audit=[_run_event(run_id, principal, s.policy.version, s.model.model_name)],
+            )
         # Every log line from here on carries the run's trace (structured JSON logs).
         structlog.contextvars.bind_contextvars(trace_id=run.trace_id, run_id=run.id, conversation_id=conv.id)
         state = await s.conversations.turn_state(conv.id, run.id)
@@ -122,8 +147,14 @@ class Host:
         groups = set(conv.loaded_groups)
         if not groups and first_message:
             groups = set(classify(first_message))
-        facts = RunFacts(principal=principal, channel=conv.channel, conversation_id=conv.id, run_id=run.id,
-                         loaded_groups=groups, knowledge_ids=set(run.state.get("knowledge_ids", [])))
+        facts = RunFacts(
+            principal=principal,
+            channel=conv.channel,
+            conversation_id=conv.id,
+            run_id=run.id,
+            loaded_groups=groups,
+            knowledge_ids=set(run.state.get("knowledge_ids", [])),
+        )
         for p in state.proposals:
             facts.step = max(facts.step, p.step)
             tool = s.registry.get(p.tool)
@@ -131,13 +162,31 @@ class Host:
                 facts.tool_counts[p.tool] += 1
                 if tool.meta.kind == "action" and not tool.meta.runtime:
                     facts.action_counts[p.tool] += 1
-        return Turn(services=s, conversation=conv, run=run, principal=principal, model=s.model,
-                    history=history, facts=facts, now=s.clock(), tokens_before=state.tokens_used)
+        return Turn(
+            services=s,
+            conversation=conv,
+            run=run,
+            principal=principal,
+            model=s.model,
+            history=history,
+            facts=facts,
+            now=s.clock(),
+            tokens_before=state.tokens_used,
+        )
 
     # -- applying a decided-upon action outside a model step ---------------------------
-    async def apply(self, turn: Turn, *, tool: str, args: Any, origin: str,
-                    approval: Approval | None = None, proposal_id: str | None = None,
-                    key: str | None = None, confirmation_id: str | None = None) -> ApplyResult:
+    async def apply(
+        self,
+        turn: Turn,
+        *,
+        tool: str,
+        args: Any,
+        origin: str,
+        approval: Approval | None = None,
+        proposal_id: str | None = None,
+        key: str | None = None,
+        confirmation_id: str | None = None,
+    ) -> ApplyResult:
         """Judge and act on an action that a human settled (confirmed or approved).
 
         The whole gate runs again: preconditions are re-checked immediately before
@@ -151,39 +200,81 @@ class Host:
         p = Proposed(tool=tool, args=args, hash=args_hash(tool, args))
         prop_id = proposal_id or new_id("prop")
         if proposal_id is None:
-            prop = NewProposal(id=prop_id, tool_use_id=f"runtime:{origin.partition(':')[2] or origin}",
-                               origin=origin, tool=tool, arguments=args, args_hash=p.hash,
-                               principal=turn.principal.key, step=turn.facts.step, policy_version=s.policy.version)
-            await turn.commit(StepWrite(
-                conversation_id=turn.conversation.id, run_id=turn.run.id, new_proposals=[prop],
-                audit=[turn.event("proposal", proposal_id=prop_id, tool=tool, args_hash=p.hash,
-                                  data={"origin": origin})]))
+            prop = NewProposal(
+                id=prop_id,
+                tool_use_id=f"runtime:{origin.partition(':')[2] or origin}",
+                origin=origin,
+                tool=tool,
+                arguments=args,
+                args_hash=p.hash,
+                principal=turn.principal.key,
+                step=turn.facts.step,
+                policy_version=s.policy.version,
+            )
+            await turn.commit(
+                StepWrite(
+                    conversation_id=turn.conversation.id,
+                    run_id=turn.run.id,
+                    new_proposals=[prop],
+                    audit=[
+                        turn.event(
+                            "proposal", proposal_id=prop_id, tool=tool, args_hash=p.hash, data={"origin": origin}
+                        )
+                    ],
+                )
+            )
         ctx = steps.tool_context(turn, prop_id)
         async with steps.money_lock(turn, tool):
-            decision = await steps.decide(turn, p, prop_id, ctx, resumed=proposal_id is not None, approval=approval,
-                                         dedup=False, key=key)
+            decision = await steps.decide(
+                turn, p, prop_id, ctx, resumed=proposal_id is not None, approval=approval, dedup=False, key=key
+            )
             result, is_error, used_key = await steps.act(turn, decision, p, prop_id, ctx, approval=approval)
         if is_error and isinstance(result, dict) and result.get("error") == "in_progress":
             # Another live process is carrying this very proposal out: its outcome will be recorded.
             raise DecisionError("conflict", "This action is being carried out right now; its outcome follows.")
         new_approval = await s.approvals.get(turn.pending[-1].id) if decision.tag == "approval" else None
         applied = ApplyResult(decision=decision.tag, result=result, is_error=is_error, approval=new_approval)
-        await turn.commit(StepWrite(
-            conversation_id=turn.conversation.id, run_id=turn.run.id,
-            outcomes=[ProposalOutcome(id=prop_id, decision=decision.tag, reason=getattr(decision, "reason", None),
-                                      result=result, is_error=is_error, idempotency_key=used_key)],
-            audit=[turn.event(f"gate.{decision.tag}", proposal_id=prop_id, tool=tool, args_hash=p.hash,
-                              idempotency_key=used_key, data={"origin": origin, "is_error": is_error,
-                                                              "reason": getattr(decision, "reason", None)})],
-            run_state=turn.run_state(), pending_ids=[x.id for x in turn.pending],
-            confirmation_outcome=(confirmation_id, applied.outcome()) if confirmation_id else None))
+        await turn.commit(
+            StepWrite(
+                conversation_id=turn.conversation.id,
+                run_id=turn.run.id,
+                outcomes=[
+                    ProposalOutcome(
+                        id=prop_id,
+                        decision=decision.tag,
+                        reason=getattr(decision, "reason", None),
+                        result=result,
+                        is_error=is_error,
+                        idempotency_key=used_key,
+                    )
+                ],
+                audit=[
+                    turn.event(
+                        f"gate.{decision.tag}",
+                        proposal_id=prop_id,
+                        tool=tool,
+                        args_hash=p.hash,
+                        idempotency_key=used_key,
+                        data={"origin": origin, "is_error": is_error, "reason": getattr(decision, "reason", None)},
+                    )
+                ],
+                run_state=turn.run_state(),
+                pending_ids=[x.id for x in turn.pending],
+                confirmation_outcome=(confirmation_id, applied.outcome()) if confirmation_id else None,
+            )
+        )
         return applied
 
 
 def _run_event(run_id: str, principal: Principal, policy_version: str, model: str) -> AuditEvent:
-    return AuditEvent(kind="run.started", run_id=run_id, principal=principal.key, model=model,
-                      prompt_version=PROMPT_VERSION, policy_version=policy_version)
-
+    return AuditEvent(
+        kind="run.started",
+        run_id=run_id,
+        principal=principal.key,
+        model=model,
+        prompt_version=PROMPT_VERSION,
+        policy_version=policy_version,
+    )
 
 
 __all__ = ["ApplyResult", "Host"]

@@ -55,9 +55,12 @@ class Price:
     cache_write: float
 
     def cost(self, u: Usage) -> float:
-        return (u.input_tokens * self.input + u.output_tokens * self.output
-                + u.cache_read_input_tokens * self.cache_read
-                + u.cache_creation_input_tokens * self.cache_write) / 1_000_000
+        return (
+            u.input_tokens * self.input
+            + u.output_tokens * self.output
+            + u.cache_read_input_tokens * self.cache_read
+            + u.cache_creation_input_tokens * self.cache_write
+        ) / 1_000_000
 
 
 #: Model-family prefixes and list prices (USD per million tokens). Unknown models cost 0.
@@ -95,44 +98,70 @@ class Metrics:
         self._requested: OrderedDict[str, datetime] = OrderedDict()
         r = self.registry
         self.conversations = Counter("signoff_conversations", "Conversations (agent runs) started.", registry=r)
-        self.turns = Counter("signoff_turns", "Turns ended, by outcome and channel.", ["outcome", "channel"],
-                             registry=r)
-        self.contained = Counter("signoff_contained_turns", "Turns answered or finished without escalation.",
-                                 ["channel"], registry=r)
-        self.escalations = Counter("signoff_escalations", "Escalations to a person, by reason.", ["reason"],
-                                   registry=r)
+        self.turns = Counter(
+            "signoff_turns", "Turns ended, by outcome and channel.", ["outcome", "channel"], registry=r
+        )
+        self.contained = Counter(
+            "signoff_contained_turns", "Turns answered or finished without escalation.", ["channel"], registry=r
+        )
+        self.escalations = Counter("signoff_escalations", "Escalations to a person, by reason.", ["reason"], registry=r)
         self.gate = Counter("signoff_gate_decisions", "Gate decisions, by decision.", ["decision"], registry=r)
         self.refusals = Counter("signoff_gate_refusals", "Gate rejections, by reason.", ["reason"], registry=r)
         self.intercepts = Counter("signoff_dedup_intercepts", "Repeated identical calls intercepted.", registry=r)
         self.confirmations = Counter("signoff_confirmations", "Confirmation transitions.", ["outcome"], registry=r)
         self.approvals = Counter("signoff_approvals", "Approval transitions.", ["outcome"], registry=r)
-        self.approval_wait = Histogram("signoff_approval_decision_seconds",
-                                       "Time from an approval's request to its decision or expiry.", ["outcome"],
-                                       buckets=DECISION_BUCKETS, registry=r)
+        self.approval_wait = Histogram(
+            "signoff_approval_decision_seconds",
+            "Time from an approval's request to its decision or expiry.",
+            ["outcome"],
+            buckets=DECISION_BUCKETS,
+            registry=r,
+        )
         self.tool_calls = Counter("signoff_tool_calls", "Tool proposals judged, by tool.", ["tool"], registry=r)
-        self.tool_errors = Counter("signoff_tool_errors", "Tool calls that ended in an error result, by tool.",
-                                   ["tool"], registry=r)
+        self.tool_errors = Counter(
+            "signoff_tool_errors", "Tool calls that ended in an error result, by tool.", ["tool"], registry=r
+        )
         self.executions = Counter("signoff_executions", "Actions executed, by tool.", ["tool"], registry=r)
-        self.refund_minor = Counter("signoff_refund_amount_minor", "Money refunded, in minor units.", ["currency"],
-                                    registry=r)
-        self.refund_hist = Histogram("signoff_refund_amount_minor_per_refund", "Refund sizes in minor units.",
-                                     ["currency"], buckets=REFUND_BUCKETS, registry=r)
-        self.turn_latency = Histogram("signoff_turn_latency_seconds", "Wall time of one turn.", ["channel"],
-                                      buckets=LATENCY_BUCKETS, registry=r)
-        self.turn_tokens = Histogram("signoff_turn_tokens", "Model tokens used by one turn.",
-                                     buckets=(500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 200000), registry=r)
-        self.turn_cost = Histogram("signoff_turn_cost_usd", "Estimated model cost of one turn.",
-                                   buckets=COST_BUCKETS, registry=r)
-        self.model_latency = Histogram("signoff_model_latency_seconds", "Latency of one model call.", ["model"],
-                                       buckets=LATENCY_BUCKETS, registry=r)
+        self.refund_minor = Counter(
+            "signoff_refund_amount_minor", "Money refunded, in minor units.", ["currency"], registry=r
+        )
+        self.refund_hist = Histogram(
+            "signoff_refund_amount_minor_per_refund",
+            "Refund sizes in minor units.",
+            ["currency"],
+            buckets=REFUND_BUCKETS,
+            registry=r,
+        )
+        self.turn_latency = Histogram(
+            "signoff_turn_latency_seconds", "Wall time of one turn.", ["channel"], buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.turn_tokens = Histogram(
+            "signoff_turn_tokens",
+            "Model tokens used by one turn.",
+            buckets=(500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 200000),
+            registry=r,
+        )
+        self.turn_cost = Histogram(
+            "signoff_turn_cost_usd", "Estimated model cost of one turn.", buckets=COST_BUCKETS, registry=r
+        )
+        self.model_latency = Histogram(
+            "signoff_model_latency_seconds",
+            "Latency of one model call.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.model_tokens = Counter("signoff_model_tokens", "Model tokens, by kind.", ["model", "kind"], registry=r)
         self.model_cost = Counter("signoff_model_cost_usd", "Estimated model cost in USD.", ["model"], registry=r)
-        self.model_errors = Counter("signoff_model_errors", "Failed model calls, by reason.", ["model", "reason"],
-                                    registry=r)
-        self.breaker_state = Gauge("signoff_breaker_state", "Circuit breaker: 0 closed, 1 half-open, 2 open.",
-                                   ["breaker"], registry=r)
-        self.breaker_trips = Counter("signoff_breaker_trips", "Times a circuit breaker opened.", ["breaker"],
-                                     registry=r)
+        self.model_errors = Counter(
+            "signoff_model_errors", "Failed model calls, by reason.", ["model", "reason"], registry=r
+        )
+        self.breaker_state = Gauge(
+            "signoff_breaker_state", "Circuit breaker: 0 closed, 1 half-open, 2 open.", ["breaker"], registry=r
+        )
+        self.breaker_trips = Counter(
+            "signoff_breaker_trips", "Times a circuit breaker opened.", ["breaker"], registry=r
+        )
 
     # -- audit events ------------------------------------------------------------------
     def observe(self, events: list[Any]) -> None:
@@ -144,8 +173,11 @@ class Metrics:
 
     def _prefix_handler(self, kind: str) -> Callable[[Metrics, Any], None] | None:
         head, _, _ = kind.partition(".")
-        return {"gate": Metrics._on_gate, "confirmation": Metrics._on_confirmation,
-                "approval": Metrics._on_approval}.get(head)
+        return {
+            "gate": Metrics._on_gate,
+            "confirmation": Metrics._on_confirmation,
+            "approval": Metrics._on_approval,
+        }.get(head)
 
     def _on_run(self, e: Any) -> None:
         self.conversations.inc()
@@ -206,7 +238,9 @@ class Metrics:
             self.approval_wait.labels(outcome).observe(max(waited, 0.0))
 
     _HANDLERS: dict[str, Callable[[Metrics, Any], None]] = {
-        "run.started": _on_run, "turn.ended": _on_turn, "escalation": _on_escalation,
+        "run.started": _on_run,
+        "turn.ended": _on_turn,
+        "escalation": _on_escalation,
         "execution.succeeded": _on_execution,
     }
 
@@ -222,9 +256,12 @@ class Metrics:
         """One successful model call: latency, tokens by kind, estimated cost."""
         m = _label(model)
         self.model_latency.labels(m).observe(seconds)
-        for kind, n in (("input", usage.input_tokens), ("output", usage.output_tokens),
-                        ("cache_read", usage.cache_read_input_tokens),
-                        ("cache_write", usage.cache_creation_input_tokens)):
+        for kind, n in (
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cache_read", usage.cache_read_input_tokens),
+            ("cache_write", usage.cache_creation_input_tokens),
+        ):
             if n:
                 self.model_tokens.labels(m, kind).inc(n)
         cost = estimate_cost(model, usage)
@@ -278,8 +315,12 @@ class InstrumentedModel:
         except Exception as exc:
             self.metrics.record_model_error(self.model_name, type(exc).__name__.lower())
             raise
-        self.metrics.record_model_call(response.model or self.model_name, time.perf_counter() - start,
-                                       response.usage, request.metadata.get("run_id"))
+        self.metrics.record_model_call(
+            response.model or self.model_name,
+            time.perf_counter() - start,
+            response.usage,
+            request.metadata.get("run_id"),
+        )
         return response
 
 

@@ -26,26 +26,49 @@ from agent.llm.testing import make_response, text_block, tool_use_block
 from tools.results import format_money
 
 GROUP_OF = {
-    "get_account": "account", "list_payment_methods": "account", "send_password_reset": "account",
-    "send_payment_link": "account", "update_contact_details": "account",
-    "get_order": "orders", "list_orders": "orders", "track_shipment": "orders", "cancel_order": "orders",
-    "update_shipping_address": "orders", "create_reorder": "orders", "send_message": "orders",
-    "get_return": "returns", "list_returns": "returns", "create_return": "returns",
-    "get_invoices": "billing", "list_payments": "billing", "issue_refund": "billing", "retry_payment": "billing",
+    "get_account": "account",
+    "list_payment_methods": "account",
+    "send_password_reset": "account",
+    "send_payment_link": "account",
+    "update_contact_details": "account",
+    "get_order": "orders",
+    "list_orders": "orders",
+    "track_shipment": "orders",
+    "cancel_order": "orders",
+    "update_shipping_address": "orders",
+    "create_reorder": "orders",
+    "send_message": "orders",
+    "get_return": "returns",
+    "list_returns": "returns",
+    "create_return": "returns",
+    "get_invoices": "billing",
+    "list_payments": "billing",
+    "issue_refund": "billing",
+    "retry_payment": "billing",
 }
 _ORDER_ID = re.compile(r"\bO-[0-9A-Za-z]{1,16}\b")
-_MONEY = re.compile(r"(?:[$€£]\s?(\d+(?:\.\d{1,2})?))|"
-                    r"(?:\b(\d+(?:\.\d{1,2})?)\s?(?:usd|eur|gbp|dollars?|euros?|pounds?)\b)", re.I)
-_STOP = frozenset("a an the i my me we our you your is are was be do does did can could would will how what when "
-                  "where which who why to of in on for with and or it this that there have has about any if "
-                  "please hi hello thanks thank long take".split())
-DONE_PHRASE = {"issue_refund": "refunded {amount} on {order}", "cancel_order": "cancelled order {order}",
-               "create_return": "opened return {id} for {order}", "update_shipping_address": "updated the "
-               "shipping address of {order}", "retry_payment": "retried the payment on {order}",
-               "send_password_reset": "sent a password-reset link to the email on file",
-               "send_payment_link": "sent a payment link to the email on file",
-               "send_message": "sent the message to the contact on file",
-               "create_reorder": "placed a new order", "update_contact_details": "updated the contact details"}
+_MONEY = re.compile(
+    r"(?:[$€£]\s?(\d+(?:\.\d{1,2})?))|"
+    r"(?:\b(\d+(?:\.\d{1,2})?)\s?(?:usd|eur|gbp|dollars?|euros?|pounds?)\b)",
+    re.I,
+)
+_STOP = frozenset(
+    "a an the i my me we our you your is are was be do does did can could would will how what when "
+    "where which who why to of in on for with and or it this that there have has about any if "
+    "please hi hello thanks thank long take".split()
+)
+DONE_PHRASE = {
+    "issue_refund": "refunded {amount} on {order}",
+    "cancel_order": "cancelled order {order}",
+    "create_return": "opened return {id} for {order}",
+    "update_shipping_address": "updated the shipping address of {order}",
+    "retry_payment": "retried the payment on {order}",
+    "send_password_reset": "sent a password-reset link to the email on file",
+    "send_payment_link": "sent a payment link to the email on file",
+    "send_message": "sent the message to the contact on file",
+    "create_reorder": "placed a new order",
+    "update_contact_details": "updated the contact details",
+}
 Reply = list[Block] | str
 
 
@@ -110,32 +133,50 @@ def _loads(content: Any) -> Any:
 
 
 def _calls(messages: list[Any]) -> list[Call]:
-    results = {b.get("tool_use_id"): b for m in messages if m.role == "user" for b in m.content
-               if b.get("type") == "tool_result"}
+    results = {
+        b.get("tool_use_id"): b
+        for m in messages
+        if m.role == "user"
+        for b in m.content
+        if b.get("type") == "tool_result"
+    }
     out = []
     for m in messages:
         for b in m.content if m.role == "assistant" else []:
             if b.get("type") == "tool_use" and b.get("id") in results:
                 r = results[b["id"]]
-                out.append(Call(name=b["name"], input=dict(b.get("input") or {}), result=_loads(r.get("content")),
-                                is_error=bool(r.get("is_error"))))
+                out.append(
+                    Call(
+                        name=b["name"],
+                        input=dict(b.get("input") or {}),
+                        result=_loads(r.get("content")),
+                        is_error=bool(r.get("is_error")),
+                    )
+                )
     return out
 
 
 def view_of(request: ModelRequest) -> View:
     """Split the request into the trigger message (latest user text) and the turn's progress."""
     msgs = request.messages
-    at = max((i for i, m in enumerate(msgs) if m.role == "user" and any(b.get("type") == "text" for b in m.content)),
-             default=0)
+    at = max(
+        (i for i, m in enumerate(msgs) if m.role == "user" and any(b.get("type") == "text" for b in m.content)),
+        default=0,
+    )
     texts = [str(b.get("text", "")) for b in msgs[at].content if b.get("type") == "text"] if msgs else []
-    events = tuple(t[len(EVENT_OPEN):-len(EVENT_CLOSE)] for t in texts if t.startswith(EVENT_OPEN))
-    earlier = [str(b.get("text", "")) for m in msgs[:at] if m.role == "user" for b in m.content
-               if b.get("type") == "text"]
-    return View(text=" ".join(t for t in texts if not t.startswith(EVENT_OPEN)), events=events,
-                calls=tuple(_calls(msgs[at:])), history=tuple(_calls(msgs)),
-                earlier_text=" ".join(t for t in earlier if not t.startswith(EVENT_OPEN)),
-                past_events=tuple(t for t in earlier if t.startswith(EVENT_OPEN)),
-                tools=frozenset(t.name for t in request.tools))
+    events = tuple(t[len(EVENT_OPEN) : -len(EVENT_CLOSE)] for t in texts if t.startswith(EVENT_OPEN))
+    earlier = [
+        str(b.get("text", "")) for m in msgs[:at] if m.role == "user" for b in m.content if b.get("type") == "text"
+    ]
+    return View(
+        text=" ".join(t for t in texts if not t.startswith(EVENT_OPEN)),
+        events=events,
+        calls=tuple(_calls(msgs[at:])),
+        history=tuple(_calls(msgs)),
+        earlier_text=" ".join(t for t in earlier if not t.startswith(EVENT_OPEN)),
+        past_events=tuple(t for t in earlier if t.startswith(EVENT_OPEN)),
+        tools=frozenset(t.name for t in request.tools),
+    )
 
 
 class DemoPlanner:
@@ -151,6 +192,7 @@ class DemoPlanner:
 
 # -- dispatch ------------------------------------------------------------------------------
 
+
 def plan(v: View) -> Reply:
     """The next reply for this view."""
     last = v.calls[-1] if v.calls else None
@@ -158,8 +200,10 @@ def plan(v: View) -> Reply:
         return "All done — is there anything else I can help with?"
     if last is not None and last.name == "escalate_to_human":
         sorry = "I'm sorry this has been so frustrating. " if last.input.get("reason") == "complaint" else ""
-        return (f"{sorry}I've passed your conversation, with everything I checked, to a colleague who will follow "
-                "up with you here.")
+        return (
+            f"{sorry}I've passed your conversation, with everything I checked, to a colleague who will follow "
+            "up with you here."
+        )
     if len(v.calls) >= 9:
         return v.use("escalate_to_human", {"reason": "cannot_resolve", "summary": v.text[:300] or "Stuck."})
     if v.events:
@@ -172,21 +216,28 @@ def plan(v: View) -> Reply:
             return knowledge(v)
         if any(re.search(w, v.low) for w in words):
             return handler(v)
-    return ("I can help with orders, deliveries, returns, refunds, payments and your account. "
-            "What can I do for you?")
+    return "I can help with orders, deliveries, returns, refunds, payments and your account. What can I do for you?"
 
 
 _STATUS_REPLIES: dict[str, Callable[[dict[str, Any]], Reply]] = {
     "CONFIRMATION_REQUIRED": lambda r: f"I can do this for you: {r.get('action')}. It needs your confirmation.",
-    "PENDING_APPROVAL": lambda r: f"This needs a supervisor's approval first: {r.get('action')}. It is pending "
-                                  "review, not done yet — I'll update you here as soon as it is decided.",
-    "RECORDED_NOT_EXECUTED": lambda r: f"I've recorded this for a colleague to carry out: {r.get('action')}. "
-                                       "Nothing has been done yet.",
+    "PENDING_APPROVAL": lambda r: (
+        f"This needs a supervisor's approval first: {r.get('action')}. It is pending "
+        "review, not done yet — I'll update you here as soon as it is decided."
+    ),
+    "RECORDED_NOT_EXECUTED": lambda r: (
+        f"I've recorded this for a colleague to carry out: {r.get('action')}. Nothing has been done yet."
+    ),
 }
 
 
-_STATUS_WORDS = {"PENDING": "is waiting for payment", "PAID": "is paid and being prepared",
-                 "SHIPPED": "has shipped", "DELIVERED": "was delivered", "CANCELLED": "was cancelled"}
+_STATUS_WORDS = {
+    "PENDING": "is waiting for payment",
+    "PAID": "is paid and being prepared",
+    "SHIPPED": "has shipped",
+    "DELIVERED": "was delivered",
+    "CANCELLED": "was cancelled",
+}
 
 
 def _order_status_line(v: View) -> str:
@@ -203,8 +254,12 @@ def _order_status_line(v: View) -> str:
 
 def on_event(v: View, event: str) -> Reply:
     """Report a runtime event (confirmation or approval outcome) truthfully."""
-    if m := re.match(r"The (?:customer|rep) confirmed: (.*?)\. Outcome: (executed|PENDING_APPROVAL|not executed): "
-                     r"(.*)$", event, re.S):
+    if m := re.match(
+        r"The (?:customer|rep) confirmed: (.*?)\. Outcome: (executed|PENDING_APPROVAL|not executed): "
+        r"(.*)$",
+        event,
+        re.S,
+    ):
         summary, kind, body = m.group(1), m.group(2), _loads(m.group(3))
         if kind == "PENDING_APPROVAL":
             return _STATUS_REPLIES["PENDING_APPROVAL"]({"action": summary})
@@ -220,11 +275,15 @@ def on_event(v: View, event: str) -> Reply:
             return _done(v, summary, body, approved=True)
         return _failed(summary, body)
     if m := re.match(r"Approval (\S+) was rejected by a supervisor\. Comment: (.*)\. Nothing was done\.", event, re.S):
-        return (f"A supervisor reviewed your request ({_summary_for(v, m.group(1))}) and did not approve it: "
-                f"{m.group(2)}. No money has moved.")
+        return (
+            f"A supervisor reviewed your request ({_summary_for(v, m.group(1))}) and did not approve it: "
+            f"{m.group(2)}. No money has moved."
+        )
     if m := re.match(r"Approval (\S+) expired", event):
-        return (f"Your request ({_summary_for(v, m.group(1))}) expired before a supervisor could review it, so "
-                "nothing was done. I can ask again or pass this to a colleague.")
+        return (
+            f"Your request ({_summary_for(v, m.group(1))}) expired before a supervisor could review it, so "
+            "nothing was done. I can ask again or pass this to a colleague."
+        )
     return "Thanks — I've noted that."
 
 
@@ -243,8 +302,9 @@ def _summary_for(v: View, approval_id: str) -> str:
 
 def _source_call(v: View, summary: str) -> Call | None:
     """The tool call whose result reported ``summary`` as its action (confirmation or approval)."""
-    return next((c for c in reversed(v.history) if isinstance(c.value, dict) and c.value.get("action") == summary),
-                None)
+    return next(
+        (c for c in reversed(v.history) if isinstance(c.value, dict) and c.value.get("action") == summary), None
+    )
 
 
 def _done(v: View, summary: str, result: Any, *, approved: bool = False, call: Call | None = None) -> Reply:
@@ -255,35 +315,47 @@ def _done(v: View, summary: str, result: Any, *, approved: bool = False, call: C
     action = action_id_of(body)
     if body.get("replayed"):  # the runtime says this had been done before: nothing new happened
         when = str(body.get("original_at") or "")[:10]
-        return (f"That was already done earlier{' on ' + when if when else ''} (reference {action}), with exactly "
-                "these details, so nothing new happened now.")
+        return (
+            f"That was already done earlier{' on ' + when if when else ''} (reference {action}), with exactly "
+            "these details, so nothing new happened now."
+        )
     phrase = DONE_PHRASE.get(tool, "done it").format(amount=amount, order=args.get("order_id", ""), id=action)
     lead = "Good news: a supervisor approved it and I've " if approved else "Done — I've "
     ref = f" (reference {action})" if action and action not in phrase else ""
     say = f"{lead}{phrase}{ref}."
     if tool == "issue_refund":
         say += " It usually shows on your statement within 5–10 business days."
-    resolution = " ".join(DONE_PHRASE.get(tool, "done it").format(amount=amount, order=args.get("order_id", ""),
-                                                                  id="").split())
-    finish = {"resolution": f"I {resolution}."[:1000], "action_ids": [action] if action else [],
-              "sources": list(args.get("evidence") or [])}
+    resolution = " ".join(
+        DONE_PHRASE.get(tool, "done it").format(amount=amount, order=args.get("order_id", ""), id="").split()
+    )
+    finish = {
+        "resolution": f"I {resolution}."[:1000],
+        "action_ids": [action] if action else [],
+        "sources": list(args.get("evidence") or []),
+    }
     return [text_block(say), tool_use_block("finish", finish)]
 
 
 def _failed(summary: str, body: Any) -> str:
     reason = body.get("error") or body.get("reason") if isinstance(body, dict) else None
-    return (f"I couldn't complete this: {summary}. Nothing was done ({reason or 'a check failed'}). "
-            "Would you like me to pass it to a colleague?")
+    return (
+        f"I couldn't complete this: {summary}. Nothing was done ({reason or 'a check failed'}). "
+        "Would you like me to pass it to a colleague?"
+    )
 
 
 # -- intents --------------------------------------------------------------------------------
+
 
 def escalate(v: View) -> Reply:
     distressed = any(w in v.low for w in _DISTRESS)
     reason = "complaint" if distressed else "customer_request"
     lead = "I'm really sorry about this — " if distressed else ""
-    return v.use("escalate_to_human", {"reason": reason, "summary": f"Customer wrote: {v.text[:400]}"},
-                 say=f"{lead}I'm bringing in a colleague now.")
+    return v.use(
+        "escalate_to_human",
+        {"reason": reason, "summary": f"Customer wrote: {v.text[:400]}"},
+        say=f"{lead}I'm bringing in a colleague now.",
+    )
 
 
 def other_account(v: View) -> Reply:
@@ -294,8 +366,10 @@ def other_account(v: View) -> Reply:
     if listing is None:
         return v.use("list_orders", {})
     mine = [o["order_id"] for o in (listing.value or {}).get("orders", [])][:5]
-    return ("I can only help with the account you are signed in with, and I can't see or act on anyone else's "
-            f"orders. On your account I can see: {', '.join(mine) or 'no orders'}.")
+    return (
+        "I can only help with the account you are signed in with, and I can't see or act on anyone else's "
+        f"orders. On your account I can see: {', '.join(mine) or 'no orders'}."
+    )
 
 
 def where_is(v: View) -> Reply:
@@ -311,10 +385,11 @@ def where_is(v: View) -> Reply:
         if status == "DELIVERED":
             return f"Your order {oid} was delivered on {str(t.get('delivered_at') or order.get('delivered_at'))[:10]}."
         eta = str(t.get("estimated_delivery") or "")[:10]
-        return (f"Your order {oid} is on its way with {t.get('carrier', 'the carrier')} (tracking "
-                f"{t.get('tracking_number', 'n/a')}); estimated delivery {eta or 'soon'}.")
-    words = {"PAID": "paid and being prepared for shipping", "PENDING": "waiting for payment",
-             "CANCELLED": "cancelled"}
+        return (
+            f"Your order {oid} is on its way with {t.get('carrier', 'the carrier')} (tracking "
+            f"{t.get('tracking_number', 'n/a')}); estimated delivery {eta or 'soon'}."
+        )
+    words = {"PAID": "paid and being prepared for shipping", "PENDING": "waiting for payment", "CANCELLED": "cancelled"}
     return f"Your order {oid} is {words.get(status, status.lower())}."
 
 
@@ -332,8 +407,13 @@ def refund(v: View) -> Reply:
     if not isinstance(evidence, tuple):
         return evidence
     amount = min(_amount(v) or refundable, refundable)
-    args = {"order_id": oid, "amount_minor": amount, "currency": order["currency"],
-            "reason_code": _reason(v.low, _REFUND_REASONS, "customer_request"), "evidence": list(evidence)}
+    args = {
+        "order_id": oid,
+        "amount_minor": amount,
+        "currency": order["currency"],
+        "reason_code": _reason(v.low, _REFUND_REASONS, "customer_request"),
+        "evidence": list(evidence),
+    }
     return _act(v, "issue_refund", args)
 
 
@@ -347,13 +427,20 @@ def charged_twice(v: View) -> Reply:
             by_order.setdefault(p["order_id"], []).append(p)
     dup = next((ps for ps in by_order.values() if len(ps) >= 2), None)
     if dup is None:
-        return ("I only see one captured payment per order, so nothing was charged twice. A second line on your "
-                "statement is usually a temporary authorization hold that disappears within 3–5 business days.")
+        return (
+            "I only see one captured payment per order, so nothing was charged twice. A second line on your "
+            "statement is usually a temporary authorization hold that disappears within 3–5 business days."
+        )
     evidence = _evidence(v, "duplicate charge", "double-charges@")
     if not isinstance(evidence, tuple):
         return evidence
-    args = {"order_id": dup[0]["order_id"], "amount_minor": dup[0]["amount_minor"], "currency": dup[0]["currency"],
-            "reason_code": "duplicate_charge", "evidence": list(evidence)}
+    args = {
+        "order_id": dup[0]["order_id"],
+        "amount_minor": dup[0]["amount_minor"],
+        "currency": dup[0]["currency"],
+        "reason_code": "duplicate_charge",
+        "evidence": list(evidence),
+    }
     return _act(v, "issue_refund", args)
 
 
@@ -374,13 +461,22 @@ def cancel(v: View) -> Reply:
     if not isinstance(order, dict):
         return order
     if order["status"] not in ("PAID", "PENDING"):
-        return (f"Order {order['order_id']} is {order['status'].lower()}, so it can no longer be cancelled — once "
-                "it arrives I can start a return for you instead.")
+        return (
+            f"Order {order['order_id']} is {order['status'].lower()}, so it can no longer be cancelled — once "
+            "it arrives I can start a return for you instead."
+        )
     evidence = _evidence(v, "cancel order before shipping", "cancellations@")
     if not isinstance(evidence, tuple):
         return evidence
-    return _act(v, "cancel_order", {"order_id": order["order_id"], "evidence": list(evidence),
-                                    "reason_code": _reason(v.low, _CANCEL_REASONS, "customer_request")})
+    return _act(
+        v,
+        "cancel_order",
+        {
+            "order_id": order["order_id"],
+            "evidence": list(evidence),
+            "reason_code": _reason(v.low, _CANCEL_REASONS, "customer_request"),
+        },
+    )
 
 
 def start_return(v: View) -> Reply:
@@ -389,18 +485,23 @@ def start_return(v: View) -> Reply:
         return order
     if order["status"] != "DELIVERED":
         return f"Order {order['order_id']} hasn't been delivered yet, so a return can't be started for it."
-    items = [{"sku": i["sku"], "qty": i["qty"]} for i in order.get("items", [])
-             if any(w in v.low for w in _words(_name(i)))] or [{"sku": i["sku"], "qty": i["qty"]}
-                                                                for i in order.get("items", [])]
-    return _act(v, "create_return", {"order_id": order["order_id"], "items": items,
-                                     "reason_code": _reason(v.low, _RETURN_REASONS, "changed_mind")})
+    items = [
+        {"sku": i["sku"], "qty": i["qty"]} for i in order.get("items", []) if any(w in v.low for w in _words(_name(i)))
+    ] or [{"sku": i["sku"], "qty": i["qty"]} for i in order.get("items", [])]
+    return _act(
+        v,
+        "create_return",
+        {"order_id": order["order_id"], "items": items, "reason_code": _reason(v.low, _RETURN_REASONS, "changed_mind")},
+    )
 
 
 def change_address(v: View) -> Reply:
     address = parse_address(v.text)
     if address is None:
-        return ("Please send the full new address in one line: street, city, region and postal code, country "
-                "(for example: 12 Elm St, Boulder, CO 80302, US).")
+        return (
+            "Please send the full new address in one line: street, city, region and postal code, country "
+            "(for example: 12 Elm St, Boulder, CO 80302, US)."
+        )
     order = _order(v, prefer=("PAID", "PENDING"))
     if not isinstance(order, dict):
         return order
@@ -428,12 +529,18 @@ def knowledge(v: View) -> Reply:
 
 # -- helpers ------------------------------------------------------------------------------
 
+
 def general_question(low: str) -> bool:
     """A question about policy in general, not about one of the customer's orders."""
     if _ORDER_ID.search(low.upper()) or re.search(r"\bmy (order|refund|package|parcel|payment)", low):
         return False
-    return bool(re.search(r"\bpolic(y|ies)\b|^\s*(how (long|do|does|can|many|much)|what (is|are)|do you|can i|"
-                          r"is it possible)\b|\bwarranty\b", low))
+    return bool(
+        re.search(
+            r"\bpolic(y|ies)\b|^\s*(how (long|do|does|can|many|much)|what (is|are)|do you|can i|"
+            r"is it possible)\b|\bwarranty\b",
+            low,
+        )
+    )
 
 
 def _act(v: View, tool: str, args: dict[str, Any]) -> Reply:
@@ -451,12 +558,20 @@ def _act(v: View, tool: str, args: dict[str, Any]) -> Reply:
 def _refusal(v: View, tool: str, call: Call) -> Reply:
     err = call.value if isinstance(call.value, dict) else {}
     code = err.get("error", "error")
-    if code in ("outside_refund_window", "daily_refund_limit_reached", "daily_amount_limit_reached",
-                "run_action_limit_reached", "return_window_closed", "outside_return_window"):
+    if code in (
+        "outside_refund_window",
+        "daily_refund_limit_reached",
+        "daily_amount_limit_reached",
+        "run_action_limit_reached",
+        "return_window_closed",
+        "outside_return_window",
+    ):
         summary = f"{tool} refused ({code}) for: {v.text[:300]}"
-        return v.use("escalate_to_human", {"reason": "policy_exception", "summary": summary},
-                     say="That falls outside what I can do myself under our policy, so I'm asking a "
-                         "colleague to review it.")
+        return v.use(
+            "escalate_to_human",
+            {"reason": "policy_exception", "summary": summary},
+            say="That falls outside what I can do myself under our policy, so I'm asking a colleague to review it.",
+        )
     if code == "not_found":
         return f"I can't find {call.input.get('order_id', 'that')} on your account."
     return f"I couldn't do that: {err.get('message') or code}. Would you like me to pass this to a colleague?"
@@ -516,40 +631,85 @@ def _words(name: str) -> list[str]:
 
 def parse_address(text: str) -> dict[str, str] | None:
     """``... to 12 Elm St, Boulder, CO 80302, US`` → an address object, or None."""
-    m = re.search(r"\bto:?\s+(\d[^,]*),\s*([^,]+),\s*(?:([A-Za-z]{2,3})\s+)?([A-Za-z0-9 -]{3,10}),\s*([A-Z]{2})\b",
-                  text)
+    m = re.search(
+        r"\bto:?\s+(\d[^,]*),\s*([^,]+),\s*(?:([A-Za-z]{2,3})\s+)?([A-Za-z0-9 -]{3,10}),\s*([A-Z]{2})\b", text
+    )
     if not m:
         return None
-    out = {"line1": m.group(1).strip(), "city": m.group(2).strip(), "postal_code": m.group(4).strip(),
-           "country": m.group(5)}
+    out = {
+        "line1": m.group(1).strip(),
+        "city": m.group(2).strip(),
+        "postal_code": m.group(4).strip(),
+        "country": m.group(5),
+    }
     if m.group(3):
         out["region"] = m.group(3)
     return out
 
 
 _PUSHY = re.compile(r"\[\[|assistants? reading this|ignore (all |any )?(previous|prior) instructions", re.I)
-_DISTRESS = ("furious", "angry", "upset", "unacceptable", "ridiculous", "crying", "desperate", "disgusted",
-             "fed up", "worst", "lawyer", "scared", "panic", "distraught", "at my wits")
-_REFUND_REASONS = ((r"damag|broken|crack|smash", "damaged"), (r"faulty|defect|stopped working|doesn't work",
-                    "defective"), (r"never (arrived|came)|not received|didn't arrive", "not_received"),
-                   (r"wrong item", "wrong_item"), (r"size|fit|shr[ua]nk", "wrong_size"),
-                   (r"late|delay", "late_delivery"), (r"price", "price_adjustment"),
-                   (r"changed my mind|don't want", "changed_mind"))
-_CANCEL_REASONS = ((r"mistake|by accident", "ordered_by_mistake"), (r"duplicate|twice", "duplicate_order"),
-                   (r"too slow|too long", "delivery_too_slow"))
-_RETURN_REASONS = ((r"size|fit|small|big|large|tight", "wrong_size"), (r"damag|broken|crack", "damaged"),
-                   (r"faulty|defect|stopped working", "defective"), (r"wrong item", "wrong_item"),
-                   (r"not as described|different from", "not_as_described"), (r"late", "arrived_late"))
+_DISTRESS = (
+    "furious",
+    "angry",
+    "upset",
+    "unacceptable",
+    "ridiculous",
+    "crying",
+    "desperate",
+    "disgusted",
+    "fed up",
+    "worst",
+    "lawyer",
+    "scared",
+    "panic",
+    "distraught",
+    "at my wits",
+)
+_REFUND_REASONS = (
+    (r"damag|broken|crack|smash", "damaged"),
+    (r"faulty|defect|stopped working|doesn't work", "defective"),
+    (r"never (arrived|came)|not received|didn't arrive", "not_received"),
+    (r"wrong item", "wrong_item"),
+    (r"size|fit|shr[ua]nk", "wrong_size"),
+    (r"late|delay", "late_delivery"),
+    (r"price", "price_adjustment"),
+    (r"changed my mind|don't want", "changed_mind"),
+)
+_CANCEL_REASONS = (
+    (r"mistake|by accident", "ordered_by_mistake"),
+    (r"duplicate|twice", "duplicate_order"),
+    (r"too slow|too long", "delivery_too_slow"),
+)
+_RETURN_REASONS = (
+    (r"size|fit|small|big|large|tight", "wrong_size"),
+    (r"damag|broken|crack", "damaged"),
+    (r"faulty|defect|stopped working", "defective"),
+    (r"wrong item", "wrong_item"),
+    (r"not as described|different from", "not_as_described"),
+    (r"late", "arrived_late"),
+)
 
 #: (patterns, handler) in priority order: the first intent whose pattern matches wins.
 INTENTS: tuple[tuple[tuple[str, ...], Callable[[View], Reply]], ...] = (
-    ((r"\b(a|real) (person|human)\b", r"\bhuman\b", r"speak to (someone|somebody|an? )", r"\bmanager\b",
-      *_DISTRESS), escalate),
-    ((r"\b(i am|i'm|this is) (customer )?c-\d+", r"\bcustomer c-\d+", r"someone else's", r"their orders",
-      r"another (customer|account)"), other_account),
+    (
+        (r"\b(a|real) (person|human)\b", r"\bhuman\b", r"speak to (someone|somebody|an? )", r"\bmanager\b", *_DISTRESS),
+        escalate,
+    ),
+    (
+        (
+            r"\b(i am|i'm|this is) (customer )?c-\d+",
+            r"\bcustomer c-\d+",
+            r"someone else's",
+            r"their orders",
+            r"another (customer|account)",
+        ),
+        other_account,
+    ),
     ((r"charged twice", r"double[- ]?charged", r"two charges", r"duplicate (charge|payment)"), charged_twice),
-    ((r"payment (failed|didn't|was declined)", r"card (was )?declined", r"retry (the )?payment", r"payment.*fail"),
-     payment_failed),
+    (
+        (r"payment (failed|didn't|was declined)", r"card (was )?declined", r"retry (the )?payment", r"payment.*fail"),
+        payment_failed,
+    ),
     ((r"\bcancel",), cancel),
     ((r"\baddress\b", r"\bship it to\b", r"\bdeliver (it )?to\b"), change_address),
     ((r"\brefund", r"money back", r"[$€£]\s?\d+(\.\d+)? back", r"\bget .{0,30}\bback\b"), refund),

@@ -19,8 +19,11 @@ from tools.context import Principal
 Role = Literal["user", "assistant", "event"]
 
 #: Tool-result statuses a person should see instead of a bare "ok".
-_STATUSES = {"CONFIRMATION_REQUIRED": "confirmation_required", "PENDING_APPROVAL": "pending_approval",
-             "RECORDED_NOT_EXECUTED": "recorded_not_executed"}
+_STATUSES = {
+    "CONFIRMATION_REQUIRED": "confirmation_required",
+    "PENDING_APPROVAL": "pending_approval",
+    "RECORDED_NOT_EXECUTED": "recorded_not_executed",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,10 +78,18 @@ async def conversation_view(rt: Runtime, viewer: Principal, conversation_id: str
         return None
     history = await rt.s.conversations.history(conv.id)
     confirmations = await rt.s.confirmations.pending(conv.id)
-    approvals = [a for a in await rt.s.approvals.pending_for_customer(conv.customer_id or "")
-                 if a.conversation_id == conv.id] if conv.customer_id else []
-    return ConversationView(conversation=conv, messages=tuple(render_history(history)), history=tuple(history),
-                            pending_confirmations=tuple(confirmations), pending_approvals=tuple(approvals))
+    approvals = (
+        [a for a in await rt.s.approvals.pending_for_customer(conv.customer_id or "") if a.conversation_id == conv.id]
+        if conv.customer_id
+        else []
+    )
+    return ConversationView(
+        conversation=conv,
+        messages=tuple(render_history(history)),
+        history=tuple(history),
+        pending_confirmations=tuple(confirmations),
+        pending_approvals=tuple(approvals),
+    )
 
 
 async def pending_confirmations(rt: Runtime, conversation_id: str, principal_key: str) -> list[Confirmation]:
@@ -100,6 +111,7 @@ async def list_approvals(rt: Runtime, *, status: str | None, limit: int) -> list
 
 # -- rendering -------------------------------------------------------------------------
 
+
 @dataclass
 class _Draft:
     seq: int
@@ -108,8 +120,12 @@ class _Draft:
     tools: list[list[str]] = field(default_factory=list)  # [tool_use_id, name, outcome]
 
     def freeze(self) -> RenderedMessage:
-        return RenderedMessage(seq=self.seq, role=self.role, text=self.text,
-                               tools=tuple(ToolSummary(name=n, outcome=o) for _i, n, o in self.tools))
+        return RenderedMessage(
+            seq=self.seq,
+            role=self.role,
+            text=self.text,
+            tools=tuple(ToolSummary(name=n, outcome=o) for _i, n, o in self.tools),
+        )
 
 
 def render_history(history: list[StoredMessage]) -> list[RenderedMessage]:
@@ -163,6 +179,16 @@ def _outcome(block: dict[str, Any]) -> str:
     return "ok"
 
 
-__all__ = ["ConversationView", "RenderedMessage", "ToolSummary", "conversation_view", "database_ok",
-           "get_approval", "get_confirmation", "list_approvals", "pending_confirmations", "render_history",
-           "visible_conversation"]
+__all__ = [
+    "ConversationView",
+    "RenderedMessage",
+    "ToolSummary",
+    "conversation_view",
+    "database_ok",
+    "get_approval",
+    "get_confirmation",
+    "list_approvals",
+    "pending_confirmations",
+    "render_history",
+    "visible_conversation",
+]

@@ -21,15 +21,19 @@ class TurnDesk:
     async def get_case(self) -> CaseView:
         t = self.turn
         notes = await t.services.conversations.case_notes(t.conversation.id)
-        return CaseView(conversation_id=t.conversation.id, status=t.conversation.status,
-                        customer_id=t.principal.customer_id, channel=t.conversation.channel,
-                        notes=tuple(f"[{k}] {txt}" for k, _a, txt in notes[-20:]))
+        return CaseView(
+            conversation_id=t.conversation.id,
+            status=t.conversation.status,
+            customer_id=t.principal.customer_id,
+            channel=t.conversation.channel,
+            notes=tuple(f"[{k}] {txt}" for k, _a, txt in notes[-20:]),
+        )
 
     async def add_note(self, note: str) -> int:
         t = self.turn
         return await t.services.conversations.add_case_note(
-            t.conversation.id, author=f"agent:{t.run.id}", kind="note", text=note,
-            audit=[t.event("case.note")])
+            t.conversation.id, author=f"agent:{t.run.id}", kind="note", text=note, audit=[t.event("case.note")]
+        )
 
     async def escalate(self, reason: str, summary: str) -> dict[str, Any]:
         return await gates.escalate(self.turn, reason, summary)
@@ -54,23 +58,30 @@ class TurnControl:
         known = {e["action_id"] for e in done if e.get("action_id")} | {e["proposal_id"] for e in done}
         unknown = [a for a in action_ids if a not in known]
         if unknown:
-            raise ToolFailure("unverified_action_ids", "No tool in this conversation returned these ids.",
-                              unknown_action_ids=unknown)
+            raise ToolFailure(
+                "unverified_action_ids", "No tool in this conversation returned these ids.", unknown_action_ids=unknown
+            )
         bad_sources = [s for s in sources if s not in t.facts.knowledge_ids]
         if bad_sources:
-            raise ToolFailure("unverified_sources", "search_knowledge did not return these ids.",
-                              unknown_sources=bad_sources)
+            raise ToolFailure(
+                "unverified_sources", "search_knowledge did not return these ids.", unknown_sources=bad_sources
+            )
         claimed = claimed_actions(resolution)
         missing = sorted(c for c in claimed if c not in {e["tool"] for e in done if not e.get("replayed")})
         if missing:
             replays = sorted({e["tool"] for e in done if e.get("replayed")} & set(missing))
             if replays:
-                raise ToolFailure("claims_replayed_action",
-                                  "The resolution says this was done now, but it had already been done earlier "
-                                  "(the tool result says replayed); say when it was done originally.",
-                                  claimed=missing, already_done=replays)
-            raise ToolFailure("claims_unverified_action",
-                              "The resolution claims an action no tool carried out in this conversation.",
-                              claimed=missing)
+                raise ToolFailure(
+                    "claims_replayed_action",
+                    "The resolution says this was done now, but it had already been done earlier "
+                    "(the tool result says replayed); say when it was done originally.",
+                    claimed=missing,
+                    already_done=replays,
+                )
+            raise ToolFailure(
+                "claims_unverified_action",
+                "The resolution claims an action no tool carried out in this conversation.",
+                claimed=missing,
+            )
         t.finished = {"resolution": resolution, "action_ids": action_ids, "sources": sources}
         return {"status": "finished"}

@@ -26,17 +26,25 @@ from tools.context import Principal
 class Runtime(Host):
     """The faces' verbs over the durable state (see :class:`~agent.host.Host`)."""
 
-    async def chat(self, *, principal: Principal, channel: str, message: str,
-                   conversation_id: str | None = None, external_ref: str | None = None,
-                   deliver_later: bool = False) -> TurnResult:
+    async def chat(
+        self,
+        *,
+        principal: Principal,
+        channel: str,
+        message: str,
+        conversation_id: str | None = None,
+        external_ref: str | None = None,
+        deliver_later: bool = False,
+    ) -> TurnResult:
         """One user message: stored first, then a typed answer to a waiting confirmation is
         settled by the runtime, anything else goes to the agent.
 
         The result's confirmations count as shown to the principal when this returns (the
         face delivers the reply synchronously); a face that delivers later passes
         ``deliver_later`` and calls :meth:`delivered` once the reply went out."""
-        conv = await self.open_conversation(principal=principal, channel=channel,
-                                            conversation_id=conversation_id, external_ref=external_ref)
+        conv = await self.open_conversation(
+            principal=principal, channel=channel, conversation_id=conversation_id, external_ref=external_ref
+        )
         if principal.is_staff and conv.principal_kind == "customer":
             # Staff read customers' conversations but never speak inside them as the customer.
             raise DecisionError("forbidden", "Staff work in their own assist conversation on this account.")
@@ -44,10 +52,15 @@ class Runtime(Host):
         async with self.lock(conv.id):
             # The user's words are durable before anything acts on them.
             turn = await self.turn(conv, acting, first_message=message)
-            await turn.commit(StepWrite(
-                conversation_id=conv.id, run_id=turn.run.id,
-                messages=[("user", [{"type": "text", "text": sanitize_user_text(message)}])],
-                run_status="running", loaded_groups=sorted(turn.facts.loaded_groups)))
+            await turn.commit(
+                StepWrite(
+                    conversation_id=conv.id,
+                    run_id=turn.run.id,
+                    messages=[("user", [{"type": "text", "text": sanitize_user_text(message)}])],
+                    run_status="running",
+                    loaded_groups=sorted(turn.facts.loaded_groups),
+                )
+            )
             waiting = [c for c in await self.s.confirmations.pending(conv.id) if c.principal == acting.key]
             codes_only = conv.channel in confirmations.CODE_ONLY_CHANNELS
             match confirmations.read_reply(message, waiting, codes_only=codes_only):
@@ -67,19 +80,34 @@ class Runtime(Host):
         lists them with their codes (no model call), and the agent learns it asked."""
         who = "customer" if turn.principal.kind == "customer" else "rep"
         items = [(c.summary, c.code) for c in waiting]
-        event = ASKED_WHICH_EVENT.format(who=who, text=message.strip()[:40],
-                                         actions="; ".join(c.summary for c in waiting))
-        await turn.commit(StepWrite(conversation_id=turn.conversation.id, run_id=turn.run.id,
-                                    messages=[("user", [event_block(event)])], run_status="waiting"))
+        event = ASKED_WHICH_EVENT.format(
+            who=who, text=message.strip()[:40], actions="; ".join(c.summary for c in waiting)
+        )
+        await turn.commit(
+            StepWrite(
+                conversation_id=turn.conversation.id,
+                run_id=turn.run.id,
+                messages=[("user", [event_block(event)])],
+                run_status="waiting",
+            )
+        )
         text = which_one(message, items)
-        return TurnResult(conversation_id=turn.conversation.id, run_id=turn.run.id, reply=text, notice=text,
-                          iterations=0, input_tokens=0, output_tokens=0, outcome="asked",
-                          pending=tuple(Pending(kind="confirmation", id=c.id, summary=c.summary, code=c.code)
-                                        for c in waiting))
+        return TurnResult(
+            conversation_id=turn.conversation.id,
+            run_id=turn.run.id,
+            reply=text,
+            notice=text,
+            iterations=0,
+            input_tokens=0,
+            output_tokens=0,
+            outcome="asked",
+            pending=tuple(Pending(kind="confirmation", id=c.id, summary=c.summary, code=c.code) for c in waiting),
+        )
 
     # -- confirmations ----------------------------------------------------------------
-    async def confirm(self, confirmation_id: str, *, actor: Principal, accept: bool,
-                      via: Via = "api", deliver_later: bool = False) -> ConfirmResult:
+    async def confirm(
+        self, confirmation_id: str, *, actor: Principal, accept: bool, via: Via = "api", deliver_later: bool = False
+    ) -> ConfirmResult:
         """Answer a confirmation by id (an API call, a button). Answering again the same way
         returns the stored outcome; only the principal it was proposed to may answer.
         (``deliver_later``: as for :meth:`chat`.)"""
@@ -115,12 +143,25 @@ class Runtime(Host):
         return reply
 
     # -- approvals (the one decision function lives in agent.approvals) -----------------
-    async def decide(self, approval_id: str, *, expected_version: int, decision: str, actor: Principal,
-                     comment: str | None = None, edited_arguments: dict[str, Any] | None = None
-                     ) -> approval_flow.DecideResult:
-        return await approval_flow.decide(self, approval_id, expected_version=expected_version,
-                                          decision=decision, actor=actor, comment=comment,
-                                          edited_arguments=edited_arguments)
+    async def decide(
+        self,
+        approval_id: str,
+        *,
+        expected_version: int,
+        decision: str,
+        actor: Principal,
+        comment: str | None = None,
+        edited_arguments: dict[str, Any] | None = None,
+    ) -> approval_flow.DecideResult:
+        return await approval_flow.decide(
+            self,
+            approval_id,
+            expected_version=expected_version,
+            decision=decision,
+            actor=actor,
+            comment=comment,
+            edited_arguments=edited_arguments,
+        )
 
     async def resume(self, approval_id: str) -> TurnResult | None:
         return await approval_flow.resume(self, approval_id)

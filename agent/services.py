@@ -41,8 +41,15 @@ class Services:
     clock: Callable[[], datetime]
 
 
-def build_services(*, db: Database, model: ModelClient, backend: CommerceBackend, policy: Policy | None = None,
-                   notifier: Notifier | None = None, clock: Callable[[], datetime] | None = None) -> Services:
+def build_services(
+    *,
+    db: Database,
+    model: ModelClient,
+    backend: CommerceBackend,
+    policy: Policy | None = None,
+    notifier: Notifier | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> Services:
     """The runtime's collaborators over ``db`` and the shop's ``backend`` (the composition root chooses it)."""
     clock = clock or (lambda: datetime.now(UTC))
     policy = policy or load_policy()
@@ -52,9 +59,19 @@ def build_services(*, db: Database, model: ModelClient, backend: CommerceBackend
     approvals = ApprovalRepo(db, jobs)
     ledger = Ledger(db)
     return Services(
-        db=db, conversations=ConversationRepo(db), confirmations=confirmations, approvals=approvals,
-        ledger=ledger, jobs=jobs, audit=AuditLog(db), registry=registry, policy=policy,
+        db=db,
+        conversations=ConversationRepo(db),
+        confirmations=confirmations,
+        approvals=approvals,
+        ledger=ledger,
+        jobs=jobs,
+        audit=AuditLog(db),
+        registry=registry,
+        policy=policy,
         gatekeeper=Gatekeeper(registry=registry, policy=policy, confirmations=confirmations, approvals=approvals),
-        executor=Executor(ledger), backend=backend, notifier=notifier or RecordingNotifier(),
-        model=model, clock=clock,
+        executor=Executor(ledger),
+        backend=backend,
+        notifier=notifier or RecordingNotifier(),
+        model=model,
+        clock=clock,
     )

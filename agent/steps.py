@@ -47,12 +47,20 @@ class Ran:
 
 # -- answering ---------------------------------------------------------------------------
 
+
 async def answer(turn: Turn, response: ModelResponse) -> TurnResult:
     """The model answered in text: store it, the turn ends."""
     content = response.content or [{"type": "text", "text": "…"}]
     usage = turn.count(response)
-    await turn.commit(turn.step(messages=[("assistant", content)], usage=usage, run_status=turn.status_after(),
-                                run_steps_delta=turn.flush_steps(1), audit=[turn.ended("answered")]))
+    await turn.commit(
+        turn.step(
+            messages=[("assistant", content)],
+            usage=usage,
+            run_status=turn.status_after(),
+            run_steps_delta=turn.flush_steps(1),
+            audit=[turn.ended("answered")],
+        )
+    )
     turn.replies.append(response.text)
     return turn.result("answered")
 
@@ -60,16 +68,24 @@ async def answer(turn: Turn, response: ModelResponse) -> TurnResult:
 async def partial(turn: Turn, response: ModelResponse) -> None:
     """``pause_turn``: store what the provider sent; it goes back as it is."""
     usage = turn.count(response)
-    await turn.commit(turn.step(messages=[("assistant", response.content)], usage=usage,
-                                run_steps_delta=turn.flush_steps(1)))
+    await turn.commit(
+        turn.step(messages=[("assistant", response.content)], usage=usage, run_steps_delta=turn.flush_steps(1))
+    )
 
 
 async def refused(turn: Turn, response: ModelResponse) -> TurnResult:
     """The model refused: store its words, hand the case to a person."""
     content = response.content or [{"type": "text", "text": REFUSAL_REPLY}]
     usage = turn.count(response)
-    await turn.commit(turn.step(messages=[("assistant", content)], usage=usage, run_steps_delta=turn.flush_steps(1),
-                                audit=[turn.ended("refused")], run_status="escalated"))
+    await turn.commit(
+        turn.step(
+            messages=[("assistant", content)],
+            usage=usage,
+            run_steps_delta=turn.flush_steps(1),
+            audit=[turn.ended("refused")],
+            run_status="escalated",
+        )
+    )
     await gates.escalate(turn, "model_refusal", "The model declined to continue this conversation.")
     turn.replies.append(response.text or REFUSAL_REPLY)
     return turn.result("refused")
@@ -77,8 +93,10 @@ async def refused(turn: Turn, response: ModelResponse) -> TurnResult:
 
 async def give_up(turn: Turn, *, reason: str, detail: str) -> TurnResult:
     """An honest reply, the user's message kept, and the case handed to a person."""
-    step = turn.step(run_status="escalated", audit=[
-        turn.event("run.gave_up", data={"reason": reason, "detail": detail[:200]}), turn.ended("gave_up")])
+    step = turn.step(
+        run_status="escalated",
+        audit=[turn.event("run.gave_up", data={"reason": reason, "detail": detail[:200]}), turn.ended("gave_up")],
+    )
     if turn.history and turn.history[-1].role == "user":
         step.messages.append(("assistant", [{"type": "text", "text": GIVE_UP_REPLY}]))
     await turn.commit(step)
@@ -95,17 +113,30 @@ def finished(turn: Turn) -> TurnResult:
 
 # -- running tools ------------------------------------------------------------------------
 
+
 async def run_tools(turn: Turn, response: ModelResponse | None, uses: list[Block]) -> Finished | Ran:
     """Persist the proposals, judge and act on each, persist the results. ``response``
     is ``None`` when repairing a history whose tool calls were never answered."""
     known = await _known(turn, response, uses)
     turn.facts.step += 1
-    new = [NewProposal(id=new_id("prop"), tool_use_id=str(u["id"]), tool=str(u.get("name", ""))[:64],
-                       arguments=u.get("input"), args_hash=args_hash(str(u.get("name")), u.get("input")),
-                       principal=turn.principal.key, step=turn.facts.step,
-                       policy_version=turn.services.policy.version) for u in uses if u["id"] not in known]
-    step = turn.step(new_proposals=new, audit=[turn.event("proposal", proposal_id=p.id, tool=p.tool,
-                                                          args_hash=p.args_hash) for p in new])
+    new = [
+        NewProposal(
+            id=new_id("prop"),
+            tool_use_id=str(u["id"]),
+            tool=str(u.get("name", ""))[:64],
+            arguments=u.get("input"),
+            args_hash=args_hash(str(u.get("name")), u.get("input")),
+            principal=turn.principal.key,
+            step=turn.facts.step,
+            policy_version=turn.services.policy.version,
+        )
+        for u in uses
+        if u["id"] not in known
+    ]
+    step = turn.step(
+        new_proposals=new,
+        audit=[turn.event("proposal", proposal_id=p.id, tool=p.tool, args_hash=p.args_hash) for p in new],
+    )
     if response is not None:
         step.messages.append(("assistant", response.content))
         step.usage = turn.count(response)
@@ -125,9 +156,12 @@ async def run_tools(turn: Turn, response: ModelResponse | None, uses: list[Block
             audit.append(event)
         results.append(tool_result(use["id"], result, is_error))
     done = turn.finished is not None
-    step = turn.step(messages=[("user", results)], outcomes=outcomes,
-                     audit=audit + ([turn.ended("finished")] if done else []),
-                     run_status="completed" if done else ("escalated" if turn.escalated else None))
+    step = turn.step(
+        messages=[("user", results)],
+        outcomes=outcomes,
+        audit=audit + ([turn.ended("finished")] if done else []),
+        run_status="completed" if done else ("escalated" if turn.escalated else None),
+    )
     turn.step_done(step, final=done or turn.escalated)
     await turn.commit(step)
     return Finished() if done else Ran()
@@ -140,8 +174,9 @@ async def _known(turn: Turn, response: ModelResponse | None, uses: list[Block]) 
     return await turn.services.conversations.proposals_by_tool_use(turn.conversation.id, [u["id"] for u in uses])
 
 
-async def handle(turn: Turn, use: Block, proposal_id: str, *, repairing: bool = False
-                 ) -> tuple[Any, bool, ProposalOutcome, AuditEvent]:
+async def handle(
+    turn: Turn, use: Block, proposal_id: str, *, repairing: bool = False
+) -> tuple[Any, bool, ProposalOutcome, AuditEvent]:
     """Judge one proposal and act on the decision; its outcome and its gate audit event."""
     name, args = str(use.get("name", "")), use.get("input")
     proposed = Proposed(tool=name, args=args, hash=args_hash(name, args))
@@ -153,26 +188,46 @@ async def handle(turn: Turn, use: Block, proposal_id: str, *, repairing: bool = 
     except (ConcurrentTurn, LostRace):
         raise
     except LockBusy:
-        decision = Reject(reason="busy", message="Another action on this account is being carried out right "
-                          "now; try once more in a moment.")
+        decision = Reject(
+            reason="busy",
+            message="Another action on this account is being carried out right now; try once more in a moment.",
+        )
         result, is_error, key = decision.as_result(), True, None
     except Exception:
         log.exception("proposal %s (%s) failed", proposal_id, proposed.tool)
-        decision = Reject(reason="internal_error", message="Something failed on our side while handling "
-                          "this; tell the person honestly and escalate.")
+        decision = Reject(
+            reason="internal_error",
+            message="Something failed on our side while handling this; tell the person honestly and escalate.",
+        )
         result, is_error, key = decision.as_result(), True, None
     if not isinstance(decision, NeedsConfirmation | NeedsApproval | Intercept):
         turn.facts.remember(name, proposed.hash, result)
     reason = decision.reason if isinstance(decision, Reject) else None
-    outcome = ProposalOutcome(id=proposal_id, decision=decision.tag, reason=reason, result=result,
-                              is_error=is_error, idempotency_key=key)
-    event = turn.event(f"gate.{decision.tag}", proposal_id=proposal_id, tool=name, args_hash=proposed.hash,
-                       idempotency_key=key, data={"is_error": is_error, **({"reason": reason} if reason else {})})
+    outcome = ProposalOutcome(
+        id=proposal_id, decision=decision.tag, reason=reason, result=result, is_error=is_error, idempotency_key=key
+    )
+    event = turn.event(
+        f"gate.{decision.tag}",
+        proposal_id=proposal_id,
+        tool=name,
+        args_hash=proposed.hash,
+        idempotency_key=key,
+        data={"is_error": is_error, **({"reason": reason} if reason else {})},
+    )
     return result, is_error, outcome, event
 
 
-async def decide(turn: Turn, p: Proposed, proposal_id: str, ctx: ToolContext, *, resumed: bool,
-                 approval: Approval | None = None, dedup: bool = True, key: str | None = None) -> Decision:
+async def decide(
+    turn: Turn,
+    p: Proposed,
+    proposal_id: str,
+    ctx: ToolContext,
+    *,
+    resumed: bool,
+    approval: Approval | None = None,
+    dedup: bool = True,
+    key: str | None = None,
+) -> Decision:
     """The gate's decision on a proposal. A ``resumed`` proposal (one a crash interrupted)
     that already claimed its ledger key was judged Execute then: it is never judged again
     (a re-check could fail *because* it ran), its key is the one it claimed."""
@@ -192,26 +247,51 @@ def money_lock(turn: Turn, tool: str) -> AbstractAsyncContextManager[None]:
     return turn.services.ledger.exclusive(f"money:{turn.principal.customer_id}")
 
 
-async def act(turn: Turn, decision: Decision, p: Proposed, proposal_id: str, ctx: ToolContext,
-              approval: Approval | None = None) -> Acted:
+async def act(
+    turn: Turn, decision: Decision, p: Proposed, proposal_id: str, ctx: ToolContext, approval: Approval | None = None
+) -> Acted:
     """Carry out the gate's decision: the result the model reads."""
     match decision:
         case Reject():
             return decision.as_result(), True, None
         case Intercept(previous=prev, step=at):
-            return {"intercepted": True, "message": f"You made this exact call {turn.facts.step - at} "
-                    "step(s) ago. Its result is below; do not repeat it.", "previous_result": prev}, False, None
+            return (
+                {
+                    "intercepted": True,
+                    "message": f"You made this exact call {turn.facts.step - at} "
+                    "step(s) ago. Its result is below; do not repeat it.",
+                    "previous_result": prev,
+                },
+                False,
+                None,
+            )
         case NeedsConfirmation():
             return await _ask_confirmation(turn, decision, p, proposal_id)
         case NeedsApproval():
             appr = await gates.request_approval(turn, p, proposal_id, decision)
             turn.pending.append(Pending(kind="approval", id=appr.id, summary=decision.summary))
-            return {"status": "PENDING_APPROVAL", "approval_id": appr.id, "action": decision.summary,
+            return (
+                {
+                    "status": "PENDING_APPROVAL",
+                    "approval_id": appr.id,
+                    "action": decision.summary,
                     "message": "A supervisor must approve this before it happens. Tell the truth: it is "
-                    "pending, not done."}, False, decision.key
+                    "pending, not done.",
+                },
+                False,
+                decision.key,
+            )
         case Record(summary=summary, would_need=need):
-            return {"status": "RECORDED_NOT_EXECUTED", "action": summary, "would_need": need,
-                    "message": "Shadow mode: nothing was executed. A person will handle it."}, False, None
+            return (
+                {
+                    "status": "RECORDED_NOT_EXECUTED",
+                    "action": summary,
+                    "would_need": need,
+                    "message": "Shadow mode: nothing was executed. A person will handle it.",
+                },
+                False,
+                None,
+            )
         case Execute(key=key):
             outcome = await execute(turn, p, proposal_id, ctx, key)
             return outcome.result, outcome.is_error, key
@@ -227,19 +307,33 @@ async def _ask_confirmation(turn: Turn, decision: NeedsConfirmation, p: Proposed
     turn.pending = [x for x in turn.pending if x.id not in gone]
     turn.pending.append(Pending(kind="confirmation", id=conf.id, summary=conf.summary, code=conf.code))
     who = "customer" if turn.principal.kind == "customer" else "rep"
-    return {"status": "CONFIRMATION_REQUIRED", "confirmation_id": conf.id, "action": conf.summary,
+    return (
+        {
+            "status": "CONFIRMATION_REQUIRED",
+            "confirmation_id": conf.id,
+            "action": conf.summary,
             "message": f"Nothing has been done yet. The system itself shows the {who} exactly this "
-            "action and asks them to confirm it; say briefly that it needs their confirmation."}, False, decision.key
+            "action and asks them to confirm it; say briefly that it needs their confirmation.",
+        },
+        False,
+        decision.key,
+    )
 
 
 async def execute(turn: Turn, p: Proposed, proposal_id: str, ctx: ToolContext, key: str | None) -> ExecOutcome:
     """Execute behind the ledger, and keep the run's tally (``finish`` checks against it)."""
     tool = turn.services.registry.tools[p.tool]
     money = tool.money(p.args) if tool.money else None
-    base = turn.event("execution", proposal_id=proposal_id, tool=p.tool, args_hash=p.hash,
-                      data={"amount_minor": money.amount_minor, "currency": money.currency} if money else {})
-    outcome = await turn.services.executor.run(tool, p.args, ctx, key=key, proposal_id=proposal_id,
-                                               run_id=turn.run.id, audit=base)
+    base = turn.event(
+        "execution",
+        proposal_id=proposal_id,
+        tool=p.tool,
+        args_hash=p.hash,
+        data={"amount_minor": money.amount_minor, "currency": money.currency} if money else {},
+    )
+    outcome = await turn.services.executor.run(
+        tool, p.args, ctx, key=key, proposal_id=proposal_id, run_id=turn.run.id, audit=base
+    )
     if tool.meta.kind == "action" and not tool.meta.runtime:
         turn.facts.action_counts[p.tool] += 1
         if not outcome.is_error:
@@ -262,7 +356,7 @@ async def repair(turn: Turn) -> None:
     if last is None:
         return
     # The user may have written again before anyone repaired the turn.
-    answered = {b.get("tool_use_id") for m in history[last + 1:] for b in m.content if b.get("type") == "tool_result"}
+    answered = {b.get("tool_use_id") for m in history[last + 1 :] for b in m.content if b.get("type") == "tool_result"}
     uses = [b for b in history[last].content if b.get("type") == "tool_use" and b.get("id") not in answered]
     if uses:
         await run_tools(turn, None, uses)
@@ -270,6 +364,12 @@ async def repair(turn: Turn) -> None:
 
 def tool_context(turn: Turn, proposal_id: str | None = None) -> ToolContext:
     """What a tool handler gets: the session's principal, the backend, the case and run desks."""
-    return ToolContext(principal=turn.principal, backend=turn.services.backend, case=TurnDesk(turn),
-                       run=TurnControl(turn), rules=turn.services.policy.rules(), now=turn.now,
-                       proposal_id=proposal_id)
+    return ToolContext(
+        principal=turn.principal,
+        backend=turn.services.backend,
+        case=TurnDesk(turn),
+        run=TurnControl(turn),
+        rules=turn.services.policy.rules(),
+        now=turn.now,
+        proposal_id=proposal_id,
+    )

@@ -95,8 +95,9 @@ def _span(name: str, kind: SpanKind, attributes: dict[str, AttributeValue]) -> I
         try:
             yield span
         except BaseException as exc:
-            span.set_attribute(GEN_AI.ERROR_TYPE, getattr(exc, "reason", None) or getattr(exc, "code", None)
-                               or type(exc).__qualname__)
+            span.set_attribute(
+                GEN_AI.ERROR_TYPE, getattr(exc, "reason", None) or getattr(exc, "code", None) or type(exc).__qualname__
+            )
             raise
 
 
@@ -125,8 +126,11 @@ class TracedModel:
             return await self.inner.complete(request)
         model = self.model_name
         attributes: dict[str, AttributeValue] = {
-            GEN_AI.OPERATION: "chat", GEN_AI.PROVIDER: self.provider, GEN_AI.REQUEST_MODEL: model,
-            GEN_AI.REQUEST_MAX_TOKENS: request.max_tokens, **_ids(request.metadata),
+            GEN_AI.OPERATION: "chat",
+            GEN_AI.PROVIDER: self.provider,
+            GEN_AI.REQUEST_MODEL: model,
+            GEN_AI.REQUEST_MAX_TOKENS: request.max_tokens,
+            **_ids(request.metadata),
         }
         with _span(f"chat {model}", SpanKind.CLIENT, attributes) as span:
             response = await self.inner.complete(request)
@@ -173,17 +177,24 @@ def traced_execution(run: F) -> F:
 
     async def traced(self: Any, tool: Any, args: Any, ctx: Any, **kw: Any) -> Any:
         attributes: dict[str, AttributeValue] = {
-            GEN_AI.OPERATION: "execute_tool", GEN_AI.TOOL_NAME: tool.name, GEN_AI.TOOL_TYPE: "function",
-            "signoff.tool.kind": tool.meta.kind, "signoff.tool.keyed": kw.get("key") is not None,
+            GEN_AI.OPERATION: "execute_tool",
+            GEN_AI.TOOL_NAME: tool.name,
+            GEN_AI.TOOL_TYPE: "function",
+            "signoff.tool.kind": tool.meta.kind,
+            "signoff.tool.keyed": kw.get("key") is not None,
         }
         for name in ("run_id", "proposal_id"):
             if kw.get(name):
                 attributes[f"signoff.{name.replace('_id', '.id')}"] = kw[name]
         with _span(f"execute_tool {tool.name}", SpanKind.INTERNAL, attributes) as span:
             outcome: ExecOutcome = await run(self, tool, args, ctx, **kw)
-            span.set_attributes({"signoff.tool.is_error": outcome.is_error,
-                                 "signoff.tool.deduplicated": outcome.deduplicated,
-                                 "signoff.tool.needs_human": outcome.needs_human})
+            span.set_attributes(
+                {
+                    "signoff.tool.is_error": outcome.is_error,
+                    "signoff.tool.deduplicated": outcome.deduplicated,
+                    "signoff.tool.needs_human": outcome.needs_human,
+                }
+            )
             return outcome
 
     return cast(F, wrapper)
@@ -200,9 +211,12 @@ def traced_judgement(judge: F) -> F:
 
     async def traced(self: Any, p: Any, facts: Any, ctx: Any, **kw: Any) -> Any:
         attributes: dict[str, AttributeValue] = {
-            GEN_AI.TOOL_NAME: _short(p.tool), GEN_AI.CONVERSATION: facts.conversation_id,
-            "signoff.run.id": facts.run_id, "signoff.principal.kind": facts.principal.kind,
-            "signoff.channel": facts.channel, "signoff.gate.step": facts.step,
+            GEN_AI.TOOL_NAME: _short(p.tool),
+            GEN_AI.CONVERSATION: facts.conversation_id,
+            "signoff.run.id": facts.run_id,
+            "signoff.principal.kind": facts.principal.kind,
+            "signoff.channel": facts.channel,
+            "signoff.gate.step": facts.step,
             "signoff.gate.rejudged": kw.get("approval") is not None,
         }
         with _span(f"gate {_short(p.tool)}", SpanKind.INTERNAL, attributes) as span:
@@ -228,7 +242,8 @@ def traced_decision(decide: F) -> F:
     async def traced(rt: Any, approval_id: str, **kw: Any) -> Any:
         actor = kw.get("actor")
         attributes: dict[str, AttributeValue] = {
-            "signoff.approval.id": approval_id, "signoff.approval.decision": str(kw.get("decision")),
+            "signoff.approval.id": approval_id,
+            "signoff.approval.decision": str(kw.get("decision")),
             "signoff.approval.expected_version": int(kw.get("expected_version") or 0),
             "signoff.actor.kind": str(getattr(actor, "kind", "")),
             "signoff.approval.edited": kw.get("edited_arguments") is not None,
@@ -265,11 +280,13 @@ def traced_expiry(expire: F) -> F:
 
 def _approval_attributes(a: Any) -> dict[str, AttributeValue]:
     attributes: dict[str, AttributeValue] = {
-        "signoff.approval.id": a.id, "signoff.approval.status": str(a.status),
-        "signoff.approval.version": a.version, GEN_AI.TOOL_NAME: a.tool, GEN_AI.CONVERSATION: a.conversation_id,
+        "signoff.approval.id": a.id,
+        "signoff.approval.status": str(a.status),
+        "signoff.approval.version": a.version,
+        GEN_AI.TOOL_NAME: a.tool,
+        GEN_AI.CONVERSATION: a.conversation_id,
         "signoff.run.id": a.run_id,
     }
     if a.decided_at is not None:
         attributes["signoff.approval.wait_s"] = round((a.decided_at - a.created_at).total_seconds(), 3)
     return attributes
-

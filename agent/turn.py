@@ -69,8 +69,12 @@ class Turn:
                 spec = ToolSpec(name=spec.name, description=spec.description + extra, input_schema=spec.input_schema)
             specs.append(spec)
         system = system_prompt(principal_kind=self.principal.kind, customer_id=self.principal.customer_id)
-        return ModelRequest(system=system, messages=merged(self.history), tools=specs,
-                            metadata={"conversation_id": self.conversation.id, "run_id": self.run.id})
+        return ModelRequest(
+            system=system,
+            messages=merged(self.history),
+            tools=specs,
+            metadata={"conversation_id": self.conversation.id, "run_id": self.run.id},
+        )
 
     def check_budgets(self) -> None:
         """Raise when the step cap, the conversation's token budget or the wall-time cap is spent."""
@@ -85,8 +89,11 @@ class Turn:
     # -- the run's state ---------------------------------------------------------------
     def run_state(self) -> dict[str, Any]:
         """What the run keeps between turns: evidence retrieved, actions executed, evidence notes."""
-        return {"knowledge_ids": sorted(self.facts.knowledge_ids), "executed": self.executed_all(),
-                "knowledge_notes": self.facts_notes()}
+        return {
+            "knowledge_ids": sorted(self.facts.knowledge_ids),
+            "executed": self.executed_all(),
+            "knowledge_notes": self.facts_notes(),
+        }
 
     def facts_notes(self) -> dict[str, dict[str, str]]:
         """Title and excerpt of every evidence id retrieved in this run (approvers see them)."""
@@ -100,12 +107,23 @@ class Turn:
         """The turn's result: the model's last words, then the runtime's text of every confirmation asked."""
         answer = next((r for r in reversed(self.replies) if r), "")
         asked = [p for p in self.pending if p.kind == "confirmation"]
-        notice = confirmation_notice([(p.summary, p.code or "") for p in asked],
-                                     principal_kind=self.principal.kind) if asked else ""
-        return TurnResult(conversation_id=self.conversation.id, run_id=self.run.id,
-                          reply="\n\n".join(x for x in (answer, notice) if x), answer=answer, notice=notice,
-                          iterations=self.iterations, input_tokens=self.input_tokens,
-                          output_tokens=self.output_tokens, pending=tuple(self.pending), outcome=outcome)
+        notice = (
+            confirmation_notice([(p.summary, p.code or "") for p in asked], principal_kind=self.principal.kind)
+            if asked
+            else ""
+        )
+        return TurnResult(
+            conversation_id=self.conversation.id,
+            run_id=self.run.id,
+            reply="\n\n".join(x for x in (answer, notice) if x),
+            answer=answer,
+            notice=notice,
+            iterations=self.iterations,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            pending=tuple(self.pending),
+            outcome=outcome,
+        )
 
     # -- bookkeeping the steps share -----------------------------------------------------
     def status_after(self) -> RunStatus:
@@ -120,9 +138,13 @@ class Turn:
         u = response.usage
         self.input_tokens += u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
         self.output_tokens += u.output_tokens
-        return UsageWrite(model=response.model, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
-                          cache_creation_tokens=u.cache_creation_input_tokens,
-                          cache_read_tokens=u.cache_read_input_tokens)
+        return UsageWrite(
+            model=response.model,
+            input_tokens=u.input_tokens,
+            output_tokens=u.output_tokens,
+            cache_creation_tokens=u.cache_creation_input_tokens,
+            cache_read_tokens=u.cache_read_input_tokens,
+        )
 
     def flush_steps(self, extra: int) -> int:
         """The steps not yet counted on the run, plus ``extra``; they count as written now."""
@@ -147,18 +169,32 @@ class Turn:
 
     def ended(self, outcome: str) -> AuditEvent:
         """The ``turn.ended`` audit event (outcome, iterations, tokens, latency)."""
-        return self.event("turn.ended", data={
-            "outcome": outcome, "iterations": self.iterations, "escalated": self.escalated,
-            "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-            "channel": self.conversation.channel},
-            latency_ms=round((time.monotonic() - self.started) * 1000, 3))
+        return self.event(
+            "turn.ended",
+            data={
+                "outcome": outcome,
+                "iterations": self.iterations,
+                "escalated": self.escalated,
+                "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens,
+                "channel": self.conversation.channel,
+            },
+            latency_ms=round((time.monotonic() - self.started) * 1000, 3),
+        )
 
     # -- the recorder --------------------------------------------------------------------
     def event(self, kind: str, **fields: Any) -> AuditEvent:
         """An audit event of this run, with its principal, model, prompt and policy versions."""
-        return AuditEvent(kind=kind, run_id=self.run.id, trace_id=self.run.trace_id, principal=self.principal.key,
-                          model=self.run.model, prompt_version=self.run.prompt_version,
-                          policy_version=self.services.policy.version, **fields)
+        return AuditEvent(
+            kind=kind,
+            run_id=self.run.id,
+            trace_id=self.run.trace_id,
+            principal=self.principal.key,
+            model=self.run.model,
+            prompt_version=self.run.prompt_version,
+            policy_version=self.services.policy.version,
+            **fields,
+        )
 
     def step(self, **fields: Any) -> StepWrite:
         """A step write of this turn's conversation and run."""

@@ -11,10 +11,14 @@ APPROVED_EVENT = "Approval {id} was approved by a supervisor. Outcome: {outcome}
 REJECTED_EVENT = "Approval {id} was rejected by a supervisor. Comment: {comment}. Nothing was done."
 EXPIRED_EVENT = "Approval {id} expired before a supervisor decided. Nothing was done."
 SUPERSEDED_EVENT = "Approval {id} was replaced by a supervisor's edited version ({summary}). Outcome: {outcome}"
-ASKED_WHICH_EVENT = ("The {who} replied {text!r} while these actions wait for confirmation: {actions}. The system "
-                     "showed them each action with its code and asked which one they mean. Nothing was confirmed.")
-WHICH_ONE = ("More than one action is waiting for your confirmation, so a plain “{text}” is not enough. Reply "
-             "with the code of the one you mean:\n{lines}")
+ASKED_WHICH_EVENT = (
+    "The {who} replied {text!r} while these actions wait for confirmation: {actions}. The system "
+    "showed them each action with its code and asked which one they mean. Nothing was confirmed."
+)
+WHICH_ONE = (
+    "More than one action is waiting for your confirmation, so a plain “{text}” is not enough. Reply "
+    "with the code of the one you mean:\n{lines}"
+)
 
 
 def confirmation_notice(items: list[tuple[str, str]], *, principal_kind: str) -> str:
@@ -22,11 +26,15 @@ def confirmation_notice(items: list[tuple[str, str]], *, principal_kind: str) ->
     exact arguments, with the code that confirms it. Never written by the model."""
     if len(items) == 1:
         summary, code = items[0]
-        return (f"To go ahead, please confirm: {summary}.\n"
-                f"Reply “yes” (or the code {code}) to confirm, or “no” to cancel. Nothing happens until you do.")
+        return (
+            f"To go ahead, please confirm: {summary}.\n"
+            f"Reply “yes” (or the code {code}) to confirm, or “no” to cancel. Nothing happens until you do."
+        )
     lines = "\n".join(f"• {summary} — code {code}" for summary, code in items)
-    return (f"These actions need your confirmation; nothing happens until you confirm:\n{lines}\n"
-            "Reply with a code to confirm that action, or “no” and the code to cancel it.")
+    return (
+        f"These actions need your confirmation; nothing happens until you confirm:\n{lines}\n"
+        "Reply with a code to confirm that action, or “no” and the code to cancel it."
+    )
 
 
 def which_one(text: str, items: list[tuple[str, str]]) -> str:

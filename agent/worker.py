@@ -38,8 +38,14 @@ class WorkerConfig:
 
 
 class Worker:
-    def __init__(self, runtime: Runtime, *, config: WorkerConfig | None = None, worker_id: str | None = None,
-                 checkpoint: Callable[[], Awaitable[object]] | None = None) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        config: WorkerConfig | None = None,
+        worker_id: str | None = None,
+        checkpoint: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
         self.rt = runtime
         self.config = config or WorkerConfig()
         self.worker_id = worker_id or f"w-{uuid.uuid4().hex[:8]}"

@@ -41,13 +41,25 @@ async def _noop(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
 
 
 def _registry(base: Registry) -> Registry:
-    read = ToolDef(name="bench_read", description="noop read", handler=_noop,
-                   input_schema={"type": "object", "properties": {"n": {"type": "integer"}},
-                                 "required": ["n"], "additionalProperties": False},
-                   meta=ToolMeta(group="always", kind="read", risk_tier=0, scopes=frozenset({"knowledge:read"})))
-    action = replace(read, name="bench_action", description="noop action with a ledger key",
-                     meta=ToolMeta(group="always", kind="action", risk_tier=1, scopes=frozenset({"knowledge:read"})),
-                     key=lambda args, ctx: f"bench:{args['n']}")
+    read = ToolDef(
+        name="bench_read",
+        description="noop read",
+        handler=_noop,
+        input_schema={
+            "type": "object",
+            "properties": {"n": {"type": "integer"}},
+            "required": ["n"],
+            "additionalProperties": False,
+        },
+        meta=ToolMeta(group="always", kind="read", risk_tier=0, scopes=frozenset({"knowledge:read"})),
+    )
+    action = replace(
+        read,
+        name="bench_action",
+        description="noop action with a ledger key",
+        meta=ToolMeta(group="always", kind="action", risk_tier=1, scopes=frozenset({"knowledge:read"})),
+        key=lambda args, ctx: f"bench:{args['n']}",
+    )
     return Registry.of([*base.tools.values(), read, action], base.group_blurbs)
 
 
@@ -83,12 +95,22 @@ async def run(steps: int, action: bool) -> None:
     model = TimedModel()
     services = sandbox_services(db=db, model=model)
     registry = _registry(services.registry)
-    policy = services.policy.model_copy(update={"limits": services.policy.limits.model_copy(
-        update={"max_actions_per_run": 10**9, "max_calls_per_tool_per_run": 10**9})})
-    services = replace(services, registry=registry, policy=policy,
-                       gatekeeper=Gatekeeper(registry=registry, policy=policy, confirmations=services.confirmations,
-                                             approvals=services.approvals),
-                       executor=Executor(services.ledger))
+    policy = services.policy.model_copy(
+        update={
+            "limits": services.policy.limits.model_copy(
+                update={"max_actions_per_run": 10**9, "max_calls_per_tool_per_run": 10**9}
+            )
+        }
+    )
+    services = replace(
+        services,
+        registry=registry,
+        policy=policy,
+        gatekeeper=Gatekeeper(
+            registry=registry, policy=policy, confirmations=services.confirmations, approvals=services.approvals
+        ),
+        executor=Executor(services.ledger),
+    )
     rt = Runtime(services)
     per_step: list[float] = []
     done = 0
@@ -104,8 +126,10 @@ async def run(steps: int, action: bool) -> None:
         done += result.iterations
     await db.dispose()
     print(f"{'action' if action else 'read'} steps: {done} over {len(per_step)} turns (SQLite, WAL, file)")
-    print(f"  runtime cost per step: mean {statistics.mean(per_step):.3f} ms, "
-          f"median {statistics.median(per_step):.3f} ms, p95 {sorted(per_step)[int(len(per_step) * .95) - 1]:.3f} ms")
+    print(
+        f"  runtime cost per step: mean {statistics.mean(per_step):.3f} ms, "
+        f"median {statistics.median(per_step):.3f} ms, p95 {sorted(per_step)[int(len(per_step) * 0.95) - 1]:.3f} ms"
+    )
 
 
 def main() -> None:

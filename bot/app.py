@@ -34,12 +34,19 @@ from tools.catalogue import build_registry
 log = logging.getLogger(__name__)
 
 
-def sandbox_services(*, db: Database, model: ModelClient, policy: Policy | None = None,
-                     notifier: Notifier | None = None, clock: Callable[[], datetime] | None = None) -> Services:
+def sandbox_services(
+    *,
+    db: Database,
+    model: ModelClient,
+    policy: Policy | None = None,
+    notifier: Notifier | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> Services:
     """The runtime's collaborators with the sandbox store as the shop (this deployment's choice)."""
     clock = clock or (lambda: datetime.now(UTC))
-    return build_services(db=db, model=model, backend=SandboxStore(db, clock=clock), policy=policy,
-                          notifier=notifier, clock=clock)
+    return build_services(
+        db=db, model=model, backend=SandboxStore(db, clock=clock), policy=policy, notifier=notifier, clock=clock
+    )
 
 
 def demo_dataset_path() -> Path:
@@ -58,20 +65,36 @@ def build_model(settings: Settings, metrics: Metrics | None = None) -> ModelClie
     provider = settings.provider
     on_change = metrics.breaker_callback(provider) if metrics else None
     breaker = CircuitBreaker(name=f"{provider}:{settings.signoff_model}", on_change=on_change)
-    sending: dict[str, Any] = {"timeout_s": settings.signoff_model_timeout_s,
-                               "max_retries": settings.signoff_model_max_retries,
-                               "deadline_s": settings.signoff_model_deadline_s}
+    sending: dict[str, Any] = {
+        "timeout_s": settings.signoff_model_timeout_s,
+        "max_retries": settings.signoff_model_max_retries,
+        "deadline_s": settings.signoff_model_deadline_s,
+    }
     if provider == "anthropic":
         from agent.llm.anthropic import AnthropicClient, AnthropicConfig
 
-        return AnthropicClient(AnthropicConfig(model=settings.signoff_model, api_key=settings.anthropic_api_key or "",
-                                               base_url=settings.anthropic_base_url, **sending), breaker=breaker)
+        return AnthropicClient(
+            AnthropicConfig(
+                model=settings.signoff_model,
+                api_key=settings.anthropic_api_key or "",
+                base_url=settings.anthropic_base_url,
+                **sending,
+            ),
+            breaker=breaker,
+        )
     if provider == "openai":
         from agent.llm.openai_compat import OpenAICompatClient, OpenAIConfig
 
         assert settings.openai_base_url
-        return OpenAICompatClient(OpenAIConfig(model=settings.signoff_model, base_url=settings.openai_base_url,
-                                               api_key=settings.openai_api_key, **sending), breaker=breaker)
+        return OpenAICompatClient(
+            OpenAIConfig(
+                model=settings.signoff_model,
+                base_url=settings.openai_base_url,
+                api_key=settings.openai_api_key,
+                **sending,
+            ),
+            breaker=breaker,
+        )
     from agent.planner import DemoPlanner
 
     return DemoPlanner()
@@ -98,9 +121,12 @@ class App:
     async def audit_checkpoint(self, *, skip_if_unchanged: bool = False) -> Checkpoint | None:
         """Sign the audit head into the configured checkpoint file (``signoff audit checkpoint``)."""
         assert self.settings is not None
-        return await checkpoints.take(self.runtime.s.audit, key_file=self.settings.audit_key_path,
-                                      checkpoint_file=self.settings.audit_checkpoint_path,
-                                      skip_if_unchanged=skip_if_unchanged)
+        return await checkpoints.take(
+            self.runtime.s.audit,
+            key_file=self.settings.audit_key_path,
+            checkpoint_file=self.settings.audit_checkpoint_path,
+            skip_if_unchanged=skip_if_unchanged,
+        )
 
     def worker(self) -> Worker:
         """The resume/expiry worker, signing audit checkpoints on the configured schedule."""
@@ -114,26 +140,40 @@ class App:
         return Worker(self.runtime, config=WorkerConfig(checkpoint_every_s=every), checkpoint=checkpoint)
 
 
-async def create_app(settings: Settings, *, model: ModelClient | None = None, notifier: Notifier | None = None,
-                     clock: Callable[[], datetime] | None = None, seed: bool = True) -> App:
+async def create_app(
+    settings: Settings,
+    *,
+    model: ModelClient | None = None,
+    notifier: Notifier | None = None,
+    clock: Callable[[], datetime] | None = None,
+    seed: bool = True,
+) -> App:
     """Build the runtime from settings; seed an empty store with the configured dataset."""
     db = create_database(settings.signoff_database_url)
     # OTEL_* are the OpenTelemetry SDK's own variables; this root only asks whether to export.
     tracing = install_tracing(os.environ, db)
     policy = load_policy(settings.signoff_policy_file)
     metrics = Metrics(known_tools=build_registry().tools)
-    instrumented = TracedModel(InstrumentedModel(model or build_model(settings, metrics), metrics),
-                               provider=settings.provider)
+    instrumented = TracedModel(
+        InstrumentedModel(model or build_model(settings, metrics), metrics), provider=settings.provider
+    )
     backend = SandboxStore(db, clock=clock or (lambda: datetime.now(UTC)))
     mailer, faces = email_face(settings, backend)
     routed = RoutingNotifier(faces=faces, fallback=notifier or LogNotifier())
-    services = build_services(db=db, model=instrumented, backend=backend, policy=policy, notifier=routed,
-                              clock=clock)
+    services = build_services(db=db, model=instrumented, backend=backend, policy=policy, notifier=routed, clock=clock)
     attach_metrics(services, metrics)
     if seed:
         await seed_store(db, settings.signoff_store_seed, production=settings.is_production)
-    return App(settings=settings, db=db, runtime=Runtime(services), backend=backend, notifier=routed,
-               metrics=metrics, tracing=tracing, mailer=mailer)
+    return App(
+        settings=settings,
+        db=db,
+        runtime=Runtime(services),
+        backend=backend,
+        notifier=routed,
+        metrics=metrics,
+        tracing=tracing,
+        mailer=mailer,
+    )
 
 
 def email_face(settings: Settings, backend: SandboxStore) -> tuple[Mailer | None, dict[str, Notifier]]:
@@ -160,11 +200,14 @@ async def seed_store(db: Database, seed: str | None, *, production: bool = False
         if not await store_is_empty(db):
             return False
     except Exception as exc:  # the tables are missing: migrations were not run
-        raise ConfigError(f"SIGNOFF_DATABASE_URL: database not migrated ({type(exc).__name__}); "
-                          "run `signoff db upgrade`") from None
+        raise ConfigError(
+            f"SIGNOFF_DATABASE_URL: database not migrated ({type(exc).__name__}); run `signoff db upgrade`"
+        ) from None
     if seed is None and production:
-        log.warning("the sandbox store is empty and this is production: the demo data is not loaded "
-                    "(run `signoff store load FILE`, or set SIGNOFF_STORE_SEED to a dataset file or `demo`)")
+        log.warning(
+            "the sandbox store is empty and this is production: the demo data is not loaded "
+            "(run `signoff store load FILE`, or set SIGNOFF_STORE_SEED to a dataset file or `demo`)"
+        )
         return False
     bundled = seed in (None, "demo")
     dataset = load_dataset_file(demo_dataset_path() if bundled else Path(str(seed)))

@@ -38,10 +38,16 @@ METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def make_web_app(app: App, *, metrics_render: Callable[[], bytes] | None = None,
-                 extra_routes: Iterable[web.AbstractRouteDef] = (), auth: AuthConfig | None = None,
-                 email: EmailConfig | None = None, mailer: Mailer | None = None,
-                 metrics_token: str | None = None) -> web.Application:
+def make_web_app(
+    app: App,
+    *,
+    metrics_render: Callable[[], bytes] | None = None,
+    extra_routes: Iterable[web.AbstractRouteDef] = (),
+    auth: AuthConfig | None = None,
+    email: EmailConfig | None = None,
+    mailer: Mailer | None = None,
+    metrics_token: str | None = None,
+) -> web.Application:
     """The whole HTTP surface over one :class:`App`; settings come from ``app.settings`` unless given.
 
     ``metrics_token`` (default ``SIGNOFF_METRICS_TOKEN``) guards ``/metrics`` with a bearer token.
@@ -91,8 +97,9 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=state.render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
-def make_metrics_app(app: App, *, metrics_render: Callable[[], bytes] | None,
-                     metrics_token: str | None = None) -> web.Application:
+def make_metrics_app(
+    app: App, *, metrics_render: Callable[[], bytes] | None, metrics_token: str | None = None
+) -> web.Application:
     """The separate metrics listener: ``/metrics`` (token-guarded when configured) and ``/healthz``."""
     web_app = web.Application(middlewares=[errors])
     web_app[api.STATE] = api.make_state(app, Authenticator(AuthConfig(), app.backend))
@@ -106,11 +113,19 @@ def make_metrics_app(app: App, *, metrics_render: Callable[[], bytes] | None,
 
 # -- serving ------------------------------------------------------------------------------
 
-async def serve(app: App, *, host: str, port: int, worker: bool,
-                metrics_render: Callable[[], bytes] | None = None,
-                extra_routes: Sequence[web.AbstractRouteDef] = (),
-                stop: asyncio.Event | None = None, ready: asyncio.Event | None = None,
-                metrics_listen: tuple[str, int] | None = None) -> None:
+
+async def serve(
+    app: App,
+    *,
+    host: str,
+    port: int,
+    worker: bool,
+    metrics_render: Callable[[], bytes] | None = None,
+    extra_routes: Sequence[web.AbstractRouteDef] = (),
+    stop: asyncio.Event | None = None,
+    ready: asyncio.Event | None = None,
+    metrics_listen: tuple[str, int] | None = None,
+) -> None:
     """Serve until SIGINT/SIGTERM (or ``stop`` is set); with ``worker``, run the worker alongside.
 
     With ``metrics_listen`` (host, port), ``/metrics`` is served there and not on the main site.
@@ -125,16 +140,16 @@ async def serve(app: App, *, host: str, port: int, worker: bool,
             installed.append(sig)
     token = app.settings.signoff_metrics_token if app.settings is not None else None
     main_metrics = None if metrics_listen is not None else metrics_render
-    runner = web.AppRunner(make_web_app(app, metrics_render=main_metrics, extra_routes=extra_routes),
-                           access_log=None)
+    runner = web.AppRunner(make_web_app(app, metrics_render=main_metrics, extra_routes=extra_routes), access_log=None)
     await runner.setup()
     runners = [runner]
     task: asyncio.Task[None] | None = None
     try:
         await web.TCPSite(runner, host, port).start()
         if metrics_listen is not None:
-            metrics_runner = web.AppRunner(make_metrics_app(app, metrics_render=metrics_render, metrics_token=token),
-                                           access_log=None)
+            metrics_runner = web.AppRunner(
+                make_metrics_app(app, metrics_render=metrics_render, metrics_token=token), access_log=None
+            )
             await metrics_runner.setup()
             runners.append(metrics_runner)
             await web.TCPSite(metrics_runner, *metrics_listen).start()

@@ -93,8 +93,10 @@ class Settings(BaseSettings):
     @classmethod
     def _secret(cls, v: str | None) -> str | None:
         if v is not None and len(v.encode()) < MIN_JWT_SECRET_BYTES:
-            raise ValueError(f"must be at least {MIN_JWT_SECRET_BYTES} bytes for HS256 (got {len(v.encode())}); "
-                             "generate one with `python3 -c 'import secrets; print(secrets.token_hex(32))'`")
+            raise ValueError(
+                f"must be at least {MIN_JWT_SECRET_BYTES} bytes for HS256 (got {len(v.encode())}); "
+                "generate one with `python3 -c 'import secrets; print(secrets.token_hex(32))'`"
+            )
         return v
 
     @field_validator("signoff_jwt_max_ttl_s")
@@ -154,8 +156,10 @@ class Settings(BaseSettings):
         if self.signoff_jwks_url:
             for name in ("signoff_jwt_audience", "signoff_jwt_issuer"):
                 if not getattr(self, name):
-                    raise ValueError(f"{name.upper()}: required when SIGNOFF_JWKS_URL is set "
-                                     "(tokens from an identity provider must name this API and their issuer)")
+                    raise ValueError(
+                        f"{name.upper()}: required when SIGNOFF_JWKS_URL is set "
+                        "(tokens from an identity provider must name this API and their issuer)"
+                    )
         return self
 
     @property
@@ -168,9 +172,11 @@ class Settings(BaseSettings):
     def require_model(self, command: str) -> None:
         """A long-running face needs a real model, or an explicit choice of the offline planner."""
         if self.signoff_llm_provider is None and not self.anthropic_api_key:
-            raise ConfigError(f"ANTHROPIC_API_KEY: required for `signoff {command}` (or set "
-                              "SIGNOFF_LLM_PROVIDER=scripted for the offline demo planner, or openai with "
-                              "OPENAI_BASE_URL)")
+            raise ConfigError(
+                f"ANTHROPIC_API_KEY: required for `signoff {command}` (or set "
+                "SIGNOFF_LLM_PROVIDER=scripted for the offline demo planner, or openai with "
+                "OPENAI_BASE_URL)"
+            )
 
     @property
     def is_production(self) -> bool:

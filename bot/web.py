@@ -73,6 +73,7 @@ async def read_limited(request: web.Request, limit: int) -> bytes:
 
 def parse_json(raw: bytes) -> Any:
     """Strict JSON: UTF-8 only, no NaN/Infinity, bounded nesting; 400 otherwise."""
+
     def _no_constants(name: str) -> Any:
         raise ValueError(name)
 
@@ -104,8 +105,10 @@ def _describe(e: ValidationError) -> str:
         case "type":
             return f"{where}: must be of type {e.validator_value}"
         case "maxLength" | "minLength":
-            return f"{where}: length must be {'at most' if e.validator == 'maxLength' else 'at least'} " \
-                   f"{e.validator_value} characters"
+            return (
+                f"{where}: length must be {'at most' if e.validator == 'maxLength' else 'at least'} "
+                f"{e.validator_value} characters"
+            )
         case "minimum" | "maximum":
             return f"{where}: out of range"
         case "enum":
@@ -128,8 +131,16 @@ def error_response(code: str, message: str) -> web.Response:
     return web.json_response({"error": code, "message": message}, status=STATUS.get(code, 400))
 
 
-_HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-               405: "method_not_allowed", 413: "too_large", 415: "unsupported_media_type", 422: "invalid"}
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "too_large",
+    415: "unsupported_media_type",
+    422: "invalid",
+}
 
 
 @web.middleware
@@ -149,8 +160,11 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         if exc.status < 400:
             raise
         code = _HTTP_CODES.get(exc.status, "bad_request" if exc.status < 500 else "internal")
-        message = say.METHOD_NOT_ALLOWED.format(method=request.method) if exc.status == 405 else (
-            say.NO_SUCH_ROUTE if exc.status == 404 else exc.reason)
+        message = (
+            say.METHOD_NOT_ALLOWED.format(method=request.method)
+            if exc.status == 405
+            else (say.NO_SUCH_ROUTE if exc.status == 404 else exc.reason)
+        )
         response = web.json_response({"error": code, "message": message}, status=exc.status)
     except (asyncio.CancelledError, KeyboardInterrupt):
         raise

@@ -110,9 +110,7 @@ def canonical_json(obj: Any) -> str:
     after a trip through a JSON/JSONB column (``-0.0`` → ``0.0``, floats ≥ 1e16
     → integers). NaN/infinity and non-``str`` keys raise.
     """
-    return json.dumps(
-        _jsonable(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return json.dumps(_jsonable(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def sha256_hex(text: str) -> str:
@@ -159,9 +157,7 @@ class AuditEvent:
         for name in _STR_FIELDS:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
-                raise TypeError(
-                    f"AuditEvent.{name} must be str or None, got {type(value).__name__}"
-                )
+                raise TypeError(f"AuditEvent.{name} must be str or None, got {type(value).__name__}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,8 +242,7 @@ def _lock_head(conn: Connection) -> tuple[int, str]:
     return int(head.seq), str(head.hash)
 
 
-def append_audit_sync(conn: Connection, events: Sequence[AuditEvent],
-                      cache: dict[str, Any] | None = None) -> list[int]:
+def append_audit_sync(conn: Connection, events: Sequence[AuditEvent], cache: dict[str, Any] | None = None) -> list[int]:
     """Append ``events`` in order inside ``conn``'s open transaction; return their seqs.
 
     ``cache`` is the process's last-written head, shared per Database: a guarded
@@ -260,8 +255,10 @@ def append_audit_sync(conn: Connection, events: Sequence[AuditEvent],
     rows: list[dict[str, Any]] = []
     if cache and "seq" in cache:
         rows = _chain(cache["seq"], cache["hash"], events)
-        moved = conn.execute(_GUARDED_WRITE_HEAD, {"seq": rows[-1]["seq"], "hash": rows[-1]["hash"],
-                                                   "old_seq": cache["seq"], "old_hash": cache["hash"]})
+        moved = conn.execute(
+            _GUARDED_WRITE_HEAD,
+            {"seq": rows[-1]["seq"], "hash": rows[-1]["hash"], "old_seq": cache["seq"], "old_hash": cache["hash"]},
+        )
         if moved.rowcount != 1:
             rows = []
     if not rows:
@@ -350,8 +347,9 @@ class AuditLog:
         async with self._db.sessions() as s, s.begin():
             return [_record(r) for r in (await s.execute(stmt)).all()]
 
-    async def verify(self, *, batch: int = 1000, anchors: Mapping[int, str] | None = None,
-                     since: tuple[int, str] | None = None) -> VerifyResult:
+    async def verify(
+        self, *, batch: int = 1000, anchors: Mapping[int, str] | None = None, since: tuple[int, str] | None = None
+    ) -> VerifyResult:
         """Walk the chain in seq order, ``batch`` rows per query, up to the head
         as it was when verify started (so it ends while appenders are busy).
 
@@ -373,8 +371,11 @@ class AuditLog:
         bound = head.seq if head.seq is not None else head.max_seq
         last_seq, last_hash = since or (0, GENESIS_HASH)
         if bound < last_seq:
-            return _broken(bound + 1, f"the log ends at seq {bound}, before the checkpointed seq {last_seq}: "
-                           "rows deleted or the log wiped", checkpoint_seq=last_seq)
+            return _broken(
+                bound + 1,
+                f"the log ends at seq {bound}, before the checkpointed seq {last_seq}: rows deleted or the log wiped",
+                checkpoint_seq=last_seq,
+            )
         matched = last_seq
         while last_seq < bound:
             rows = await self._batch(last_seq, bound, batch)
@@ -392,16 +393,23 @@ class AuditLog:
                 signed = anchors.get(seq)
                 if signed is not None:
                     if signed != values["hash"]:
-                        return _broken(seq, f"seq {seq} is not the row its checkpoint signed: history between "
-                                       f"seq {matched + 1} and {seq} was rewritten and re-chained",
-                                       checkpoint_seq=seq)
+                        return _broken(
+                            seq,
+                            f"seq {seq} is not the row its checkpoint signed: history between "
+                            f"seq {matched + 1} and {seq} was rewritten and re-chained",
+                            checkpoint_seq=seq,
+                        )
                     matched = seq
                 last_seq, last_hash = seq, values["hash"]
         beyond = [seq for seq in anchors if seq > last_seq]
         if beyond:
             top = max(beyond)
-            return _broken(last_seq + 1, f"checkpointed seq {top} is gone: the log ends at seq {last_seq} "
-                           "(rows deleted or the log wiped, the head rewritten to match)", checkpoint_seq=top)
+            return _broken(
+                last_seq + 1,
+                f"checkpointed seq {top} is gone: the log ends at seq {last_seq} "
+                "(rows deleted or the log wiped, the head rewritten to match)",
+                checkpoint_seq=top,
+            )
         if head.seq is None:
             if last_seq == 0:
                 return _ok(0, GENESIS_HASH)

@@ -95,8 +95,9 @@ def load_or_create_signing_key(path: Path) -> Ed25519PrivateKey:
     with its public half beside it at ``path.pub`` for verifiers that must not hold the secret."""
     if not path.exists():
         key = Ed25519PrivateKey.generate()
-        pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
+        pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -107,8 +108,9 @@ def load_or_create_signing_key(path: Path) -> Ed25519PrivateKey:
                 f.write(pem)
                 f.flush()
                 os.fsync(f.fileno())
-            pub = key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                serialization.PublicFormat.SubjectPublicKeyInfo)
+            pub = key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
             with contextlib.suppress(OSError):
                 Path(f"{path}.pub").write_bytes(pub)
             return key
@@ -240,9 +242,11 @@ def anchors(checkpoints: Iterable[Checkpoint]) -> dict[int, Checkpoint]:
     for cp in checkpoints:
         seen = out.get(cp.seq)
         if seen is not None and seen.hash != cp.hash:
-            raise CheckpointError(f"checkpoints on lines {seen.line} and {cp.line} sign different hashes for "
-                                  f"seq {cp.seq}: the log was rewritten between {iso_utc(seen.ts)} and "
-                                  f"{iso_utc(cp.ts)}")
+            raise CheckpointError(
+                f"checkpoints on lines {seen.line} and {cp.line} sign different hashes for "
+                f"seq {cp.seq}: the log was rewritten between {iso_utc(seen.ts)} and "
+                f"{iso_utc(cp.ts)}"
+            )
         out.setdefault(cp.seq, cp)
     return out
 
@@ -250,8 +254,9 @@ def anchors(checkpoints: Iterable[Checkpoint]) -> dict[int, Checkpoint]:
 # --------------------------------------------------------------------------- taking one
 
 
-async def take(log: AuditLog, *, key_file: Path, checkpoint_file: Path,
-               skip_if_unchanged: bool = False) -> Checkpoint | None:
+async def take(
+    log: AuditLog, *, key_file: Path, checkpoint_file: Path, skip_if_unchanged: bool = False
+) -> Checkpoint | None:
     """Verify the rows since the file's last checkpoint, then sign and append the current head.
 
     Raises :class:`CheckpointError` when the log does not extend the last checkpoint (so a
@@ -264,8 +269,9 @@ async def take(log: AuditLog, *, key_file: Path, checkpoint_file: Path,
     result = await log.verify(since=since)
     if not result.ok:
         base = f"the last checkpoint (seq {last.seq})" if last is not None else "the genesis"
-        raise CheckpointError(f"refusing to sign: the log does not extend {base}: broken at seq "
-                              f"{result.broken_seq}: {result.reason}")
+        raise CheckpointError(
+            f"refusing to sign: the log does not extend {base}: broken at seq {result.broken_seq}: {result.reason}"
+        )
     assert result.head_hash is not None
     if skip_if_unchanged and last is not None and (last.seq, last.hash) == (result.count, result.head_hash):
         return None
@@ -284,10 +290,25 @@ async def verify_against(log: AuditLog, *, key_file: Path, checkpoint_file: Path
     result = await log.verify(anchors={seq: cp.hash for seq, cp in by_seq.items()})
     cp = by_seq.get(result.checkpoint_seq) if result.checkpoint_seq is not None else None
     if cp is not None:
-        result = dataclasses.replace(result, reason=f"{result.reason} (checkpoint on line {cp.line} of "
-                                                    f"{checkpoint_file}, signed {iso_utc(cp.ts)})")
+        result = dataclasses.replace(
+            result,
+            reason=f"{result.reason} (checkpoint on line {cp.line} of {checkpoint_file}, signed {iso_utc(cp.ts)})",
+        )
     return result, len(checkpoints)
 
 
-__all__ = ["Checkpoint", "CheckpointError", "anchors", "append", "key_id", "load_or_create_signing_key",
-           "load_verify_key", "parse_line", "read_all", "read_last", "sign", "take", "verify_against"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointError",
+    "anchors",
+    "append",
+    "key_id",
+    "load_or_create_signing_key",
+    "load_verify_key",
+    "parse_line",
+    "read_all",
+    "read_last",
+    "sign",
+    "take",
+    "verify_against",
+]

@@ -72,6 +72,12 @@ def to_run(row: RunRow) -> Run:
     )
 
 
+def _stale(row: RunRow, older_than: datetime) -> bool:
+    """Nothing moved on the run since ``older_than``, or the process holding it is gone."""
+    updated = aware(row.updated_at)
+    return (updated is not None and updated < older_than) or (row.holder is not None and is_dead(row.holder))
+
+
 def to_proposal(row: ProposalRow) -> Proposal:
     return Proposal(
         id=row.id,
@@ -161,19 +167,13 @@ class ConversationRepo:
     async def get_by_external_ref(self, external_ref: str) -> Conversation | None:
         async with self.db.reader() as s:
             row = (
-                await s.execute(
-                    select(ConversationRow).where(ConversationRow.external_ref == external_ref)
-                )
+                await s.execute(select(ConversationRow).where(ConversationRow.external_ref == external_ref))
             ).scalar_one_or_none()
             return to_conversation(row) if row else None
 
     async def set_meta(self, conversation_id: str, meta: dict[str, Any]) -> None:
         async with self.db.sessions() as s, s.begin():
-            await s.execute(
-                update(ConversationRow)
-                .where(ConversationRow.id == conversation_id)
-                .values(meta=meta)
-            )
+            await s.execute(update(ConversationRow).where(ConversationRow.id == conversation_id).values(meta=meta))
 
     async def history(self, conversation_id: str) -> list[StoredMessage]:
         async with self.db.reader() as s:
@@ -244,40 +244,71 @@ class ConversationRepo:
     async def turn_state(self, conversation_id: str, run_id: str) -> TurnState:
         """What a turn loads, in one read: the history, the run's proposals, tokens used."""
         async with self.db.reader() as s:
-            messages = (await s.execute(
-                select(MessageRow.seq, MessageRow.role, MessageRow.content, MessageRow.run_id)
-                .where(MessageRow.conversation_id == conversation_id).order_by(MessageRow.seq)
-            )).all()
-            proposals = (await s.execute(
-                select(ProposalRow).where(ProposalRow.run_id == run_id).order_by(ProposalRow.created_at, ProposalRow.id)
-            )).scalars().all()
-            tokens = (await s.execute(
-                select(func.coalesce(func.sum(TokenUsageRow.input_tokens + TokenUsageRow.output_tokens
-                                              + TokenUsageRow.cache_creation_tokens
-                                              + TokenUsageRow.cache_read_tokens), 0))
-                .where(TokenUsageRow.conversation_id == conversation_id)
-            )).scalar_one()
+            messages = (
+                await s.execute(
+                    select(MessageRow.seq, MessageRow.role, MessageRow.content, MessageRow.run_id)
+                    .where(MessageRow.conversation_id == conversation_id)
+                    .order_by(MessageRow.seq)
+                )
+            ).all()
+            proposals = (
+                (
+                    await s.execute(
+                        select(ProposalRow)
+                        .where(ProposalRow.run_id == run_id)
+                        .order_by(ProposalRow.created_at, ProposalRow.id)
+                    )
+                )
+                .scalars()
+                .all()
+            )
+            tokens = (
+                await s.execute(
+                    select(
+                        func.coalesce(
+                            func.sum(
+                                TokenUsageRow.input_tokens
+                                + TokenUsageRow.output_tokens
+                                + TokenUsageRow.cache_creation_tokens
+                                + TokenUsageRow.cache_read_tokens
+                            ),
+                            0,
+                        )
+                    ).where(TokenUsageRow.conversation_id == conversation_id)
+                )
+            ).scalar_one()
             return TurnState(
                 history=[StoredMessage(seq=r[0], role=r[1], content=r[2], run_id=r[3]) for r in messages],
-                proposals=[to_proposal(r) for r in proposals], tokens_used=int(tokens))
+                proposals=[to_proposal(r) for r in proposals],
+                tokens_used=int(tokens),
+            )
 
     async def stale_runs(self, *, older_than: datetime, limit: int = 100) -> list[Run]:
         """Runs left ``running`` by a crash: their process is gone, or nothing moved since ``older_than``."""
         async with self.db.reader() as s:
-            rows = (await s.execute(
-                select(RunRow).where(RunRow.status == "running").order_by(RunRow.updated_at).limit(limit * 10)
-            )).scalars().all()
-        runs = [to_run(r) for r in rows if r.updated_at is not None and (
-            aware(r.updated_at) < older_than or (r.holder is not None and is_dead(r.holder)))]  # type: ignore[operator]
+            rows = (
+                (
+                    await s.execute(
+                        select(RunRow).where(RunRow.status == "running").order_by(RunRow.updated_at).limit(limit * 10)
+                    )
+                )
+                .scalars()
+                .all()
+            )
+        runs = [to_run(r) for r in rows if _stale(r, older_than)]
         return runs[:limit]
 
     async def take_over_run(self, run: Run) -> bool:
         """Make this process the holder of a ``running`` run whose holder died (or stalled);
         false when someone else took it over, or it is no longer running."""
+
         def _take(conn: Connection, _ctx: WriteContext) -> bool:
             held = RunRow.holder.is_(None) if run.holder is None else RunRow.holder == run.holder
-            res = conn.execute(update(_RUNS).where(RunRow.id == run.id, RunRow.status == "running", held)
-                               .values(holder=process_id(), updated_at=utcnow()))
+            res = conn.execute(
+                update(_RUNS)
+                .where(RunRow.id == run.id, RunRow.status == "running", held)
+                .values(holder=process_id(), updated_at=utcnow())
+            )
             return bool(res.rowcount == 1)
 
         return await self.db.write(_take)
@@ -290,19 +321,34 @@ class ConversationRepo:
     async def undecided_runtime_proposals(self, *, older_than: datetime, limit: int = 100) -> list[Proposal]:
         """Proposals the runtime made for a settled confirmation whose decision a crash interrupted."""
         async with self.db.reader() as s:
-            rows = (await s.execute(
-                select(ProposalRow).where(ProposalRow.decision.is_(None), ProposalRow.origin.is_not(None),
-                                          ProposalRow.created_at < older_than).limit(limit)
-            )).scalars().all()
+            rows = (
+                (
+                    await s.execute(
+                        select(ProposalRow)
+                        .where(
+                            ProposalRow.decision.is_(None),
+                            ProposalRow.origin.is_not(None),
+                            ProposalRow.created_at < older_than,
+                        )
+                        .limit(limit)
+                    )
+                )
+                .scalars()
+                .all()
+            )
             return [to_proposal(r) for r in rows]
 
     async def proposal_for_origin(self, origin: str) -> Proposal | None:
         """The newest proposal the runtime made for ``origin`` (``approval:apr_…``), if any."""
         async with self.db.reader() as s:
-            row = (await s.execute(
-                select(ProposalRow).where(ProposalRow.origin == origin)
-                .order_by(ProposalRow.created_at.desc(), ProposalRow.id.desc()).limit(1)
-            )).scalar_one_or_none()
+            row = (
+                await s.execute(
+                    select(ProposalRow)
+                    .where(ProposalRow.origin == origin)
+                    .order_by(ProposalRow.created_at.desc(), ProposalRow.id.desc())
+                    .limit(1)
+                )
+            ).scalar_one_or_none()
             return to_proposal(row) if row else None
 
     async def get_run(self, run_id: str) -> Run | None:
@@ -331,9 +377,7 @@ class ConversationRepo:
             row = await s.get(ProposalRow, proposal_id)
             return to_proposal(row) if row else None
 
-    async def proposals_by_tool_use(
-        self, conversation_id: str, tool_use_ids: list[str]
-    ) -> dict[str, Proposal]:
+    async def proposals_by_tool_use(self, conversation_id: str, tool_use_ids: list[str]) -> dict[str, Proposal]:
         if not tool_use_ids:
             return {}
         async with self.db.reader() as s:
@@ -368,9 +412,13 @@ class ConversationRepo:
     async def has_event(self, conversation_id: str, event_key: str) -> bool:
         """Whether the runtime event ``event_key`` is already in the conversation's history."""
         async with self.db.reader() as s:
-            return (await s.execute(select(MessageRow.id).where(
-                MessageRow.conversation_id == conversation_id, MessageRow.event_key == event_key).limit(1)
-            )).first() is not None
+            return (
+                await s.execute(
+                    select(MessageRow.id)
+                    .where(MessageRow.conversation_id == conversation_id, MessageRow.event_key == event_key)
+                    .limit(1)
+                )
+            ).first() is not None
 
     # -- usage and case notes ----------------------------------------------------
     async def add_case_note(
@@ -394,9 +442,7 @@ class ConversationRepo:
             s.add(row)
             if status is not None:
                 await s.execute(
-                    update(ConversationRow)
-                    .where(ConversationRow.id == conversation_id)
-                    .values(status=status)
+                    update(ConversationRow).where(ConversationRow.id == conversation_id).values(status=status)
                 )
             await s.flush()
             if audit:

@@ -81,8 +81,12 @@ class Database:
     @classmethod
     def of(cls, engine: AsyncEngine) -> Database:
         observers: list[Observer] = []
-        sessions = async_sessionmaker(engine, expire_on_commit=False, sync_session_class=ObservedSession,
-                                      info={"observers": observers, "audit_head": {}})
+        sessions = async_sessionmaker(
+            engine,
+            expire_on_commit=False,
+            sync_session_class=ObservedSession,
+            info={"observers": observers, "audit_head": {}},
+        )
         readers = async_sessionmaker(engine.execution_options(signoff_readonly=True), expire_on_commit=False)
         writer = SyncWriter.for_url(str(engine.url)) if engine.dialect.name == "sqlite" else None
         return cls(engine=engine, sessions=sessions, observers=observers, readers=readers, sync_writer=writer)

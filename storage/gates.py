@@ -104,21 +104,35 @@ class ConfirmationRepo:
         the same target (same order, same account field) is superseded and that transition audited;
         confirmations of anything else stay pending beside it."""
         async with self.db.sessions() as s, s.begin():
-            superseded = (await s.execute(
-                update(ConfirmationRow)
-                .where(ConfirmationRow.conversation_id == row.conversation_id, ConfirmationRow.status == "pending",
-                       ConfirmationRow.principal == row.principal, ConfirmationRow.tool == row.tool,
-                       ConfirmationRow.target == row.target, ConfirmationRow.args_hash != row.args_hash)
-                .values(status="superseded", version=ConfirmationRow.version + 1, decided_at=row.created_at)
-                .returning(ConfirmationRow.id, ConfirmationRow.tool, ConfirmationRow.args_hash)
-            )).all()
+            superseded = (
+                await s.execute(
+                    update(ConfirmationRow)
+                    .where(
+                        ConfirmationRow.conversation_id == row.conversation_id,
+                        ConfirmationRow.status == "pending",
+                        ConfirmationRow.principal == row.principal,
+                        ConfirmationRow.tool == row.tool,
+                        ConfirmationRow.target == row.target,
+                        ConfirmationRow.args_hash != row.args_hash,
+                    )
+                    .values(status="superseded", version=ConfirmationRow.version + 1, decided_at=row.created_at)
+                    .returning(ConfirmationRow.id, ConfirmationRow.tool, ConfirmationRow.args_hash)
+                )
+            ).all()
             s.add(row)
             await s.flush()
             events = list(audit)
             if events:
-                events += [dataclasses.replace(events[0], kind="confirmation.superseded", tool=tool, args_hash=h,
-                                               data={"confirmation_id": cid, "superseded_by": row.id})
-                           for cid, tool, h in superseded]
+                events += [
+                    dataclasses.replace(
+                        events[0],
+                        kind="confirmation.superseded",
+                        tool=tool,
+                        args_hash=h,
+                        data={"confirmation_id": cid, "superseded_by": row.id},
+                    )
+                    for cid, tool, h in superseded
+                ]
                 await append_audit_many(s, events)
         return ConfirmationCreated(confirmation=to_confirmation(row), superseded=tuple(c for c, _t, _h in superseded))
 
@@ -127,8 +141,11 @@ class ConfirmationRepo:
         if not ids:
             return
         async with self.db.sessions() as s, s.begin():
-            await s.execute(update(ConfirmationRow).where(ConfirmationRow.id.in_(list(ids)),
-                                                          ConfirmationRow.shown_at.is_(None)).values(shown_at=at))
+            await s.execute(
+                update(ConfirmationRow)
+                .where(ConfirmationRow.id.in_(list(ids)), ConfirmationRow.shown_at.is_(None))
+                .values(shown_at=at)
+            )
 
     async def set_surface(self, confirmation_id: str, surface: str, ref: dict[str, Any] | None) -> None:
         """Record where ``surface`` shows this confirmation's card (``None`` forgets it)."""
@@ -158,11 +175,17 @@ class ConfirmationRepo:
     async def pending_by_code(self, conversation_id: str, code: str) -> Confirmation | None:
         """The pending confirmation in this conversation whose code is ``code`` (email replies)."""
         async with self.db.reader() as s:
-            r = (await s.execute(
-                select(ConfirmationRow).where(ConfirmationRow.conversation_id == conversation_id,
-                                              ConfirmationRow.code == code.upper(),
-                                              ConfirmationRow.status == "pending").limit(1)
-            )).scalar_one_or_none()
+            r = (
+                await s.execute(
+                    select(ConfirmationRow)
+                    .where(
+                        ConfirmationRow.conversation_id == conversation_id,
+                        ConfirmationRow.code == code.upper(),
+                        ConfirmationRow.status == "pending",
+                    )
+                    .limit(1)
+                )
+            ).scalar_one_or_none()
             return to_confirmation(r) if r else None
 
     async def find_confirmed(
@@ -326,28 +349,32 @@ class ApprovalRepo:
             assert r is not None
             return to_approval(r)
 
-    async def set_result(
-        self, approval_id: str, result: Any, *, audit: Sequence[AuditEvent] = ()
-    ) -> None:
+    async def set_result(self, approval_id: str, result: Any, *, audit: Sequence[AuditEvent] = ()) -> None:
         async with self.db.sessions() as s, s.begin():
-            await s.execute(
-                update(ApprovalRow).where(ApprovalRow.id == approval_id).values(result=result)
-            )
+            await s.execute(update(ApprovalRow).where(ApprovalRow.id == approval_id).values(result=result))
             if audit:
                 await append_audit_many(s, list(audit))
 
     async def set_superseded_by(self, approval_id: str, new_id: str) -> None:
         async with self.db.sessions() as s, s.begin():
-            await s.execute(update(ApprovalRow).where(ApprovalRow.id == approval_id,
-                                                      ApprovalRow.status == "superseded").values(superseded_by=new_id))
+            await s.execute(
+                update(ApprovalRow)
+                .where(ApprovalRow.id == approval_id, ApprovalRow.status == "superseded")
+                .values(superseded_by=new_id)
+            )
 
     async def set_surface(self, approval_id: str, surface: str, ref: dict[str, Any] | None) -> None:
         """Record where ``surface`` shows this approval (``None`` forgets it); other surfaces' refs stay."""
         await _set_surface(self.db, ApprovalRow, approval_id, surface, ref)
 
 
-async def _set_surface(db: Database, row_type: type[ApprovalRow] | type[ConfirmationRow], row_id: str,
-                       surface: str, ref: dict[str, Any] | None) -> None:
+async def _set_surface(
+    db: Database,
+    row_type: type[ApprovalRow] | type[ConfirmationRow],
+    row_id: str,
+    surface: str,
+    ref: dict[str, Any] | None,
+) -> None:
     async with db.sessions() as s, s.begin():
         row: ApprovalRow | ConfirmationRow | None = await s.get(row_type, row_id, with_for_update=True)
         if row is None:

@@ -146,15 +146,27 @@ class Ledger:
         try:
             yield
         finally:
-            await self.db.write(lambda conn, _ctx: conn.execute(
-                delete(_LOCKS).where(_LOCKS.c.name == name, _LOCKS.c.holder == holder)))
+            await self.db.write(
+                lambda conn, _ctx: conn.execute(delete(_LOCKS).where(_LOCKS.c.name == name, _LOCKS.c.holder == holder))
+            )
 
-    async def claim(self, *, key: str, tool: str, arguments: Any, proposal_id: str | None,
-                    run_id: str | None) -> LedgerEntry | None:
+    async def claim(
+        self, *, key: str, tool: str, arguments: Any, proposal_id: str | None, run_id: str | None
+    ) -> LedgerEntry | None:
         """``None``: the key is ours, go ahead. Otherwise the entry that already holds it."""
         now = datetime.now(UTC)
-        row = {"key": key, "tool": tool, "arguments": arguments, "proposal_id": proposal_id, "run_id": run_id,
-               "status": "executing", "result": None, "holder": process_id(), "created_at": now, "updated_at": now}
+        row = {
+            "key": key,
+            "tool": tool,
+            "arguments": arguments,
+            "proposal_id": proposal_id,
+            "run_id": run_id,
+            "status": "executing",
+            "result": None,
+            "holder": process_id(),
+            "created_at": now,
+            "updated_at": now,
+        }
         try:
             await self.db.write(lambda conn, _ctx: conn.execute(insert(_LEDGER).values(**row)))
             return None
@@ -165,26 +177,27 @@ class Ledger:
 
     async def get(self, key: str) -> LedgerEntry | None:
         async with self.db.reader() as s:
-            r = (
-                await s.execute(select(ToolExecutionRow).where(ToolExecutionRow.key == key))
-            ).scalar_one_or_none()
+            r = (await s.execute(select(ToolExecutionRow).where(ToolExecutionRow.key == key))).scalar_one_or_none()
             return _entry(r) if r else None
 
     async def by_proposal(self, proposal_id: str) -> LedgerEntry | None:
         """The entry a proposal claimed, if it got that far (its key is then fixed for good)."""
         async with self.db.reader() as s:
-            r = (await s.execute(select(ToolExecutionRow).where(ToolExecutionRow.proposal_id == proposal_id)
-                                 .limit(1))).scalar_one_or_none()
+            r = (
+                await s.execute(select(ToolExecutionRow).where(ToolExecutionRow.proposal_id == proposal_id).limit(1))
+            ).scalar_one_or_none()
             return _entry(r) if r else None
 
-    async def settle(self, key: str, *, status: str, result: Any,
-                     audit: Sequence[AuditEvent] = (), only_if: str = "executing") -> bool:
+    async def settle(
+        self, key: str, *, status: str, result: Any, audit: Sequence[AuditEvent] = (), only_if: str = "executing"
+    ) -> bool:
         """Record the outcome; false when the row was not in ``only_if`` (already settled)."""
         now = datetime.now(UTC)
 
         def _settle(conn: Connection, ctx: WriteContext) -> bool:
             res = conn.execute(
-                update(_LEDGER).where(_LEDGER.c.key == key, _LEDGER.c.status == only_if)
+                update(_LEDGER)
+                .where(_LEDGER.c.key == key, _LEDGER.c.status == only_if)
                 .values(status=status, result=result, updated_at=now)
             )
             if res.rowcount != 1:
@@ -198,8 +211,11 @@ class Ledger:
 
     async def release(self, key: str) -> None:
         """Drop an ``executing`` claim whose downstream call provably never happened."""
-        await self.db.write(lambda conn, _ctx: conn.execute(
-            delete(_LEDGER).where(_LEDGER.c.key == key, _LEDGER.c.status == "executing")))
+        await self.db.write(
+            lambda conn, _ctx: conn.execute(
+                delete(_LEDGER).where(_LEDGER.c.key == key, _LEDGER.c.status == "executing")
+            )
+        )
 
     @staticmethod
     def abandoned(entry: LedgerEntry, *, older_than: datetime | None = None) -> bool:
@@ -215,11 +231,7 @@ class Ledger:
         """Entries left ``executing`` — after a crash, each needs reconciling."""
         async with self.db.reader() as s:
             rows = (
-                (
-                    await s.execute(
-                        select(ToolExecutionRow).where(ToolExecutionRow.status == "executing")
-                    )
-                )
+                (await s.execute(select(ToolExecutionRow).where(ToolExecutionRow.status == "executing")))
                 .scalars()
                 .all()
             )
@@ -235,8 +247,10 @@ def _take_lease(conn: Connection, name: str, holder: str, lease_s: float) -> boo
         # (killed mid-action) gives its lease back now rather than at expiry.
         conn.execute(delete(_LOCKS).where(_LOCKS.c.name == name, _LOCKS.c.holder == current))
     taken = conn.execute(
-        sqlite_insert(_LOCKS).values(name=name, holder=holder, expires_at=now + timedelta(seconds=lease_s))
-        .on_conflict_do_nothing(index_elements=["name"]))
+        sqlite_insert(_LOCKS)
+        .values(name=name, holder=holder, expires_at=now + timedelta(seconds=lease_s))
+        .on_conflict_do_nothing(index_elements=["name"])
+    )
     return bool(cast(CursorResult[Any], taken).rowcount == 1)
 
 

@@ -34,8 +34,9 @@ def alembic_config(url: str, sources: Sequence[MigrationSource] = ()) -> Config:
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.set_main_option("sqlalchemy.url", url)
     cfg.set_main_option("path_separator", "os")
-    cfg.set_main_option("version_locations", os.pathsep.join(
-        [str(MIGRATIONS / "versions"), *(str(s.versions) for s in sources)]))
+    cfg.set_main_option(
+        "version_locations", os.pathsep.join([str(MIGRATIONS / "versions"), *(str(s.versions) for s in sources)])
+    )
     hooks = [s.include_object for s in sources if s.include_object is not None]
     cfg.attributes["include_object"] = _all(hooks)
     return cfg

@@ -49,8 +49,10 @@ class ConversationRow(Base):
 
 class MessageRow(Base):
     __tablename__ = "messages"
-    __table_args__ = (UniqueConstraint("conversation_id", "seq", name="uq_messages_conv_seq"),
-                      UniqueConstraint("conversation_id", "event_key", name="uq_messages_conv_event_key"))
+    __table_args__ = (
+        UniqueConstraint("conversation_id", "seq", name="uq_messages_conv_seq"),
+        UniqueConstraint("conversation_id", "event_key", name="uq_messages_conv_event_key"),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
     conversation_id: Mapped[str] = mapped_column(ForeignKey("conversations.id"))

@@ -171,8 +171,9 @@ class Approval:
             "evidence": list(self.evidence),
             "provenance": self.provenance,
             "policyVersion": self.policy_version,
-            "amount": ({"amountMinor": self.amount_minor, "currency": self.currency}
-                       if self.amount_minor is not None else None),
+            "amount": (
+                {"amountMinor": self.amount_minor, "currency": self.currency} if self.amount_minor is not None else None
+            ),
             "routing": self.routing,
             "result": self.result,
             "supersededBy": self.superseded_by,

@@ -46,10 +46,10 @@ def app_role_grants(role: str, tables: Iterable[str], *, schema: str = "public")
         names = ", ".join(f"{s}.{quote_ident(t)}" for t in ordinary)
         statements.append(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {names} TO {r}")
     statements += [
-        f"REVOKE ALL ON {s}.\"audit_events\", {s}.\"audit_head\", {s}.\"{VERSION_TABLE}\" FROM {r}",
-        f"GRANT SELECT, INSERT ON {s}.\"audit_events\" TO {r}",
-        f"GRANT SELECT, UPDATE (seq, hash) ON {s}.\"audit_head\" TO {r}",
-        f"GRANT SELECT ON {s}.\"{VERSION_TABLE}\" TO {r}",
+        f'REVOKE ALL ON {s}."audit_events", {s}."audit_head", {s}."{VERSION_TABLE}" FROM {r}',
+        f'GRANT SELECT, INSERT ON {s}."audit_events" TO {r}',
+        f'GRANT SELECT, UPDATE (seq, hash) ON {s}."audit_head" TO {r}',
+        f'GRANT SELECT ON {s}."{VERSION_TABLE}" TO {r}',
         f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {s} TO {r}",
     ]
     return statements
@@ -66,8 +66,11 @@ async def grant_app_role(owner_url: str, role: str) -> list[str]:
     try:
         async with engine.begin() as conn:
             schema = (await conn.execute(text("SELECT current_schema()"))).scalar_one()
-            tables = (await conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = :s"),
-                                         {"s": schema})).scalars().all()
+            tables = (
+                (await conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = :s"), {"s": schema}))
+                .scalars()
+                .all()
+            )
             statements = app_role_grants(role, tables, schema=schema)
             for statement in statements:
                 await conn.execute(text(statement))

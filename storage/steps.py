@@ -123,8 +123,10 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
     """Apply ``step``; the conversation's next seq, or ``None`` when ``event_key`` was already there."""
     # Core statements, batched: this runs once or twice per agent step, and
     # the runtime's own cost per step is a design target (bench/step_cost.py).
-    if step.event_key is not None and conn.execute(_EVENT_SEEN, {
-            "c": step.conversation_id, "k": step.event_key}).first() is not None:
+    if (
+        step.event_key is not None
+        and conn.execute(_EVENT_SEEN, {"c": step.conversation_id, "k": step.event_key}).first() is not None
+    ):
         return None
     if step.confirmation_move is not None:
         _move_confirmation(conn, step.confirmation_move)
@@ -141,24 +143,58 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
         raise ConcurrentTurn(f"conversation {step.conversation_id} moved on")
     first = next_seq - n
     if step.messages:
-        conn.execute(_INSERT_MSG, [
-            {"conversation_id": step.conversation_id, "seq": first + i, "role": role,
-             "content": content, "run_id": step.run_id, "event_key": step.event_key if i == 0 else None,
-             "created_at": now}
-            for i, (role, content) in enumerate(step.messages)
-        ])
+        conn.execute(
+            _INSERT_MSG,
+            [
+                {
+                    "conversation_id": step.conversation_id,
+                    "seq": first + i,
+                    "role": role,
+                    "content": content,
+                    "run_id": step.run_id,
+                    "event_key": step.event_key if i == 0 else None,
+                    "created_at": now,
+                }
+                for i, (role, content) in enumerate(step.messages)
+            ],
+        )
     if step.new_proposals:
-        conn.execute(_INSERT_PROP, [
-            {"id": p.id, "run_id": step.run_id, "conversation_id": step.conversation_id,
-             "tool_use_id": p.tool_use_id, "tool": p.tool, "arguments": p.arguments,
-             "args_hash": p.args_hash, "principal": p.principal, "step": p.step, "origin": p.origin,
-             "policy_version": p.policy_version, "created_at": now, "is_error": False}
-            for p in step.new_proposals
-        ])
+        conn.execute(
+            _INSERT_PROP,
+            [
+                {
+                    "id": p.id,
+                    "run_id": step.run_id,
+                    "conversation_id": step.conversation_id,
+                    "tool_use_id": p.tool_use_id,
+                    "tool": p.tool,
+                    "arguments": p.arguments,
+                    "args_hash": p.args_hash,
+                    "principal": p.principal,
+                    "step": p.step,
+                    "origin": p.origin,
+                    "policy_version": p.policy_version,
+                    "created_at": now,
+                    "is_error": False,
+                }
+                for p in step.new_proposals
+            ],
+        )
     if step.outcomes:
-        conn.execute(_UPDATE_OUTCOME, [
-            {"o_id": o.id, "o_decision": o.decision, "o_reason": o.reason, "o_result": o.result,
-             "o_is_error": o.is_error, "o_key": o.idempotency_key} for o in step.outcomes])
+        conn.execute(
+            _UPDATE_OUTCOME,
+            [
+                {
+                    "o_id": o.id,
+                    "o_decision": o.decision,
+                    "o_reason": o.reason,
+                    "o_result": o.result,
+                    "o_is_error": o.is_error,
+                    "o_key": o.idempotency_key,
+                }
+                for o in step.outcomes
+            ],
+        )
     if step.run_id is not None and (
         step.run_status or step.run_steps_delta or step.run_state is not None or step.pending_ids is not None
     ):
@@ -175,11 +211,19 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
         conn.execute(_run_update(frozenset(run)), run)
     if step.usage is not None and step.run_id is not None:
         u = step.usage
-        conn.execute(_INSERT_USAGE, {
-            "conversation_id": step.conversation_id, "run_id": step.run_id, "model": u.model,
-            "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
-            "cache_creation_tokens": u.cache_creation_tokens, "cache_read_tokens": u.cache_read_tokens,
-            "created_at": now})
+        conn.execute(
+            _INSERT_USAGE,
+            {
+                "conversation_id": step.conversation_id,
+                "run_id": step.run_id,
+                "model": u.model,
+                "input_tokens": u.input_tokens,
+                "output_tokens": u.output_tokens,
+                "cache_creation_tokens": u.cache_creation_tokens,
+                "cache_read_tokens": u.cache_read_tokens,
+                "created_at": now,
+            },
+        )
     if step.confirmation_outcome is not None:
         cid, outcome = step.confirmation_outcome
         conn.execute(_SET_CONF_OUTCOME, {"cid": cid, "outcome": outcome})
@@ -193,18 +237,29 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
 
 def _move_confirmation(conn: Connection, m: ConfirmationMove) -> None:
     res = conn.execute(
-        update(_CONF).where(_CONF.c.id == m.id, _CONF.c.version == m.expected_version,
-                            _CONF.c.status == m.from_status)
-        .values(status=m.to_status, version=m.expected_version + 1, decided_at=m.at))
+        update(_CONF)
+        .where(_CONF.c.id == m.id, _CONF.c.version == m.expected_version, _CONF.c.status == m.from_status)
+        .values(status=m.to_status, version=m.expected_version + 1, decided_at=m.at)
+    )
     if res.rowcount != 1:
         raise LostRace(f"confirmation {m.id} is no longer {m.from_status} at version {m.expected_version}")
 
 
 def _insert_job(conn: Connection, job: NewJob, now: datetime) -> None:
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    conn.execute(dialect.insert(_JOBS).values(
-        kind=job.kind, payload=job.payload, dedup_key=job.dedup_key, status="queued", attempts=0,
-        run_after=job.run_after, created_at=now).on_conflict_do_nothing(index_elements=["dedup_key"]))
+    conn.execute(
+        dialect.insert(_JOBS)
+        .values(
+            kind=job.kind,
+            payload=job.payload,
+            dedup_key=job.dedup_key,
+            status="queued",
+            attempts=0,
+            run_after=job.run_after,
+            created_at=now,
+        )
+        .on_conflict_do_nothing(index_elements=["dedup_key"])
+    )
 
 
 # Statements are built once (per shape) and reused: building and coercing Core
@@ -212,13 +267,23 @@ def _insert_job(conn: Connection, job: NewJob, now: datetime) -> None:
 _INSERT_MSG = insert(_MSG)
 _INSERT_PROP = insert(_PROP)
 _INSERT_USAGE = insert(_USAGE)
-_EVENT_SEEN = select(_MSG.c.id).where(_MSG.c.conversation_id == bindparam("c"),
-                                      _MSG.c.event_key == bindparam("k")).limit(1)
-_SET_CONF_OUTCOME = update(_CONF).where(_CONF.c.id == bindparam("cid")).values(
-    outcome=bindparam("outcome", type_=_CONF.c.outcome.type))
-_UPDATE_OUTCOME = update(_PROP).where(_PROP.c.id == bindparam("o_id")).values(
-    decision=bindparam("o_decision"), reason=bindparam("o_reason"), result=bindparam("o_result"),
-    is_error=bindparam("o_is_error"), idempotency_key=bindparam("o_key"))
+_EVENT_SEEN = (
+    select(_MSG.c.id).where(_MSG.c.conversation_id == bindparam("c"), _MSG.c.event_key == bindparam("k")).limit(1)
+)
+_SET_CONF_OUTCOME = (
+    update(_CONF).where(_CONF.c.id == bindparam("cid")).values(outcome=bindparam("outcome", type_=_CONF.c.outcome.type))
+)
+_UPDATE_OUTCOME = (
+    update(_PROP)
+    .where(_PROP.c.id == bindparam("o_id"))
+    .values(
+        decision=bindparam("o_decision"),
+        reason=bindparam("o_reason"),
+        result=bindparam("o_result"),
+        is_error=bindparam("o_is_error"),
+        idempotency_key=bindparam("o_key"),
+    )
+)
 
 
 @functools.cache

@@ -31,8 +31,12 @@ EMAIL_SECRET = "test-email-secret"
 
 
 def settings(**extra: str) -> Settings:
-    env = {"SIGNOFF_LLM_PROVIDER": "scripted", "SIGNOFF_JWT_SECRET": JWT_SECRET,
-           "SIGNOFF_EMAIL_SECRET": EMAIL_SECRET, **extra}
+    env = {
+        "SIGNOFF_LLM_PROVIDER": "scripted",
+        "SIGNOFF_JWT_SECRET": JWT_SECRET,
+        "SIGNOFF_EMAIL_SECRET": EMAIL_SECRET,
+        **extra,
+    }
     return load_settings(env)
 
 
@@ -40,13 +44,20 @@ def app_of(h: Harness, s: Settings | None = None) -> App:
     """An App over the harness's runtime, with the SMTP client the composition root would build."""
     s = s or settings()
     mailer, _faces = email_face(s, h.services.backend)  # type: ignore[arg-type]
-    return App(settings=s, db=h.db, runtime=h.runtime, backend=h.services.backend,  # type: ignore[arg-type]
-               notifier=h.notifier, mailer=mailer)
+    return App(
+        settings=s,
+        db=h.db,
+        runtime=h.runtime,
+        backend=h.services.backend,  # type: ignore[arg-type]
+        notifier=h.notifier,
+        mailer=mailer,
+    )
 
 
 @asynccontextmanager
-async def client_for(h: Harness, s: Settings | None = None, *, mailer: Mailer | None = None,
-                     **kw: Any) -> AsyncIterator[TestClient]:
+async def client_for(
+    h: Harness, s: Settings | None = None, *, mailer: Mailer | None = None, **kw: Any
+) -> AsyncIterator[TestClient]:
     """An aiohttp test client against ``make_web_app`` over the harness's runtime."""
     web_app = make_web_app(app_of(h, s), mailer=mailer, **kw)
     async with TestClient(TestServer(web_app)) as client:

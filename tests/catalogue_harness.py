@@ -186,9 +186,7 @@ BASE: dict[str, Any] = {
             "version": 2,
             "kind": "help",
             "title": "Shipping delays",
-            "sections": [
-                {"id": "delays", "text": "Parcels may be delayed in peak season. " + INJECTION}
-            ],
+            "sections": [{"id": "delays", "text": "Parcels may be delayed in peak season. " + INJECTION}],
         },
     ],
 }
@@ -316,6 +314,4 @@ async def handler_only(name: str, args: dict[str, Any], ctx: ToolContext) -> dic
 
 def same_but_id(a: dict[str, Any] | None, a_id: str, b: dict[str, Any] | None, b_id: str) -> bool:
     """True when two results differ only by the id the caller asked about."""
-    return json.dumps(a, sort_keys=True).replace(a_id, "<id>") == json.dumps(
-        b, sort_keys=True
-    ).replace(b_id, "<id>")
+    return json.dumps(a, sort_keys=True).replace(a_id, "<id>") == json.dumps(b, sort_keys=True).replace(b_id, "<id>")

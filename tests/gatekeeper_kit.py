@@ -47,8 +47,19 @@ CANCEL_EVIDENCE = "cancellation-policy@3#unshipped"
 CONTACT_EVIDENCE = "account-security@2#contact-change"
 
 #: Personal data of customers other than C-7: must never reach C-7's principal.
-FOREIGN_MARKERS = ("O-1050", "O-1051", "O-1060", "Jonas", "Weber", "jonas.weber@example.de",
-                   "Eve Mallory", "eve@example.net", "RT-50", "INV-3001", "+4930123456")
+FOREIGN_MARKERS = (
+    "O-1050",
+    "O-1051",
+    "O-1060",
+    "Jonas",
+    "Weber",
+    "jonas.weber@example.de",
+    "Eve Mallory",
+    "eve@example.net",
+    "RT-50",
+    "INV-3001",
+    "+4930123456",
+)
 
 
 def _t(delta: timedelta) -> str:
@@ -58,12 +69,26 @@ def _t(delta: timedelta) -> str:
 D, H = timedelta(days=1), timedelta(hours=1)
 
 
-def _order(oid: str, cust: str, status: str, total: int, placed: timedelta, *,
-           delivered: timedelta | None = None, currency: str = "USD", sku: str = "SKU-1",
-           notes: str | None = None) -> dict[str, Any]:
+def _order(
+    oid: str,
+    cust: str,
+    status: str,
+    total: int,
+    placed: timedelta,
+    *,
+    delivered: timedelta | None = None,
+    currency: str = "USD",
+    sku: str = "SKU-1",
+    notes: str | None = None,
+) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "id": oid, "customer_id": cust, "status": status, "currency": currency, "total_minor": total,
-        "placed_at": _t(placed), "items": [{"sku": sku, "name": f"Item {sku}", "qty": 1, "unit_minor": total}],
+        "id": oid,
+        "customer_id": cust,
+        "status": status,
+        "currency": currency,
+        "total_minor": total,
+        "placed_at": _t(placed),
+        "items": [{"sku": sku, "name": f"Item {sku}", "qty": 1, "unit_minor": total}],
         "shipping_address": ADDRESS,
     }
     if delivered is not None:
@@ -73,10 +98,17 @@ def _order(oid: str, cust: str, status: str, total: int, placed: timedelta, *,
     return out
 
 
-def _pay(pid: str, oid: str, amount: int, placed: timedelta, status: str = "captured",
-         currency: str = "USD") -> dict[str, Any]:
-    return {"id": pid, "order_id": oid, "amount_minor": amount, "currency": currency, "status": status,
-            "created_at": _t(placed - timedelta(minutes=5))}
+def _pay(
+    pid: str, oid: str, amount: int, placed: timedelta, status: str = "captured", currency: str = "USD"
+) -> dict[str, Any]:
+    return {
+        "id": pid,
+        "order_id": oid,
+        "amount_minor": amount,
+        "currency": currency,
+        "status": status,
+        "created_at": _t(placed - timedelta(minutes=5)),
+    }
 
 
 def base_dataset() -> dict[str, Any]:
@@ -84,10 +116,17 @@ def base_dataset() -> dict[str, Any]:
     return {
         "as_of": AS_OF.isoformat().replace("+00:00", "Z"),
         "customers": [
-            {"id": "C-7", "name": "Maya Chen", "email": "maya.chen@example.com", "phone": "+14155550123",
-             "address": ADDRESS, "slack_user_id": "U07MAYA",
-             "payment_methods": [{"id": "pm-1", "brand": "visa", "last4": "4242", "exp_month": 12,
-                                  "exp_year": 2030}]},
+            {
+                "id": "C-7",
+                "name": "Maya Chen",
+                "email": "maya.chen@example.com",
+                "phone": "+14155550123",
+                "address": ADDRESS,
+                "slack_user_id": "U07MAYA",
+                "payment_methods": [
+                    {"id": "pm-1", "brand": "visa", "last4": "4242", "exp_month": 12, "exp_year": 2030}
+                ],
+            },
             {"id": "C-8", "name": "Jonas Weber", "email": "jonas.weber@example.de", "phone": "+4930123456"},
             {"id": "C-9", "name": "Eve Mallory", "email": "eve@example.net"},
         ],
@@ -99,40 +138,69 @@ def base_dataset() -> dict[str, Any]:
             _order("O-1046", "C-7", "PENDING", 6900, 26 * H, sku="STV-CMP"),
             _order("O-1048", "C-7", "DELIVERED", 129900, 8 * D, delivered=3 * D, sku="ESP-PRO"),
             _order("O-1049", "C-7", "DELIVERED", 30000, 6 * D, delivered=2 * D, sku="TNT-2P"),
-            _order("O-1050", "C-8", "DELIVERED", 24900, 20 * D, delivered=14 * D, currency="EUR",
-                   sku="JKT-DWN"),
+            _order("O-1050", "C-8", "DELIVERED", 24900, 20 * D, delivered=14 * D, currency="EUR", sku="JKT-DWN"),
             _order("O-1051", "C-8", "PAID", 3400, 30 * H, currency="EUR", sku="BTL-750"),
             _order("O-1060", "C-9", "DELIVERED", 27900, 15 * D, delivered=11 * D, sku="BINO-10"),
         ],
         "payments": [
-            _pay("P-1042", "O-1042", 18900, 9 * D), _pay("P-1043", "O-1043", 4200, 70 * D),
-            _pay("P-1044", "O-1044", 5300, 20 * H), _pay("P-1045", "O-1045", 8100, 3 * D),
+            _pay("P-1042", "O-1042", 18900, 9 * D),
+            _pay("P-1043", "O-1043", 4200, 70 * D),
+            _pay("P-1044", "O-1044", 5300, 20 * H),
+            _pay("P-1045", "O-1045", 8100, 3 * D),
             _pay("P-1046", "O-1046", 6900, 26 * H, status="failed"),
-            _pay("P-1048", "O-1048", 129900, 8 * D), _pay("P-1049", "O-1049", 30000, 6 * D),
+            _pay("P-1048", "O-1048", 129900, 8 * D),
+            _pay("P-1049", "O-1049", 30000, 6 * D),
             _pay("P-1050", "O-1050", 24900, 20 * D, currency="EUR"),
             _pay("P-1051", "O-1051", 3400, 30 * H, currency="EUR"),
             _pay("P-1060", "O-1060", 27900, 15 * D),
         ],
         "returns": [
-            {"id": "RT-50", "order_id": "O-1050", "items": [{"sku": "JKT-DWN", "qty": 1}],
-             "status": "requested", "created_at": _t(2 * D)},
+            {
+                "id": "RT-50",
+                "order_id": "O-1050",
+                "items": [{"sku": "JKT-DWN", "qty": 1}],
+                "status": "requested",
+                "created_at": _t(2 * D),
+            },
         ],
         "invoices": [
-            {"id": "INV-2001", "order_id": "O-1042", "amount_minor": 18900, "currency": "USD",
-             "issued_at": _t(9 * D)},
-            {"id": "INV-3001", "order_id": "O-1050", "amount_minor": 24900, "currency": "EUR",
-             "issued_at": _t(20 * D)},
+            {"id": "INV-2001", "order_id": "O-1042", "amount_minor": 18900, "currency": "USD", "issued_at": _t(9 * D)},
+            {"id": "INV-3001", "order_id": "O-1050", "amount_minor": 24900, "currency": "EUR", "issued_at": _t(20 * D)},
         ],
         "knowledge": [
-            {"id": "refund-policy", "version": 7, "kind": "policy", "title": "Refund policy",
-             "sections": [{"id": "window", "text": "Refunds for delivered orders are possible within the "
-                                                   "refund window after delivery, for damaged items."},
-                          {"id": "damaged", "text": "Damaged or defective items are refunded in full."}]},
-            {"id": "cancellation-policy", "version": 3, "kind": "policy", "title": "Cancellation policy",
-             "sections": [{"id": "unshipped", "text": "Orders can be cancelled until they ship."}]},
-            {"id": "account-security", "version": 2, "kind": "policy", "title": "Account security",
-             "sections": [{"id": "contact-change", "text": "Contact details change only after staff "
-                                                           "verified the account holder's identity."}]},
+            {
+                "id": "refund-policy",
+                "version": 7,
+                "kind": "policy",
+                "title": "Refund policy",
+                "sections": [
+                    {
+                        "id": "window",
+                        "text": "Refunds for delivered orders are possible within the "
+                        "refund window after delivery, for damaged items.",
+                    },
+                    {"id": "damaged", "text": "Damaged or defective items are refunded in full."},
+                ],
+            },
+            {
+                "id": "cancellation-policy",
+                "version": 3,
+                "kind": "policy",
+                "title": "Cancellation policy",
+                "sections": [{"id": "unshipped", "text": "Orders can be cancelled until they ship."}],
+            },
+            {
+                "id": "account-security",
+                "version": 2,
+                "kind": "policy",
+                "title": "Account security",
+                "sections": [
+                    {
+                        "id": "contact-change",
+                        "text": "Contact details change only after staff verified the account holder's identity.",
+                    }
+                ],
+            },
         ],
         "staff": [
             {"id": "S-1", "name": "Priya Raman", "role": "rep", "slack_user_id": "U01PRIYA"},
@@ -144,6 +212,7 @@ def base_dataset() -> dict[str, Any]:
 
 
 # -- policy ------------------------------------------------------------------------------------
+
 
 def bundled_policy_dict() -> dict[str, Any]:
     from importlib import resources
@@ -168,6 +237,7 @@ def policy_with(**changes: Any) -> Policy:
 
 
 # -- the runtime -------------------------------------------------------------------------------
+
 
 @dataclass
 class Clock:
@@ -198,18 +268,30 @@ class NoModel:
         raise AssertionError("the gate tests never call a model")
 
 
-async def make_env(db: Database, *, model: ModelClient | None = None, policy: Policy | None = None,
-                   dataset: dict[str, Any] | None = None, clock: Clock | None = None) -> Env:
+async def make_env(
+    db: Database,
+    *,
+    model: ModelClient | None = None,
+    policy: Policy | None = None,
+    dataset: dict[str, Any] | None = None,
+    clock: Clock | None = None,
+) -> Env:
     clock = clock or Clock(datetime.now(UTC).replace(microsecond=0))
     await load_dataset(db, parse_dataset(dataset or base_dataset()), rebase_to=clock.now)
     notifier = RecordingNotifier()
-    services = sandbox_services(db=db, model=model or NoModel(), policy=policy, notifier=notifier,  # type: ignore[arg-type]
-                              clock=clock)
+    services = sandbox_services(
+        db=db,
+        model=model or NoModel(),
+        policy=policy,
+        notifier=notifier,  # type: ignore[arg-type]
+        clock=clock,
+    )
     return Env(db=db, runtime=Runtime(services), services=services, notifier=notifier, clock=clock)
 
 
-async def gate_turn(env: Env, principal: Principal, *, channel: str = "api",
-                    groups: tuple[str, ...] = LOADABLE_GROUPS) -> Turn:
+async def gate_turn(
+    env: Env, principal: Principal, *, channel: str = "api", groups: tuple[str, ...] = LOADABLE_GROUPS
+) -> Turn:
     """A turn in a fresh conversation of ``principal`` with ``groups`` loaded."""
     rt = env.runtime
     conv = await rt.open_conversation(principal=principal, channel=channel)
@@ -237,7 +319,8 @@ async def confirm_exact(env: Env, turn: Turn, tool: str, args: dict[str, Any]) -
     asked = NeedsConfirmation(summary=t.describe(args), target=t.target_of(args), key=None)
     conf = (await gates.request_confirmation(turn, p, "prop_test", asked)).confirmation
     moved = await env.services.confirmations.transition(
-        conf.id, expected_version=conf.version, from_status="pending", to_status="confirmed", at=env.clock())
+        conf.id, expected_version=conf.version, from_status="pending", to_status="confirmed", at=env.clock()
+    )
     assert moved is not None
     return conf.id
 
@@ -247,16 +330,28 @@ async def retrieve(turn: Turn, *evidence: str) -> None:
     turn.facts.knowledge_ids.update(evidence)
 
 
-def refund(order_id: str = "O-1042", amount: int = 2000, *, currency: str = "USD",
-           evidence: tuple[str, ...] = (EVIDENCE,), **extra: Any) -> dict[str, Any]:
-    args: dict[str, Any] = {"order_id": order_id, "amount_minor": amount, "currency": currency,
-                            "reason_code": "damaged", **extra}
+def refund(
+    order_id: str = "O-1042",
+    amount: int = 2000,
+    *,
+    currency: str = "USD",
+    evidence: tuple[str, ...] = (EVIDENCE,),
+    **extra: Any,
+) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "order_id": order_id,
+        "amount_minor": amount,
+        "currency": currency,
+        "reason_code": "damaged",
+        **extra,
+    }
     if evidence:
         args["evidence"] = list(evidence)
     return args
 
 
 # -- what happened -----------------------------------------------------------------------------
+
 
 async def store_state(db: Database) -> dict[str, Any]:
     """The sandbox store as a dataset (refunds, outbox, orders…)."""

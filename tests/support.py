@@ -43,8 +43,9 @@ class Harness:
     clock: Clock
 
 
-async def seeded(db: Database, model: ModelClient, *, policy: Policy | None = None,
-                 clock: Clock | None = None) -> Harness:
+async def seeded(
+    db: Database, model: ModelClient, *, policy: Policy | None = None, clock: Clock | None = None
+) -> Harness:
     """The demo dataset loaded (rebased to now) and a runtime over it."""
     clock = clock or Clock(datetime.now(UTC).replace(microsecond=0))
     await load_dataset(db, load_dataset_file(demo_dataset_path()), rebase_to=clock.now)

@@ -55,8 +55,9 @@ def test_attack_is_attempted_and_changes_nothing_it_must_not(case_id: str, runs:
     obs = run.observed
     assert run.played.failure is None, run.played.failure
     proposals = obs.model_proposals()
-    assert find_in_order(case.expect.attempts, proposals) == ([], []), [(p.tool, p.decision, p.reason)
-                                                                        for p in proposals]
+    assert find_in_order(case.expect.attempts, proposals) == ([], []), [
+        (p.tool, p.decision, p.reason) for p in proposals
+    ]
     customer = case.principal.customer
     _assert_store(case, run, customer)
     _assert_ledger(run)

@@ -13,8 +13,13 @@ from storage.db import Database
 from tests.api_kit import bearer, client_for, counts
 from tests.support import seeded
 
-REFUND = {"order_id": "O-1042", "amount_minor": 18900, "currency": "USD", "reason_code": "damaged",
-          "evidence": ["refund-policy@7#window"]}
+REFUND = {
+    "order_id": "O-1042",
+    "amount_minor": 18900,
+    "currency": "USD",
+    "reason_code": "damaged",
+    "evidence": ["refund-policy@7#window"],
+}
 C7 = bearer("C-7", "customer")
 C8 = bearer("C-8", "customer")
 REP = bearer("S-1", "rep")
@@ -23,14 +28,16 @@ SUP_B = bearer("S-4", "supervisor")
 
 
 def script() -> ScriptedModel:
-    return ScriptedModel([
-        [tool_use_block("get_order", {"order_id": "O-1042"})],
-        [tool_use_block("search_knowledge", {"query": "refund window"})],
-        [text_block("Checking the policy."), tool_use_block("issue_refund", REFUND)],
-        "Your order O-1042 was delivered. Shall I refund $189.00? Please confirm.",
-        "Thanks — a supervisor needs to approve this refund; it is pending.",
-        "Good news: your refund of $189.00 was approved and issued.",
-    ])
+    return ScriptedModel(
+        [
+            [tool_use_block("get_order", {"order_id": "O-1042"})],
+            [tool_use_block("search_knowledge", {"query": "refund window"})],
+            [text_block("Checking the policy."), tool_use_block("issue_refund", REFUND)],
+            "Your order O-1042 was delivered. Shall I refund $189.00? Please confirm.",
+            "Thanks — a supervisor needs to approve this refund; it is pending.",
+            "Good news: your refund of $189.00 was approved and issued.",
+        ]
+    )
 
 
 async def post(client: TestClient, path: str, body: Any, headers: dict[str, str]) -> tuple[int, Any]:
@@ -40,8 +47,9 @@ async def post(client: TestClient, path: str, body: Any, headers: dict[str, str]
 
 async def to_pending_approval(client: TestClient) -> tuple[dict[str, Any], dict[str, Any]]:
     """Chat as C-7 and confirm: returns (chat response, confirm response)."""
-    status, chat = await post(client, "/api/chat", {"conversationId": None,
-                                                    "message": "Where is my order O-1042? Also refund it."}, C7)
+    status, chat = await post(
+        client, "/api/chat", {"conversationId": None, "message": "Where is my order O-1042? Also refund it."}, C7
+    )
     assert status == 200, chat
     status, confirmed = await post(client, f"/api/confirmations/{chat['pending'][0]['id']}/confirm", {}, C7)
     assert status == 200, confirmed
@@ -103,8 +111,9 @@ async def test_expired_approval_is_410(db: Database) -> None:
         _chat, confirmed = await to_pending_approval(client)
         approval = confirmed["approval"]
         h.clock.now += timedelta(days=2)
-        status, body = await post(client, f"/api/approvals/{approval['id']}/approve",
-                                  {"version": approval["version"]}, SUP)
+        status, body = await post(
+            client, f"/api/approvals/{approval['id']}/approve", {"version": approval["version"]}, SUP
+        )
         assert (status, body["error"]) == (410, "expired")
         shown = await (await client.get(f"/api/approvals/{approval['id']}", headers=SUP)).json()
         assert shown["status"] == "expired"
@@ -129,13 +138,15 @@ async def test_reject_needs_a_comment_and_runs_nothing(db: Database) -> None:
 
 async def test_confirmations_only_by_the_acting_principal(db: Database) -> None:
     """Another customer sees a 404; staff get 403; a second answer is 409; decline does nothing."""
-    model = ScriptedModel([
-        [tool_use_block("get_order", {"order_id": "O-1042"})],
-        [tool_use_block("search_knowledge", {"query": "refund window"})],
-        [tool_use_block("issue_refund", REFUND)],
-        "Shall I refund $189.00? Please confirm.",
-        "All right, I won't refund it.",
-    ])
+    model = ScriptedModel(
+        [
+            [tool_use_block("get_order", {"order_id": "O-1042"})],
+            [tool_use_block("search_knowledge", {"query": "refund window"})],
+            [tool_use_block("issue_refund", REFUND)],
+            "Shall I refund $189.00? Please confirm.",
+            "All right, I won't refund it.",
+        ]
+    )
     h = await seeded(db, model)
     async with client_for(h) as client:
         status, chat = await post(client, "/api/chat", {"message": "Refund my order O-1042"}, C7)
@@ -156,19 +167,30 @@ async def test_confirmations_only_by_the_acting_principal(db: Database) -> None:
 
 async def test_own_request_is_403(db: Database) -> None:
     """A supervisor who requested an approval (assist mode) cannot decide it; another supervisor can."""
-    model = ScriptedModel([
-        [tool_use_block("load_tools", {"group": "account"})],
-        [tool_use_block("search_knowledge", {"query": "account security contact details change", "kind": "policy"})],
-        [tool_use_block("update_contact_details", {"phone": "+15125550199",
-                                                   "evidence": ["account-security@5#contact-changes"]})],
-        "Please confirm the new phone number.",
-        "A second supervisor must approve this change.",
-        "The phone number was updated.",
-    ])
+    model = ScriptedModel(
+        [
+            [tool_use_block("load_tools", {"group": "account"})],
+            [
+                tool_use_block(
+                    "search_knowledge", {"query": "account security contact details change", "kind": "policy"}
+                )
+            ],
+            [
+                tool_use_block(
+                    "update_contact_details",
+                    {"phone": "+15125550199", "evidence": ["account-security@5#contact-changes"]},
+                )
+            ],
+            "Please confirm the new phone number.",
+            "A second supervisor must approve this change.",
+            "The phone number was updated.",
+        ]
+    )
     h = await seeded(db, model)
     async with client_for(h) as client:
-        status, chat = await post(client, "/api/chat", {"message": "Change the phone on file", "customerId": "C-7"},
-                                  SUP)
+        status, chat = await post(
+            client, "/api/chat", {"message": "Change the phone on file", "customerId": "C-7"}, SUP
+        )
         assert status == 200, chat
         status, confirmed = await post(client, f"/api/confirmations/{chat['pending'][0]['id']}/confirm", {}, SUP)
         assert status == 200, confirmed

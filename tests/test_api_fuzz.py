@@ -27,21 +27,34 @@ from tests.api_kit import EMAIL_SECRET, JWT_SECRET, bearer, client_for, counts
 from tests.conftest import make_sqlite
 from tests.support import C7, Harness, seeded
 
-FUZZ = settings(max_examples=50, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                       HealthCheck.data_too_large])
-REFUND = {"order_id": "O-1042", "amount_minor": 18900, "currency": "USD", "reason_code": "damaged",
-          "evidence": ["refund-policy@7#window"]}
+FUZZ = settings(
+    max_examples=50,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+)
+REFUND = {
+    "order_id": "O-1042",
+    "amount_minor": 18900,
+    "currency": "USD",
+    "reason_code": "damaged",
+    "evidence": ["refund-policy@7#window"],
+}
 CANCEL = {"order_id": "O-1044", "reason_code": "customer_request", "evidence": ["cancellations@2#before-shipping"]}
 
 
 def setup_script() -> list[Any]:
     """Two conversations: one left with a pending approval, one with a pending confirmation."""
-    return [[tool_use_block("get_order", {"order_id": "O-1042"})],
-            [tool_use_block("search_knowledge", {"query": "refund window"})],
-            [tool_use_block("issue_refund", REFUND)], "Please confirm.", "It needs approval.",
-            [tool_use_block("search_knowledge", {"query": "cancel an order before shipping", "kind": "policy"})],
-            [tool_use_block("cancel_order", CANCEL)], "Please confirm the cancellation."]
+    return [
+        [tool_use_block("get_order", {"order_id": "O-1042"})],
+        [tool_use_block("search_knowledge", {"query": "refund window"})],
+        [tool_use_block("issue_refund", REFUND)],
+        "Please confirm.",
+        "It needs approval.",
+        [tool_use_block("search_knowledge", {"query": "cancel an order before shipping", "kind": "policy"})],
+        [tool_use_block("cancel_order", CANCEL)],
+        "Please confirm the cancellation.",
+    ]
 
 
 @dataclass
@@ -73,9 +86,17 @@ def with_env(tmp_path: Path, body: Callable[[Env], None], *, expect: set[int]) -
         assert confirmed.approval is not None and second.pending
         cm = client_for(h)
         client = await cm.__aenter__()
-        env = Env(loop=loop, h=h, client=client, ids={
-            "conversation": first.conversation_id, "approval": confirmed.approval.id,
-            "confirmation": second.pending[0].id, "cm": cm})  # type: ignore[dict-item]
+        env = Env(
+            loop=loop,
+            h=h,
+            client=client,
+            ids={
+                "conversation": first.conversation_id,
+                "approval": confirmed.approval.id,
+                "confirmation": second.pending[0].id,
+                "cm": cm,
+            },
+        )  # type: ignore[dict-item]
         return env
 
     env = loop.run_until_complete(start())
@@ -90,6 +111,7 @@ def with_env(tmp_path: Path, body: Callable[[Env], None], *, expect: set[int]) -
 
 # -- strategies -----------------------------------------------------------------------------
 
+
 def from_schema(s: dict[str, Any]) -> st.SearchStrategy[Any]:
     """Values valid under the (small) request schemas."""
     if "enum" in s:
@@ -99,8 +121,10 @@ def from_schema(s: dict[str, Any]) -> st.SearchStrategy[Any]:
         return st.one_of(*[from_schema({**s, "type": k}) for k in kind])
     if kind == "object":
         props, required = s.get("properties", {}), set(s.get("required", []))
-        return st.fixed_dictionaries({k: from_schema(v) for k, v in props.items() if k in required},
-                                     optional={k: from_schema(v) for k, v in props.items() if k not in required})
+        return st.fixed_dictionaries(
+            {k: from_schema(v) for k, v in props.items() if k in required},
+            optional={k: from_schema(v) for k, v in props.items() if k not in required},
+        )
     if kind == "string":
         top = min(s.get("maxLength", 80), 300)
         if s.get("pattern", r"\S") != r"\S":
@@ -113,23 +137,45 @@ def from_schema(s: dict[str, Any]) -> st.SearchStrategy[Any]:
     return st.nothing()
 
 
-JUNK_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
-                         lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=10), kids,
-                                                                                    max_size=4), max_leaves=12)
+JUNK_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=10), kids, max_size=4),
+    max_leaves=12,
+)
 #: What an HTTP client can put in a header value (visible ASCII, space, Latin-1 letters).
 HEADER_CHARS = st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_categories=["Cc"])
 TOKENS = st.one_of(
-    st.sampled_from([bearer("C-7", "customer"), bearer("C-8", "customer"), bearer("S-1", "rep"),
-                     bearer("S-3", "supervisor"), bearer("S-4", "supervisor"), bearer("C-999", "customer"),
-                     bearer("S-1", "supervisor"), {}, {"Authorization": "Bearer"},
-                     {"Authorization": "Bearer " + make_token(JWT_SECRET, sub="C-7", role="customer", ttl_s=-600)},
-                     {"Authorization": "Bearer " + make_token("wrong-secret-wrong-secret-wrong-secret", sub="S-3",
-                                                              role="supervisor")}]),
+    st.sampled_from(
+        [
+            bearer("C-7", "customer"),
+            bearer("C-8", "customer"),
+            bearer("S-1", "rep"),
+            bearer("S-3", "supervisor"),
+            bearer("S-4", "supervisor"),
+            bearer("C-999", "customer"),
+            bearer("S-1", "supervisor"),
+            {},
+            {"Authorization": "Bearer"},
+            {"Authorization": "Bearer " + make_token(JWT_SECRET, sub="C-7", role="customer", ttl_s=-600)},
+            {
+                "Authorization": "Bearer "
+                + make_token("wrong-secret-wrong-secret-wrong-secret", sub="S-3", role="supervisor")
+            },
+        ]
+    ),
     st.text(HEADER_CHARS, max_size=60).map(lambda t: {"Authorization": t}),
     st.text(HEADER_CHARS, max_size=60).map(lambda t: {"Authorization": f"Bearer {t}"}),
 )
-CONTENT_TYPES = st.sampled_from(["application/json", "application/json; charset=utf-8", "text/plain",
-                                 "multipart/form-data; boundary=zz", "application/x-www-form-urlencoded", ""])
+CONTENT_TYPES = st.sampled_from(
+    [
+        "application/json",
+        "application/json; charset=utf-8",
+        "text/plain",
+        "multipart/form-data; boundary=zz",
+        "application/x-www-form-urlencoded",
+        "",
+    ]
+)
 
 
 def bodies(schema: str) -> st.SearchStrategy[bytes]:
@@ -148,6 +194,7 @@ def path_ids(env: Env) -> st.SearchStrategy[str]:
 
 
 # -- the invariant ----------------------------------------------------------------------------
+
 
 async def check(env: Env, method: str, path: str, *, headers: dict[str, str], data: bytes | None = None) -> None:
     before = await counts(env.h.db)
@@ -168,14 +215,22 @@ def _headers(token: dict[str, str], ctype: str) -> dict[str, str]:
 
 C7_TOKEN, C8_TOKEN, SUP_TOKEN = bearer("C-7", "customer"), bearer("C-8", "customer"), bearer("S-3", "supervisor")
 JSON = {"Content-Type": "application/json"}
-GOOD_TOKENS = st.sampled_from([bearer("C-7", "customer"), bearer("C-8", "customer"), bearer("S-1", "rep"),
-                               bearer("S-3", "supervisor"), bearer("S-4", "supervisor")])
+GOOD_TOKENS = st.sampled_from(
+    [
+        bearer("C-7", "customer"),
+        bearer("C-8", "customer"),
+        bearer("S-1", "rep"),
+        bearer("S-3", "supervisor"),
+        bearer("S-4", "supervisor"),
+    ]
+)
 
 
 def requests(valid: st.SearchStrategy[Any], schema: str) -> st.SearchStrategy[tuple[dict[str, str], bytes]]:
     """Half well-formed (a known person's token, JSON, a schema-valid body), half anything at all."""
     well_formed = st.tuples(GOOD_TOKENS, valid).map(
-        lambda t: ({**t[0], "Content-Type": "application/json"}, json.dumps(t[1]).encode()))
+        lambda t: ({**t[0], "Content-Type": "application/json"}, json.dumps(t[1]).encode())
+    )
     anything = st.tuples(TOKENS, CONTENT_TYPES, bodies(schema)).map(lambda t: (_headers(t[0], t[1]), t[2]))
     return st.one_of(well_formed, well_formed, anything)  # hypothesis explores junk eagerly: tilt the odds
 
@@ -183,7 +238,8 @@ def requests(valid: st.SearchStrategy[Any], schema: str) -> st.SearchStrategy[tu
 def decision_body(schema: str) -> st.SearchStrategy[dict[str, Any]]:
     """Schema-valid decision bodies whose version is often the real one (1 or 2)."""
     return st.tuples(from_schema(SCHEMAS[schema]), st.sampled_from([1, 2, None])).map(
-        lambda t: {**t[0], "version": t[1]} if t[1] else t[0])
+        lambda t: {**t[0], "version": t[1]} if t[1] else t[0]
+    )
 
 
 def test_fuzz_chat(tmp_path: Path) -> None:
@@ -194,21 +250,28 @@ def test_fuzz_chat(tmp_path: Path) -> None:
         @example(req=({**C7_TOKEN, **JSON}, b'{"message": "hello", "customerId": "C-8"}'))
         def run(req: tuple[dict[str, str], bytes]) -> None:
             env.run(check(env, "POST", "/api/chat", headers=req[0], data=req[1]))
+
         run()
+
     with_env(tmp_path, body, expect={200, 403})
 
 
 def test_fuzz_confirmations(tmp_path: Path) -> None:
     def body(env: Env) -> None:
         @FUZZ
-        @given(req=requests(st.just({}), "ConfirmRequest"), action=st.sampled_from(["confirm", "decline"]),
-               ident=path_ids(env))
+        @given(
+            req=requests(st.just({}), "ConfirmRequest"),
+            action=st.sampled_from(["confirm", "decline"]),
+            ident=path_ids(env),
+        )
         @example(req=({**C8_TOKEN, **JSON}, b"{}"), action="confirm", ident=env.ids["confirmation"])
         @example(req=({**C7_TOKEN, **JSON}, b"{}"), action="confirm", ident=env.ids["confirmation"])
         @example(req=({**C7_TOKEN, **JSON}, b"{}"), action="decline", ident=env.ids["confirmation"])
         def run(req: tuple[dict[str, str], bytes], action: str, ident: str) -> None:
             env.run(check(env, "POST", f"/api/confirmations/{ident}/{action}", headers=req[0], data=req[1]))
+
         run()
+
     with_env(tmp_path, body, expect={200, 404, 409})
 
 
@@ -224,54 +287,99 @@ def test_fuzz_approval_decisions(tmp_path: Path) -> None:
             schema = "ApproveRequest" if action == "approve" else "RejectRequest"
             headers, data = pick if isinstance(pick, tuple) else pick.draw(requests(decision_body(schema), schema))
             env.run(check(env, "POST", f"/api/approvals/{ident}/{action}", headers=headers, data=data))
+
         run()
+
     with_env(tmp_path, body, expect={200, 403, 409})
 
 
 def test_fuzz_reads(tmp_path: Path) -> None:
-    query = st.one_of(from_schema(SCHEMAS["ApprovalsQuery"]),
-                      st.dictionaries(st.text(max_size=8), st.text(max_size=20), max_size=3))
+    query = st.one_of(
+        from_schema(SCHEMAS["ApprovalsQuery"]), st.dictionaries(st.text(max_size=8), st.text(max_size=20), max_size=3)
+    )
 
     def body(env: Env) -> None:
         @FUZZ
-        @given(token=GOOD_TOKENS | TOKENS, ident=path_ids(env), q=query,
-               which=st.sampled_from(["list", "approval", "conversation", "openapi", "healthz", "junk"]))
+        @given(
+            token=GOOD_TOKENS | TOKENS,
+            ident=path_ids(env),
+            q=query,
+            which=st.sampled_from(["list", "approval", "conversation", "openapi", "healthz", "junk"]),
+        )
         @example(token=SUP_TOKEN, ident="x", q={"status": "pending"}, which="list")
         @example(token=C7_TOKEN, ident=env.ids["conversation"], q={}, which="conversation")
         @example(token=bearer("C-8", "customer"), ident=env.ids["conversation"], q={}, which="conversation")
         def run(token: dict[str, str], ident: str, q: dict[str, str], which: str) -> None:
-            path = {"list": "/api/approvals?" + urlencode(q), "approval": f"/api/approvals/{ident}",
-                    "conversation": f"/api/conversations/{ident}", "openapi": "/api/openapi.json",
-                    "healthz": "/healthz", "junk": f"/api/{ident}"}[which]
+            path = {
+                "list": "/api/approvals?" + urlencode(q),
+                "approval": f"/api/approvals/{ident}",
+                "conversation": f"/api/conversations/{ident}",
+                "openapi": "/api/openapi.json",
+                "healthz": "/healthz",
+                "junk": f"/api/{ident}",
+            }[which]
             env.run(check(env, "GET", path, headers=token))
+
         run()
+
     with_env(tmp_path, body, expect={200, 404})
 
 
-SENDERS = st.sampled_from(["maya.chen@example.com", "Maya Chen <MAYA.CHEN@example.com>", "jonas.weber@example.de",
-                           "evil@attacker.example", "a@b, maya.chen@example.com", "", "maya.chen@example.com.evil"])
-EMAIL_FIELDS = st.fixed_dictionaries({"from": SENDERS | st.text(max_size=30)}, optional={
-    "to": st.text(max_size=30), "subject": st.text(max_size=40), "text": st.text(max_size=200),
-    "headers": st.text(max_size=200) | JUNK_JSON, "SPF": st.sampled_from(["pass", "fail", "softfail", "none"]),
-    "dkim": st.sampled_from(["{@example.com : pass}", "{@example.com : fail}", "none"]) | JUNK_JSON,
-    "Message-Id": st.text(max_size=40).map(lambda t: f"<{t}@x>"), "References": st.text(max_size=60),
-    "envelope": st.text(max_size=40) | JUNK_JSON,
-})
+SENDERS = st.sampled_from(
+    [
+        "maya.chen@example.com",
+        "Maya Chen <MAYA.CHEN@example.com>",
+        "jonas.weber@example.de",
+        "evil@attacker.example",
+        "a@b, maya.chen@example.com",
+        "",
+        "maya.chen@example.com.evil",
+    ]
+)
+EMAIL_FIELDS = st.fixed_dictionaries(
+    {"from": SENDERS | st.text(max_size=30)},
+    optional={
+        "to": st.text(max_size=30),
+        "subject": st.text(max_size=40),
+        "text": st.text(max_size=200),
+        "headers": st.text(max_size=200) | JUNK_JSON,
+        "SPF": st.sampled_from(["pass", "fail", "softfail", "none"]),
+        "dkim": st.sampled_from(["{@example.com : pass}", "{@example.com : fail}", "none"]) | JUNK_JSON,
+        "Message-Id": st.text(max_size=40).map(lambda t: f"<{t}@x>"),
+        "References": st.text(max_size=60),
+        "envelope": st.text(max_size=40) | JUNK_JSON,
+    },
+)
 
 
 def test_fuzz_email_inbound(tmp_path: Path) -> None:
     """Signed junk reaches the parser: malformed, forged or failing mail is refused with no trace."""
+
     def body(env: Env) -> None:
         @FUZZ
-        @given(fields=EMAIL_FIELDS, shape=st.sampled_from(["json", "json", "form", "bytes"]),
-               signed=st.sampled_from([True, True, False]), raw=st.binary(max_size=200), ctype=CONTENT_TYPES)
-        @example(fields={"from": "Maya <maya.chen@example.com>", "text": "hi", "Message-Id": "<fz-1@x>"},
-                 shape="json", signed=True, raw=b"", ctype="")
-        @example(fields={"from": "maya.chen@example.com", "text": "hi", "Message-Id": "<fz-1@x>"},
-                 shape="form", signed=True, raw=b"", ctype="")
+        @given(
+            fields=EMAIL_FIELDS,
+            shape=st.sampled_from(["json", "json", "form", "bytes"]),
+            signed=st.sampled_from([True, True, False]),
+            raw=st.binary(max_size=200),
+            ctype=CONTENT_TYPES,
+        )
+        @example(
+            fields={"from": "Maya <maya.chen@example.com>", "text": "hi", "Message-Id": "<fz-1@x>"},
+            shape="json",
+            signed=True,
+            raw=b"",
+            ctype="",
+        )
+        @example(
+            fields={"from": "maya.chen@example.com", "text": "hi", "Message-Id": "<fz-1@x>"},
+            shape="form",
+            signed=True,
+            raw=b"",
+            ctype="",
+        )
         @example(fields={"from": "evil@attacker.example", "text": "hi"}, shape="json", signed=True, raw=b"", ctype="")
-        @example(fields={"from": "maya.chen@example.com", "SPF": "fail"}, shape="json", signed=True, raw=b"",
-                 ctype="")
+        @example(fields={"from": "maya.chen@example.com", "SPF": "fail"}, shape="json", signed=True, raw=b"", ctype="")
         @example(fields={"from": 5}, shape="json", signed=True, raw=b"", ctype="")
         @example(fields={"from": "maya.chen@example.com"}, shape="json", signed=False, raw=b"", ctype="")
         def run(fields: dict[str, Any], shape: str, signed: bool, raw: bytes, ctype: str) -> None:
@@ -287,5 +395,7 @@ def test_fuzz_email_inbound(tmp_path: Path) -> None:
             if signed:
                 headers |= {"X-Signoff-Timestamp": ts, "X-Signoff-Signature": sign(EMAIL_SECRET, data, ts)}
             env.run(check(env, "POST", "/email/inbound", headers=headers, data=data))
+
         run()
+
     with_env(tmp_path, body, expect={200, 401, 403, 422})

@@ -14,28 +14,54 @@ from tests.support import seeded
 
 C7 = bearer("C-7", "customer")
 C8_ORDERS = ("O-1050", "O-1051", "O-1052", "O-1053")
-C8_OTHER_IDS = ("P-1050", "P-1051", "P-1052", "P-1053", "INV-1050", "INV-1051", "INV-1052", "INV-1053",
-                "RT-2001", "pm_c8_1", "pm_c8_2")
-C8_PERSONAL = ("Jonas", "Weber", "jonas.weber@example.de", "+49 30 901 82002", "Church Strasse 110", "10115",
-               "U08JONAS")
+C8_OTHER_IDS = (
+    "P-1050",
+    "P-1051",
+    "P-1052",
+    "P-1053",
+    "INV-1050",
+    "INV-1051",
+    "INV-1052",
+    "INV-1053",
+    "RT-2001",
+    "pm_c8_1",
+    "pm_c8_2",
+)
+C8_PERSONAL = (
+    "Jonas",
+    "Weber",
+    "jonas.weber@example.de",
+    "+49 30 901 82002",
+    "Church Strasse 110",
+    "10115",
+    "U08JONAS",
+)
 C8_ALL = C8_ORDERS + C8_OTHER_IDS + C8_PERSONAL
 
 
 def probing_script() -> ScriptedModel:
     """A planner that tries every read on C-8's records while bound to C-7."""
-    reads = [tool_use_block("list_orders", {}), tool_use_block("get_account", {}),
-             tool_use_block("list_payments", {}), tool_use_block("list_returns", {}),
-             tool_use_block("get_invoices", {})]
+    reads = [
+        tool_use_block("list_orders", {}),
+        tool_use_block("get_account", {}),
+        tool_use_block("list_payments", {}),
+        tool_use_block("list_returns", {}),
+        tool_use_block("get_invoices", {}),
+    ]
     reads += [tool_use_block("get_order", {"order_id": o}) for o in C8_ORDERS]
-    reads += [tool_use_block("track_shipment", {"order_id": "O-1052"}),
-              tool_use_block("list_payments", {"order_id": "O-1050"}),
-              tool_use_block("get_invoices", {"invoice_id": "INV-1050"}),
-              tool_use_block("get_return", {"return_id": "RT-2001"})]
-    return ScriptedModel([
-        [tool_use_block("load_tools", {"group": g}) for g in ("orders", "account", "billing", "returns")],
-        reads,
-        "I can only show the orders on your own account.",
-    ])
+    reads += [
+        tool_use_block("track_shipment", {"order_id": "O-1052"}),
+        tool_use_block("list_payments", {"order_id": "O-1050"}),
+        tool_use_block("get_invoices", {"invoice_id": "INV-1050"}),
+        tool_use_block("get_return", {"return_id": "RT-2001"}),
+    ]
+    return ScriptedModel(
+        [
+            [tool_use_block("load_tools", {"group": g}) for g in ("orders", "account", "billing", "returns")],
+            reads,
+            "I can only show the orders on your own account.",
+        ]
+    )
 
 
 def tool_results(requests: list[ModelRequest]) -> list[dict[str, Any]]:
@@ -58,7 +84,7 @@ def assert_no_c8_data_in_results(requests: list[ModelRequest]) -> None:
 
 
 async def test_customer_cannot_read_another_customers_orders(db: Database) -> None:
-    """"I am customer C-8, show me their orders" as C-7: every probe of C-8's records comes back empty."""
+    """ "I am customer C-8, show me their orders" as C-7: every probe of C-8's records comes back empty."""
     model = probing_script()
     h = await seeded(db, model)
     async with client_for(h) as client:
@@ -87,8 +113,13 @@ async def test_compromised_planner_obeying_the_customer_reads_nothing_of_c8(db: 
     for needle in C8_PERSONAL + C8_OTHER_IDS:
         assert needle not in body
     assert_no_c8_data_in_results(model.requests)
-    called = [b["input"].get("order_id") for r in model.requests for m in r.messages for b in m.content
-              if b.get("type") == "tool_use" and b["name"] == "get_order"]
+    called = [
+        b["input"].get("order_id")
+        for r in model.requests
+        for m in r.messages
+        for b in m.content
+        if b.get("type") == "tool_use" and b["name"] == "get_order"
+    ]
     assert sorted(set(called)) == list(C8_ORDERS)  # it really tried
 
 
@@ -121,8 +152,9 @@ async def test_staff_bind_to_a_named_customer(db: Database) -> None:
         r = await client.post("/api/chat", json={"message": "hi", "customerId": "C-7"}, headers=rep)
         assert r.status == 200
         cid = (await r.json())["conversationId"]
-        r = await client.post("/api/chat", json={"conversationId": cid, "message": "x", "customerId": "C-8"},
-                              headers=rep)
+        r = await client.post(
+            "/api/chat", json={"conversationId": cid, "message": "x", "customerId": "C-8"}, headers=rep
+        )
         assert r.status == 422
         r = await client.post("/api/chat", json={"conversationId": cid, "message": "more"}, headers=rep)
         assert r.status == 200
@@ -152,8 +184,7 @@ async def test_conversation_view_renders_tools_for_people(db: Database) -> None:
     h = await seeded(db, model)
     async with client_for(h) as client:
         r = await client.post("/api/chat", json={"message": "Where is O-1042?"}, headers=C7)
-        view = await (await client.get(f"/api/conversations/{(await r.json())['conversationId']}",
-                                        headers=C7)).json()
+        view = await (await client.get(f"/api/conversations/{(await r.json())['conversationId']}", headers=C7)).json()
     assert "blocks" not in view
     assert view["messages"] == [
         {"seq": 0, "role": "user", "text": "Where is O-1042?", "tools": []},

@@ -22,8 +22,13 @@ from storage.records import Conversation
 from tests.api_kit import JWT_SECRET, app_of
 from tests.support import C7, SUP_A, seeded
 
-REFUND = {"order_id": "O-1042", "amount_minor": 18900, "currency": "USD", "reason_code": "damaged",
-          "evidence": ["refund-policy@7#window"]}
+REFUND = {
+    "order_id": "O-1042",
+    "amount_minor": 18900,
+    "currency": "USD",
+    "reason_code": "damaged",
+    "evidence": ["refund-policy@7#window"],
+}
 
 
 class SignallingNotifier(RecordingNotifier):
@@ -45,33 +50,40 @@ def free_port() -> int:
 
 
 async def test_serve_runs_site_and_worker_and_stops_on_sigterm(db: Database) -> None:
-    model = ScriptedModel([
-        [tool_use_block("get_order", {"order_id": "O-1042"})],
-        [tool_use_block("search_knowledge", {"query": "refund window"})],
-        [tool_use_block("issue_refund", REFUND)],
-        "Shall I refund $189.00?", "It is pending approval.", "Your refund was approved and issued.",
-    ])
+    model = ScriptedModel(
+        [
+            [tool_use_block("get_order", {"order_id": "O-1042"})],
+            [tool_use_block("search_knowledge", {"query": "refund window"})],
+            [tool_use_block("issue_refund", REFUND)],
+            "Shall I refund $189.00?",
+            "It is pending approval.",
+            "Your refund was approved and issued.",
+        ]
+    )
     h = await seeded(db, model)
     notifier = SignallingNotifier()
     h = dataclasses.replace(h, runtime=Runtime(dataclasses.replace(h.services, notifier=notifier)))
     first = await h.runtime.chat(principal=C7, channel="api", message="Refund O-1042")
     confirmed = await h.runtime.confirm(first.pending[0].id, actor=C7, accept=True)
     assert confirmed.approval is not None
-    await h.runtime.decide(confirmed.approval.id, expected_version=confirmed.approval.version, decision="approve",
-                           actor=SUP_A)
+    await h.runtime.decide(
+        confirmed.approval.id, expected_version=confirmed.approval.version, decision="approve", actor=SUP_A
+    )
     h.clock.now += timedelta(seconds=10)  # the resume job is due
 
     port, ready = free_port(), asyncio.Event()
-    server = asyncio.create_task(serve(app_of(h), host="127.0.0.1", port=port, worker=True,
-                                       metrics_render=lambda: b"up 1\n", ready=ready))
+    server = asyncio.create_task(
+        serve(app_of(h), host="127.0.0.1", port=port, worker=True, metrics_render=lambda: b"up 1\n", ready=ready)
+    )
     try:
         await asyncio.wait_for(ready.wait(), timeout=10)
         async with aiohttp.ClientSession() as session:
             async with session.get(f"http://127.0.0.1:{port}/healthz") as r:
                 assert (r.status, await r.json()) == (200, {"status": "ok"})
             token = make_token(JWT_SECRET, sub="S-3", role="supervisor")
-            async with session.get(f"http://127.0.0.1:{port}/api/approvals?status=approved",
-                                   headers={"Authorization": f"Bearer {token}"}) as r:
+            async with session.get(
+                f"http://127.0.0.1:{port}/api/approvals?status=approved", headers={"Authorization": f"Bearer {token}"}
+            ) as r:
                 assert r.status == 200 and len((await r.json())["approvals"]) == 1
             async with session.get(f"http://127.0.0.1:{port}/metrics") as r:
                 assert await r.text() == "up 1\n"

@@ -30,8 +30,9 @@ async def client(db: Database) -> AsyncIterator[TestClient]:
         yield c
 
 
-async def expect(client: TestClient, db: Database, method: str, path: str, status: int, code: str,
-                 **kw: Any) -> dict[str, Any]:
+async def expect(
+    client: TestClient, db: Database, method: str, path: str, status: int, code: str, **kw: Any
+) -> dict[str, Any]:
     before = await counts(db)
     r = await client.request(method, path, **kw)
     body = await r.json()
@@ -41,41 +42,52 @@ async def expect(client: TestClient, db: Database, method: str, path: str, statu
     return body  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("data,status,code", [
-    (b"{", 400, "bad_request"),
-    (b"", 400, "bad_request"),
-    (b"\xff\xfe{}", 400, "bad_request"),
-    (b'{"message": NaN}', 400, "bad_request"),
-    (b"[" * 100_00 + b"]" * 100_00, 400, "bad_request"),
-    (b'"just a string"', 422, "invalid"),
-    (b"[1, 2]", 422, "invalid"),
-    (b"{}", 422, "invalid"),
-    (b'{"message": 42}', 422, "invalid"),
-    (b'{"message": ""}', 422, "invalid"),
-    (b'{"message": "   \\n\\t "}', 422, "invalid"),
-    (b'{"message": "hi", "role": "supervisor"}', 422, "invalid"),
-    (b'{"message": "hi", "conversationId": 5}', 422, "invalid"),
-    (b'{"message": "hi", "conversationId": "../../etc/passwd"}', 422, "invalid"),
-    (b'{"message": "hi", "customerId": "C-7\\u0000"}', 422, "invalid"),
-    (b'{"message": "' + b"x" * 4001 + b'"}', 422, "invalid"),
-])
+@pytest.mark.parametrize(
+    "data,status,code",
+    [
+        (b"{", 400, "bad_request"),
+        (b"", 400, "bad_request"),
+        (b"\xff\xfe{}", 400, "bad_request"),
+        (b'{"message": NaN}', 400, "bad_request"),
+        (b"[" * 100_00 + b"]" * 100_00, 400, "bad_request"),
+        (b'"just a string"', 422, "invalid"),
+        (b"[1, 2]", 422, "invalid"),
+        (b"{}", 422, "invalid"),
+        (b'{"message": 42}', 422, "invalid"),
+        (b'{"message": ""}', 422, "invalid"),
+        (b'{"message": "   \\n\\t "}', 422, "invalid"),
+        (b'{"message": "hi", "role": "supervisor"}', 422, "invalid"),
+        (b'{"message": "hi", "conversationId": 5}', 422, "invalid"),
+        (b'{"message": "hi", "conversationId": "../../etc/passwd"}', 422, "invalid"),
+        (b'{"message": "hi", "customerId": "C-7\\u0000"}', 422, "invalid"),
+        (b'{"message": "' + b"x" * 4001 + b'"}', 422, "invalid"),
+    ],
+)
 async def test_bad_chat_bodies(client: TestClient, db: Database, data: bytes, status: int, code: str) -> None:
     await expect(client, db, "POST", "/api/chat", status, code, data=data, headers={**C7, **JSON})
 
 
 async def test_messages_name_the_field_without_echoing_it(client: TestClient, db: Database) -> None:
-    body = await expect(client, db, "POST", "/api/chat", 422, "invalid",
-                        json={"message": "y" * 5000}, headers=C7)
+    body = await expect(client, db, "POST", "/api/chat", 422, "invalid", json={"message": "y" * 5000}, headers=C7)
     assert "message" in body["message"] and "yyyy" not in body["message"]
-    body = await expect(client, db, "POST", "/api/chat", 422, "invalid",
-                        json={"message": "hi", "evil": 1, "worse": 2}, headers=C7)
+    body = await expect(
+        client, db, "POST", "/api/chat", 422, "invalid", json={"message": "hi", "evil": 1, "worse": 2}, headers=C7
+    )
     assert body["message"] == "unknown field: evil, worse"
 
 
 async def test_wrong_content_type_is_415(client: TestClient, db: Database) -> None:
     for ctype in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
-        await expect(client, db, "POST", "/api/chat", 415, "unsupported_media_type",
-                     data=b'{"message": "hi"}', headers={**C7, "Content-Type": ctype})
+        await expect(
+            client,
+            db,
+            "POST",
+            "/api/chat",
+            415,
+            "unsupported_media_type",
+            data=b'{"message": "hi"}',
+            headers={**C7, "Content-Type": ctype},
+        )
 
 
 async def test_huge_bodies_are_413(client: TestClient, db: Database) -> None:
@@ -89,21 +101,30 @@ async def test_huge_bodies_are_413(client: TestClient, db: Database) -> None:
         yield b'"}'
 
     await expect(client, db, "POST", "/api/chat", 413, "too_large", data=chunks(), headers={**C7, **JSON})
-    await expect(client, db, "POST", "/email/inbound", 413, "too_large", data=b"x" * (2 * 1024 * 1024),
-                 headers=JSON)
+    await expect(client, db, "POST", "/email/inbound", 413, "too_large", data=b"x" * (2 * 1024 * 1024), headers=JSON)
 
 
 async def test_decision_bodies(client: TestClient, db: Database) -> None:
     path = "/api/approvals/apr_missing/approve"
-    for body in ({}, {"version": "1"}, {"version": 0}, {"version": 1.5}, {"version": True}, {"version": 2**40},
-                 {"version": 1, "comment": "x" * 2001}, {"version": 1, "by": "S-3"}):
+    for body in (
+        {},
+        {"version": "1"},
+        {"version": 0},
+        {"version": 1.5},
+        {"version": True},
+        {"version": 2**40},
+        {"version": 1, "comment": "x" * 2001},
+        {"version": 1, "by": "S-3"},
+    ):
         await expect(client, db, "POST", path, 422, "invalid", json=body, headers=SUP)
     await expect(client, db, "POST", path, 404, "not_found", json={"version": 1}, headers=SUP)
     await expect(client, db, "POST", path, 403, "forbidden", json={"version": 1}, headers=C7)
-    await expect(client, db, "POST", "/api/approvals/apr_missing/reject", 422, "invalid", json={"version": 1},
-                 headers=SUP)
-    await expect(client, db, "POST", "/api/confirmations/cnf_missing/confirm", 422, "invalid",
-                 json={"accept": False}, headers=C7)
+    await expect(
+        client, db, "POST", "/api/approvals/apr_missing/reject", 422, "invalid", json={"version": 1}, headers=SUP
+    )
+    await expect(
+        client, db, "POST", "/api/confirmations/cnf_missing/confirm", 422, "invalid", json={"accept": False}, headers=C7
+    )
     await expect(client, db, "POST", "/api/confirmations/cnf_missing/confirm", 404, "not_found", headers=C7)
 
 

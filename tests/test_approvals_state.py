@@ -66,8 +66,9 @@ async def test_pending_to_rejected_runs_nothing(any_db: Database) -> None:
     """pending → rejected (a comment is required); nothing is executed; a resume is queued."""
     h, a = await _setup(any_db)
     assert await _refused(h.runtime.decide(a.id, expected_version=1, decision="reject", actor=SUP_A)) == "invalid"
-    out = await h.runtime.decide(a.id, expected_version=1, decision="reject", actor=SUP_A,
-                                 comment="Photo evidence needed first.")
+    out = await h.runtime.decide(
+        a.id, expected_version=1, decision="reject", actor=SUP_A, comment="Photo evidence needed first."
+    )
     assert (out.approval.status, out.result) == ("rejected", None)
     assert out.approval.comment == "Photo evidence needed first."
     assert await store_refunds(any_db, "O-1042") == 0
@@ -100,8 +101,10 @@ async def test_expiry_sweep_expires_stale_approvals_and_enqueues_a_resume(any_db
     follow = await h.runtime.resume(a.id)
     assert follow is not None
     assert await store_refunds(any_db, "O-1042") == 0
-    assert await _refused(h.runtime.decide(a.id, expected_version=stored.version, decision="approve",
-                                           actor=SUP_A)) == "expired"
+    assert (
+        await _refused(h.runtime.decide(a.id, expected_version=stored.version, decision="approve", actor=SUP_A))
+        == "expired"
+    )
 
 
 async def test_pending_to_superseded_by_an_edited_approval(any_db: Database) -> None:
@@ -110,8 +113,14 @@ async def test_pending_to_superseded_by_an_edited_approval(any_db: Database) -> 
     confirm, the edit (still over the ceiling) waits for its own approval, and only it runs."""
     h, a = await _setup(any_db)
     edited = {**BIG_REFUND, "amount_minor": 15000}
-    out = await h.runtime.decide(a.id, expected_version=1, decision="approve", actor=SUP_A,
-                                 edited_arguments=edited, comment="Partial refund: one item was fine.")
+    out = await h.runtime.decide(
+        a.id,
+        expected_version=1,
+        decision="approve",
+        actor=SUP_A,
+        edited_arguments=edited,
+        comment="Partial refund: one item was fine.",
+    )
     assert out.approval.status == "superseded"
     assert out.result["status"] == "CONFIRMATION_REQUIRED"
     assert await _refused(h.runtime.decide(a.id, expected_version=2, decision="approve", actor=SUP_B)) == "conflict"
@@ -152,10 +161,15 @@ async def test_approved_is_final(any_db: Database) -> None:
     """approved → anything is refused (approve again, reject, another supervisor)."""
     h, a = await _setup(any_db)
     await h.runtime.decide(a.id, expected_version=1, decision="approve", actor=SUP_A)
-    for actor, decision, version in ((SUP_B, "approve", 2), (SUP_B, "reject", 2), (SUP_A, "reject", 2),
-                                     (SUP_B, "approve", 1)):
-        code = await _refused(h.runtime.decide(a.id, expected_version=version, decision=decision, actor=actor,
-                                               comment="no"))
+    for actor, decision, version in (
+        (SUP_B, "approve", 2),
+        (SUP_B, "reject", 2),
+        (SUP_A, "reject", 2),
+        (SUP_B, "approve", 1),
+    ):
+        code = await _refused(
+            h.runtime.decide(a.id, expected_version=version, decision=decision, actor=actor, comment="no")
+        )
         assert code == "conflict", (actor, decision, version)
     assert await store_refunds(any_db, "O-1042") == 1
 
@@ -165,8 +179,10 @@ async def test_rejected_cannot_be_approved(any_db: Database) -> None:
     h, a = await _setup(any_db)
     await h.runtime.decide(a.id, expected_version=1, decision="reject", actor=SUP_A, comment="no")
     for version in (1, 2):
-        assert await _refused(h.runtime.decide(a.id, expected_version=version, decision="approve",
-                                               actor=SUP_B)) == "conflict"
+        assert (
+            await _refused(h.runtime.decide(a.id, expected_version=version, decision="approve", actor=SUP_B))
+            == "conflict"
+        )
     assert await store_refunds(any_db, "O-1042") == 0
 
 
@@ -174,8 +190,10 @@ async def test_wrong_version_is_refused_and_changes_nothing(any_db: Database) ->
     """A decision at a stale or future version is a conflict; the approval stays as it was."""
     h, a = await _setup(any_db)
     for version in (0, 2, 7):
-        assert await _refused(h.runtime.decide(a.id, expected_version=version, decision="approve",
-                                               actor=SUP_A)) == "conflict"
+        assert (
+            await _refused(h.runtime.decide(a.id, expected_version=version, decision="approve", actor=SUP_A))
+            == "conflict"
+        )
     stored = await h.services.approvals.get(a.id)
     assert stored is not None and (stored.status, stored.version, stored.decisions) == ("pending", 1, ())
 
@@ -187,8 +205,9 @@ async def test_repository_compare_and_set_only_moves_pending_rows(any_db: Databa
     moved = await h.services.approvals.transition(a.id, expected_version=1, values={"status": status})
     assert moved is not None and moved.status == status and moved.version == 2
     for version in (1, 2, 3):
-        assert await h.services.approvals.transition(a.id, expected_version=version,
-                                                     values={"status": "approved"}) is None
+        assert (
+            await h.services.approvals.transition(a.id, expected_version=version, values={"status": "approved"}) is None
+        )
     stored = await h.services.approvals.get(a.id)
     assert stored is not None and stored.status == status
 
@@ -226,8 +245,15 @@ async def test_refunded_meanwhile_fails_at_execution_and_moves_no_money(any_db: 
     """The order was refunded directly in the store while the approval waited: at execution
     the gate re-runs, the result is FAILED with the reason, and no money moves."""
     h, a = await _setup(any_db)
-    await h.services.backend.issue_refund("C-7", "O-1042", amount_minor=18900, currency="USD",
-                                          reason_code="damaged", return_id=None, idempotency_key="direct:O-1042")
+    await h.services.backend.issue_refund(
+        "C-7",
+        "O-1042",
+        amount_minor=18900,
+        currency="USD",
+        reason_code="damaged",
+        return_id=None,
+        idempotency_key="direct:O-1042",
+    )
     out = await h.runtime.decide(a.id, expected_version=1, decision="approve", actor=SUP_A)
     assert out.approval.status == "approved"
     assert out.result["status"] == "FAILED"
@@ -244,8 +270,9 @@ async def test_stricter_policy_while_waiting_reopens_instead_of_executing(any_db
     threshold): execution is not attempted; a new approval needing two supervisors opens."""
     h, a = await _setup(any_db)
     assert a.approvals_required == 1
-    stricter = sandbox_services(db=any_db, model=h.services.model, policy=dual_policy(10000, "2026.12.1"),
-                              notifier=h.notifier, clock=h.clock)
+    stricter = sandbox_services(
+        db=any_db, model=h.services.model, policy=dual_policy(10000, "2026.12.1"), notifier=h.notifier, clock=h.clock
+    )
     rt2 = Runtime(stricter)
     out = await rt2.decide(a.id, expected_version=1, decision="approve", actor=SUP_A)
     assert out.result["status"] == "REOPENED"
@@ -288,8 +315,9 @@ async def test_fifty_concurrent_approvals_on_a_dual_approval_execute_once(any_db
     distinct approvers, one execution."""
     h, a = await _setup(any_db, policy=dual_policy(10000))
     sups = [SUP_A, SUP_B, SUP_C]
-    calls = [h.runtime.decide(a.id, expected_version=1 + (i % 2), decision="approve", actor=sups[i % 3])
-             for i in range(50)]
+    calls = [
+        h.runtime.decide(a.id, expected_version=1 + (i % 2), decision="approve", actor=sups[i % 3]) for i in range(50)
+    ]
     outcomes = await asyncio.gather(*calls, return_exceptions=True)
     assert all(isinstance(o, DecisionError) for o in outcomes if isinstance(o, BaseException))
     final = await h.services.approvals.get(a.id)

@@ -62,8 +62,7 @@ def test_no_sql_outside_storage() -> None:
 
 
 def test_only_the_adapter_imports_the_anthropic_sdk() -> None:
-    bad = [o for pkg in PACKAGES for o in _offenders(pkg, ("anthropic",))
-           if not o.startswith("agent/llm/anthropic.py")]
+    bad = [o for pkg in PACKAGES for o in _offenders(pkg, ("anthropic",)) if not o.startswith("agent/llm/anthropic.py")]
     assert bad == []
 
 

@@ -67,12 +67,8 @@ def test_canonical_json_is_sorted_compact_utf8_with_utc_times() -> None:
     """Keys sorted, no spaces, non-ASCII kept, datetimes as fixed-width UTC."""
     paris = timezone(timedelta(hours=2))
     value = {"b": 1, "a": {"z": "é", "y": (1, 2)}, "t": datetime(2024, 5, 1, 14, 0, tzinfo=paris)}
-    assert canonical_json(value) == (
-        '{"a":{"y":[1,2],"z":"é"},"b":1,"t":"2024-05-01T12:00:00.000000Z"}'
-    )
-    assert (
-        canonical_json({"t": datetime(2024, 5, 1, 12, 0)}) == '{"t":"2024-05-01T12:00:00.000000Z"}'
-    )
+    assert canonical_json(value) == ('{"a":{"y":[1,2],"z":"é"},"b":1,"t":"2024-05-01T12:00:00.000000Z"}')
+    assert canonical_json({"t": datetime(2024, 5, 1, 12, 0)}) == '{"t":"2024-05-01T12:00:00.000000Z"}'
 
 
 def test_canonical_json_normalises_floats_the_database_would_change() -> None:
@@ -400,14 +396,18 @@ async def test_pg_guard_drop_sql_removes_the_guard(pg_db: Database) -> None:
     assert (await AuditLog(pg_db).verify()).broken_seq == 3
 
 
-@pytest.mark.parametrize(("sql", "match"), [
-    ("UPDATE audit_head SET seq = 1, hash = (SELECT hash FROM audit_events WHERE seq = 1)", "only moves forward"),
-    ("UPDATE audit_head SET seq = 99, hash = repeat('a', 64)", "not in audit_events"),
-    ("DELETE FROM audit_head", "append-only"),
-    ("TRUNCATE audit_head", "append-only"),
-])
+@pytest.mark.parametrize(
+    ("sql", "match"),
+    [
+        ("UPDATE audit_head SET seq = 1, hash = (SELECT hash FROM audit_events WHERE seq = 1)", "only moves forward"),
+        ("UPDATE audit_head SET seq = 99, hash = repeat('a', 64)", "not in audit_events"),
+        ("DELETE FROM audit_head", "append-only"),
+        ("TRUNCATE audit_head", "append-only"),
+    ],
+)
 async def test_pg_head_guard_refuses_rewinding_forging_and_removing_the_head(
-        pg_db: Database, sql: str, match: str) -> None:
+    pg_db: Database, sql: str, match: str
+) -> None:
     """The application must update the head to append, so the guard lets it move only forward,
     only to a row that exists (checked at commit), and never away."""
     await build_chain(pg_db, 3)

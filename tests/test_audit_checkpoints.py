@@ -98,19 +98,27 @@ async def edit_and_rechain(s: Any) -> None:
 async def swap_and_rechain(s: Any) -> None:
     a, b = [dict((await s.execute(select(EVENTS).where(EVENTS.c.seq == q))).one()._mapping) for q in (10, 25)]
     for seq, src in ((10, b), (25, a)):
-        await s.execute(update(EVENTS).where(EVENTS.c.seq == seq).values(
-            {c: v for c, v in src.items() if c not in {"seq", "hash", "prev_hash"}}))
+        await s.execute(
+            update(EVENTS)
+            .where(EVENTS.c.seq == seq)
+            .values({c: v for c, v in src.items() if c not in {"seq", "hash", "prev_hash"}})
+        )
     await rechain(s, 10)
 
 
-@pytest.mark.parametrize(("work", "needle", "broken_seq"), [
-    (wipe, "checkpointed seq 40 is gone: the log ends at seq 0", 1),
-    (truncate_tail, "checkpointed seq 40 is gone: the log ends at seq 30", 31),
-    (edit_and_rechain, "history between seq 1 and 20 was rewritten", 20),
-    (swap_and_rechain, "history between seq 1 and 20 was rewritten", 20),
-], ids=["wipe", "tail-truncated-head-rewritten", "edit-rechained", "swap-rechained"])
+@pytest.mark.parametrize(
+    ("work", "needle", "broken_seq"),
+    [
+        (wipe, "checkpointed seq 40 is gone: the log ends at seq 0", 1),
+        (truncate_tail, "checkpointed seq 40 is gone: the log ends at seq 30", 31),
+        (edit_and_rechain, "history between seq 1 and 20 was rewritten", 20),
+        (swap_and_rechain, "history between seq 1 and 20 was rewritten", 20),
+    ],
+    ids=["wipe", "tail-truncated-head-rewritten", "edit-rechained", "swap-rechained"],
+)
 async def test_tampering_the_chain_cannot_see_fails_against_the_checkpoints(
-        any_db: Database, files: tuple[Path, Path], work: Any, needle: str, broken_seq: int) -> None:
+    any_db: Database, files: tuple[Path, Path], work: Any, needle: str, broken_seq: int
+) -> None:
     """The bare chain verifies after each of these (that is the gap); the checkpoints do not,
     and the reason names the problem and the checkpoint's line."""
     log = await checkpointed(any_db, files)
@@ -123,7 +131,8 @@ async def test_tampering_the_chain_cannot_see_fails_against_the_checkpoints(
 
 
 async def test_an_untampered_busy_log_passes_with_checkpoints_taken_while_it_grows(
-        any_db: Database, files: tuple[Path, Path]) -> None:
+    any_db: Database, files: tuple[Path, Path]
+) -> None:
     """Appenders, checkpoint takers and verifiers all at once: every verify passes."""
     key_file, cp_file = files
     log = AuditLog(any_db)
@@ -153,7 +162,8 @@ async def test_an_untampered_busy_log_passes_with_checkpoints_taken_while_it_gro
 
 
 async def test_a_checkpoint_is_never_taken_of_a_log_that_does_not_extend_the_last(
-        any_db: Database, files: tuple[Path, Path]) -> None:
+    any_db: Database, files: tuple[Path, Path]
+) -> None:
     """Taking a checkpoint verifies the rows since the last one: a re-chained log is not signed."""
     log = await checkpointed(any_db, files)
     await tamper(any_db, edit_and_rechain)
@@ -163,7 +173,8 @@ async def test_a_checkpoint_is_never_taken_of_a_log_that_does_not_extend_the_las
 
 
 async def test_an_unchanged_head_is_not_checkpointed_twice_on_the_schedule(
-        db: Database, files: tuple[Path, Path]) -> None:
+    db: Database, files: tuple[Path, Path]
+) -> None:
     """skip_if_unchanged (the worker) writes nothing when the head has not moved."""
     log = AuditLog(db)
     await append_n(log, 1, 3)
@@ -184,8 +195,9 @@ def _write(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 @pytest.mark.parametrize("field,value", [("seq", 39), ("hash", "a" * 64), ("ts", "2020-01-01T00:00:00.000000Z")])
-async def test_an_altered_checkpoint_has_a_bad_signature(db: Database, files: tuple[Path, Path],
-                                                        field: str, value: Any) -> None:
+async def test_an_altered_checkpoint_has_a_bad_signature(
+    db: Database, files: tuple[Path, Path], field: str, value: Any
+) -> None:
     """Changing any signed field of a line is refused, naming the line."""
     log = await checkpointed(db, files)
     rows = _lines(files[1])
@@ -195,8 +207,10 @@ async def test_an_altered_checkpoint_has_a_bad_signature(db: Database, files: tu
         await cps.verify_against(log, key_file=files[0], checkpoint_file=files[1])
 
 
-@pytest.mark.parametrize("line", ["not json", "{}", '{"v":1}', "[1,2]",
-                                  '{"v":1,"seq":-1,"hash":"' + "a" * 64 + '","ts":"x","key":"k","sig":"s"}'])
+@pytest.mark.parametrize(
+    "line",
+    ["not json", "{}", '{"v":1}', "[1,2]", '{"v":1,"seq":-1,"hash":"' + "a" * 64 + '","ts":"x","key":"k","sig":"s"}'],
+)
 async def test_a_malformed_checkpoint_line_is_refused(db: Database, files: tuple[Path, Path], line: str) -> None:
     """Anything but a well-formed signed line fails verification, naming the line."""
     log = await checkpointed(db, files)
@@ -206,8 +220,9 @@ async def test_a_malformed_checkpoint_line_is_refused(db: Database, files: tuple
         await cps.verify_against(log, key_file=files[0], checkpoint_file=files[1])
 
 
-async def test_a_checkpoint_signed_by_another_key_is_refused(db: Database, files: tuple[Path, Path],
-                                                             tmp_path: Path) -> None:
+async def test_a_checkpoint_signed_by_another_key_is_refused(
+    db: Database, files: tuple[Path, Path], tmp_path: Path
+) -> None:
     """Whoever can write the file but not read the key cannot add a checkpoint of their own."""
     log = await checkpointed(db, files)
     forged = cps.sign(Ed25519PrivateKey.generate(), seq=1, hash_="b" * 64)
@@ -216,8 +231,7 @@ async def test_a_checkpoint_signed_by_another_key_is_refused(db: Database, files
         await cps.verify_against(log, key_file=files[0], checkpoint_file=files[1])
 
 
-async def test_two_checkpoints_that_disagree_about_a_seq_are_reported(db: Database,
-                                                                      files: tuple[Path, Path]) -> None:
+async def test_two_checkpoints_that_disagree_about_a_seq_are_reported(db: Database, files: tuple[Path, Path]) -> None:
     """Two validly signed heads for one seq mean the log was rewritten between them."""
     log = await checkpointed(db, files)
     key = cps.load_or_create_signing_key(files[0])

@@ -57,7 +57,8 @@ def _sql(statement: str) -> None:
 
 
 def test_checkpoint_then_verify_passes_and_a_wiped_log_fails_a_plain_verify(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """checkpoint creates the key at its default path (outside the database) and appends to the
     default checkpoint file; a plain verify finds that file, so an emptied log no longer passes."""
     assert main(["db", "upgrade"]) == 0
@@ -77,8 +78,9 @@ def test_checkpoint_then_verify_passes_and_a_wiped_log_fails_a_plain_verify(
     assert "checkpointed seq 5 is gone" in err and str(cp_file) in err
 
 
-def test_verify_with_an_explicit_checkpoint_file_and_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_verify_with_an_explicit_checkpoint_file_and_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """SIGNOFF_AUDIT_KEY_FILE and `checkpoint --out` / `verify --checkpoint` choose the files; a
     missing checkpoint file, a tampered line or a rewritten tail is exit 1 naming it."""
     key = tmp_path / "secrets" / "audit.pem"
@@ -111,6 +113,7 @@ def test_verify_with_an_explicit_checkpoint_file_and_settings(tmp_path: Path, mo
 
 # -- signoff token ---------------------------------------------------------------------------
 
+
 @pytest.fixture
 def store(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SIGNOFF_JWT_SECRET", SECRET)
@@ -119,7 +122,8 @@ def store(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_token_says_it_is_a_development_helper_and_mints_for_people_in_the_store(
-        store: None, capsys: pytest.CaptureFixture[str]) -> None:
+    store: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Staff with their own role and existing customers get a token; stderr says what it is."""
     capsys.readouterr()
     assert main(["token", "--sub", "S-3", "--role", "supervisor"]) == 0
@@ -129,16 +133,20 @@ def test_token_says_it_is_a_development_helper_and_mints_for_people_in_the_store
     assert main(["token", "--sub", "C-7", "--role", "customer"]) == 0
 
 
-@pytest.mark.parametrize(("argv", "needle"), [
-    (["--sub", "S-404", "--role", "supervisor"], "no staff member S-404"),
-    (["--sub", "S-1", "--role", "supervisor"], "not a supervisor"),
-    (["--sub", "C-404", "--role", "customer"], "no customer C-404"),
-    (["--sub", "C-7", "--role", "rep"], "no staff member C-7"),
-    (["--sub", "C-7", "--role", "customer", "--ttl", str(24 * 3600 + 1)], "--ttl must be between 1 and 86400"),
-    (["--sub", "C-7", "--role", "customer", "--ttl", "0"], "--ttl must be between"),
-])
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--sub", "S-404", "--role", "supervisor"], "no staff member S-404"),
+        (["--sub", "S-1", "--role", "supervisor"], "not a supervisor"),
+        (["--sub", "C-404", "--role", "customer"], "no customer C-404"),
+        (["--sub", "C-7", "--role", "rep"], "no staff member C-7"),
+        (["--sub", "C-7", "--role", "customer", "--ttl", str(24 * 3600 + 1)], "--ttl must be between 1 and 86400"),
+        (["--sub", "C-7", "--role", "customer", "--ttl", "0"], "--ttl must be between"),
+    ],
+)
 def test_token_refuses_people_not_in_the_store_and_long_lifetimes(
-        store: None, argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    store: None, argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Made-up staff, a wrong role, an unknown customer or a lifetime past the maximum: exit 2."""
     capsys.readouterr()
     assert main(["token", *argv]) == 2

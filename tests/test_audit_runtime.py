@@ -37,28 +37,49 @@ def _planner() -> FunctionModel:
 
     def plan(request: ModelRequest) -> Any:
         first = " ".join(b.get("text", "") for b in request.messages[0].content if b.get("type") == "text")
-        called = [b.get("name") for m in request.messages if m.role == "assistant" for b in m.content
-                  if b.get("type") == "tool_use"]
+        called = [
+            b.get("name")
+            for m in request.messages
+            if m.role == "assistant"
+            for b in m.content
+            if b.get("type") == "tool_use"
+        ]
         if "big refund" in first:
-            return _script(called, ["get_order", {"order_id": "O-1042"}], ["search_knowledge", SEARCH],
-                           ["issue_refund", BIG_REFUND])
+            return _script(
+                called,
+                ["get_order", {"order_id": "O-1042"}],
+                ["search_knowledge", SEARCH],
+                ["issue_refund", BIG_REFUND],
+            )
         if "euro refund" in first:
-            return _script(called, ["search_knowledge", SEARCH],
-                           ["issue_refund", {**SMALL_REFUND, "order_id": "O-1051", "amount_minor": 1000,
-                                             "currency": "EUR"}])
+            return _script(
+                called,
+                ["search_knowledge", SEARCH],
+                ["issue_refund", {**SMALL_REFUND, "order_id": "O-1051", "amount_minor": 1000, "currency": "EUR"}],
+            )
         if "small refund" in first:
             return _script(called, ["search_knowledge", SEARCH], ["issue_refund", SMALL_REFUND])
         if "personal" in first:
-            return _script(called, ["get_account", {}],
-                           ["add_case_note", {"note": "Maya Chen (maya.chen@example.com, +1 512 555 0101) "
-                                                      "called about 840 Lakeview St."}],
-                           ["escalate_to_human", {"reason": "customer_request",
-                                                  "summary": "Maya Chen maya.chen@example.com wants a person."}])
+            return _script(
+                called,
+                ["get_account", {}],
+                [
+                    "add_case_note",
+                    {"note": "Maya Chen (maya.chen@example.com, +1 512 555 0101) called about 840 Lakeview St."},
+                ],
+                [
+                    "escalate_to_human",
+                    {"reason": "customer_request", "summary": "Maya Chen maya.chen@example.com wants a person."},
+                ],
+            )
         if "contact" in first:
             hits = _evidence(request)
-            return _script(called, ["load_tools", {"group": "account"}],
-                           ["search_knowledge", {"query": "account security contact change"}],
-                           ["update_contact_details", {"email": NEW_EMAIL, "evidence": hits[:1]}])
+            return _script(
+                called,
+                ["load_tools", {"group": "account"}],
+                ["search_knowledge", {"query": "account security contact change"}],
+                ["update_contact_details", {"email": NEW_EMAIL, "evidence": hits[:1]}],
+            )
         return "Noted."
 
     return FunctionModel(plan)
@@ -99,8 +120,13 @@ async def _busy(url: str) -> None:
     assert r.pending, r
     c = await rt.confirm(r.pending[0].id, actor=REP_ON_C8, accept=True)
     assert c.approval is not None
-    await rt.decide(c.approval.id, expected_version=1, decision="reject", actor=SUP_B,
-                    comment=f"Jonas Weber could not be verified at {NEW_EMAIL}.")
+    await rt.decide(
+        c.approval.id,
+        expected_version=1,
+        decision="reject",
+        actor=SUP_B,
+        comment=f"Jonas Weber could not be verified at {NEW_EMAIL}.",
+    )
     await rt.resume(c.approval.id)
     # 5. a customer who declines
     r = await rt.chat(principal=C8, channel="api", message="euro refund on O-1051 please")
@@ -175,7 +201,8 @@ def _swap(path: Path, seq: int) -> None:
 @pytest.mark.parametrize("tamper", [_edit, _edit_data, _delete, _swap])
 @pytest.mark.parametrize("where", ["first", "middle", "last"])
 def test_audit_verify_fails_naming_the_row_after_any_single_change(
-        db_copy: Path, capsys: pytest.CaptureFixture[str], tamper: Any, where: str) -> None:
+    db_copy: Path, capsys: pytest.CaptureFixture[str], tamper: Any, where: str
+) -> None:
     """One edited, deleted or swapped audit row anywhere in the chain: exit 1 and the message
     names that row's seq."""
     n = _count(db_copy)
@@ -196,19 +223,18 @@ def test_every_proposal_has_a_gate_decision_event(busy_db: Path) -> None:
     gates: dict[str, int] = {}
     for r in _rows(busy_db, "SELECT proposal_id FROM audit_events WHERE kind LIKE 'gate.%'"):
         gates[r["proposal_id"]] = gates.get(r["proposal_id"], 0) + 1
-    proposed = {r["proposal_id"] for r in
-                _rows(busy_db, "SELECT proposal_id FROM audit_events WHERE kind = 'proposal'")}
+    proposed = {
+        r["proposal_id"] for r in _rows(busy_db, "SELECT proposal_id FROM audit_events WHERE kind = 'proposal'")
+    }
     assert proposals <= proposed
     assert {p: gates.get(p, 0) for p in proposals} == {p: 1 for p in proposals}
     for r in _rows(busy_db, "SELECT id, status FROM approvals"):
-        kinds = {x["kind"] for x in _rows(busy_db, "SELECT kind FROM audit_events WHERE data LIKE ?",
-                                          f'%"{r["id"]}"%')}
+        kinds = {x["kind"] for x in _rows(busy_db, "SELECT kind FROM audit_events WHERE data LIKE ?", f'%"{r["id"]}"%')}
         assert "approval.requested" in kinds
         if r["status"] in ("approved", "rejected"):
             assert f"approval.{r['status']}" in kinds
     for r in _rows(busy_db, "SELECT id FROM confirmations"):
-        kinds = {x["kind"] for x in _rows(busy_db, "SELECT kind FROM audit_events WHERE data LIKE ?",
-                                          f'%"{r["id"]}"%')}
+        kinds = {x["kind"] for x in _rows(busy_db, "SELECT kind FROM audit_events WHERE data LIKE ?", f'%"{r["id"]}"%')}
         assert "confirmation.requested" in kinds
     executed = _rows(busy_db, "SELECT count(*) AS n FROM audit_events WHERE kind = 'execution.succeeded'")[0]["n"]
     assert executed == _rows(busy_db, "SELECT count(*) AS n FROM tool_executions WHERE status = 'succeeded'")[0]["n"]

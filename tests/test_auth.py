@@ -70,22 +70,25 @@ async def test_valid_hs256_token_authenticates(harness: Harness) -> None:
     assert (await status_for(harness, make_token(JWT_SECRET, sub="S-3", role="supervisor")))[0] == 404
 
 
-@pytest.mark.parametrize("name,token", [
-    ("missing", None),
-    ("empty", ""),
-    ("garbage", "not-a-jwt"),
-    ("expired", hs(claims(exp=int(time.time()) - 3600))),
-    ("no exp", hs({"sub": "C-7", "role": "customer"})),
-    ("no sub", hs({k: v for k, v in claims().items() if k != "sub"})),
-    ("no role", hs({k: v for k, v in claims().items() if k != "role"})),
-    ("bad role", hs(claims(role="admin"))),
-    ("sub not an id", hs(claims(sub="C-7; DROP TABLE"))),
-    ("sub not a string", hs(claims(sub=7))),
-    ("customer claim for another account", hs(claims(customer="C-8"))),
-    ("wrong secret", hs(claims(), secret="another-secret-another-secret-12345")),
-    ("alg none", jwt.encode(claims(), "", algorithm="none")),
-    ("alg HS512 with the right secret", hs512(claims())),
-])
+@pytest.mark.parametrize(
+    "name,token",
+    [
+        ("missing", None),
+        ("empty", ""),
+        ("garbage", "not-a-jwt"),
+        ("expired", hs(claims(exp=int(time.time()) - 3600))),
+        ("no exp", hs({"sub": "C-7", "role": "customer"})),
+        ("no sub", hs({k: v for k, v in claims().items() if k != "sub"})),
+        ("no role", hs({k: v for k, v in claims().items() if k != "role"})),
+        ("bad role", hs(claims(role="admin"))),
+        ("sub not an id", hs(claims(sub="C-7; DROP TABLE"))),
+        ("sub not a string", hs(claims(sub=7))),
+        ("customer claim for another account", hs(claims(customer="C-8"))),
+        ("wrong secret", hs(claims(), secret="another-secret-another-secret-12345")),
+        ("alg none", jwt.encode(claims(), "", algorithm="none")),
+        ("alg HS512 with the right secret", hs512(claims())),
+    ],
+)
 async def test_bad_tokens_are_401(harness: Harness, name: str, token: str | None) -> None:
     status, body = await status_for(harness, token)
     assert (status, body["error"]) == (401, "unauthorized"), name
@@ -109,16 +112,17 @@ async def test_audience_and_issuer_are_enforced_when_configured(harness: Harness
     cfg = AuthConfig(secret=JWT_SECRET, audience="signoff-api", issuer="https://idp.example")
     good = make_token(JWT_SECRET, sub="C-7", role="customer", audience="signoff-api", issuer="https://idp.example")
     assert (await status_for(harness, good, auth=cfg))[0] == 404
-    for token in (make_token(JWT_SECRET, sub="C-7", role="customer", audience="other", issuer="https://idp.example"),
-                  make_token(JWT_SECRET, sub="C-7", role="customer", audience="signoff-api", issuer="https://evil"),
-                  make_token(JWT_SECRET, sub="C-7", role="customer", issuer="https://idp.example"),
-                  make_token(JWT_SECRET, sub="C-7", role="customer", audience="signoff-api")):
+    for token in (
+        make_token(JWT_SECRET, sub="C-7", role="customer", audience="other", issuer="https://idp.example"),
+        make_token(JWT_SECRET, sub="C-7", role="customer", audience="signoff-api", issuer="https://evil"),
+        make_token(JWT_SECRET, sub="C-7", role="customer", issuer="https://idp.example"),
+        make_token(JWT_SECRET, sub="C-7", role="customer", audience="signoff-api"),
+    ):
         status, body = await status_for(harness, token, auth=cfg)
         assert status == 401, body
 
 
-@pytest.mark.parametrize("sub,role", [("C-999", "customer"), ("S-99", "rep"), ("S-1", "supervisor"),
-                                      ("C-7", "rep")])
+@pytest.mark.parametrize("sub,role", [("C-999", "customer"), ("S-99", "rep"), ("S-1", "supervisor"), ("C-7", "rep")])
 async def test_unknown_people_and_wrong_roles_are_403(harness: Harness, sub: str, role: str) -> None:
     """A valid signature is not enough: the person must exist with exactly that role."""
     before = await counts(harness.db)
@@ -134,6 +138,7 @@ async def test_no_auth_configured_refuses_everything(harness: Harness) -> None:
 
 # -- JWKS -----------------------------------------------------------------------------------
 
+
 class RawHMAC(HMACAlgorithm):
     """HMAC that, unlike PyJWT's, accepts a PEM public key as the secret (an attacker's tool)."""
 
@@ -147,8 +152,12 @@ class Jwks:
     def __init__(self) -> None:
         self.rsa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.ec = ec.generate_private_key(ec.SECP256R1())
-        rsa_jwk = {**RSAAlgorithm.to_jwk(self.rsa.public_key(), as_dict=True), "kid": "rsa-1", "alg": "RS256",
-                   "use": "sig"}
+        rsa_jwk = {
+            **RSAAlgorithm.to_jwk(self.rsa.public_key(), as_dict=True),
+            "kid": "rsa-1",
+            "alg": "RS256",
+            "use": "sig",
+        }
         ec_jwk = {**ECAlgorithm.to_jwk(self.ec.public_key(), as_dict=True), "kid": "ec-1", "alg": "ES256", "use": "sig"}
         self.document = {"keys": [rsa_jwk, ec_jwk]}
         self.fetches = 0
@@ -164,8 +173,9 @@ class Jwks:
         return jwt.encode(payload, self.ec, algorithm="ES256", headers={"kid": "ec-1"})
 
     def public_pem(self) -> bytes:
-        return self.rsa.public_key().public_bytes(serialization.Encoding.PEM,
-                                                  serialization.PublicFormat.SubjectPublicKeyInfo)
+        return self.rsa.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
 
 
 @pytest.fixture
@@ -185,8 +195,11 @@ async def test_jwks_rs256_and_es256_happy_path_with_caching(harness: Harness, jw
     keys, url = jwks
     cfg = AuthConfig(jwks_url=url, audience="signoff-api", issuer=ISS)
     async with client_for(harness, auth=cfg) as client:
-        for token in (keys.rs256(idp(claims())), keys.es256(idp(claims(sub="S-3", role="supervisor"))),
-                      keys.rs256(idp(claims()))):
+        for token in (
+            keys.rs256(idp(claims())),
+            keys.es256(idp(claims(sub="S-3", role="supervisor"))),
+            keys.rs256(idp(claims())),
+        ):
             r = await client.get(PROBE, headers={"Authorization": f"Bearer {token}"})
             assert r.status == 404, await r.text()
     assert keys.fetches == 1
@@ -221,6 +234,7 @@ async def test_jwks_unreachable_is_503(harness: Harness, jwks: tuple[Jwks, str])
 
 # -- hardening: secret length, lifetime, aud/iss with a JWKS -----------------------------------
 
+
 def test_a_short_hs256_secret_is_refused_at_start_up() -> None:
     """Fewer than 32 bytes of secret is a one-line ConfigError naming SIGNOFF_JWT_SECRET, in the
     settings and in the auth config itself."""
@@ -235,15 +249,21 @@ def test_a_short_hs256_secret_is_refused_at_start_up() -> None:
         AuthConfig(secret="short-secret")
 
 
-@pytest.mark.parametrize("name,payload", [
-    ("exp - iat over 24h", claims(iat=int(time.time()), exp=int(time.time()) + 24 * 3600 + 60)),
-    ("no iat, exp over 24h away", {k: v for k, v in claims(exp=int(time.time()) + 2 * 24 * 3600).items()
-                                   if k != "iat"}),
-    ("iat in the past, exp a year on", claims(iat=int(time.time()) - 60, exp=int(time.time()) + 365 * 24 * 3600)),
-    ("no exp at all", {k: v for k, v in claims().items() if k != "exp"}),
-])
+@pytest.mark.parametrize(
+    "name,payload",
+    [
+        ("exp - iat over 24h", claims(iat=int(time.time()), exp=int(time.time()) + 24 * 3600 + 60)),
+        (
+            "no iat, exp over 24h away",
+            {k: v for k, v in claims(exp=int(time.time()) + 2 * 24 * 3600).items() if k != "iat"},
+        ),
+        ("iat in the past, exp a year on", claims(iat=int(time.time()) - 60, exp=int(time.time()) + 365 * 24 * 3600)),
+        ("no exp at all", {k: v for k, v in claims().items() if k != "exp"}),
+    ],
+)
 async def test_tokens_without_exp_or_living_past_the_maximum_lifetime_are_401(
-        harness: Harness, name: str, payload: dict[str, Any]) -> None:
+    harness: Harness, name: str, payload: dict[str, Any]
+) -> None:
     """A token must expire, and within SIGNOFF_JWT_MAX_TTL_S (default 24 h) of its issue."""
     status, body = await status_for(harness, hs(payload))
     assert (status, body["error"]) == (401, "unauthorized"), name
@@ -279,8 +299,11 @@ async def test_jwks_tokens_lacking_aud_or_iss_are_401(harness: Harness, jwks: tu
     cfg = AuthConfig(jwks_url=url, audience="signoff-api", issuer=ISS)
     no_aud = {k: v for k, v in idp(claims()).items() if k != "aud"}
     no_iss = {k: v for k, v in idp(claims()).items() if k != "iss"}
-    for name, token in {"no aud": keys.rs256(no_aud), "no iss": keys.rs256(no_iss),
-                        "neither": keys.rs256(claims())}.items():
+    for name, token in {
+        "no aud": keys.rs256(no_aud),
+        "no iss": keys.rs256(no_iss),
+        "neither": keys.rs256(claims()),
+    }.items():
         status, body = await status_for(harness, token, auth=cfg)
         assert (status, body["error"]) == (401, "unauthorized"), name
     assert (await status_for(harness, keys.rs256(idp(claims())), auth=cfg))[0] == 404

@@ -69,9 +69,7 @@ async def test_update_contact_details_changes_the_email_on_file(db: Database) ->
     """After check and handler the store holds the new email; the result is masked."""
     store = await make_store(db)
     ctx = make_ctx(store)
-    out = await call(
-        "update_contact_details", {"email": "Jane.New@Example.com", "evidence": EVIDENCE}, ctx
-    )
+    out = await call("update_contact_details", {"email": "Jane.New@Example.com", "evidence": EVIDENCE}, ctx)
     assert out == {
         "customer_id": "C-7",
         "updated": ["email"],
@@ -86,9 +84,7 @@ async def test_update_contact_details_check_refuses_empty_and_unchanged(db: Data
     """Nothing to update, or the same details again, is refused before any write."""
     store = await make_store(db)
     ctx = make_ctx(store)
-    assert (await check("update_contact_details", {"evidence": EVIDENCE}, ctx))["error"] == (
-        "nothing_to_update"
-    )
+    assert (await check("update_contact_details", {"evidence": EVIDENCE}, ctx))["error"] == ("nothing_to_update")
     same = await check("update_contact_details", {"email": "JANE@example.com"}, ctx)
     assert same is not None and same["error"] == "no_change"
 
@@ -109,9 +105,7 @@ async def test_send_password_reset_goes_to_the_email_on_file(db: Database) -> No
     assert first["to"] == "j***@example.com" and first["template"] == "password_reset"
     assert again["message_id"] == first["message_id"]
     outbox = await _outbox(db)
-    assert [(m["to"], m["template"], m["channel"]) for m in outbox] == [
-        ("jane@example.com", "password_reset", "email")
-    ]
+    assert [(m["to"], m["template"], m["channel"]) for m in outbox] == [("jane@example.com", "password_reset", "email")]
     assert "reset" in outbox[0]["body"]
 
 

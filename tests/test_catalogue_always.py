@@ -33,9 +33,7 @@ async def test_search_knowledge_text_is_wrapped_and_truncated(db: Database) -> N
 async def test_search_knowledge_injected_text_stays_inside_the_wrapper(db: Database) -> None:
     """An instruction in a help article appears only as untrusted data."""
     store = await make_store(db)
-    out = await call(
-        "search_knowledge", {"query": "delayed parcels", "kind": "help"}, make_ctx(store)
-    )
+    out = await call("search_knowledge", {"query": "delayed parcels", "kind": "help"}, make_ctx(store))
     assert [h["evidence_id"] for h in out["hits"]] == ["shipping-help@2#delays"]
     assert INJECTION in out["hits"][0]["content"]["untrusted_data"]["text"]
     assert all(h["kind"] == "help" for h in out["hits"])

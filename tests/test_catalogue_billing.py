@@ -24,9 +24,7 @@ from tools.context import Rules
 EVIDENCE = ["refund-policy@7#window"]
 
 
-def _refund(
-    oid: str = "O-1042", amount: int = 18900, currency: str = "USD", **extra: Any
-) -> dict[str, Any]:
+def _refund(oid: str = "O-1042", amount: int = 18900, currency: str = "USD", **extra: Any) -> dict[str, Any]:
     return {
         "order_id": oid,
         "amount_minor": amount,
@@ -54,9 +52,7 @@ async def test_list_payments_includes_refunds(db: Database) -> None:
     """Payments and refunds for one order, each with its currency."""
     store = await make_store(db)
     out = await call("list_payments", {"order_id": "O-1047"}, make_ctx(store))
-    assert [(p["payment_id"], p["status"], p["currency"]) for p in out["payments"]] == [
-        ("P-6", "captured", "EUR")
-    ]
+    assert [(p["payment_id"], p["status"], p["currency"]) for p in out["payments"]] == [("P-6", "captured", "EUR")]
     assert [(r["refund_id"], r["amount"]) for r in out["refunds"]] == [("R-1", "10.00 EUR")]
 
 
@@ -204,9 +200,7 @@ async def test_retry_payment_check_failures(db: Database, oid: str, error: str) 
     store = await make_store(db)
     out = await check("retry_payment", {"order_id": oid}, make_ctx(store))
     assert out is not None and out["error"] == error
-    assert (await handler_only("retry_payment", {"order_id": oid}, make_ctx(store)))[
-        "error"
-    ] == error
+    assert (await handler_only("retry_payment", {"order_id": oid}, make_ctx(store)))["error"] == error
 
 
 async def test_writes_use_the_gatekeepers_idempotency_key(db: Database) -> None:

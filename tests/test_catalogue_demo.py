@@ -95,9 +95,7 @@ async def test_demo_injections_only_ever_appear_inside_untrusted_data(db: Databa
         ctx = make_ctx(store, customer.id, now=data.as_of)
         results = [await call("get_account", {}, ctx)]
         listing = await call("list_orders", {}, ctx)
-        results += [
-            await call("get_order", {"order_id": o["order_id"]}, ctx) for o in listing["orders"]
-        ]
+        results += [await call("get_order", {"order_id": o["order_id"]}, ctx) for o in listing["orders"]]
         assert not [t for t in _plain_texts(results) if marker in t], customer.id
         hits += sum(marker in t for t in _untrusted_texts(results))
     assert hits >= 1

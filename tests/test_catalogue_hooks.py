@@ -77,9 +77,7 @@ KEYS = [
 
 
 @pytest.mark.parametrize(("name", "args", "expected"), KEYS, ids=[k[0] for k in KEYS])
-def test_idempotency_key_is_the_operation_identity(
-    name: str, args: dict[str, Any], expected: str
-) -> None:
+def test_idempotency_key_is_the_operation_identity(name: str, args: dict[str, Any], expected: str) -> None:
     """Keys come from the operation (order, amount, template, day), never free text."""
     key = REG.tools[name].key
     assert key is not None
@@ -92,9 +90,7 @@ def test_keys_ignore_free_text_and_order_of_items() -> None:
     ret = REG.tools["create_return"].key
     assert refund and ret
     base = {"order_id": "O-1", "amount_minor": 100, "currency": "USD", "reason_code": "damaged"}
-    assert refund(base, _ctx()) == refund(
-        {**base, "reason_code": "goodwill", "evidence": ["a@1#b"]}, _ctx()
-    )
+    assert refund(base, _ctx()) == refund({**base, "reason_code": "goodwill", "evidence": ["a@1#b"]}, _ctx())
     assert refund(base, _ctx()) != refund({**base, "amount_minor": 99}, _ctx())
     items = [{"sku": "A", "qty": 1}, {"sku": "B", "qty": 2}]
     r1 = {"order_id": "O-1", "items": items, "reason_code": "damaged"}

@@ -74,9 +74,7 @@ async def test_get_order_wraps_an_injected_note_and_truncates_it(db: Database) -
     store = await make_store(db)
     ctx = make_ctx(store, rules=Rules(untrusted_text_limit=20))
     out = await call("get_order", {"order_id": "O-1042"}, ctx)
-    assert out["notes"] == {
-        "untrusted_data": {"source": "order_note", "text": INJECTION[:20], "truncated": True}
-    }
+    assert out["notes"] == {"untrusted_data": {"source": "order_note", "text": INJECTION[:20], "truncated": True}}
 
 
 async def test_get_order_refundable_reflects_earlier_refunds(db: Database) -> None:
@@ -128,17 +126,11 @@ async def test_cancel_order_cancels_a_paid_order_and_refunds_it(db: Database) ->
     assert len(payments["refunds"]) == 1
 
 
-@pytest.mark.parametrize(
-    "oid,status", [("O-1044", "SHIPPED"), ("O-1042", "DELIVERED"), ("O-1048", "CANCELLED")]
-)
-async def test_cancel_order_check_refuses_orders_past_cancellation(
-    db: Database, oid: str, status: str
-) -> None:
+@pytest.mark.parametrize("oid,status", [("O-1044", "SHIPPED"), ("O-1042", "DELIVERED"), ("O-1048", "CANCELLED")])
+async def test_cancel_order_check_refuses_orders_past_cancellation(db: Database, oid: str, status: str) -> None:
     """Only PENDING/PAID orders can be cancelled; the status is given back."""
     store = await make_store(db)
-    out = await check(
-        "cancel_order", {"order_id": oid, "reason_code": "customer_request"}, make_ctx(store)
-    )
+    out = await check("cancel_order", {"order_id": oid, "reason_code": "customer_request"}, make_ctx(store))
     assert out is not None
     assert (out["error"], out["status"]) == ("order_not_cancellable", status)
 
@@ -146,9 +138,7 @@ async def test_cancel_order_check_refuses_orders_past_cancellation(
 async def test_cancel_order_backend_refusal_has_the_same_code(db: Database) -> None:
     """If state changed after the check, the store's refusal reaches the model unchanged."""
     store = await make_store(db)
-    out = await handler_only(
-        "cancel_order", {"order_id": "O-1044", "reason_code": "customer_request"}, make_ctx(store)
-    )
+    out = await handler_only("cancel_order", {"order_id": "O-1044", "reason_code": "customer_request"}, make_ctx(store))
     assert (out["error"], out["status"]) == ("order_not_cancellable", "SHIPPED")
 
 
@@ -255,9 +245,7 @@ async def test_send_message_return_label_and_refund_confirmation(db: Database) -
     """Templates that need a record render from the latest matching record."""
     store = await make_store(db)
     ctx = make_ctx(store)
-    await call(
-        "send_message", {"channel": "email", "template": "return_label", "order_id": "O-1042"}, ctx
-    )
+    await call("send_message", {"channel": "email", "template": "return_label", "order_id": "O-1042"}, ctx)
     await call(
         "send_message",
         {"channel": "email", "template": "refund_confirmation", "order_id": "O-1047"},
@@ -300,9 +288,7 @@ async def test_send_message_return_label_and_refund_confirmation(db: Database) -
         ),
     ],
 )
-async def test_send_message_check_failures(
-    db: Database, args: dict[str, Any], customer: str, error: str
-) -> None:
+async def test_send_message_check_failures(db: Database, args: dict[str, Any], customer: str, error: str) -> None:
     """Each refusal is a structured error and nothing is sent, by check or handler."""
     store = await make_store(db)
     out = await check("send_message", args, make_ctx(store, customer))
@@ -315,7 +301,5 @@ async def test_message_ids_and_order_ids_fit_the_schema_patterns(db: Database) -
     """Ids the store creates can be passed back to tools and finish."""
     store = await make_store(db)
     ctx = make_ctx(store)
-    msg = await call(
-        "send_message", {"channel": "email", "template": "order_update", "order_id": "O-1043"}, ctx
-    )
+    msg = await call("send_message", {"channel": "email", "template": "order_update", "order_id": "O-1043"}, ctx)
     assert re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", msg["message_id"])

@@ -93,9 +93,7 @@ CASES: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("name", "args"), CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)]
-)
+@pytest.mark.parametrize(("name", "args"), CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)])
 async def test_another_customers_record_is_indistinguishable_from_a_missing_one(
     db: Database, tmp_path: Path, name: str, args: dict[str, Any]
 ) -> None:
@@ -130,10 +128,5 @@ async def test_lists_never_show_another_customers_records(db: Database) -> None:
     """list_orders, list_returns, get_invoices and list_payments stay inside the account."""
     store = await make_store(db)
     ctx = make_ctx(store)
-    seen = str(
-        [
-            await call(n, {}, ctx)
-            for n in ("list_orders", "list_returns", "get_invoices", "list_payments")
-        ]
-    )
+    seen = str([await call(n, {}, ctx) for n in ("list_orders", "list_returns", "get_invoices", "list_payments")])
     assert not [ident for ident in THEIRS if ident in seen]

@@ -264,9 +264,7 @@ def test_group_blurbs_list_unloaded_groups_one_line_each() -> None:
     """The model sees the groups it has not loaded, one line each (C4)."""
     assert set(GROUP_BLURBS) == set(LOADABLE_GROUPS)
     listing = REG.unloaded_listing(["orders"])
-    assert listing.splitlines() == [
-        f"- {g}: {GROUP_BLURBS[g]}" for g in ("account", "returns", "billing")
-    ]
+    assert listing.splitlines() == [f"- {g}: {GROUP_BLURBS[g]}" for g in ("account", "returns", "billing")]
     specs = REG.specs_for(["billing"])
     assert [s.name for s in specs] == CONTRACT["always"] + CONTRACT["billing"]
 

@@ -52,8 +52,9 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
 
 
-def test_upgrade_load_refuse_export_roundtrip(database_url: str, monkeypatch: pytest.MonkeyPatch,
-                                              tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_upgrade_load_refuse_export_roundtrip(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """db upgrade → store load (demo) → second load refused → export → load elsewhere → same export."""
     monkeypatch.setenv("SIGNOFF_DATABASE_URL", database_url)
     assert main(["db", "upgrade"]) == 0
@@ -75,8 +76,9 @@ def test_upgrade_load_refuse_export_roundtrip(database_url: str, monkeypatch: py
     assert main(["audit", "verify"]) == 0
 
 
-def test_bad_dataset_is_refused_with_its_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_dataset_is_refused_with_its_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A malformed dataset names the JSON path and writes nothing."""
     monkeypatch.setenv("SIGNOFF_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path / 'bad.db'}")
     assert main(["db", "upgrade"]) == 0
@@ -88,17 +90,20 @@ def test_bad_dataset_is_refused_with_its_path(tmp_path: Path, monkeypatch: pytes
     assert json.loads(capsys.readouterr().out)["customers"] == []
 
 
-@pytest.mark.parametrize(("env", "needle"), [
-    ({"SIGNOFF_DATABASE_URL": "mysql://nope"}, "SIGNOFF_DATABASE_URL"),
-    ({"SIGNOFF_LLM_PROVIDER": "anthropic"}, "ANTHROPIC_API_KEY"),
-    ({"SIGNOFF_LLM_PROVIDER": "openai"}, "OPENAI_BASE_URL"),
-    ({"SIGNOFF_LLM_PROVIDER": "gpt"}, "SIGNOFF_LLM_PROVIDER"),
-    ({"SIGNOFF_POLICY_FILE": "/nonexistent/policy.yaml"}, "SIGNOFF_POLICY_FILE"),
-    ({"SIGNOFF_SMTP_URL": "http://mail"}, "SIGNOFF_SMTP_URL"),
-])
-def test_bad_settings_are_one_line_naming_the_variable(env: dict[str, str], needle: str,
-                                                       monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"SIGNOFF_DATABASE_URL": "mysql://nope"}, "SIGNOFF_DATABASE_URL"),
+        ({"SIGNOFF_LLM_PROVIDER": "anthropic"}, "ANTHROPIC_API_KEY"),
+        ({"SIGNOFF_LLM_PROVIDER": "openai"}, "OPENAI_BASE_URL"),
+        ({"SIGNOFF_LLM_PROVIDER": "gpt"}, "SIGNOFF_LLM_PROVIDER"),
+        ({"SIGNOFF_POLICY_FILE": "/nonexistent/policy.yaml"}, "SIGNOFF_POLICY_FILE"),
+        ({"SIGNOFF_SMTP_URL": "http://mail"}, "SIGNOFF_SMTP_URL"),
+    ],
+)
+def test_bad_settings_are_one_line_naming_the_variable(
+    env: dict[str, str], needle: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert main(["audit", "verify"]) == 2

@@ -66,15 +66,21 @@ async def test_only_the_acting_principal_can_confirm(db: Database) -> None:
 async def test_confirming_one_set_of_arguments_does_not_cover_another(db: Database) -> None:
     """A confirmation is for exact arguments: after the customer confirmed one refund, a
     proposal with other arguments needs its own confirmation and does not run."""
-    model = planner([tool_use_block("search_knowledge", SEARCH)], [tool_use_block("issue_refund", SMALL_REFUND)],
-                    "Please confirm.", "Done: $30.00 refunded.",
-                    [tool_use_block("issue_refund", OTHER_REFUND)], "Please confirm this one too.")
+    model = planner(
+        [tool_use_block("search_knowledge", SEARCH)],
+        [tool_use_block("issue_refund", SMALL_REFUND)],
+        "Please confirm.",
+        "Done: $30.00 refunded.",
+        [tool_use_block("issue_refund", OTHER_REFUND)],
+        "Please confirm this one too.",
+    )
     h = await seeded(db, model)
     first = await h.runtime.chat(principal=C7, channel="api", message="Refund $30 on O-1044, it arrived damaged.")
     await h.runtime.confirm(first.pending[0].id, actor=C7, accept=True)
     assert await store_refunds(db, "O-1044") == 1
-    second = await h.runtime.chat(principal=C7, channel="api", message="and another $10 please",
-                                  conversation_id=first.conversation_id)
+    second = await h.runtime.chat(
+        principal=C7, channel="api", message="and another $10 please", conversation_id=first.conversation_id
+    )
     [pending] = second.pending
     assert pending.kind == "confirmation"
     conf = await h.services.confirmations.get(pending.id)
@@ -111,7 +117,7 @@ async def test_a_reply_that_is_not_a_plain_yes_confirms_nothing(db: Database, re
 
 
 async def test_a_declined_confirmation_never_executes(db: Database) -> None:
-    """"no" declines; a later confirm of the same request is a conflict and nothing runs."""
+    """ "no" declines; a later confirm of the same request is a conflict and nothing runs."""
     model = proposing(SMALL_REFUND)
     h = await seeded(db, model)
     first = await h.runtime.chat(principal=C7, channel="api", message="Refund $30 on O-1044, it arrived damaged.")
@@ -172,8 +178,9 @@ async def test_concurrent_confirms_execute_once(db: Database) -> None:
     h = await seeded(db, proposing(SMALL_REFUND))
     first = await h.runtime.chat(principal=C7, channel="api", message="Refund $30 on O-1044, it arrived damaged.")
     conf_id = first.pending[0].id
-    outcomes = await asyncio.gather(*(h.runtime.confirm(conf_id, actor=C7, accept=True) for _ in range(5)),
-                                    return_exceptions=True)
+    outcomes = await asyncio.gather(
+        *(h.runtime.confirm(conf_id, actor=C7, accept=True) for _ in range(5)), return_exceptions=True
+    )
     assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
     wins = [o for o in outcomes if not isinstance(o, BaseException)]
     assert len({str(o.result) for o in wins}) == 1 and wins[0].result is not None

@@ -35,24 +35,38 @@ from tests.test_api_serve import free_port
 SIGNOFF = Path(sys.executable).with_name("signoff")
 DEMO = Path(__file__).resolve().parents[1] / "sandbox" / "data" / "demo.json"
 SECRET = "crash-test-secret-" + "x" * 32
-REFUND = {"order_id": "O-1042", "amount_minor": 2000, "currency": "USD", "reason_code": "damaged",
-          "evidence": ["refund-policy@7#window"]}
+REFUND = {
+    "order_id": "O-1042",
+    "amount_minor": 2000,
+    "currency": "USD",
+    "reason_code": "damaged",
+    "evidence": ["refund-policy@7#window"],
+}
 #: Milliseconds between writing the confirm request and the SIGKILL.
 DELAYS_MS = [0, 3, 6, 9, 12, 15, 18, 21, 25, 30, 35, 40, 50, 60, 70, 85, 100]
-SCRIPT = [("load_tools", {"group": "billing"}), ("search_knowledge", {"query": "refund window damaged"}),
-          ("issue_refund", REFUND)]
+SCRIPT = [
+    ("load_tools", {"group": "billing"}),
+    ("search_knowledge", {"query": "refund window damaged"}),
+    ("issue_refund", REFUND),
+]
 
 pytestmark = pytest.mark.skipif(not SIGNOFF.exists(), reason="the signoff console script is not installed")
 
 
 def planner(body: dict[str, Any]) -> dict[str, Any]:
     """Stateless, so it answers the same after a restart: the next call of the script, then text."""
-    uses = sum(1 for m in body["messages"] if isinstance(m["content"], list)
-               for b in m["content"] if b.get("type") == "tool_use")
+    uses = sum(
+        1
+        for m in body["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_use"
+    )
     if uses < len(SCRIPT):
         return tool_turn(*SCRIPT[uses])
-    return text_turn("It needs your confirmation." if uses == len(SCRIPT) and not _confirmed(body)
-                     else "Your refund is done.")
+    return text_turn(
+        "It needs your confirmation." if uses == len(SCRIPT) and not _confirmed(body) else "Your refund is done."
+    )
 
 
 def _confirmed(body: dict[str, Any]) -> bool:
@@ -61,13 +75,20 @@ def _confirmed(body: dict[str, Any]) -> bool:
 
 def _env(db: Path, api: FakeAnthropicAPI) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SIGNOFF_", "ANTHROPIC_", "OPENAI_", "SLACK_"))}
-    return {**env, "SIGNOFF_DATABASE_URL": f"sqlite+aiosqlite:///{db}", "SIGNOFF_LLM_PROVIDER": "anthropic",
-            "ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": api.base_url, "SIGNOFF_JWT_SECRET": SECRET}
+    return {
+        **env,
+        "SIGNOFF_DATABASE_URL": f"sqlite+aiosqlite:///{db}",
+        "SIGNOFF_LLM_PROVIDER": "anthropic",
+        "ANTHROPIC_API_KEY": "test-key",
+        "ANTHROPIC_BASE_URL": api.base_url,
+        "SIGNOFF_JWT_SECRET": SECRET,
+    }
 
 
 async def _run(env: dict[str, str], *args: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(str(SIGNOFF), *args, env=env, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.STDOUT)
+    proc = await asyncio.create_subprocess_exec(
+        str(SIGNOFF), *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
     out, _ = await asyncio.wait_for(proc.communicate(), timeout=120)
     return proc.returncode or 0, out.decode()
 
@@ -85,8 +106,14 @@ class Server:
 
     async def start(self) -> None:
         self.proc = await asyncio.create_subprocess_exec(
-            str(SIGNOFF), "serve", "--port", str(self.port), env=self.env,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+            str(SIGNOFF),
+            "serve",
+            "--port",
+            str(self.port),
+            env=self.env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
         async with aiohttp.ClientSession() as session:
             for _ in range(400):  # an external process gives no signal but its port
                 try:
@@ -122,8 +149,12 @@ async def _write_and_kill(server: Server, path: str, delay_ms: int) -> None:
     """Write the whole request on a raw socket, wait ``delay_ms``, SIGKILL the server."""
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     auth = _auth()["Authorization"]
-    writer.write((f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {auth}\r\n"
-                  "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}").encode())
+    writer.write(
+        (
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {auth}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+        ).encode()
+    )
     await writer.drain()
     await asyncio.sleep(delay_ms / 1000)
     await server.kill()
@@ -150,8 +181,9 @@ async def _sample(template: tuple[Path, FakeAnthropicAPI], tmp: Path, delay_ms: 
     before = _refunds(db)
     first = Server(env)
     await first.start()
-    status, chat = await _post(f"{first.url}/api/chat",
-                               {"conversationId": None, "message": "Refund 20.00 on O-1042, it arrived damaged."})
+    status, chat = await _post(
+        f"{first.url}/api/chat", {"conversationId": None, "message": "Refund 20.00 on O-1042, it arrived damaged."}
+    )
     assert status == 200 and [p["kind"] for p in chat["pending"]] == ["confirmation"], chat
     conf_id, conv_id = chat["pending"][0]["id"], chat["conversationId"]
     await _write_and_kill(first, f"/api/confirmations/{conf_id}/confirm", delay_ms)
@@ -159,31 +191,36 @@ async def _sample(template: tuple[Path, FakeAnthropicAPI], tmp: Path, delay_ms: 
     await second.start()
     try:
         status, again = await _post(f"{second.url}/api/confirmations/{conf_id}/confirm")
-        async with aiohttp.ClientSession() as session, \
-                session.get(f"{second.url}/api/conversations/{conv_id}", headers=_auth()) as r:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"{second.url}/api/conversations/{conv_id}", headers=_auth()) as r,
+        ):
             view = await r.json()
     finally:
         await second.stop()
     code, verified = await _run(env, "audit", "verify")
-    return {"status": status, "again": again, "refunds": _refunds(db) - before, "view": view,
-            "audit": (code, verified)}
+    return {"status": status, "again": again, "refunds": _refunds(db) - before, "view": view, "audit": (code, verified)}
 
 
 def _refunds(db: Path) -> int:
     with sqlite3.connect(db) as conn:
-        return int(conn.execute("SELECT count(*) FROM store_refunds WHERE order_id = 'O-1042' AND kind = 'refund'")
-                   .fetchone()[0])
+        return int(
+            conn.execute("SELECT count(*) FROM store_refunds WHERE order_id = 'O-1042' AND kind = 'refund'").fetchone()[
+                0
+            ]
+        )
 
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_sigkill_anywhere_in_the_confirm_path_loses_nothing_and_refunds_once(
-        template: tuple[Path, FakeAnthropicAPI], tmp_path: Path) -> None:
+    template: tuple[Path, FakeAnthropicAPI], tmp_path: Path
+) -> None:
     """For every kill delay: the repeated confirm answers 200 with the one refund, the store holds
     exactly one new refund, the history tells the model once what happened (and the agent
     answered after it), and the audit chain verifies."""
     results: dict[int, dict[str, Any]] = {}
     for batch in range(0, len(DELAYS_MS), 3):  # three servers at a time on two cores
-        delays = DELAYS_MS[batch:batch + 3]
+        delays = DELAYS_MS[batch : batch + 3]
         done = await asyncio.gather(*(_sample(template, tmp_path, d) for d in delays))
         results.update(zip(delays, done, strict=True))
     for delay, r in results.items():

@@ -42,8 +42,13 @@ from tests.gatekeeper_kit import C7, Clock, ledger_rows, store_state
 DRIVER = Path(__file__).parent / "crash" / "refund_driver.py"
 ROOT = Path(__file__).resolve().parents[1]
 
-REFUND = {"order_id": "O-1042", "amount_minor": 2000, "currency": "USD", "reason_code": "damaged",
-          "evidence": ["refund-policy@7#window"]}
+REFUND = {
+    "order_id": "O-1042",
+    "amount_minor": 2000,
+    "currency": "USD",
+    "reason_code": "damaged",
+    "evidence": ["refund-policy@7#window"],
+}
 RETRY = {"order_id": "O-1046"}
 
 #: (case id, kill point, tool, confirmation path)
@@ -66,10 +71,22 @@ async def crashed(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[dic
 
     async def run(case: str, point: str, tool: str, path: str) -> tuple[Path, dict[str, Any]]:
         db = base / f"{case}.db"
-        env = {**os.environ, "SIGNOFF_CRASH_AT": point, "SIGNOFF_CRASH_TOOL": tool, "SIGNOFF_CRASH_PATH": path,
-               "PYTHONPATH": str(ROOT)}
-        proc = await asyncio.create_subprocess_exec(sys.executable, str(DRIVER), str(db), env=env, cwd=str(ROOT),
-                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        env = {
+            **os.environ,
+            "SIGNOFF_CRASH_AT": point,
+            "SIGNOFF_CRASH_TOOL": tool,
+            "SIGNOFF_CRASH_PATH": path,
+            "PYTHONPATH": str(ROOT),
+        }
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(DRIVER),
+            str(db),
+            env=env,
+            cwd=str(ROOT),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
         assert proc.returncode == -signal.SIGKILL, (case, proc.returncode, err.decode()[-2000:])
         return db, json.loads(out.decode().strip().splitlines()[-1])
@@ -119,18 +136,21 @@ async def restart(db_path: Path, tool: str, args: dict[str, Any]) -> tuple[Datab
 
 
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize("case", [c for c in CASES if c[2] == "issue_refund" and not c[0].startswith("gap-")],
-                         ids=lambda c: c[0])
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c[2] == "issue_refund" and not c[0].startswith("gap-")], ids=lambda c: c[0]
+)
 async def test_killed_refund_is_recovered_with_exactly_one_refund(
-        crashed: dict[str, tuple[Path, dict[str, Any]]], case: tuple[str, str, str, str]) -> None:
+    crashed: dict[str, tuple[Path, dict[str, Any]]], case: tuple[str, str, str, str]
+) -> None:
     name, point, _, _ = case
     db_path, ids = crashed[name]
     db, rt, _notifier = await restart(db_path, "issue_refund", REFUND)
     try:
         before = await store_state(db)
         await recover(rt, orphan_after_s=0)
-        r = await rt.chat(principal=C7, channel="api", message="Did my refund go through?",
-                          conversation_id=ids["conversation_id"])
+        r = await rt.chat(
+            principal=C7, channel="api", message="Did my refund go through?", conversation_id=ids["conversation_id"]
+        )
         assert r.outcome == "answered", r
         after = await store_state(db)
         refunds = [x for x in after["refunds"] if x["order_id"] == "O-1042"]
@@ -155,7 +175,8 @@ async def test_killed_refund_is_recovered_with_exactly_one_refund(
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_non_retryable_tool_killed_after_ledger_insert_goes_to_a_person(
-        crashed: dict[str, tuple[Path, dict[str, Any]]]) -> None:
+    crashed: dict[str, tuple[Path, dict[str, Any]]],
+) -> None:
     """retry_payment with an `executing` ledger row and no downstream record: needs_human and an
     escalation with the trace — not a second charge attempt, not even when the model asks again."""
     db_path, ids = crashed["retry-payment-after-ledger-insert"]
@@ -169,12 +190,14 @@ async def test_non_retryable_tool_killed_after_ledger_insert_goes_to_a_person(
         notes = await rt.s.conversations.case_notes(ids["conversation_id"])
         assert any(kind == "escalation" and "needs_human" in text for kind, _a, text in notes), notes
         assert notifier.of("escalated")
-        r = await rt.chat(principal=C7, channel="api", message="Did my payment go through?",
-                          conversation_id=ids["conversation_id"])
+        r = await rt.chat(
+            principal=C7, channel="api", message="Did my payment go through?", conversation_id=ids["conversation_id"]
+        )
         after = await store_state(db)
         assert after["payments"] == before["payments"], "a non-retryable write was retried"
-        assert [p for p in after["payments"] if p["order_id"] == "O-1046"] == \
-            [p for p in before["payments"] if p["order_id"] == "O-1046"]
+        assert [p for p in after["payments"] if p["order_id"] == "O-1046"] == [
+            p for p in before["payments"] if p["order_id"] == "O-1046"
+        ]
         assert [(x["tool"], x["status"]) for x in await ledger_rows(db)] == [("retry_payment", "needs_human")]
         history = await rt.s.conversations.history(ids["conversation_id"])
         assert_protocol_valid(history)
@@ -191,7 +214,8 @@ async def test_non_retryable_tool_killed_after_ledger_insert_goes_to_a_person(
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_non_retryable_tool_killed_after_its_write_is_settled_from_the_downstream_record(
-        crashed: dict[str, tuple[Path, dict[str, Any]]]) -> None:
+    crashed: dict[str, tuple[Path, dict[str, Any]]],
+) -> None:
     """retry_payment whose charge committed before the crash: recovery reads the store's record by
     key and settles the ledger; there is exactly one new payment."""
     db_path, ids = crashed["retry-payment-after-downstream-write"]
@@ -199,8 +223,9 @@ async def test_non_retryable_tool_killed_after_its_write_is_settled_from_the_dow
     try:
         before = await store_state(db)
         assert await recover(rt, orphan_after_s=0) == 1
-        await rt.chat(principal=C7, channel="api", message="Did my payment go through?",
-                      conversation_id=ids["conversation_id"])
+        await rt.chat(
+            principal=C7, channel="api", message="Did my payment go through?", conversation_id=ids["conversation_id"]
+        )
         after = await store_state(db)
         assert after["payments"] == before["payments"]
         captured = [p for p in after["payments"] if p["order_id"] == "O-1046" and p["status"] == "captured"]
@@ -214,7 +239,8 @@ async def test_non_retryable_tool_killed_after_its_write_is_settled_from_the_dow
 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_recovery_alone_completes_a_confirmed_action_interrupted_before_execution(
-        crashed: dict[str, tuple[Path, dict[str, Any]]]) -> None:
+    crashed: dict[str, tuple[Path, dict[str, Any]]],
+) -> None:
     """C1 "a crash loses nothing": the customer confirmed; after a restart the confirmed refund
     should be carried out (or refused) by recovery itself and the outcome told in the conversation,
     without waiting for the customer to write again."""

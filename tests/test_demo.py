@@ -17,14 +17,15 @@ def test_demo_runs_offline_and_ends_with_a_verified_audit_chain(capsys: pytest.C
     assert "driven by the scripted demo planner (no network)" in lines[0]
     assert lines[-1].startswith("audit chain verified: ") and lines[-1].endswith(" events")
     assert "stop_reason=tool_use" in out and "tool_use issue_refund" in out and "gate     confirmation" in out
-    assert "supervisor S-3 approves" in out and "REFUNDED" in out                   # canonical flow
-    assert "actions executed in this conversation: 0" in out                        # injection ignored
-    assert "tool results containing C-8's orders: none" in out                      # cross-account
+    assert "supervisor S-3 approves" in out and "REFUNDED" in out  # canonical flow
+    assert "actions executed in this conversation: 0" in out  # injection ignored
+    assert "tool results containing C-8's orders: none" in out  # cross-account
     assert "aggregate_over_ceiling" in out and "refunded without approval in this conversation: 30.00 USD" in out
 
 
-def test_live_without_a_configured_model_says_so(capsys: pytest.CaptureFixture[str],
-                                                 monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_live_without_a_configured_model_says_so(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """--live with no key falls back to the demo planner and says plainly which model drove it."""
     for var in ("ANTHROPIC_API_KEY", "SIGNOFF_LLM_PROVIDER", "OPENAI_BASE_URL"):
         monkeypatch.delenv(var, raising=False)

@@ -49,8 +49,10 @@ def test_the_readme_names_every_direct_dependency_with_its_floor() -> None:
     """Each row of README's dependency table is `name` | `>=floor` | why, matching pyproject."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Dependencies", 1)[1].split("\n## ", 1)[0]
-    rows = {canonicalize_name(m.group(1)): m.group(2)
-            for m in re.finditer(r"^\| `([a-z0-9_.-]+)` \| `>=([^`]+)` \| .+ \|$", section, re.M)}
+    rows = {
+        canonicalize_name(m.group(1)): m.group(2)
+        for m in re.finditer(r"^\| `([a-z0-9_.-]+)` \| `>=([^`]+)` \| .+ \|$", section, re.M)
+    }
     for req in DIRECT:
         floor = next(s.version for s in req.specifier if s.operator == ">=")
         assert rows.get(canonicalize_name(req.name)) == floor, (req.name, floor, rows.get(req.name))

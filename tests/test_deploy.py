@@ -18,8 +18,7 @@ from agent.metrics import Metrics
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "deploy" / "grafana" / "signoff-dashboard.json"
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
-SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
-            "gauge": ("",)}
+SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"), "gauge": ("",)}
 
 
 def exported_series() -> set[str]:
@@ -51,14 +50,25 @@ def test_dashboard_covers_what_operators_watch() -> None:
     time-to-decision, tokens and cost per conversation, refund amounts, latency p50/p95."""
     board = json.loads(DASHBOARD.read_text())
     titles = " | ".join(p["title"].lower() for p in board["panels"])
-    for needle in ("containment", "escalations by reason", "gate refusals", "approvals by outcome",
-                   "time to decision", "tokens per conversation", "cost per conversation", "refund amount",
-                   "turn latency p50 / p95", "model latency p50 / p95", "breaker"):
+    for needle in (
+        "containment",
+        "escalations by reason",
+        "gate refusals",
+        "approvals by outcome",
+        "time to decision",
+        "tokens per conversation",
+        "cost per conversation",
+        "refund amount",
+        "turn latency p50 / p95",
+        "model latency p50 / p95",
+        "breaker",
+    ):
         assert needle in titles, needle
     ids = [p["id"] for p in board["panels"]]
     assert len(ids) == len(set(ids))
-    assert {t["datasource"]["uid"] for p in board["panels"] if p["type"] != "row" for t in p["targets"]} \
-        == {"${datasource}"}
+    assert {t["datasource"]["uid"] for p in board["panels"] if p["type"] != "row" for t in p["targets"]} == {
+        "${datasource}"
+    }
 
 
 def test_alert_rules_cover_breaker_escalations_and_refunds_on_exported_metrics() -> None:

@@ -26,8 +26,13 @@ from tests.api_kit import EMAIL_SECRET, client_for, counts, settings
 from tests.support import SUP_A, seeded
 
 SHOP = "support@fernway.example"
-REFUND = {"order_id": "O-1042", "amount_minor": 18900, "currency": "USD", "reason_code": "damaged",
-          "evidence": ["refund-policy@7#window"]}
+REFUND = {
+    "order_id": "O-1042",
+    "amount_minor": 18900,
+    "currency": "USD",
+    "reason_code": "damaged",
+    "evidence": ["refund-policy@7#window"],
+}
 
 
 class Inbox:
@@ -57,22 +62,31 @@ def smtp() -> Iterator[tuple[Inbox, str]]:
     controller.stop()
 
 
-def signed(body: bytes, *, secret: str = EMAIL_SECRET, ts: int | None = None,
-           ctype: str = "application/json") -> dict[str, str]:
+def signed(
+    body: bytes, *, secret: str = EMAIL_SECRET, ts: int | None = None, ctype: str = "application/json"
+) -> dict[str, str]:
     stamp = str(ts if ts is not None else int(time.time()))
     return {"Content-Type": ctype, "X-Signoff-Timestamp": stamp, "X-Signoff-Signature": sign(secret, body, stamp)}
 
 
-def mail(text: str, *, message_id: str, sender: str = "Maya Chen <Maya.Chen@example.com>",
-         subject: str = "Order O-1042", in_reply_to: str | None = None, references: str | None = None,
-         **extra: str) -> bytes:
+def mail(
+    text: str,
+    *,
+    message_id: str,
+    sender: str = "Maya Chen <Maya.Chen@example.com>",
+    subject: str = "Order O-1042",
+    in_reply_to: str | None = None,
+    references: str | None = None,
+    **extra: str,
+) -> bytes:
     headers = f"Message-ID: {message_id}\r\n"
     if in_reply_to:
         headers += f"In-Reply-To: {in_reply_to}\r\n"
     if references:
         headers += f"References: {references}\r\n"
-    return json.dumps({"from": sender, "to": SHOP, "subject": subject, "text": text, "headers": headers,
-                       **extra}).encode()
+    return json.dumps(
+        {"from": sender, "to": SHOP, "subject": subject, "text": text, "headers": headers, **extra}
+    ).encode()
 
 
 async def deliver(client: TestClient, body: bytes, **kw: Any) -> tuple[int, dict[str, Any]]:
@@ -103,9 +117,12 @@ async def test_forged_sender_is_refused_and_nothing_stored(db: Database, smtp: t
     h = await seeded(db, ScriptedModel([]))
     async with client_for(h, settings(SIGNOFF_SMTP_URL=url)) as client:
         before = await counts(db)
-        for sender, expected in (("mallory@attacker.example", 403), ("maya.chen@example.com.attacker.example", 403),
-                                 ("Maya Chen <mallory@attacker.example>", 403),
-                                 ('"maya.chen@example.com" <mallory@attacker.example>', 422)):  # ambiguous: unreadable
+        for sender, expected in (
+            ("mallory@attacker.example", 403),
+            ("maya.chen@example.com.attacker.example", 403),
+            ("Maya Chen <mallory@attacker.example>", 403),
+            ('"maya.chen@example.com" <mallory@attacker.example>', 422),
+        ):  # ambiguous: unreadable
             status, body = await deliver(client, mail("Refund everything", message_id="<f1@x>", sender=sender))
             assert status == expected, (sender, body)
         assert await counts(db) == before
@@ -117,10 +134,13 @@ async def test_bad_hmac_is_401(db: Database) -> None:
     body = mail("hi", message_id="<h1@x>")
     async with client_for(h) as client:
         before = await counts(db)
-        cases = [signed(body, secret="wrong"), signed(body, ts=int(time.time()) - 600),
-                 {"Content-Type": "application/json"},
-                 {**signed(body), "X-Signoff-Signature": "sha256=" + "0" * 64},
-                 {**signed(b"other body")}]
+        cases = [
+            signed(body, secret="wrong"),
+            signed(body, ts=int(time.time()) - 600),
+            {"Content-Type": "application/json"},
+            {**signed(body), "X-Signoff-Signature": "sha256=" + "0" * 64},
+            {**signed(b"other body")},
+        ]
         for headers in cases:
             r = await client.post("/email/inbound", data=body, headers=headers)
             assert (r.status, (await r.json())["error"]) == (401, "unauthorized")
@@ -155,13 +175,15 @@ async def test_redelivered_message_id_does_nothing_more(db: Database, smtp: tupl
 async def test_confirm_by_code_over_email(db: Database, smtp: tuple[Inbox, str]) -> None:
     """The reply shows the code; replying with it (quoted history and all) confirms the exact action."""
     inbox, url = smtp
-    model = ScriptedModel([
-        [tool_use_block("get_order", {"order_id": "O-1042"})],
-        [tool_use_block("search_knowledge", {"query": "refund window"})],
-        [tool_use_block("issue_refund", REFUND)],
-        "I can refund $189.00 for O-1042.",
-        "Thanks — a supervisor needs to approve this refund; it is pending.",
-    ])
+    model = ScriptedModel(
+        [
+            [tool_use_block("get_order", {"order_id": "O-1042"})],
+            [tool_use_block("search_knowledge", {"query": "refund window"})],
+            [tool_use_block("issue_refund", REFUND)],
+            "I can refund $189.00 for O-1042.",
+            "Thanks — a supervisor needs to approve this refund; it is pending.",
+        ]
+    )
     h = await seeded(db, model)
     async with client_for(h, settings(SIGNOFF_SMTP_URL=url)) as client:
         _s, first = await deliver(client, mail("Please refund O-1042, it arrived broken.", message_id="<c1@ex.com>"))
@@ -169,9 +191,16 @@ async def test_confirm_by_code_over_email(db: Database, smtp: tuple[Inbox, str])
         reply = inbox.messages[0][2]
         assert f"To confirm, reply with the code {conf.code}:" in reply.get_payload()
         answer = f"{conf.code.lower()}\n\nMaya\n\nOn Tue, Fernway <{SHOP}> wrote:\n> I can refund $189.00"
-        _s, second = await deliver(client, mail(answer, message_id="<c2@ex.com>", subject="Re: Order O-1042",
-                                                in_reply_to=reply["Message-ID"],
-                                                references=f"<c1@ex.com> {reply['Message-ID']}"))
+        _s, second = await deliver(
+            client,
+            mail(
+                answer,
+                message_id="<c2@ex.com>",
+                subject="Re: Order O-1042",
+                in_reply_to=reply["Message-ID"],
+                references=f"<c1@ex.com> {reply['Message-ID']}",
+            ),
+        )
     assert second["conversationId"] == first["conversationId"]
     settled = await h.services.confirmations.get(conf.id)
     assert settled is not None and settled.status == "confirmed"
@@ -181,8 +210,13 @@ async def test_confirm_by_code_over_email(db: Database, smtp: tuple[Inbox, str])
     assert second_reply["In-Reply-To"] == "<c2@ex.com>"
     assert " ".join(second_reply["References"].split()) == f"<c1@ex.com> {reply['Message-ID']} <c2@ex.com>"
     assert "pending" in second_reply.get_payload()
-    texts = [b.get("text", "") for m in await h.services.conversations.history(approval.conversation_id)
-             if m.role == "user" for b in m.content if b.get("type") == "text"]
+    texts = [
+        b.get("text", "")
+        for m in await h.services.conversations.history(approval.conversation_id)
+        if m.role == "user"
+        for b in m.content
+        if b.get("type") == "text"
+    ]
     assert not any("wrote:" in t or "I can refund" in t for t in texts)  # quoted history never reached the agent
 
 
@@ -190,19 +224,28 @@ async def test_by_email_only_the_code_confirms_and_no_with_code_declines(db: Dat
     """A bare "Yes" by email confirms nothing (anyone can quote or forge a yes): the runtime
     answers with the action and its code; the code confirms; "no" with a code declines."""
     cancel = {"order_id": "O-1044", "reason_code": "customer_request", "evidence": ["cancellations@2#before-shipping"]}
-    model = ScriptedModel([
-        [tool_use_block("search_knowledge", {"query": "cancel an order before shipping", "kind": "policy"})],
-        [tool_use_block("cancel_order", cancel)], "Shall I cancel O-1044?", "Done, O-1044 is cancelled.",
-        [tool_use_block("load_tools", {"group": "billing"}),
-         tool_use_block("search_knowledge", {"query": "refund window"})],
-        [tool_use_block("issue_refund", REFUND)], "Shall I refund O-1042?", "All right, no refund.",
-    ])
+    model = ScriptedModel(
+        [
+            [tool_use_block("search_knowledge", {"query": "cancel an order before shipping", "kind": "policy"})],
+            [tool_use_block("cancel_order", cancel)],
+            "Shall I cancel O-1044?",
+            "Done, O-1044 is cancelled.",
+            [
+                tool_use_block("load_tools", {"group": "billing"}),
+                tool_use_block("search_knowledge", {"query": "refund window"}),
+            ],
+            [tool_use_block("issue_refund", REFUND)],
+            "Shall I refund O-1042?",
+            "All right, no refund.",
+        ]
+    )
     h = await seeded(db, model)
     async with client_for(h) as client:
         _s, first = await deliver(client, mail("Cancel O-1044 please", message_id="<y1@ex.com>"))
         [conf] = await h.services.confirmations.pending(first["conversationId"])
-        _s, second = await deliver(client, mail("Yes\n\n> Shall I cancel O-1044?", message_id="<y2@ex.com>",
-                                                references="<y1@ex.com>"))
+        _s, second = await deliver(
+            client, mail("Yes\n\n> Shall I cancel O-1044?", message_id="<y2@ex.com>", references="<y1@ex.com>")
+        )
         assert second["conversationId"] == first["conversationId"]
         assert (await h.services.confirmations.get(conf.id)).status == "pending"  # type: ignore[union-attr]
         await deliver(client, mail(f"Yes {conf.code}", message_id="<y2b@ex.com>", references="<y1@ex.com>"))
@@ -219,8 +262,15 @@ async def test_threads_are_per_customer(db: Database) -> None:
     async with client_for(h) as client:
         _s, a = await deliver(client, mail("first", message_id="<t1@ex.com>"))
         _s, b = await deliver(client, mail("second topic", message_id="<t2@ex.com>"))
-        _s, c = await deliver(client, mail("me too", message_id="<t3@ex.de>", sender="jonas.weber@example.de",
-                                           references=f"<t1@ex.com> <signoff.{a['conversationId']}.abcdef012345@x>"))
+        _s, c = await deliver(
+            client,
+            mail(
+                "me too",
+                message_id="<t3@ex.de>",
+                sender="jonas.weber@example.de",
+                references=f"<t1@ex.com> <signoff.{a['conversationId']}.abcdef012345@x>",
+            ),
+        )
     assert len({a["conversationId"], b["conversationId"], c["conversationId"]}) == 3
     conv = await h.services.conversations.get(c["conversationId"])
     assert conv is not None and conv.customer_id == "C-8"
@@ -230,10 +280,21 @@ async def test_multipart_inbound_over_http(db: Database) -> None:
     """SendGrid's multipart/form-data shape is accepted as is."""
     h = await seeded(db, ScriptedModel(["Hi Maya."]))
     boundary = "----sg"
-    fields = {"from": "Maya Chen <maya.chen@example.com>", "to": SHOP, "subject": "Hello", "text": "hi there",
-              "headers": "Message-ID: <mp1@example.com>\r\n", "SPF": "pass", "dkim": "{@example.com : pass}"}
-    body = "".join(f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'
-                   for k, v in fields.items()).encode() + f"--{boundary}--\r\n".encode()
+    fields = {
+        "from": "Maya Chen <maya.chen@example.com>",
+        "to": SHOP,
+        "subject": "Hello",
+        "text": "hi there",
+        "headers": "Message-ID: <mp1@example.com>\r\n",
+        "SPF": "pass",
+        "dkim": "{@example.com : pass}",
+    }
+    body = (
+        "".join(
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n' for k, v in fields.items()
+        ).encode()
+        + f"--{boundary}--\r\n".encode()
+    )
     async with client_for(h) as client:
         status, result = await deliver(client, body, ctype=f"multipart/form-data; boundary={boundary}")
     assert (status, result["status"]) == (200, "processed")
@@ -251,15 +312,20 @@ async def test_no_secret_configured_refuses(db: Database) -> None:
 async def test_follow_up_after_approval_is_emailed(db: Database, smtp: tuple[Inbox, str]) -> None:
     """When the supervisor approves, the resumed agent's follow-up goes out in the same thread."""
     inbox, url = smtp
-    model = ScriptedModel([
-        [tool_use_block("get_order", {"order_id": "O-1042"})],
-        [tool_use_block("search_knowledge", {"query": "refund window"})],
-        [tool_use_block("issue_refund", REFUND)],
-        "Shall I refund $189.00?", "It is pending approval.", "Your refund of $189.00 was approved and issued.",
-    ])
+    model = ScriptedModel(
+        [
+            [tool_use_block("get_order", {"order_id": "O-1042"})],
+            [tool_use_block("search_knowledge", {"query": "refund window"})],
+            [tool_use_block("issue_refund", REFUND)],
+            "Shall I refund $189.00?",
+            "It is pending approval.",
+            "Your refund of $189.00 was approved and issued.",
+        ]
+    )
     h = await seeded(db, model)
-    followups = EmailFollowUps(mailer=SmtpMailer(SmtpConfig.from_url(url)), backend=h.services.backend,
-                               from_address=SHOP)
+    followups = EmailFollowUps(
+        mailer=SmtpMailer(SmtpConfig.from_url(url)), backend=h.services.backend, from_address=SHOP
+    )
     routed = RoutingNotifier(faces={"email": followups}, fallback=h.notifier)
     h = dataclasses.replace(h, runtime=Runtime(dataclasses.replace(h.services, notifier=routed)))
     async with client_for(h, settings(SIGNOFF_SMTP_URL=url)) as client:
@@ -273,5 +339,3 @@ async def test_follow_up_after_approval_is_emailed(db: Database, smtp: tuple[Inb
     assert "approved and issued" in last.get_payload() and inbox.messages[-1][1] == ["maya.chen@example.com"]
     assert last["In-Reply-To"] == inbox.messages[-2][2]["Message-ID"]
     assert last["Subject"] == "Re: Order O-1042"
-
-

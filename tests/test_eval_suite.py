@@ -25,8 +25,17 @@ from agent.llm.testing import text_block, tool_result_block
 from sandbox.dataset import DEMO_DATASET_PATH, DatasetError
 from storage.records import Proposal
 
-BRIEF_INTENTS = {"where-is-my-order", "return", "charged-twice", "payment-failed", "address", "cancel", "refund",
-                 "escalation", "knowledge"}
+BRIEF_INTENTS = {
+    "where-is-my-order",
+    "return",
+    "charged-twice",
+    "payment-failed",
+    "address",
+    "cancel",
+    "refund",
+    "escalation",
+    "knowledge",
+}
 
 
 def _suite(**case: object) -> dict[str, object]:
@@ -88,10 +97,24 @@ def test_value_matchers() -> None:
 def _proposal(tool: str, args: dict[str, object], decision: str = "execute", reason: str | None = None) -> Proposal:
     from datetime import UTC, datetime
 
-    return Proposal(id="p", run_id="r", conversation_id="c", tool_use_id="t", tool=tool, arguments=args,
-                    args_hash="h", principal="customer:C-7", step=1, decision=decision, reason=reason,
-                    idempotency_key=None, result={"error": reason} if reason else {}, is_error=bool(reason),
-                    policy_version="v", created_at=datetime.now(UTC))
+    return Proposal(
+        id="p",
+        run_id="r",
+        conversation_id="c",
+        tool_use_id="t",
+        tool=tool,
+        arguments=args,
+        args_hash="h",
+        principal="customer:C-7",
+        step=1,
+        decision=decision,
+        reason=reason,
+        idempotency_key=None,
+        result={"error": reason} if reason else {},
+        is_error=bool(reason),
+        policy_version="v",
+        created_at=datetime.now(UTC),
+    )
 
 
 def test_args_match_subset_and_exact() -> None:
@@ -103,10 +126,13 @@ def test_args_match_subset_and_exact() -> None:
 
 def test_expected_tools_are_an_ordered_subsequence() -> None:
     """A missing tool is a tool-choice problem; a wrong argument or gate outcome an argument problem."""
-    props = [_proposal("get_order", {"order_id": "O-1"}), _proposal("issue_refund", {"order_id": "O-1"},
-                                                                      "reject", "evidence_required")]
-    assert find_in_order([ToolExpect(tool="get_order"), ToolExpect(tool="issue_refund", reason="evidence_required")],
-                         props) == ([], [])
+    props = [
+        _proposal("get_order", {"order_id": "O-1"}),
+        _proposal("issue_refund", {"order_id": "O-1"}, "reject", "evidence_required"),
+    ]
+    assert find_in_order(
+        [ToolExpect(tool="get_order"), ToolExpect(tool="issue_refund", reason="evidence_required")], props
+    ) == ([], [])
     choice, _ = find_in_order([ToolExpect(tool="issue_refund"), ToolExpect(tool="get_order")], props)
     assert choice == ["get_order was not proposed (after the previous expected call)"]
     _, args = find_in_order([ToolExpect(tool="issue_refund", gate="confirmation")], props)
@@ -117,17 +143,30 @@ def test_reply_facts_and_forbidden_claims() -> None:
     spec = ReplyExpect(states=["189.00", "re:R-[0-9a-f]+"], not_claims=["refunded twice"])
     assert reply_problems(spec, "Refunded 189.00 USD as R-abc12") == []
     assert reply_problems(spec, "Refunded twice") == [
-        "final reply does not state '189.00'", "final reply does not state 're:R-[0-9a-f]+'",
-        "final reply claims 'refunded twice'"]
+        "final reply does not state '189.00'",
+        "final reply does not state 're:R-[0-9a-f]+'",
+        "final reply claims 'refunded twice'",
+    ]
 
 
 def test_scripted_placeholders_fill_from_the_newest_result_or_event() -> None:
-    """"$key" arguments and "{$key}" text are filled from what the model was sent."""
-    req = ModelRequest(system="", tools=[], messages=[
-        Message(role="user", content=[tool_result_block("t1", {"refund_id": "R-old"})]),
-        Message(role="user", content=[text_block('<signoff_event>Outcome: {"refund_id": "R-new", '
-                                                 '"delivered_at": "2026-01-02T03:04:05Z"}</signoff_event>')]),
-    ])
+    """ "$key" arguments and "{$key}" text are filled from what the model was sent."""
+    req = ModelRequest(
+        system="",
+        tools=[],
+        messages=[
+            Message(role="user", content=[tool_result_block("t1", {"refund_id": "R-old"})]),
+            Message(
+                role="user",
+                content=[
+                    text_block(
+                        '<signoff_event>Outcome: {"refund_id": "R-new", '
+                        '"delivered_at": "2026-01-02T03:04:05Z"}</signoff_event>'
+                    )
+                ],
+            ),
+        ],
+    )
     assert fill({"action_ids": ["$refund_id"], "x": "$"}, req) == {"action_ids": ["R-new"], "x": "$"}
     assert fill_text("done ({$refund_id}) on {$delivered_at}", req) == "done (R-new) on 2026-01-02"
 
@@ -135,9 +174,22 @@ def test_scripted_placeholders_fill_from_the_newest_result_or_event() -> None:
 def test_store_overrides_merge_with_relative_times() -> None:
     """Overrides replace or add records; "-3d" is relative to the dataset's as_of; bad data is refused."""
     base = json.loads(DEMO_DATASET_PATH.read_text("utf-8"))
-    spec = StoreSpec(notes={"O-1045": "hello"}, names={"C-7": "M. Chen"}, orders=[{
-        "id": "O-9001", "customer_id": "C-7", "status": "DELIVERED", "currency": "USD", "total_minor": 100,
-        "placed_at": "-3d", "delivered_at": "-1d", "items": [{"sku": "X", "name": "X", "qty": 1, "unit_minor": 100}]}])
+    spec = StoreSpec(
+        notes={"O-1045": "hello"},
+        names={"C-7": "M. Chen"},
+        orders=[
+            {
+                "id": "O-9001",
+                "customer_id": "C-7",
+                "status": "DELIVERED",
+                "currency": "USD",
+                "total_minor": 100,
+                "placed_at": "-3d",
+                "delivered_at": "-1d",
+                "items": [{"sku": "X", "name": "X", "qty": 1, "unit_minor": 100}],
+            }
+        ],
+    )
     ds = merged_dataset(base, spec)
     orders = {o.id: o for o in ds.orders}
     assert orders["O-1045"].notes == "hello" and orders["O-9001"].delivered_at is not None

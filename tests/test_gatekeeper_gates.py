@@ -48,6 +48,7 @@ def _stage_policy(stage: str, enabled: list[str] | None = None) -> Any:
 
 # -- rollout stages (C16) ----------------------------------------------------------------------
 
+
 async def test_shadow_records_a_confirmed_action_and_never_executes_it(db: Database) -> None:
     """Shadow: the whole gate runs, then the action is recorded, not executed — even when confirmed."""
     env = await make_env(db, policy=_stage_policy("shadow"))
@@ -76,14 +77,21 @@ async def test_reads_stage_rejects_every_action_and_allows_reads(db: Database) -
     env = await make_env(db, policy=_stage_policy("reads"))
     turn = await gate_turn(env, C7)
     await retrieve(turn, EVIDENCE)
-    for tool, args in (("issue_refund", refund()), ("send_password_reset", {}),
-                       ("send_message", {"channel": "email", "template": "order_update", "order_id": "O-1042"})):
+    for tool, args in (
+        ("issue_refund", refund()),
+        ("send_password_reset", {}),
+        ("send_message", {"channel": "email", "template": "order_update", "order_id": "O-1042"}),
+    ):
         await confirm_exact(env, turn, tool, args)
         d = await judge(env, turn, tool, args)
         assert isinstance(d, Reject) and d.reason == "action_not_enabled", (tool, d)
-    for tool, args in (("get_order", {"order_id": "O-1042"}), ("list_orders", {}), ("get_account", {}),
-                       ("search_knowledge", {"query": "refund"}), ("finish", {"resolution": "r", "action_ids": [],
-                                                                            "sources": []})):
+    for tool, args in (
+        ("get_order", {"order_id": "O-1042"}),
+        ("list_orders", {}),
+        ("get_account", {}),
+        ("search_knowledge", {"query": "refund"}),
+        ("finish", {"resolution": "r", "action_ids": [], "sources": []}),
+    ):
         assert isinstance(await judge(env, turn, tool, args), Execute), tool
 
 
@@ -123,6 +131,7 @@ async def test_rollout_stage_is_checked_before_business_rules(db: Database) -> N
 
 # -- the confirmation gate (C6) ------------------------------------------------------------------
 
+
 async def test_action_needs_confirmation_of_exactly_these_arguments(env: Env) -> None:
     """A confirmation of other arguments, by another principal, in another conversation, declined,
     pending or already consumed does not count."""
@@ -145,18 +154,23 @@ async def test_action_needs_confirmation_of_exactly_these_arguments(env: Env) ->
     from agent import gates
     from agent.decisions import NeedsConfirmation as Asked
 
-    pending = (await gates.request_confirmation(turn, proposed("issue_refund", args), "p",
-                                                Asked(summary="s", target="order:O-1042", key=None))).confirmation
+    pending = (
+        await gates.request_confirmation(
+            turn, proposed("issue_refund", args), "p", Asked(summary="s", target="order:O-1042", key=None)
+        )
+    ).confirmation
     assert isinstance(await judge(env, turn, "issue_refund", args), NeedsConfirmation)
-    await env.services.confirmations.transition(pending.id, expected_version=pending.version,
-                                                from_status="pending", to_status="declined", at=env.clock())
+    await env.services.confirmations.transition(
+        pending.id, expected_version=pending.version, from_status="pending", to_status="declined", at=env.clock()
+    )
     assert isinstance(await judge(env, turn, "issue_refund", args), NeedsConfirmation)
     # exactly these arguments, in any key order
     cid = await confirm_exact(env, turn, "issue_refund", dict(reversed(list(args.items()))))
     d = await judge(env, turn, "issue_refund", args)
     assert isinstance(d, Execute) and d.key
-    await env.services.confirmations.transition(cid, expected_version=2, from_status="confirmed",
-                                                to_status="consumed", at=env.clock())
+    await env.services.confirmations.transition(
+        cid, expected_version=2, from_status="confirmed", to_status="consumed", at=env.clock()
+    )
     assert isinstance(await judge(env, turn, "issue_refund", args), NeedsConfirmation)
 
 
@@ -180,6 +194,7 @@ DEDUP_SKIP = 10
 
 
 # -- approval routing (C7) -----------------------------------------------------------------------
+
 
 async def test_over_the_ceiling_needs_a_supervisor_after_confirmation(env: Env) -> None:
     """Confirmation comes first; then an amount over the principal's ceiling is NeedsApproval."""
@@ -253,15 +268,18 @@ async def test_an_approved_approval_executes_only_if_it_still_covers_the_verdict
     assert isinstance(await judge(env, turn, "issue_refund", args, approval=approved), Execute)
     assert isinstance(await judge(env, turn, "issue_refund", args, approval=approval), NeedsApproval)
     # Meanwhile 50000 more was refunded today: the aggregate is now above the dual threshold.
-    await env.services.backend.issue_refund("C-7", "O-1049", amount_minor=25000, currency="USD",
-                                            reason_code="damaged", return_id=None, idempotency_key="k1")
-    await env.services.backend.issue_refund("C-7", "O-1042", amount_minor=18900, currency="USD",
-                                            reason_code="damaged", return_id=None, idempotency_key="k2")
+    await env.services.backend.issue_refund(
+        "C-7", "O-1049", amount_minor=25000, currency="USD", reason_code="damaged", return_id=None, idempotency_key="k1"
+    )
+    await env.services.backend.issue_refund(
+        "C-7", "O-1042", amount_minor=18900, currency="USD", reason_code="damaged", return_id=None, idempotency_key="k2"
+    )
     d = await judge(env, turn, "issue_refund", args, approval=approved)
     assert isinstance(d, NeedsApproval) and d.approvals_required == 2
 
 
 # -- the idempotency key (C9) --------------------------------------------------------------------
+
 
 async def _key(env: Env, turn: Any, tool: str, args: dict[str, Any]) -> str:
     await confirm_exact(env, turn, tool, args)
@@ -291,11 +309,20 @@ async def test_key_is_not_derived_from_the_session(env: Env) -> None:
     for principal in (C7, C7, REP, SUP):
         turn = await gate_turn(env, principal)
         await retrieve(turn, EVIDENCE, CANCEL_EVIDENCE)
-        keys.add((await _key(env, turn, "issue_refund", refund(amount=2000)),
-                  await _key(env, turn, "cancel_order", {"order_id": "O-1044", "reason_code": "customer_request",
-                                                         "evidence": [CANCEL_EVIDENCE]}),
-                  await _key(env, turn, "send_message", {"channel": "email", "template": "order_update",
-                                                         "order_id": "O-1042"})))
+        keys.add(
+            (
+                await _key(env, turn, "issue_refund", refund(amount=2000)),
+                await _key(
+                    env,
+                    turn,
+                    "cancel_order",
+                    {"order_id": "O-1044", "reason_code": "customer_request", "evidence": [CANCEL_EVIDENCE]},
+                ),
+                await _key(
+                    env, turn, "send_message", {"channel": "email", "template": "order_update", "order_id": "O-1042"}
+                ),
+            )
+        )
     assert len(keys) == 1
     ((refund_key, cancel_key, message_key),) = keys
     assert "conv_" not in refund_key + cancel_key + message_key and "run_" not in message_key
@@ -319,22 +346,27 @@ async def test_other_keys_normalise_their_operation(env: Env) -> None:
     turn = await gate_turn(env, REP)
     await retrieve(turn, CONTACT_EVIDENCE)
     r1 = {"order_id": "O-1042", "items": [{"sku": "BOOT-W8", "qty": 1}], "reason_code": "damaged"}
-    assert await _key(env, turn, "create_return", r1) == await _key(env, turn, "create_return",
-                                                                    {**r1, "reason_code": "wrong_size"})
+    assert await _key(env, turn, "create_return", r1) == await _key(
+        env, turn, "create_return", {**r1, "reason_code": "wrong_size"}
+    )
     c1 = {"email": "New.Address@Example.com", "evidence": [CONTACT_EVIDENCE]}
     c2 = {"email": "new.address@example.com", "evidence": [CONTACT_EVIDENCE]}
     assert await _key(env, turn, "update_contact_details", c1) == await _key(env, turn, "update_contact_details", c2)
     addr = {"line1": "9  Elm St", "city": "Springfield", "postal_code": "12345", "country": "US"}
     a1 = await _key(env, turn, "update_shipping_address", {"order_id": "O-1044", "address": addr})
-    a2 = await _key(env, turn, "update_shipping_address",
-                    {"order_id": "O-1044", "address": {**addr, "line1": "9 Elm St"}})
+    a2 = await _key(
+        env, turn, "update_shipping_address", {"order_id": "O-1044", "address": {**addr, "line1": "9 Elm St"}}
+    )
     assert a1 == a2
 
 
 async def test_reads_and_runtime_tools_carry_no_key(env: Env) -> None:
     turn = await gate_turn(env, C7, groups=LOADABLE_GROUPS)
-    for tool, args in (("get_order", {"order_id": "O-1042"}), ("add_case_note", {"note": "n"}),
-                       ("load_tools", {"group": "billing"})):
+    for tool, args in (
+        ("get_order", {"order_id": "O-1042"}),
+        ("add_case_note", {"note": "n"}),
+        ("load_tools", {"group": "billing"}),
+    ):
         d = await judge(env, turn, tool, args)
         assert isinstance(d, Execute) and d.key is None
 
@@ -359,13 +391,15 @@ async def test_cancelling_a_paid_order_is_not_a_refund(db: Database, threshold: 
     hits = await store.search_knowledge("cancel order", limit=3)
     assert hits
     args = {"order_id": order.id, "reason_code": "customer_request", "evidence": [hits[0].evidence_id]}
-    model._queue.extend([
-        [tool_use_block("search_knowledge", {"query": "cancel order"})],
-        [tool_use_block("load_tools", {"group": "orders"})],
-        [tool_use_block("cancel_order", args)],
-        [text_block("Please confirm the cancellation.")],
-        [text_block("Done.")],
-    ])
+    model._queue.extend(
+        [
+            [tool_use_block("search_knowledge", {"query": "cancel order"})],
+            [tool_use_block("load_tools", {"group": "orders"})],
+            [tool_use_block("cancel_order", args)],
+            [text_block("Please confirm the cancellation.")],
+            [text_block("Done.")],
+        ]
+    )
     first = await h.runtime.chat(principal=C7, channel="api", message="please cancel my order")
     assert [p.kind for p in first.pending] == ["confirmation"], first
     confirmed = await h.runtime.confirm(first.pending[0].id, actor=C7, accept=True)
@@ -376,7 +410,11 @@ async def test_cancelling_a_paid_order_is_not_a_refund(db: Database, threshold: 
         return
     assert confirmed.approval is not None and confirmed.approval.status == "pending"
     assert confirmed.approval.amount_minor == refundable
-    assert confirmed.approval.routing == {"reason": "cancellation_over_threshold", "ceiling_minor": threshold,
-                                          "aggregate_minor": refundable, "approvals_required": 1}
+    assert confirmed.approval.routing == {
+        "reason": "cancellation_over_threshold",
+        "ceiling_minor": threshold,
+        "aggregate_minor": refundable,
+        "approvals_required": 1,
+    }
     assert (await store.get_order("C-7", order.id)).status == "PAID"
     assert await store.refundable_minor("C-7", order.id) == refundable

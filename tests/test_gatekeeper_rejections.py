@@ -55,8 +55,9 @@ async def _read(env: Env, turn: Turn, tool: str, args: dict[str, Any]) -> ExecOu
     decision = await judge(env, turn, tool, args)
     assert isinstance(decision, Execute) and decision.key is None, decision
     t = env.services.registry.tools[tool]
-    return await env.services.executor.run(t, args, steps.tool_context(turn), key=None, proposal_id=None,
-                                           run_id=turn.run.id)
+    return await env.services.executor.run(
+        t, args, steps.tool_context(turn), key=None, proposal_id=None, run_id=turn.run.id
+    )
 
 
 def _reject(decision: Any, reason: str) -> Reject:
@@ -67,8 +68,10 @@ def _reject(decision: Any, reason: str) -> Reject:
 
 # -- 1. unknown tool ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["transfer_funds", "issue_refunds", "ISSUE_REFUND", "", "x" * 500,
-                                  "get_order; drop table orders"])
+
+@pytest.mark.parametrize(
+    "name", ["transfer_funds", "issue_refunds", "ISSUE_REFUND", "", "x" * 500, "get_order; drop table orders"]
+)
 async def test_unknown_tool_is_rejected_first_whatever_the_arguments(env: Env, name: str) -> None:
     """An unknown tool is `unknown_tool` even with garbage arguments; the echoed name is bounded."""
     turn = await gate_turn(env, C7)
@@ -77,6 +80,7 @@ async def test_unknown_tool_is_rejected_first_whatever_the_arguments(env: Env, n
 
 
 # -- 2. tool not loaded ------------------------------------------------------------------------
+
 
 async def test_tool_of_an_unloaded_group_is_rejected_before_its_arguments(env: Env) -> None:
     """`tool_not_loaded` names the group to load; it wins over bad arguments."""
@@ -91,6 +95,7 @@ async def test_tool_of_an_unloaded_group_is_rejected_before_its_arguments(env: E
 
 # -- 3. arguments must be a JSON object -------------------------------------------------------
 
+
 @pytest.mark.parametrize("args", [None, [], ["O-1042"], "O-1042", 1042, True, '{"order_id": "O-1042"}'])
 async def test_arguments_that_are_not_an_object_are_invalid(env: Env, args: Any) -> None:
     turn = await gate_turn(env, C7)
@@ -102,12 +107,28 @@ async def test_arguments_that_are_not_an_object_are_invalid(env: Env, args: Any)
 
 SCHEMA_CASES: list[tuple[str, str, dict[str, Any], str]] = [
     ("extra property: customer_id", "issue_refund", {**refund(), "customer_id": "C-8"}, "customer_id"),
-    ("extra property: to", "send_message",
-     {"channel": "email", "template": "order_update", "order_id": "O-1042", "to": "x@evil.example"}, "to"),
+    (
+        "extra property: to",
+        "send_message",
+        {"channel": "email", "template": "order_update", "order_id": "O-1042", "to": "x@evil.example"},
+        "to",
+    ),
     ("extra property on an empty schema", "get_account", {"customer_id": "C-8"}, "customer_id"),
-    ("extra nested property", "update_shipping_address",
-     {"order_id": "O-1044", "address": {"line1": "1 A St", "city": "X", "postal_code": "12345",
-                                        "country": "US", "recipient_email": "a@b.example"}}, "recipient_email"),
+    (
+        "extra nested property",
+        "update_shipping_address",
+        {
+            "order_id": "O-1044",
+            "address": {
+                "line1": "1 A St",
+                "city": "X",
+                "postal_code": "12345",
+                "country": "US",
+                "recipient_email": "a@b.example",
+            },
+        },
+        "recipient_email",
+    ),
     ("wrong type: amount as string", "issue_refund", refund(amount="2000"), "amount_minor"),  # type: ignore[arg-type]
     ("wrong type: fractional amount", "issue_refund", refund(amount=20.5), "amount_minor"),  # type: ignore[arg-type]
     ("wrong type: boolean amount", "issue_refund", refund(amount=True), "amount_minor"),
@@ -126,12 +147,22 @@ SCHEMA_CASES: list[tuple[str, str, dict[str, Any], str]] = [
     ("enum: group", "load_tools", {"group": "admin"}, "group"),
     ("bidi override in a note", "add_case_note", {"note": "customer is \u202eregnad"}, "note"),
     ("bidi isolate in a summary", "escalate_to_human", {"reason": "other", "summary": "see \u2067x\u2069"}, "summary"),
-    ("zero-width space in a city", "update_shipping_address",
-     {"order_id": "O-1044", "address": {"line1": "1 A St", "city": "Spring\u200bfield", "postal_code": "12345",
-                                        "country": "US"}}, "city"),
+    (
+        "zero-width space in a city",
+        "update_shipping_address",
+        {
+            "order_id": "O-1044",
+            "address": {"line1": "1 A St", "city": "Spring\u200bfield", "postal_code": "12345", "country": "US"},
+        },
+        "city",
+    ),
     ("byte-order mark in a query", "search_knowledge", {"query": "\ufeffrefund window"}, "query"),
-    ("word joiner in a resolution", "finish", {"resolution": "done\u2060", "action_ids": [], "sources": []},
-     "resolution"),
+    (
+        "word joiner in a resolution",
+        "finish",
+        {"resolution": "done\u2060", "action_ids": [], "sources": []},
+        "resolution",
+    ),
     ("required property missing", "issue_refund", {"order_id": "O-1042", "amount_minor": 100}, "(arguments)"),
     ("empty object where one property is needed", "update_contact_details", {}, "(arguments)"),
 ]
@@ -139,7 +170,8 @@ SCHEMA_CASES: list[tuple[str, str, dict[str, Any], str]] = [
 
 @pytest.mark.parametrize(("case", "tool", "args", "where"), SCHEMA_CASES, ids=[c[0] for c in SCHEMA_CASES])
 async def test_schema_violations_are_invalid_arguments_naming_the_problem(
-        env: Env, case: str, tool: str, args: dict[str, Any], where: str) -> None:
+    env: Env, case: str, tool: str, args: dict[str, Any], where: str
+) -> None:
     """`invalid_arguments` with at most five short problems, each naming where it is."""
     turn = await gate_turn(env, REP)  # the rep holds every scope: only the schema can refuse
     d = _reject(await judge(env, turn, tool, args), "invalid_arguments")
@@ -160,14 +192,17 @@ async def test_schema_is_checked_before_scope_stage_and_ownership(env: Env) -> N
     """A malformed call for a tool the principal may not use, on someone else's order, is a schema error."""
     system = await gate_turn(env, SYSTEM)
     _reject(await judge(env, system, "issue_refund", {**refund("O-1050"), "x": 1}), "invalid_arguments")
-    env2 = await make_env(await make_sqlite(Path(str(env.db.engine.url.database)).with_name("b.db")),
-                          policy=policy_with(rollout={"default": "reads", "channels": {}}))
+    env2 = await make_env(
+        await make_sqlite(Path(str(env.db.engine.url.database)).with_name("b.db")),
+        policy=policy_with(rollout={"default": "reads", "channels": {}}),
+    )
     turn = await gate_turn(env2, C7)
     _reject(await judge(env2, turn, "issue_refund", {**refund("O-1050"), "x": 1}), "invalid_arguments")
     await env2.db.dispose()
 
 
 # -- 5. repeat interception --------------------------------------------------------------------
+
 
 async def test_repeat_within_five_steps_returns_the_earlier_result(env: Env) -> None:
     """Same name + canonical arguments within the window: Intercept with the earlier result and step."""
@@ -187,10 +222,20 @@ async def test_repeat_within_five_steps_returns_the_earlier_result(env: Env) -> 
 async def test_repeat_interception_ignores_key_order_but_not_values(env: Env) -> None:
     """Key order in the JSON does not matter; a different value or tool is a different call."""
     turn = await gate_turn(env, C7)
-    a = {"order_id": "O-1042", "amount_minor": 1500, "currency": "USD", "reason_code": "damaged",
-         "evidence": [EVIDENCE]}
-    b = {"evidence": [EVIDENCE], "reason_code": "damaged", "currency": "USD", "amount_minor": 1500,
-         "order_id": "O-1042"}
+    a = {
+        "order_id": "O-1042",
+        "amount_minor": 1500,
+        "currency": "USD",
+        "reason_code": "damaged",
+        "evidence": [EVIDENCE],
+    }
+    b = {
+        "evidence": [EVIDENCE],
+        "reason_code": "damaged",
+        "currency": "USD",
+        "amount_minor": 1500,
+        "order_id": "O-1042",
+    }
     assert list(a) != list(b) and args_hash("issue_refund", a) == args_hash("issue_refund", b)
     turn.facts.step = 2
     turn.facts.remember("issue_refund", args_hash("issue_refund", a), {"refund_id": "R-1"})
@@ -204,17 +249,20 @@ async def test_repeat_interception_ignores_key_order_but_not_values(env: Env) ->
 async def test_repeat_of_a_read_in_a_turn_does_not_run_it_again(env: Env) -> None:
     """Through the turn: the second identical call is answered from the first, marked as intercepted."""
     turn = await gate_turn(env, C7)
-    first, _, o1, _ = await steps.handle(turn, {"id": "tu1", "name": "get_order",
-                                                "input": {"order_id": "O-1042"}}, "p1")
+    first, _, o1, _ = await steps.handle(
+        turn, {"id": "tu1", "name": "get_order", "input": {"order_id": "O-1042"}}, "p1"
+    )
     turn.facts.step += 1
-    second, is_error, o2, events = await steps.handle(turn, 
-        {"id": "tu2", "name": "get_order", "input": {"order_id": "O-1042"}}, "p2")
+    second, is_error, o2, events = await steps.handle(
+        turn, {"id": "tu2", "name": "get_order", "input": {"order_id": "O-1042"}}, "p2"
+    )
     assert o1.decision == "execute" and o2.decision == "intercept" and not is_error
     assert second["intercepted"] is True and second["previous_result"] == first
     assert events.kind == "gate.intercept"
 
 
 # -- 6. scope ----------------------------------------------------------------------------------
+
 
 async def test_scope_is_checked_before_ownership_and_stage(env: Env) -> None:
     """A customer may not change contact details: `not_permitted`, whatever the arguments say."""
@@ -227,6 +275,7 @@ async def test_scope_is_checked_before_ownership_and_stage(env: Env) -> None:
 
 
 # -- 7. business rules: ownership, currency, refundable, window, per-day count, state -----------
+
 
 def _without_o1050() -> dict[str, Any]:
     ds = base_dataset()
@@ -242,8 +291,10 @@ FOREIGN_ACTIONS: list[tuple[str, dict[str, Any]]] = [
     ("issue_refund", refund("O-1050", 2000, currency="USD")),
     ("cancel_order", {"order_id": "O-1050", "reason_code": "customer_request", "evidence": [CANCEL_EVIDENCE]}),
     ("create_return", {"order_id": "O-1050", "items": [{"sku": "JKT-DWN", "qty": 1}], "reason_code": "damaged"}),
-    ("update_shipping_address", {"order_id": "O-1050", "address": {"line1": "9 B St", "city": "Y",
-                                                                   "postal_code": "99999", "country": "US"}}),
+    (
+        "update_shipping_address",
+        {"order_id": "O-1050", "address": {"line1": "9 B St", "city": "Y", "postal_code": "99999", "country": "US"}},
+    ),
     ("create_reorder", {"order_id": "O-1050"}),
     ("retry_payment", {"order_id": "O-1050"}),
     ("send_message", {"channel": "email", "template": "order_update", "order_id": "O-1050"}),
@@ -298,11 +349,22 @@ async def test_amount_over_refundable_reports_refundable_minor(env: Env) -> None
     await retrieve(turn, EVIDENCE)
     d = _reject(await judge(env, turn, "issue_refund", refund(amount=18901)), "amount_exceeds_refundable")
     assert d.as_result()["refundable_minor"] == 18900 and d.details["currency"] == "USD"
-    await env.services.backend.issue_refund("C-7", "O-1042", amount_minor=15000, currency="USD",
-                                            reason_code="damaged", return_id=None, idempotency_key="seed-1")
+    await env.services.backend.issue_refund(
+        "C-7",
+        "O-1042",
+        amount_minor=15000,
+        currency="USD",
+        reason_code="damaged",
+        return_id=None,
+        idempotency_key="seed-1",
+    )
     d = _reject(await judge(env, turn, "issue_refund", refund(amount=4000)), "amount_exceeds_refundable")
-    assert d.as_result() == {"error": "amount_exceeds_refundable", "message": d.message,
-                             "refundable_minor": 3900, "currency": "USD"}
+    assert d.as_result() == {
+        "error": "amount_exceeds_refundable",
+        "message": d.message,
+        "refundable_minor": 3900,
+        "currency": "USD",
+    }
     assert isinstance(await judge(env, turn, "issue_refund", refund(amount=3900)), NeedsConfirmation)
 
 
@@ -321,8 +383,15 @@ async def test_fourth_refund_in_a_day_is_refused_without_revealing_the_limit(env
     """`daily_refund_limit_reached` counts the customer's refunds from every channel in 24 hours."""
     backend = env.services.backend
     for i, oid in enumerate(("O-1048", "O-1049", "O-1045")):
-        await backend.issue_refund("C-7", oid, amount_minor=100, currency="USD", reason_code="damaged",
-                                   return_id=None, idempotency_key=f"seed-{i}")
+        await backend.issue_refund(
+            "C-7",
+            oid,
+            amount_minor=100,
+            currency="USD",
+            reason_code="damaged",
+            return_id=None,
+            idempotency_key=f"seed-{i}",
+        )
     turn = await gate_turn(env, C7)
     await retrieve(turn, EVIDENCE)
     d = _reject(await judge(env, turn, "issue_refund", refund(amount=100)), "daily_refund_limit_reached")
@@ -334,33 +403,57 @@ async def test_fourth_refund_in_a_day_is_refused_without_revealing_the_limit(env
 
 
 STATE_RULES: list[tuple[str, dict[str, Any], str]] = [
-    ("cancel_order", {"order_id": "O-1045", "reason_code": "customer_request", "evidence": [CANCEL_EVIDENCE]},
-     "order_not_cancellable"),
-    ("cancel_order", {"order_id": "O-1042", "reason_code": "customer_request", "evidence": [CANCEL_EVIDENCE]},
-     "order_not_cancellable"),
-    ("update_shipping_address", {"order_id": "O-1045", "address": {"line1": "2 B St", "city": "X",
-                                                                   "postal_code": "12345", "country": "US"}},
-     "address_change_not_allowed"),
-    ("create_return", {"order_id": "O-1044", "items": [{"sku": "HAT-SUN", "qty": 1}], "reason_code": "damaged"},
-     "order_not_delivered"),
-    ("create_return", {"order_id": "O-1043", "items": [{"sku": "SOCK-3", "qty": 1}], "reason_code": "damaged"},
-     "outside_return_window"),
-    ("create_return", {"order_id": "O-1042", "items": [{"sku": "BOOT-W8", "qty": 2}], "reason_code": "damaged"},
-     "invalid_items"),
-    ("create_return", {"order_id": "O-1042", "items": [{"sku": "NOT-IN-ORDER", "qty": 1}],
-                       "reason_code": "damaged"}, "invalid_items"),
+    (
+        "cancel_order",
+        {"order_id": "O-1045", "reason_code": "customer_request", "evidence": [CANCEL_EVIDENCE]},
+        "order_not_cancellable",
+    ),
+    (
+        "cancel_order",
+        {"order_id": "O-1042", "reason_code": "customer_request", "evidence": [CANCEL_EVIDENCE]},
+        "order_not_cancellable",
+    ),
+    (
+        "update_shipping_address",
+        {"order_id": "O-1045", "address": {"line1": "2 B St", "city": "X", "postal_code": "12345", "country": "US"}},
+        "address_change_not_allowed",
+    ),
+    (
+        "create_return",
+        {"order_id": "O-1044", "items": [{"sku": "HAT-SUN", "qty": 1}], "reason_code": "damaged"},
+        "order_not_delivered",
+    ),
+    (
+        "create_return",
+        {"order_id": "O-1043", "items": [{"sku": "SOCK-3", "qty": 1}], "reason_code": "damaged"},
+        "outside_return_window",
+    ),
+    (
+        "create_return",
+        {"order_id": "O-1042", "items": [{"sku": "BOOT-W8", "qty": 2}], "reason_code": "damaged"},
+        "invalid_items",
+    ),
+    (
+        "create_return",
+        {"order_id": "O-1042", "items": [{"sku": "NOT-IN-ORDER", "qty": 1}], "reason_code": "damaged"},
+        "invalid_items",
+    ),
     ("retry_payment", {"order_id": "O-1042"}, "nothing_to_retry"),
     ("send_payment_link", {"order_id": "O-1042"}, "order_already_paid"),
-    ("send_message", {"channel": "email", "template": "refund_confirmation", "order_id": "O-1042"},
-     "no_refund_for_order"),
+    (
+        "send_message",
+        {"channel": "email", "template": "refund_confirmation", "order_id": "O-1042"},
+        "no_refund_for_order",
+    ),
     ("send_message", {"channel": "email", "template": "order_update"}, "order_id_required"),
     ("issue_refund", refund(return_id="RT-50"), "not_found"),
 ]
 
 
 @pytest.mark.parametrize(("tool", "args", "reason"), STATE_RULES, ids=[f"{t}:{r}" for t, _, r in STATE_RULES])
-async def test_business_rules_refuse_through_the_tools_checks(env: Env, tool: str, args: dict[str, Any],
-                                                             reason: str) -> None:
+async def test_business_rules_refuse_through_the_tools_checks(
+    env: Env, tool: str, args: dict[str, Any], reason: str
+) -> None:
     turn = await gate_turn(env, C7)
     await retrieve(turn, EVIDENCE, CANCEL_EVIDENCE)
     _reject(await judge(env, turn, tool, args), reason)
@@ -380,6 +473,7 @@ async def test_business_rules_come_before_limits_and_evidence(env: Env) -> None:
 
 # -- 8. limits ---------------------------------------------------------------------------------
 
+
 async def test_run_action_limit(env: Env) -> None:
     """After max_actions_per_run executed actions the run must escalate."""
     lim = load_policy().limits
@@ -391,8 +485,9 @@ async def test_run_action_limit(env: Env) -> None:
     d = _reject(await judge(env, turn, "issue_refund", refund()), "run_action_limit_reached")
     assert not re.search(r"\d", d.message)
     # runtime tools and reads are not actions
-    assert isinstance(await judge(env, turn, "escalate_to_human",
-                                  {"reason": "cannot_resolve", "summary": "limit"}), Execute)
+    assert isinstance(
+        await judge(env, turn, "escalate_to_human", {"reason": "cannot_resolve", "summary": "limit"}), Execute
+    )
     assert isinstance(await judge(env, turn, "get_order", {"order_id": "O-1042"}), Execute)
 
 
@@ -412,8 +507,15 @@ async def test_daily_amount_limit_counts_refunds_and_pending_approvals(db: Datab
     await retrieve(turn, EVIDENCE)
     d = _reject(await judge(env, turn, "issue_refund", refund(amount=10001)), "daily_amount_limit_reached")
     assert not re.search(r"\d", d.message) and d.details == {}
-    await env.services.backend.issue_refund("C-7", "O-1049", amount_minor=6000, currency="USD",
-                                            reason_code="damaged", return_id=None, idempotency_key="seed")
+    await env.services.backend.issue_refund(
+        "C-7",
+        "O-1049",
+        amount_minor=6000,
+        currency="USD",
+        reason_code="damaged",
+        return_id=None,
+        idempotency_key="seed",
+    )
     assert isinstance(await judge(env, turn, "issue_refund", refund(amount=4000)), NeedsConfirmation)
     _reject(await judge(env, turn, "issue_refund", refund(amount=4001)), "daily_amount_limit_reached")
     # a pending approval reserves its amount
@@ -427,12 +529,15 @@ async def test_daily_amount_limit_counts_refunds_and_pending_approvals(db: Datab
 
 # -- 9. evidence -------------------------------------------------------------------------------
 
+
 async def test_tier_two_actions_require_evidence(env: Env) -> None:
     turn = await gate_turn(env, C7)
     await retrieve(turn, EVIDENCE, CANCEL_EVIDENCE)
     _reject(await judge(env, turn, "issue_refund", refund(evidence=())), "evidence_required")
-    _reject(await judge(env, turn, "cancel_order", {"order_id": "O-1044", "reason_code": "customer_request"}),
-            "evidence_required")
+    _reject(
+        await judge(env, turn, "cancel_order", {"order_id": "O-1044", "reason_code": "customer_request"}),
+        "evidence_required",
+    )
     rep = await gate_turn(env, REP)
     _reject(await judge(env, rep, "update_contact_details", {"email": "new@example.com"}), "evidence_required")
     # tier 1 needs none
@@ -444,16 +549,23 @@ async def test_evidence_must_have_been_returned_by_search_knowledge_in_this_run(
     conversation, is `evidence_not_retrieved`, listing the unknown ids."""
     other = await gate_turn(env, C7)
     outcome = await env.services.executor.run(
-        env.services.registry.tools["search_knowledge"], {"query": "refund window damaged"},
-        steps.tool_context(other), key=None, proposal_id=None, run_id=other.run.id)
+        env.services.registry.tools["search_knowledge"],
+        {"query": "refund window damaged"},
+        steps.tool_context(other),
+        key=None,
+        proposal_id=None,
+        run_id=other.run.id,
+    )
     assert EVIDENCE in dumps(outcome.result) and EVIDENCE in other.facts.knowledge_ids
 
     turn = await gate_turn(env, C7)
     d = _reject(await judge(env, turn, "issue_refund", refund()), "evidence_not_retrieved")
     assert d.details == {"unknown_evidence": [EVIDENCE]}
     await retrieve(turn, EVIDENCE)
-    d = _reject(await judge(env, turn, "issue_refund", refund(evidence=(EVIDENCE, "refund-policy@8#window"))),
-                "evidence_not_retrieved")
+    d = _reject(
+        await judge(env, turn, "issue_refund", refund(evidence=(EVIDENCE, "refund-policy@8#window"))),
+        "evidence_not_retrieved",
+    )
     assert d.details == {"unknown_evidence": ["refund-policy@8#window"]}
     assert isinstance(await judge(env, turn, "issue_refund", refund()), NeedsConfirmation)
 

@@ -43,6 +43,7 @@ def free_port() -> int:
 
 # -- /metrics ---------------------------------------------------------------------------------
 
+
 async def test_metrics_token_guards_metrics_and_leaves_healthz_open(db: Database) -> None:
     """With SIGNOFF_METRICS_TOKEN, /metrics wants that bearer token (401 otherwise); /healthz does not."""
     h = await seeded(db, ScriptedModel([]))
@@ -59,9 +60,18 @@ async def test_metrics_on_a_separate_listener_are_not_on_the_main_one(db: Databa
     """With a metrics address, /metrics answers there (and /healthz with it) and is 404 on the main port."""
     h = await seeded(db, ScriptedModel([]))
     port, metrics_port, ready, stop = free_port(), free_port(), asyncio.Event(), asyncio.Event()
-    server = asyncio.create_task(serve(app_of(h), host="127.0.0.1", port=port, worker=False,
-                                       metrics_render=lambda: b"up 1\n", ready=ready, stop=stop,
-                                       metrics_listen=("127.0.0.1", metrics_port)))
+    server = asyncio.create_task(
+        serve(
+            app_of(h),
+            host="127.0.0.1",
+            port=port,
+            worker=False,
+            metrics_render=lambda: b"up 1\n",
+            ready=ready,
+            stop=stop,
+            metrics_listen=("127.0.0.1", metrics_port),
+        )
+    )
     try:
         await asyncio.wait_for(ready.wait(), timeout=10)
         async with aiohttp.ClientSession() as session:
@@ -87,20 +97,25 @@ def test_a_bad_metrics_address_is_one_line_naming_the_variable(value: str) -> No
 
 # -- seeding ------------------------------------------------------------------------------------
 
+
 async def _empty_migrated(tmp_path: Path) -> str:
     url = f"sqlite+aiosqlite:///{tmp_path / 'seed.db'}"
     await upgrade(url)
     return url
 
 
-@pytest.mark.parametrize(("extra", "seeded_"), [
-    ({}, True),                                             # development: the demo, as INTERFACES says
-    ({"SIGNOFF_ENV": "development"}, True),
-    ({"SIGNOFF_ENV": "production"}, False),                 # production: never unless asked
-    ({"SIGNOFF_ENV": "production", "SIGNOFF_STORE_SEED": "demo"}, True),
-])
+@pytest.mark.parametrize(
+    ("extra", "seeded_"),
+    [
+        ({}, True),  # development: the demo, as INTERFACES says
+        ({"SIGNOFF_ENV": "development"}, True),
+        ({"SIGNOFF_ENV": "production"}, False),  # production: never unless asked
+        ({"SIGNOFF_ENV": "production", "SIGNOFF_STORE_SEED": "demo"}, True),
+    ],
+)
 async def test_an_empty_production_store_is_never_seeded_with_demo_data_unless_asked(
-        tmp_path: Path, extra: dict[str, str], seeded_: bool) -> None:
+    tmp_path: Path, extra: dict[str, str], seeded_: bool
+) -> None:
     url = await _empty_migrated(tmp_path)
     app = await create_app(load_settings({"SIGNOFF_DATABASE_URL": url, "SIGNOFF_LLM_PROVIDER": "scripted", **extra}))
     try:
@@ -114,9 +129,16 @@ async def test_production_seeds_a_named_dataset_file(tmp_path: Path) -> None:
     from bot.app import demo_dataset_path
 
     url = await _empty_migrated(tmp_path)
-    app = await create_app(load_settings({"SIGNOFF_DATABASE_URL": url, "SIGNOFF_LLM_PROVIDER": "scripted",
-                                          "SIGNOFF_ENV": "production",
-                                          "SIGNOFF_STORE_SEED": str(demo_dataset_path())}))
+    app = await create_app(
+        load_settings(
+            {
+                "SIGNOFF_DATABASE_URL": url,
+                "SIGNOFF_LLM_PROVIDER": "scripted",
+                "SIGNOFF_ENV": "production",
+                "SIGNOFF_STORE_SEED": str(demo_dataset_path()),
+            }
+        )
+    )
     try:
         assert not await store_is_empty(app.db)
     finally:
@@ -137,6 +159,7 @@ def test_production_is_defined_by_signoff_env_or_a_postgresql_database() -> None
 
 # -- a model for the long-running faces ---------------------------------------------------------
 
+
 @pytest.fixture
 def no_model_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for key in list(os.environ):
@@ -146,8 +169,9 @@ def no_model_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", [["serve"], ["worker"]])
-def test_serve_and_worker_refuse_to_start_without_a_model(no_model_env: None, command: list[str],
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_serve_and_worker_refuse_to_start_without_a_model(
+    no_model_env: None, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     """No key and no explicit provider: exit 2 with one line naming ANTHROPIC_API_KEY."""
     assert main(command) == 2
     err = capsys.readouterr().err.strip()
@@ -159,7 +183,8 @@ def test_an_explicit_provider_satisfies_the_model_check(no_model_env: None) -> N
     """SIGNOFF_LLM_PROVIDER=scripted (or openai with its URL) is an explicit choice; demo needs nothing."""
     load_settings({"SIGNOFF_LLM_PROVIDER": "scripted"}).require_model("serve")
     load_settings({"SIGNOFF_LLM_PROVIDER": "openai", "OPENAI_BASE_URL": "http://127.0.0.1:1/v1"}).require_model(
-        "worker")
+        "worker"
+    )
     load_settings({"ANTHROPIC_API_KEY": "sk-test"}).require_model("socket")
     with pytest.raises(ConfigError):
         load_settings({}).require_model("socket")
@@ -167,6 +192,7 @@ def test_an_explicit_provider_satisfies_the_model_check(no_model_env: None) -> N
 
 
 # -- notifications and personal data --------------------------------------------------------------
+
 
 async def test_the_composition_root_keeps_no_notifications_in_memory(tmp_path: Path) -> None:
     url = await _empty_migrated(tmp_path)
@@ -186,38 +212,100 @@ PERSONAL = ("jane.new@example.org", "+14155550199", "9 Elm Rd")
 def _approval() -> Approval:
     now = datetime.now(UTC)
     return Approval(
-        id="apr_1", proposal_id="prop_1", conversation_id="conv_1", run_id="run_1", tool="update_contact_details",
-        arguments={"email": PERSONAL[0], "phone": PERSONAL[1]}, args_hash="h", customer_id="C-7",
+        id="apr_1",
+        proposal_id="prop_1",
+        conversation_id="conv_1",
+        run_id="run_1",
+        tool="update_contact_details",
+        arguments={"email": PERSONAL[0], "phone": PERSONAL[1]},
+        args_hash="h",
+        customer_id="C-7",
         summary=f"Change contact details: email to {PERSONAL[0]}, phone to {PERSONAL[1]}, ship to {PERSONAL[2]}",
-        status="pending", version=1, required_role="supervisor", approvals_required=1, decisions=(),
-        requester="customer:C-7", decider=None, comment=None, rationale=None, evidence=(), provenance={},
-        idempotency_key=None, policy_version="p1", result=None, superseded_by=None, surfaces={},
-        expires_at=now + timedelta(hours=1), created_at=now, decided_at=None)
+        status="pending",
+        version=1,
+        required_role="supervisor",
+        approvals_required=1,
+        decisions=(),
+        requester="customer:C-7",
+        decider=None,
+        comment=None,
+        rationale=None,
+        evidence=(),
+        provenance={},
+        idempotency_key=None,
+        policy_version="p1",
+        result=None,
+        superseded_by=None,
+        surfaces={},
+        expires_at=now + timedelta(hours=1),
+        created_at=now,
+        decided_at=None,
+    )
 
 
 @pytest.mark.parametrize("notifier", [LogNotifier(), RecordingNotifier()], ids=["log", "recording"])
-async def test_notifiers_log_ids_never_personal_data(notifier: LogNotifier | RecordingNotifier,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
+async def test_notifiers_log_ids_never_personal_data(
+    notifier: LogNotifier | RecordingNotifier, caplog: pytest.LogCaptureFixture
+) -> None:
     """Summaries and follow-ups carry new emails, phones and addresses: only ids reach the log."""
-    conv = Conversation(id="conv_1", channel="api", external_ref=None, principal_kind="customer",
-                        principal_id="C-7", customer_id="C-7", status="open", loaded_groups=(), model="m",
-                        prompt_version="p", next_seq=0, meta={}, created_at=datetime.now(UTC))
+    conv = Conversation(
+        id="conv_1",
+        channel="api",
+        external_ref=None,
+        principal_kind="customer",
+        principal_id="C-7",
+        customer_id="C-7",
+        status="open",
+        loaded_groups=(),
+        model="m",
+        prompt_version="p",
+        next_seq=0,
+        meta={},
+        created_at=datetime.now(UTC),
+    )
     with caplog.at_level(logging.DEBUG):
         await notifier.approval_requested(_approval())
         await notifier.approval_decided(_approval())
-        await notifier.escalated(EscalationNotice(conversation=conv, reason="customer_request",
-                                                  summary=f"wants mail at {PERSONAL[0]}", trace=()))
+        await notifier.escalated(
+            EscalationNotice(
+                conversation=conv, reason="customer_request", summary=f"wants mail at {PERSONAL[0]}", trace=()
+            )
+        )
         text = f"Done: your email is now {PERSONAL[0]} and phone {PERSONAL[1]}."
-        await notifier.follow_up(conv, TurnResult(conversation_id="conv_1", run_id="run_1", reply=text, iterations=1,
-                                                  input_tokens=0, output_tokens=0, pending=(), outcome="answered"))
+        await notifier.follow_up(
+            conv,
+            TurnResult(
+                conversation_id="conv_1",
+                run_id="run_1",
+                reply=text,
+                iterations=1,
+                input_tokens=0,
+                output_tokens=0,
+                pending=(),
+                outcome="answered",
+            ),
+        )
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "apr_1" in logged and "conv_1" in logged
     assert not any(p in logged for p in PERSONAL), logged
 
 
 _LEVELS = {"info", "warning", "error", "exception", "critical"}
-_PERSONAL_NAMES = {"summary", "email", "phone", "address", "body", "to", "text", "reply", "name", "line1",
-                   "arguments", "args", "rationale"}
+_PERSONAL_NAMES = {
+    "summary",
+    "email",
+    "phone",
+    "address",
+    "body",
+    "to",
+    "text",
+    "reply",
+    "name",
+    "line1",
+    "arguments",
+    "args",
+    "rationale",
+}
 #: Expressions that merely look personal: a tool's name, a text's length.
 _NOT_PERSONAL = {"tool.name", "len(text)"}
 
@@ -229,9 +317,13 @@ def test_no_logging_call_at_info_or_above_passes_personal_fields() -> None:
     for pkg in ("agent", "bot", "tools", "storage"):
         for path in sorted((ROOT / pkg).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                        and node.func.attr in _LEVELS and isinstance(node.func.value, ast.Name)
-                        and node.func.value.id in {"log", "logger", "_log"}):
+                if not (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in _LEVELS
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id in {"log", "logger", "_log"}
+                ):
                     continue
                 for arg in [*node.args[1:], *(k.value for k in node.keywords)]:
                     if ast.unparse(arg) in _NOT_PERSONAL:

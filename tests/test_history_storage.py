@@ -10,27 +10,51 @@ from storage.db import Database
 from storage.steps import StepWrite
 
 MESSAGES = [
-    ("user", [{"type": "text", "text": "Où est ma commande O-1042 ? 🙂 \"quoted\" \\ back\\slash"}]),
-    ("assistant", [
-        {"type": "text", "text": "Let me check."},
-        {"type": "tool_use", "id": "toolu_01A", "name": "get_order",
-         "input": {"order_id": "O-1042", "z_last": [3, 2, 1], "a_first": {"nested": None, "b": 1.5}}},
-        {"type": "tool_use", "id": "toolu_01B", "name": "search_knowledge", "input": {"query": "refund window"}},
-    ]),
-    ("user", [
-        {"type": "tool_result", "tool_use_id": "toolu_01A", "content": "{\"status\": \"DELIVERED\"}"},
-        {"tool_use_id": "toolu_01B", "type": "tool_result", "is_error": True,
-         "content": [{"type": "text", "text": "{\"error\": \"not_found\"}"}]},
-    ]),
+    ("user", [{"type": "text", "text": 'Où est ma commande O-1042 ? 🙂 "quoted" \\ back\\slash'}]),
+    (
+        "assistant",
+        [
+            {"type": "text", "text": "Let me check."},
+            {
+                "type": "tool_use",
+                "id": "toolu_01A",
+                "name": "get_order",
+                "input": {"order_id": "O-1042", "z_last": [3, 2, 1], "a_first": {"nested": None, "b": 1.5}},
+            },
+            {"type": "tool_use", "id": "toolu_01B", "name": "search_knowledge", "input": {"query": "refund window"}},
+        ],
+    ),
+    (
+        "user",
+        [
+            {"type": "tool_result", "tool_use_id": "toolu_01A", "content": '{"status": "DELIVERED"}'},
+            {
+                "tool_use_id": "toolu_01B",
+                "type": "tool_result",
+                "is_error": True,
+                "content": [{"type": "text", "text": '{"error": "not_found"}'}],
+            },
+        ],
+    ),
 ]
 
 
 async def test_history_round_trips_byte_for_byte(any_db: Database) -> None:
     repo = ConversationRepo(any_db)
-    conv = await repo.create(id="conv_rt", channel="api", external_ref=None, principal_kind="customer",
-                             principal_id="C-7", customer_id="C-7", model="m", prompt_version="p", loaded_groups=[])
-    run = await repo.create_run(id="run_rt", conversation_id=conv.id, model="m", prompt_version="p",
-                                policy_version="v", trace_id="t")
+    conv = await repo.create(
+        id="conv_rt",
+        channel="api",
+        external_ref=None,
+        principal_kind="customer",
+        principal_id="C-7",
+        customer_id="C-7",
+        model="m",
+        prompt_version="p",
+        loaded_groups=[],
+    )
+    run = await repo.create_run(
+        id="run_rt", conversation_id=conv.id, model="m", prompt_version="p", policy_version="v", trace_id="t"
+    )
     for role, content in MESSAGES:
         await repo.commit(StepWrite(conversation_id=conv.id, run_id=run.id, messages=[(role, content)]))
     stored = await repo.history(conv.id)

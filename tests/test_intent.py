@@ -60,9 +60,7 @@ MUST_INCLUDE = [
 
 
 @pytest.mark.parametrize(("message", "expected"), MUST_INCLUDE)
-def test_classify_recalls_the_groups_a_support_message_needs(
-    message: str, expected: set[str]
-) -> None:
+def test_classify_recalls_the_groups_a_support_message_needs(message: str, expected: set[str]) -> None:
     """Realistic opening messages load at least the groups they need."""
     assert expected <= classify(message), message
 

@@ -100,9 +100,7 @@ async def test_enqueue_joins_the_callers_transaction(any_db: Database) -> None:
     assert job_id is not None and await q.pending_count() == 1
 
 
-async def test_run_after_is_respected_and_oldest_due_goes_first(
-    any_db: Database, clock: FakeClock
-) -> None:
+async def test_run_after_is_respected_and_oldest_due_goes_first(any_db: Database, clock: FakeClock) -> None:
     """A job is not claimable before run_after; due jobs come out oldest first."""
     q = JobQueue(any_db, clock=clock)
     later = await q.enqueue("expire", {}, run_after=T0 + timedelta(minutes=10))
@@ -128,9 +126,7 @@ async def test_kinds_filter_limits_what_a_worker_takes(any_db: Database) -> None
     assert await q.pending_count(kinds=["resume"]) == 1
 
 
-async def test_expired_lease_is_reclaimed_and_the_old_holder_loses_it(
-    any_db: Database, clock: FakeClock
-) -> None:
+async def test_expired_lease_is_reclaimed_and_the_old_holder_loses_it(any_db: Database, clock: FakeClock) -> None:
     """A job whose worker died is claimed again after its lease; the dead worker
     can no longer complete or fail it."""
     q = JobQueue(any_db, clock=clock)
@@ -146,9 +142,7 @@ async def test_expired_lease_is_reclaimed_and_the_old_holder_loses_it(
     assert await q.complete(job_id, worker_id="w2")
 
 
-async def test_lease_expiring_on_the_last_attempt_fails_the_job(
-    any_db: Database, clock: FakeClock
-) -> None:
+async def test_lease_expiring_on_the_last_attempt_fails_the_job(any_db: Database, clock: FakeClock) -> None:
     """A job that kills its worker every time is not run forever."""
     q = JobQueue(any_db, clock=clock)
     job_id = await new_job(q)

@@ -45,16 +45,12 @@ TOOLS = [
 
 
 def opening(text: str = "Where is my order A1?") -> ModelRequest:
-    return ModelRequest(
-        system=SYSTEM, messages=[Message(role="user", content=[text_block(text)])], tools=TOOLS
-    )
+    return ModelRequest(system=SYSTEM, messages=[Message(role="user", content=[text_block(text)])], tools=TOOLS)
 
 
 def client_for(api: FakeAnthropicAPI, **overrides: Any) -> AnthropicClient:
     breaker = overrides.pop("breaker", None)
-    config = AnthropicConfig(
-        model="claude-test", api_key="sk-test", base_url=api.base_url, **overrides
-    )
+    config = AnthropicConfig(model="claude-test", api_key="sk-test", base_url=api.base_url, **overrides)
     return AnthropicClient(config, breaker=breaker)
 
 
@@ -72,18 +68,14 @@ async def test_request_shape_caches_tools_then_system_and_keeps_tool_order() -> 
     assert "anthropic-version" in sent.headers
     assert sent.body["model"] == "claude-test"
     assert sent.body["max_tokens"] == 1024
-    assert sent.body["system"] == [
-        {"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}
-    ]
+    assert sent.body["system"] == [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
     assert [t["name"] for t in sent.body["tools"]] == ["get_order", "finish"]
     assert sent.body["tools"][0] == {
         "name": "get_order",
         "description": "Look up one order.",
         "input_schema": TOOLS[0].input_schema,
     }
-    assert sent.body["messages"] == [
-        {"role": "user", "content": [{"type": "text", "text": "Where is my order A1?"}]}
-    ]
+    assert sent.body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "Where is my order A1?"}]}]
 
 
 async def test_max_tokens_is_clamped_to_the_config_ceiling() -> None:
@@ -183,9 +175,7 @@ async def test_connection_errors_are_retried_then_unavailable(sdk_sleeps: SdkSle
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    config = AnthropicConfig(
-        model="claude-test", api_key="k", base_url=f"http://127.0.0.1:{port}", max_retries=2
-    )
+    config = AnthropicConfig(model="claude-test", api_key="k", base_url=f"http://127.0.0.1:{port}", max_retries=2)
     client = AnthropicClient(config)
     with pytest.raises(ModelUnavailable, match="gave up after 3 attempts: connection error") as info:
         await client.complete(opening())
@@ -270,18 +260,14 @@ async def test_two_turns_share_a_byte_identical_cached_prefix() -> None:
             messages=[
                 *opening().messages,
                 Message(role="assistant", content=first.content),
-                Message(
-                    role="user", content=[tool_result_block(call["id"], {"status": "shipped"})]
-                ),
+                Message(role="user", content=[tool_result_block(call["id"], {"status": "shipped"})]),
             ],
         )
         second = await client.complete(follow_up)
         await client.aclose()
     one, two = api.requests
     assert one.prefix_hash is not None and one.prefix_hash == two.prefix_hash
-    assert json.dumps([one.body["tools"], one.body["system"]]) == json.dumps(
-        [two.body["tools"], two.body["system"]]
-    )
+    assert json.dumps([one.body["tools"], one.body["system"]]) == json.dumps([two.body["tools"], two.body["system"]])
     assert first.usage.cache_creation_input_tokens > 0
     assert first.usage.cache_read_input_tokens == 0
     assert second.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
@@ -349,9 +335,7 @@ def test_fake_rejects_what_the_api_rejects(mutate: Any, message: str) -> None:
             {"role": "user", "content": [{"type": "text", "text": "hi"}]},
             {
                 "role": "assistant",
-                "content": [
-                    {"type": "tool_use", "id": "toolu_1", "name": "get_order", "input": {}}
-                ],
+                "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_order", "input": {}}],
             },
             {
                 "role": "user",

@@ -41,9 +41,7 @@ def completion(message: dict[str, Any], finish: str | None, usage: dict[str, Any
     return {
         "id": "chatcmpl-1",
         "model": "qwen",
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}
-        ],
+        "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}],
         "usage": usage or {"prompt_tokens": 10, "completion_tokens": 2},
     }
 
@@ -119,9 +117,7 @@ def test_invalid_arguments_are_sent_back_verbatim() -> None:
     """A tool_use holding unparsable arguments round-trips the server's raw string."""
     history = [
         Message(role="user", content=[text_block("hi")]),
-        Message(
-            role="assistant", content=[tool_use_block("get_order", {INVALID_JSON_KEY: "{oops"})]
-        ),
+        Message(role="assistant", content=[tool_use_block("get_order", {INVALID_JSON_KEY: "{oops"})]),
     ]
     assert to_chat_messages("", history)[1]["tool_calls"][0]["function"]["arguments"] == "{oops"
 
@@ -176,9 +172,7 @@ def test_finish_reason_maps_to_stop_reason(finish: str | None, stop: str) -> Non
 def test_tool_calls_with_finish_stop_still_mean_tool_use() -> None:
     """Servers that say ``stop`` alongside tool calls still yield stop_reason tool_use."""
     call = chat_tool_call("get_order", {})["tool_calls"][0]
-    assert (
-        from_chat_completion(completion({"tool_calls": [call]}, "stop")).stop_reason == "tool_use"
-    )
+    assert from_chat_completion(completion({"tool_calls": [call]}, "stop")).stop_reason == "tool_use"
 
 
 @pytest.mark.parametrize(
@@ -200,9 +194,7 @@ def test_arguments_parse_or_are_marked_invalid(raw: Any, parsed: dict[str, Any])
 async def test_tool_round_trip_against_the_fake() -> None:
     """A tool call, our tool_result, and the final answer: the fake validates that the
     tool message answers the call, and the history we store stays Anthropic-shaped."""
-    script = scripted(
-        chat_tool_call("get_order", {"order_id": "A1"}, id="call_1"), chat_text("Shipped.")
-    )
+    script = scripted(chat_tool_call("get_order", {"order_id": "A1"}, id="call_1"), chat_text("Shipped."))
     async with FakeOpenAIAPI(script) as api:
         client = client_for(api, api_key="sk-local")
         request = ModelRequest(
@@ -218,9 +210,7 @@ async def test_tool_round_trip_against_the_fake() -> None:
             Message(role="assistant", content=first.content),
             Message(role="user", content=[tool_result_block("call_1", "shipped")]),
         ]
-        second = await client.complete(
-            ModelRequest(system="Be kind.", messages=history, tools=[TOOL])
-        )
+        second = await client.complete(ModelRequest(system="Be kind.", messages=history, tools=[TOOL]))
         await client.aclose()
     assert second.text == "Shipped." and second.stop_reason == "end_turn"
     assert [r.status for r in api.requests] == [200, 200]
@@ -238,14 +228,10 @@ async def test_tool_round_trip_against_the_fake() -> None:
 
 async def test_invalid_json_arguments_from_the_server_become_an_invalid_tool_use() -> None:
     """Broken arguments do not raise: the loop gets a tool_use its schema check rejects."""
-    async with FakeOpenAIAPI(
-        lambda body: chat_tool_call("get_order", '{"order_id": ', id="c1")
-    ) as api:
+    async with FakeOpenAIAPI(lambda body: chat_tool_call("get_order", '{"order_id": ', id="c1")) as api:
         client = client_for(api)
         response = await client.complete(
-            ModelRequest(
-                system="", messages=[Message(role="user", content=[text_block("x")])], tools=[TOOL]
-            )
+            ModelRequest(system="", messages=[Message(role="user", content=[text_block("x")])], tools=[TOOL])
         )
         await client.aclose()
     assert response.tool_uses == [
@@ -264,12 +250,8 @@ async def test_retries_honour_retry_after_and_bad_requests_are_not_retried(
     """Same policy as the Anthropic client, through the official SDK: 429/5xx retried after
     ``retry-after`` (exponential backoff without it); a 400 is logged with the request id
     and raised as bad_request at once."""
-    request = ModelRequest(
-        system="", messages=[Message(role="user", content=[text_block("x")])], tools=[]
-    )
-    script = scripted(
-        chat_error(429, retry_after="2"), chat_error(503), chat_text("ok"), chat_error(400)
-    )
+    request = ModelRequest(system="", messages=[Message(role="user", content=[text_block("x")])], tools=[])
+    script = scripted(chat_error(429, retry_after="2"), chat_error(503), chat_text("ok"), chat_error(400))
     async with FakeOpenAIAPI(script) as api:
         client = client_for(api)
         assert (await client.complete(request)).text == "ok"
@@ -286,9 +268,7 @@ async def test_retries_honour_retry_after_and_bad_requests_are_not_retried(
 
 async def test_exhausted_retries_are_an_honest_give_up_naming_the_attempts(sdk_sleeps: SdkSleeps) -> None:
     """After ``max_retries`` the caller gets ModelUnavailable naming the attempts made."""
-    request = ModelRequest(
-        system="", messages=[Message(role="user", content=[text_block("x")])], tools=[]
-    )
+    request = ModelRequest(system="", messages=[Message(role="user", content=[text_block("x")])], tools=[])
     async with FakeOpenAIAPI(lambda body: chat_error(502)) as api:
         client = client_for(api, max_retries=2)
         with pytest.raises(ModelUnavailable, match="gave up after 3 attempts: HTTP 502") as info:
@@ -300,9 +280,7 @@ async def test_exhausted_retries_are_an_honest_give_up_naming_the_attempts(sdk_s
 
 async def test_a_wait_past_the_deadline_is_an_honest_give_up_not_a_hang() -> None:
     """A server asking for a long wait ends the call at ``deadline_s``, with nothing more sent."""
-    request = ModelRequest(
-        system="", messages=[Message(role="user", content=[text_block("x")])], tools=[]
-    )
+    request = ModelRequest(system="", messages=[Message(role="user", content=[text_block("x")])], tools=[])
     async with FakeOpenAIAPI(lambda body: chat_error(429, retry_after="60")) as api:
         client = client_for(api, deadline_s=0.2)
         with pytest.raises(ModelUnavailable, match="deadline") as info:
@@ -314,9 +292,7 @@ async def test_a_wait_past_the_deadline_is_an_honest_give_up_not_a_hang() -> Non
 async def test_breaker_opens_on_repeated_failures(sdk_sleeps: SdkSleeps) -> None:
     """Exhausted calls count against the breaker; once open nothing reaches the server."""
     breaker = CircuitBreaker(BreakerConfig(failure_threshold=2), clock=lambda: 0.0)
-    request = ModelRequest(
-        system="", messages=[Message(role="user", content=[text_block("x")])], tools=[]
-    )
+    request = ModelRequest(system="", messages=[Message(role="user", content=[text_block("x")])], tools=[])
     async with FakeOpenAIAPI(lambda body: chat_error(500)) as api:
         client = client_for(api, max_retries=1, breaker=breaker)
         for _ in range(2):
@@ -331,9 +307,7 @@ async def test_breaker_opens_on_repeated_failures(sdk_sleeps: SdkSleeps) -> None
 
 async def test_without_a_key_no_authorization_header_is_sent() -> None:
     """Local servers need no key: the SDK's placeholder never goes out as a credential."""
-    request = ModelRequest(
-        system="", messages=[Message(role="user", content=[text_block("x")])], tools=[]
-    )
+    request = ModelRequest(system="", messages=[Message(role="user", content=[text_block("x")])], tools=[])
     async with FakeOpenAIAPI() as api:
         client = client_for(api)
         assert (await client.complete(request)).text == "ok"
@@ -358,9 +332,7 @@ async def test_ollama_style_object_arguments_come_through_the_sdk() -> None:
 async def test_tripwire_refuses_non_loopback_servers() -> None:
     """Under ``block_real_model_calls`` a remote server is refused before any I/O."""
     client = OpenAICompatClient(OpenAIConfig(model="m", base_url="https://llm.example.com/v1"))
-    request = ModelRequest(
-        system="", messages=[Message(role="user", content=[text_block("x")])], tools=[]
-    )
+    request = ModelRequest(system="", messages=[Message(role="user", content=[text_block("x")])], tools=[])
     with block_real_model_calls(), pytest.raises(RealModelCallBlocked):
         await client.complete(request)
     await client.aclose()

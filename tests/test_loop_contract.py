@@ -42,8 +42,9 @@ async def _canonical(h: Any) -> tuple[str, str]:
     """Order lookup → refund above the ceiling → confirm → approve → resume. Returns
     (conversation id, approval id)."""
     rt = h.runtime
-    first = await rt.chat(principal=C7, channel="api",
-                          message="Where is my order O-1042? It arrived damaged, refund it.")
+    first = await rt.chat(
+        principal=C7, channel="api", message="Where is my order O-1042? It arrived damaged, refund it."
+    )
     assert first.outcome == "answered"
     assert [p.kind for p in first.pending] == ["confirmation"]
     confirmed = await rt.confirm(first.pending[0].id, actor=C7, accept=True)
@@ -181,15 +182,19 @@ async def test_load_tools_adds_a_group_and_the_tool_list_is_otherwise_byte_ident
 TRUNCATED = {"type": "tool_use", "id": "toolu_01truncatedcall000000", "name": "get_order", "input": {}}
 
 
-@pytest.mark.parametrize(("reply", "outcome"), [
-    ({"content": [{"type": "text", "text": "Hello!"}], "stop_reason": "end_turn"}, "answered"),
-    ({"content": [{"type": "text", "text": "Your order is on its w"}], "stop_reason": "max_tokens"}, "answered"),
-    ({"content": [{"type": "text", "text": "Looking it up"}, TRUNCATED], "stop_reason": "max_tokens"}, "answered"),
-    ({"content": [], "stop_reason": "refusal"}, "refused"),
-    ({"content": [{"type": "text", "text": "Working on it"}], "stop_reason": "pause_turn"}, "answered"),
-])
+@pytest.mark.parametrize(
+    ("reply", "outcome"),
+    [
+        ({"content": [{"type": "text", "text": "Hello!"}], "stop_reason": "end_turn"}, "answered"),
+        ({"content": [{"type": "text", "text": "Your order is on its w"}], "stop_reason": "max_tokens"}, "answered"),
+        ({"content": [{"type": "text", "text": "Looking it up"}, TRUNCATED], "stop_reason": "max_tokens"}, "answered"),
+        ({"content": [], "stop_reason": "refusal"}, "refused"),
+        ({"content": [{"type": "text", "text": "Working on it"}], "stop_reason": "pause_turn"}, "answered"),
+    ],
+)
 async def test_every_stop_reason_leaves_a_history_the_real_api_accepts(
-        db: Database, reply: dict[str, Any], outcome: str) -> None:
+    db: Database, reply: dict[str, Any], outcome: str
+) -> None:
     """end_turn, max_tokens (text, and a truncated tool_use), refusal (with no content) and
     pause_turn through the real SDK: the turn ends as it should and the next requests of the
     conversation, including one after the customer writes again, are all valid."""

@@ -76,7 +76,8 @@ async def _confirmed_refund_then_crash(db: Database) -> tuple[Any, str]:
 
 @pytest.mark.parametrize("continued_by", ["customer", "worker"])
 async def test_crash_after_the_tool_ran_continues_without_running_it_again(
-        db: Database, tmp_path: Path, continued_by: str) -> None:
+    db: Database, tmp_path: Path, continued_by: str
+) -> None:
     """A crash after the refund's result was committed and before the next model call: a new
     runtime (the customer's next message, or the worker's recovery) continues the conversation
     with a valid history; the store has one refund and the ledger one row."""
@@ -156,8 +157,9 @@ def crash_on_tool_results(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     state = {"crashed": 0}
 
     async def commit(self: ConversationRepo, step: StepWrite) -> int:
-        carries_results = any(role == "user" and any(b.get("type") == "tool_result" for b in content)
-                              for role, content in step.messages)
+        carries_results = any(
+            role == "user" and any(b.get("type") == "tool_result" for b in content) for role, content in step.messages
+        )
         if carries_results and not state["crashed"]:
             state["crashed"] += 1
             raise Crash("killed before the tool results were committed")
@@ -169,7 +171,8 @@ def crash_on_tool_results(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
 @pytest.mark.parametrize("continued_by", ["customer", "worker"])
 async def test_crash_between_tool_use_and_tool_result_is_repaired(
-        db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, continued_by: str) -> None:
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, continued_by: str
+) -> None:
     """The assistant's tool_use is stored but its result is not: on restart the unanswered call
     is answered first (whether the customer writes again or the worker recovers the run), so
     the history the model sees is valid."""
@@ -200,12 +203,16 @@ async def test_crash_between_tool_use_and_tool_result_is_repaired(
 
 
 async def test_crash_after_a_confirmed_refund_ran_never_refunds_twice(
-        db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The runtime executed the customer's confirmed refund and died before recording the
     outcome. After restart the model proposes the same refund again and the customer confirms
     again: the ledger answers with the first refund — one store refund, one ledger row."""
-    script: list[Any] = [[tool_use_block("search_knowledge", SEARCH)], [tool_use_block("issue_refund", SMALL_REFUND)],
-                         "Shall I refund $30.00 on O-1044? Please confirm."]
+    script: list[Any] = [
+        [tool_use_block("search_knowledge", SEARCH)],
+        [tool_use_block("issue_refund", SMALL_REFUND)],
+        "Shall I refund $30.00 on O-1044? Please confirm.",
+    ]
     h = await seeded(db, ScriptedModel(script))
     first = await h.runtime.chat(principal=C7, channel="api", message="Refund $30 on O-1044, it is damaged.")
     real = ConversationRepo.commit
@@ -223,8 +230,13 @@ async def test_crash_after_a_confirmed_refund_ran_never_refunds_twice(
     first_refunds = await h.services.backend.list_refunds("C-7", order_id="O-1044")
     assert len(first_refunds) == 1
     await db.dispose()
-    model2 = ScriptedModel([[tool_use_block("issue_refund", SMALL_REFUND)], "Please confirm the $30.00 refund.",
-                            "A supervisor must approve it first; it is pending."])
+    model2 = ScriptedModel(
+        [
+            [tool_use_block("issue_refund", SMALL_REFUND)],
+            "Please confirm the $30.00 refund.",
+            "A supervisor must approve it first; it is pending.",
+        ]
+    )
     db2, rt2, _ = await restart(tmp_path / "t.db", model2, h.clock)
     again = await rt2.chat(principal=C7, channel="api", message="so?", conversation_id=first.conversation_id)
     assert [p.kind for p in again.pending] == ["confirmation"]

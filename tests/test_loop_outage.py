@@ -17,26 +17,30 @@ from tests.test_loop_support import assert_history_valid, case_notes
 
 @pytest.mark.parametrize("status", [429, 529, 500])
 async def test_outage_past_retries_then_open_breaker_gives_an_honest_reply_and_escalates(
-        db: Database, status: int, sdk_sleeps: SdkSleeps) -> None:
+    db: Database, status: int, sdk_sleeps: SdkSleeps
+) -> None:
     """Retries are spent (honouring retry-after), the breaker opens, and each affected turn
     answers with the fixed honest reply, keeps the user's words, and escalates once per turn.
     While the breaker is open nothing is sent to the provider."""
     now = [0.0]
     breaker = CircuitBreaker(BreakerConfig(failure_threshold=1, cooldown_s=30), clock=lambda: now[0])
     async with FakeAnthropicAPI(lambda body: api_error(status, "down", retry_after="0.001")) as api:
-        client = AnthropicClient(AnthropicConfig(model="claude-test", api_key="sk-test", base_url=api.base_url,
-                                                 max_retries=2),
-                                 breaker=breaker)
+        client = AnthropicClient(
+            AnthropicConfig(model="claude-test", api_key="sk-test", base_url=api.base_url, max_retries=2),
+            breaker=breaker,
+        )
         h = await seeded(db, client)
         first = await h.runtime.chat(principal=C7, channel="api", message="Where is my order O-1042?")
         sent = len(api.requests)
-        second = await h.runtime.chat(principal=C7, channel="api", message="Hello? Anyone there?",
-                                      conversation_id=first.conversation_id)
+        second = await h.runtime.chat(
+            principal=C7, channel="api", message="Hello? Anyone there?", conversation_id=first.conversation_id
+        )
         assert len(api.requests) == sent  # the open breaker sent nothing
         now[0] += 31  # cool-down over, the provider is back: the half-open trial goes through
         api.responder = lambda body: text_turn("Sorry for the wait — it was delivered.")
-        third = await h.runtime.chat(principal=C7, channel="api", message="Still there?",
-                                     conversation_id=first.conversation_id)
+        third = await h.runtime.chat(
+            principal=C7, channel="api", message="Still there?", conversation_id=first.conversation_id
+        )
         await client.aclose()
     assert sent == 3 and sdk_sleeps.delays == [0.001, 0.001]
     assert [r.status for r in api.requests[:3]] == [status] * 3

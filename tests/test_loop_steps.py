@@ -25,8 +25,12 @@ from tests.test_loop_support import (
 
 
 def response(stop_reason: str, *blocks: dict[str, Any]) -> ModelResponse:
-    return ModelResponse(stop_reason=stop_reason, content=list(blocks),  # type: ignore[arg-type]
-                         usage=Usage(input_tokens=10, output_tokens=5), model="scripted")
+    return ModelResponse(
+        stop_reason=stop_reason,
+        content=list(blocks),  # type: ignore[arg-type]
+        usage=Usage(input_tokens=10, output_tokens=5),
+        model="scripted",
+    )
 
 
 def results_of(request: ModelRequest) -> list[dict[str, Any]]:
@@ -47,8 +51,7 @@ async def valid_structure(h: Any, conv_id: str) -> dict[str, Any]:
         for b in m["content"]:
             if b.get("type") == "tool_use" and b["name"] not in offered:
                 offered.add(b["name"])
-                body["tools"].append({"name": b["name"], "description": "stub",
-                                      "input_schema": {"type": "object"}})
+                body["tools"].append({"name": b["name"], "description": "stub", "input_schema": {"type": "object"}})
     if body["messages"][-1]["role"] == "assistant":
         body["messages"].append({"role": "user", "content": [text_block("next")]})
     validate_anthropic(body)
@@ -73,8 +76,9 @@ async def test_end_turn_answers_and_stores_the_assistant_text(db: Database) -> N
 
 async def test_tool_use_runs_the_tool_and_feeds_the_result_back(db: Database) -> None:
     """tool_use: the proposal is judged, executed, and its result is the next user message."""
-    model = ScriptedModel([response("tool_use", tool_use_block("get_order", {"order_id": "O-1042"})),
-                           "It was delivered."])
+    model = ScriptedModel(
+        [response("tool_use", tool_use_block("get_order", {"order_id": "O-1042"})), "It was delivered."]
+    )
     h = await seeded(db, model)
     r = await h.runtime.chat(principal=C7, channel="api", message="Where is order O-1042?")
     assert r.outcome == "answered"
@@ -127,8 +131,12 @@ async def test_refusal_gives_an_honest_reply_and_escalates(db: Database) -> None
 async def test_pause_turn_sends_the_partial_turn_back_and_continues(db: Database) -> None:
     """pause_turn: the partial assistant content is stored and sent back as is; the next
     response continues it; the history stays protocol-valid."""
-    model = ScriptedModel([response("pause_turn", text_block("Let me look that up")),
-                           response("end_turn", text_block("It was delivered."))])
+    model = ScriptedModel(
+        [
+            response("pause_turn", text_block("Let me look that up")),
+            response("end_turn", text_block("It was delivered.")),
+        ]
+    )
     h = await seeded(db, model)
     r = await h.runtime.chat(principal=C7, channel="api", message="Where is order O-1042?")
     assert (r.outcome, r.reply, r.iterations) == ("answered", "It was delivered.", 2)
@@ -142,15 +150,19 @@ async def test_pause_turn_sends_the_partial_turn_back_and_continues(db: Database
 # -- recoverable faults become is_error tool results ------------------------------------
 
 
-@pytest.mark.parametrize(("call", "reason"), [
-    (tool_use_block("teleport_parcel", {"order_id": "O-1042"}), "unknown_tool"),
-    (tool_use_block("get_order", {"order": "O-1042"}), "invalid_arguments"),
-    (tool_use_block("get_order", {"order_id": "nonsense id with spaces"}), "invalid_arguments"),
-    (tool_use_block("get_invoices", {}), "tool_not_loaded"),
-    (tool_use_block("get_order", {"order_id": "O-1050"}), "not_found"),  # another customer's order
-])
-async def test_recoverable_faults_become_structured_error_results(db: Database, call: dict[str, Any],
-                                                                  reason: str) -> None:
+@pytest.mark.parametrize(
+    ("call", "reason"),
+    [
+        (tool_use_block("teleport_parcel", {"order_id": "O-1042"}), "unknown_tool"),
+        (tool_use_block("get_order", {"order": "O-1042"}), "invalid_arguments"),
+        (tool_use_block("get_order", {"order_id": "nonsense id with spaces"}), "invalid_arguments"),
+        (tool_use_block("get_invoices", {}), "tool_not_loaded"),
+        (tool_use_block("get_order", {"order_id": "O-1050"}), "not_found"),  # another customer's order
+    ],
+)
+async def test_recoverable_faults_become_structured_error_results(
+    db: Database, call: dict[str, Any], reason: str
+) -> None:
     """Unknown tool, invalid arguments, a tool whose group is not loaded, and a business
     failure each become an ``is_error`` tool_result with a structured reason; the loop goes on."""
     model = ScriptedModel([response("tool_use", call), "Sorry about that."])
@@ -169,8 +181,13 @@ async def test_recoverable_faults_become_structured_error_results(db: Database, 
 async def test_business_rule_failure_reports_the_refundable_amount(db: Database) -> None:
     """A refund above what can still be refunded is refused with the structured facts."""
     too_much = {**SMALL_REFUND, "amount_minor": 999999}
-    model = ScriptedModel([response("tool_use", tool_use_block("search_knowledge", SEARCH)),
-                           response("tool_use", tool_use_block("issue_refund", too_much)), "Sorry."])
+    model = ScriptedModel(
+        [
+            response("tool_use", tool_use_block("search_knowledge", SEARCH)),
+            response("tool_use", tool_use_block("issue_refund", too_much)),
+            "Sorry.",
+        ]
+    )
     h = await seeded(db, model)
     await h.runtime.chat(principal=C7, channel="api", message="refund my order O-1044")
     [result] = results_of(model.requests[2])
@@ -186,12 +203,14 @@ async def test_business_rule_failure_reports_the_refundable_amount(db: Database)
 async def test_identical_call_within_five_steps_is_intercepted_with_the_earlier_result(db: Database) -> None:
     """The same tool and arguments again within 5 steps is not run: the model gets what it got."""
     lookup = {"order_id": "O-1042"}
-    model = ScriptedModel([
-        response("tool_use", tool_use_block("get_order", lookup)),
-        response("tool_use", tool_use_block("get_case", {})),
-        response("tool_use", tool_use_block("get_order", lookup)),
-        "Delivered.",
-    ])
+    model = ScriptedModel(
+        [
+            response("tool_use", tool_use_block("get_order", lookup)),
+            response("tool_use", tool_use_block("get_case", {})),
+            response("tool_use", tool_use_block("get_order", lookup)),
+            "Delivered.",
+        ]
+    )
     h = await seeded(db, model)
     r = await h.runtime.chat(principal=C7, channel="api", message="Where is order O-1042?")
     first = last_tool_result(model.requests[1])
@@ -207,10 +226,15 @@ async def test_identical_call_within_five_steps_is_intercepted_with_the_earlier_
 async def test_identical_call_older_than_five_steps_runs_again(db: Database) -> None:
     """Interception looks back 5 steps only; an older identical call runs normally."""
     lookup = {"order_id": "O-1042"}
-    fillers = [response("tool_use", tool_use_block("search_knowledge", {"query": f"policy {i}"}))
-               for i in range(5)]
-    model = ScriptedModel([response("tool_use", tool_use_block("get_order", lookup)), *fillers,
-                           response("tool_use", tool_use_block("get_order", lookup)), "Delivered."])
+    fillers = [response("tool_use", tool_use_block("search_knowledge", {"query": f"policy {i}"})) for i in range(5)]
+    model = ScriptedModel(
+        [
+            response("tool_use", tool_use_block("get_order", lookup)),
+            *fillers,
+            response("tool_use", tool_use_block("get_order", lookup)),
+            "Delivered.",
+        ]
+    )
     h = await seeded(db, model)
     r = await h.runtime.chat(principal=C7, channel="api", message="Where is order O-1042?")
     [again] = results_of(model.requests[7])
@@ -226,8 +250,7 @@ async def test_finish_claiming_an_unperformed_refund_is_refused_and_explained(db
     """finish saying a refund was issued when no issue_refund result exists is refused with
     the reason; the run does not complete."""
     lie = {"resolution": "I refunded your order O-1042 in full.", "action_ids": [], "sources": []}
-    model = ScriptedModel([response("tool_use", tool_use_block("finish", lie)),
-                           "Sorry — no refund has been made yet."])
+    model = ScriptedModel([response("tool_use", tool_use_block("finish", lie)), "Sorry — no refund has been made yet."])
     h = await seeded(db, model)
     r = await h.runtime.chat(principal=C7, channel="api", message="refund O-1042")
     [result] = results_of(model.requests[1])
@@ -266,10 +289,18 @@ async def test_valid_finish_after_a_real_refund_completes_the_run(db: Database) 
         if n == 4:  # after the customer's "yes": the runtime executed it and said so
             text = " ".join(b.get("text", "") for b in request.messages[-1].content)
             state["refund_id"] = json.loads(text.split("Outcome: executed: ", 1)[1].split("</signoff_event>")[0])[
-                "refund_id"]
-            return [tool_use_block("finish", {"resolution": "I refunded $30.00 on O-1044.",
-                                              "action_ids": [state["refund_id"]],
-                                              "sources": ["refund-policy@7#window"]})]
+                "refund_id"
+            ]
+            return [
+                tool_use_block(
+                    "finish",
+                    {
+                        "resolution": "I refunded $30.00 on O-1044.",
+                        "action_ids": [state["refund_id"]],
+                        "sources": ["refund-policy@7#window"],
+                    },
+                )
+            ]
         return "Done: $30.00 refunded."
 
     model = FunctionModel(planner)
@@ -316,8 +347,12 @@ async def test_step_cap_ends_a_looping_model_with_an_honest_reply_and_an_escalat
 async def test_token_budget_ends_the_turn_honestly(db: Database) -> None:
     """Past the conversation's token budget no further model call is made."""
     policy = policy_with(run=policy_with().run.model_copy(update={"max_tokens_per_conversation": 1000}))
-    big = ModelResponse(stop_reason="tool_use", content=[tool_use_block("get_case", {})],
-                        usage=Usage(input_tokens=2000, output_tokens=10), model="scripted")
+    big = ModelResponse(
+        stop_reason="tool_use",
+        content=[tool_use_block("get_case", {})],
+        usage=Usage(input_tokens=2000, output_tokens=10),
+        model="scripted",
+    )
     model = ScriptedModel([big])
     h = await seeded(db, model, policy=policy)
     r = await h.runtime.chat(principal=C7, channel="api", message="hello")

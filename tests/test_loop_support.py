@@ -26,11 +26,21 @@ from tests.support import C7, Clock, Harness
 from tools.context import Principal
 
 #: Below the customer's ceiling (USD 50.00): needs the customer's confirmation only.
-SMALL_REFUND = {"order_id": "O-1044", "amount_minor": 3000, "currency": "USD", "reason_code": "damaged",
-                "evidence": ["refund-policy@7#window"]}
+SMALL_REFUND = {
+    "order_id": "O-1044",
+    "amount_minor": 3000,
+    "currency": "USD",
+    "reason_code": "damaged",
+    "evidence": ["refund-policy@7#window"],
+}
 #: Above the customer's ceiling: confirmation, then one supervisor's approval.
-BIG_REFUND = {"order_id": "O-1042", "amount_minor": 18900, "currency": "USD", "reason_code": "damaged",
-              "evidence": ["refund-policy@7#window"]}
+BIG_REFUND = {
+    "order_id": "O-1042",
+    "amount_minor": 18900,
+    "currency": "USD",
+    "reason_code": "damaged",
+    "evidence": ["refund-policy@7#window"],
+}
 SEARCH = {"query": "refund window"}
 
 
@@ -41,8 +51,13 @@ def refund_planner(args: dict[str, Any], *, text: str = "Noted.") -> FunctionMod
     """
 
     def plan(request: ModelRequest) -> Any:
-        called = {b.get("name") for m in request.messages if m.role == "assistant" for b in m.content
-                  if b.get("type") == "tool_use"}
+        called = {
+            b.get("name")
+            for m in request.messages
+            if m.role == "assistant"
+            for b in m.content
+            if b.get("type") == "tool_use"
+        }
         if "search_knowledge" not in called:
             return [tool_use_block("search_knowledge", SEARCH)]
         if "issue_refund" not in called:
@@ -54,8 +69,9 @@ def refund_planner(args: dict[str, Any], *, text: str = "Noted.") -> FunctionMod
 
 async def open_refund_approval(h: Harness, *, principal: Principal = C7, channel: str = "api") -> Approval:
     """Chat until the refund is proposed, confirm it: returns the pending approval."""
-    first = await h.runtime.chat(principal=principal, channel=channel,
-                                 message="My order O-1042 arrived damaged, please refund it.")
+    first = await h.runtime.chat(
+        principal=principal, channel=channel, message="My order O-1042 arrived damaged, please refund it."
+    )
     [pending] = first.pending
     assert pending.kind == "confirmation", first
     out = await h.runtime.confirm(pending.id, actor=principal, accept=True)
@@ -70,8 +86,9 @@ def policy_with(**changes: Any) -> Policy:
 
 def dual_policy(threshold_minor: int = 10000, version: str = "test-dual") -> Policy:
     """Two distinct supervisors above ``threshold_minor`` USD."""
-    return policy_with(dual_approval_above={"USD": threshold_minor, "EUR": threshold_minor, "GBP": threshold_minor},
-                       version=version)
+    return policy_with(
+        dual_approval_above={"USD": threshold_minor, "EUR": threshold_minor, "GBP": threshold_minor}, version=version
+    )
 
 
 async def count(db: Database, column: Any, *where: Any) -> int:
@@ -110,8 +127,9 @@ async def next_request_body(rt: Runtime, conversation_id: str, principal: Princi
     return build_params(turn.request(), model="claude-test", max_tokens=1024)
 
 
-async def assert_history_valid(rt: Runtime, conversation_id: str, principal: Principal,
-                               *, then_user: bool = True) -> dict[str, Any]:
+async def assert_history_valid(
+    rt: Runtime, conversation_id: str, principal: Principal, *, then_user: bool = True
+) -> dict[str, Any]:
     """The stored history, as the next model call would send it, passes the strict fake.
 
     ``then_user``: append a user message first when the history ends with the
@@ -136,6 +154,24 @@ def roles(messages: Sequence[dict[str, Any]]) -> list[str]:
     return [m["role"] for m in messages]
 
 
-__all__ = ["BIG_REFUND", "SEARCH", "SMALL_REFUND", "Harness", "advance", "approvals_of", "assert_history_valid",
-           "audit_kinds", "case_notes", "count", "dual_policy", "ledger_rows", "next_request_body",
-           "open_refund_approval", "policy_with", "refund_planner", "roles", "store_refunds", "tool_names"]
+__all__ = [
+    "BIG_REFUND",
+    "SEARCH",
+    "SMALL_REFUND",
+    "Harness",
+    "advance",
+    "approvals_of",
+    "assert_history_valid",
+    "audit_kinds",
+    "case_notes",
+    "count",
+    "dual_policy",
+    "ledger_rows",
+    "next_request_body",
+    "open_refund_approval",
+    "policy_with",
+    "refund_planner",
+    "roles",
+    "store_refunds",
+    "tool_names",
+]

@@ -34,19 +34,22 @@ def value(metrics: Metrics, name: str, **labels: str) -> float:
 
 
 def script() -> ScriptedModel:
-    return ScriptedModel([
-        [tool_use_block("get_order", {"order_id": "O-1042"})],
-        [tool_use_block("get_order", {"order_id": "O-1042"})],          # intercepted (dedup)
-        [tool_use_block("get_order", {"order_id": "O-1050"})],          # tool error: not_found
-        [tool_use_block("issue_refund", REFUND)],                        # refused: evidence_required
-        [tool_use_block("search_knowledge", {"query": "refund window"})],
-        [tool_use_block("issue_refund", {**REFUND, "evidence": EVIDENCE})],  # confirmation
-        "Shall I refund 189.00 USD? Please confirm.",
-        "A supervisor must approve this; it is pending.",                # after confirm
-        "Approved and refunded.",                                        # after resume
-        [tool_use_block("escalate_to_human", {"reason": "customer_request", "summary": "wants a person"})],
-        "A colleague will follow up.",
-    ], model_name="claude-sonnet-4-5")
+    return ScriptedModel(
+        [
+            [tool_use_block("get_order", {"order_id": "O-1042"})],
+            [tool_use_block("get_order", {"order_id": "O-1042"})],  # intercepted (dedup)
+            [tool_use_block("get_order", {"order_id": "O-1050"})],  # tool error: not_found
+            [tool_use_block("issue_refund", REFUND)],  # refused: evidence_required
+            [tool_use_block("search_knowledge", {"query": "refund window"})],
+            [tool_use_block("issue_refund", {**REFUND, "evidence": EVIDENCE})],  # confirmation
+            "Shall I refund 189.00 USD? Please confirm.",
+            "A supervisor must approve this; it is pending.",  # after confirm
+            "Approved and refunded.",  # after resume
+            [tool_use_block("escalate_to_human", {"reason": "customer_request", "summary": "wants a person"})],
+            "A colleague will follow up.",
+        ],
+        model_name="claude-sonnet-4-5",
+    )
 
 
 @pytest.fixture
@@ -58,8 +61,7 @@ async def driven(db: Database) -> Metrics:
     first = await rt.chat(principal=C7, channel="api", message="Refund O-1042 please, it is damaged.")
     confirmed = await rt.confirm(first.pending[0].id, actor=C7, accept=True)
     assert confirmed.approval is not None
-    await rt.decide(confirmed.approval.id, expected_version=confirmed.approval.version, decision="approve",
-                    actor=SUP_A)
+    await rt.decide(confirmed.approval.id, expected_version=confirmed.approval.version, decision="approve", actor=SUP_A)
     await rt.resume(confirmed.approval.id)
     await rt.chat(principal=C7, channel="api", message="I want a person")
     return metrics
@@ -115,20 +117,24 @@ async def test_instrumented_model_records_latency_tokens_and_cost() -> None:
     """Each call adds latency, tokens by kind and cost; the cost of a turn is observed at turn end."""
     metrics = Metrics()
     model = InstrumentedModel(ScriptedModel(["hi"], model_name="claude-sonnet-4-5"), metrics)
-    request = ModelRequest(system="s", messages=[Message(role="user", content=[text_block("x")])], tools=[],
-                           metadata={"run_id": "run_1"})
+    request = ModelRequest(
+        system="s", messages=[Message(role="user", content=[text_block("x")])], tools=[], metadata={"run_id": "run_1"}
+    )
     response = await model.complete(request)
     assert model.model_name == "claude-sonnet-4-5"
     assert value(metrics, "signoff_model_latency_seconds_count", model="claude-sonnet-4-5") == 1
     assert value(metrics, "signoff_model_tokens_total", kind="input") == response.usage.input_tokens
     assert value(metrics, "signoff_model_cost_usd_total") == pytest.approx(
-        estimate_cost("claude-sonnet-4-5", response.usage))
+        estimate_cost("claude-sonnet-4-5", response.usage)
+    )
     from storage.audit import AuditEvent
 
-    metrics.observe([AuditEvent(kind="turn.ended", run_id="run_1", data={"outcome": "answered", "channel": "api"},
-                                latency_ms=12.0)])
-    assert value(metrics, "signoff_turn_cost_usd_sum") == pytest.approx(estimate_cost("claude-sonnet-4-5",
-                                                                                      response.usage))
+    metrics.observe(
+        [AuditEvent(kind="turn.ended", run_id="run_1", data={"outcome": "answered", "channel": "api"}, latency_ms=12.0)]
+    )
+    assert value(metrics, "signoff_turn_cost_usd_sum") == pytest.approx(
+        estimate_cost("claude-sonnet-4-5", response.usage)
+    )
 
 
 async def test_instrumented_model_counts_errors_by_reason() -> None:
@@ -143,8 +149,12 @@ async def test_instrumented_model_counts_errors_by_reason() -> None:
 
 
 def test_cost_table_knows_families_and_prices_unknown_models_at_zero() -> None:
-    usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000, cache_read_input_tokens=1_000_000,
-                  cache_creation_input_tokens=1_000_000)
+    usage = Usage(
+        input_tokens=1_000_000,
+        output_tokens=1_000_000,
+        cache_read_input_tokens=1_000_000,
+        cache_creation_input_tokens=1_000_000,
+    )
     assert estimate_cost("claude-sonnet-4-5", usage) == pytest.approx(3 + 15 + 0.3 + 3.75)
     assert price_of("claude-3-5-haiku-latest") is not None and price_of("llama3") is None
     assert estimate_cost("llama3", usage) == 0.0
@@ -154,8 +164,12 @@ async def test_breaker_callback_sets_state_and_counts_trips() -> None:
     """on_change exposes the state as a gauge and each opening as a trip."""
     now = [0.0]
     metrics = Metrics()
-    breaker = CircuitBreaker(BreakerConfig(failure_threshold=1, cooldown_s=10), name="anthropic",
-                             clock=lambda: now[0], on_change=metrics.breaker_callback("anthropic"))
+    breaker = CircuitBreaker(
+        BreakerConfig(failure_threshold=1, cooldown_s=10),
+        name="anthropic",
+        clock=lambda: now[0],
+        on_change=metrics.breaker_callback("anthropic"),
+    )
     assert value(metrics, "signoff_breaker_state", breaker="anthropic") == 0
 
     async def fail() -> None:

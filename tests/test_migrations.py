@@ -27,8 +27,20 @@ from storage.audit import AuditEvent, AuditLog
 from storage.db import Base, create_database
 from tests.conftest import PG_URL
 
-RUNTIME_TABLES = {"conversations", "messages", "runs", "proposals", "confirmations", "approvals",
-                  "tool_executions", "audit_events", "audit_head", "jobs", "token_usage", "case_notes"}
+RUNTIME_TABLES = {
+    "conversations",
+    "messages",
+    "runs",
+    "proposals",
+    "confirmations",
+    "approvals",
+    "tool_executions",
+    "audit_events",
+    "audit_head",
+    "jobs",
+    "token_usage",
+    "case_notes",
+}
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -77,7 +89,8 @@ async def _diff(url: str) -> list[Any]:
     try:
         async with engine.connect() as conn:
             return await conn.run_sync(
-                lambda c: compare_metadata(MigrationContext.configure(c, opts=opts), Base.metadata))
+                lambda c: compare_metadata(MigrationContext.configure(c, opts=opts), Base.metadata)
+            )
     finally:
         await engine.dispose()
 
@@ -108,10 +121,12 @@ async def test_upgrade_from_the_previous_schema_keeps_the_rows(blank_url: str) -
     now = datetime.now(UTC)
     async with db.engine.begin() as conn:
         await conn.execute(
-            text("INSERT INTO conversations (id, channel, external_ref, principal_kind, principal_id, "
-                 "customer_id, status, loaded_groups, model, prompt_version, next_seq, meta, created_at, "
-                 "updated_at) VALUES ('conv_old', 'api', NULL, 'customer', 'C-7', 'C-7', 'open', :groups, "
-                 "'m', 'p', 0, :meta, :now, :now)"),
+            text(
+                "INSERT INTO conversations (id, channel, external_ref, principal_kind, principal_id, "
+                "customer_id, status, loaded_groups, model, prompt_version, next_seq, meta, created_at, "
+                "updated_at) VALUES ('conv_old', 'api', NULL, 'customer', 'C-7', 'C-7', 'open', :groups, "
+                "'m', 'p', 0, :meta, :now, :now)"
+            ),
             {"groups": "[]", "meta": "{}", "now": now},
         )
     await AuditLog(db).append(AuditEvent(kind="run.started", run_id="run_old", principal="customer:C-7"))
@@ -146,9 +161,11 @@ async def test_postgres_audit_guard_refuses_update_and_delete_after_migration(bl
     try:
         log = AuditLog(db)
         await log.append_many([AuditEvent(kind="proposal", run_id="r1"), AuditEvent(kind="gate.execute", run_id="r1")])
-        for sql in ("UPDATE audit_events SET kind = 'forged' WHERE seq = 1",
-                    "DELETE FROM audit_events WHERE seq = 2",
-                    "TRUNCATE audit_events"):
+        for sql in (
+            "UPDATE audit_events SET kind = 'forged' WHERE seq = 1",
+            "DELETE FROM audit_events WHERE seq = 2",
+            "TRUNCATE audit_events",
+        ):
             with pytest.raises(DBAPIError, match="append-only"):
                 async with db.engine.begin() as conn:
                     await conn.execute(text(sql))
@@ -166,20 +183,31 @@ async def test_upgrade_to_0004_moves_runtime_origins_out_of_tool_use_ids(blank_u
     now = datetime.now(UTC)
     async with db.engine.begin() as conn:
         await conn.execute(
-            text("INSERT INTO conversations (id, channel, external_ref, principal_kind, principal_id, "
-                 "customer_id, status, loaded_groups, model, prompt_version, next_seq, meta, created_at, "
-                 "updated_at) VALUES ('conv_old', 'api', NULL, 'customer', 'C-7', 'C-7', 'open', '[]', "
-                 "'m', 'p', 0, '{}', :now, :now)"), {"now": now})
+            text(
+                "INSERT INTO conversations (id, channel, external_ref, principal_kind, principal_id, "
+                "customer_id, status, loaded_groups, model, prompt_version, next_seq, meta, created_at, "
+                "updated_at) VALUES ('conv_old', 'api', NULL, 'customer', 'C-7', 'C-7', 'open', '[]', "
+                "'m', 'p', 0, '{}', :now, :now)"
+            ),
+            {"now": now},
+        )
         await conn.execute(
-            text("INSERT INTO runs (id, conversation_id, status, steps, model, prompt_version, policy_version, "
-                 "trace_id, pending_ids, state, created_at, updated_at) VALUES ('run_old', 'conv_old', "
-                 "'waiting', 0, 'm', 'p', 'v', 't', '[]', '{}', :now, :now)"), {"now": now})
+            text(
+                "INSERT INTO runs (id, conversation_id, status, steps, model, prompt_version, policy_version, "
+                "trace_id, pending_ids, state, created_at, updated_at) VALUES ('run_old', 'conv_old', "
+                "'waiting', 0, 'm', 'p', 'v', 't', '[]', '{}', :now, :now)"
+            ),
+            {"now": now},
+        )
         for pid, use in (("p1", "runtime:cnf_abc"), ("p2", "runtime:apr_def"), ("p3", "toolu_1")):
             await conn.execute(
-                text("INSERT INTO proposals (id, run_id, conversation_id, tool_use_id, tool, arguments, args_hash, "
-                     "principal, step, is_error, policy_version, created_at) VALUES (:id, 'run_old', 'conv_old', "
-                     ":use, 'issue_refund', :args, 'h', 'customer:C-7', 1, :f, 'v', :now)"),
-                {"id": pid, "use": use, "args": "{}", "now": now, "f": False})
+                text(
+                    "INSERT INTO proposals (id, run_id, conversation_id, tool_use_id, tool, arguments, args_hash, "
+                    "principal, step, is_error, policy_version, created_at) VALUES (:id, 'run_old', 'conv_old', "
+                    ":use, 'issue_refund', :args, 'h', 'customer:C-7', 1, :f, 'v', :now)"
+                ),
+                {"id": pid, "use": use, "args": "{}", "now": now, "f": False},
+            )
     await db.dispose()
     await upgrade(blank_url)
     db = create_database(blank_url)

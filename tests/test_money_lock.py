@@ -78,8 +78,13 @@ async def test_a_killed_holders_lease_is_taken_over_at_once(tmp_path: Path) -> N
         pid = proc.pid  # a pid that no longer runs
         from datetime import UTC, datetime, timedelta
 
-        await db.write(lambda conn, _ctx: conn.execute(insert(LockRow.__table__).values(
-            name="money:C-9", holder=f"{_HOST}:{pid}:dead", expires_at=datetime.now(UTC) + timedelta(hours=1))))
+        await db.write(
+            lambda conn, _ctx: conn.execute(
+                insert(LockRow.__table__).values(
+                    name="money:C-9", holder=f"{_HOST}:{pid}:dead", expires_at=datetime.now(UTC) + timedelta(hours=1)
+                )
+            )
+        )
         async with asyncio.timeout(5):
             async with Ledger(db)._lease("money:C-9", wait_s=1):
                 pass

@@ -55,8 +55,11 @@ def test_document_is_openapi_31_with_resolvable_refs_and_valid_schemas() -> None
     assert doc["openapi"].startswith("3.1")
     validate_openapi(doc)  # the OpenAPI 3.1 meta-schema
     assert doc["components"]["securitySchemes"]["bearer"] == {
-        "type": "http", "scheme": "bearer", "bearerFormat": "JWT",
-        "description": doc["components"]["securitySchemes"]["bearer"]["description"]}
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "JWT",
+        "description": doc["components"]["securitySchemes"]["bearer"]["description"],
+    }
     for ref in refs(doc):
         assert ref.startswith("#/")
         node: Any = doc
@@ -95,7 +98,8 @@ async def test_validator_uses_the_documented_schemas(db: Database) -> None:
         documented.pop("$schema")
         assert documented == SCHEMAS[name]
     assert {o.request for o in OPERATIONS if o.request} | {o.query for o in OPERATIONS if o.query} <= set(
-        state.validators)
+        state.validators
+    )
 
 
 async def test_openapi_is_served_without_auth(db: Database) -> None:
@@ -108,7 +112,16 @@ async def test_openapi_is_served_without_auth(db: Database) -> None:
 
 def test_documented_error_codes_cover_statuses() -> None:
     codes = SCHEMAS["Error"]["properties"]["error"]["enum"]
-    for code in ("bad_request", "unauthorized", "forbidden", "not_found", "conflict", "expired", "too_large",
-                 "unsupported_media_type", "invalid"):
+    for code in (
+        "bad_request",
+        "unauthorized",
+        "forbidden",
+        "not_found",
+        "conflict",
+        "expired",
+        "too_large",
+        "unsupported_media_type",
+        "invalid",
+    ):
         assert code in codes
     assert all(re.fullmatch(r"[a-z_]+", c) for c in codes)

@@ -45,11 +45,16 @@ def two_roles(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[tuple
         pytest.skip("SIGNOFF_TEST_PG_URL not set")
     tag = uuid.uuid4().hex[:10]
     owner, app, name = f"signoff_owner_{tag}", f"signoff_app_{tag}", f"signoff_roles_{tag}"
-    asyncio.run(_admin(f'CREATE ROLE "{owner}" LOGIN', f'CREATE ROLE "{app}" LOGIN',
-                       f'CREATE DATABASE "{name}" OWNER "{owner}"'))
+    asyncio.run(
+        _admin(
+            f'CREATE ROLE "{owner}" LOGIN', f'CREATE ROLE "{app}" LOGIN', f'CREATE DATABASE "{name}" OWNER "{owner}"'
+        )
+    )
     base = make_url(PG_URL).set(database=name)
-    urls = (base.set(username=owner).render_as_string(hide_password=False),
-            base.set(username=app).render_as_string(hide_password=False))
+    urls = (
+        base.set(username=owner).render_as_string(hide_password=False),
+        base.set(username=app).render_as_string(hide_password=False),
+    )
     for key in list(os.environ):
         if key.startswith(("SIGNOFF_", "ANTHROPIC_", "OPENAI_", "SLACK_")) and key != "SIGNOFF_TEST_PG_URL":
             monkeypatch.delenv(key, raising=False)
@@ -57,8 +62,13 @@ def two_roles(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[tuple
     try:
         yield urls
     finally:
-        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
-                           f'DROP ROLE IF EXISTS "{app}"', f'DROP ROLE IF EXISTS "{owner}"'))
+        asyncio.run(
+            _admin(
+                f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
+                f'DROP ROLE IF EXISTS "{app}"',
+                f'DROP ROLE IF EXISTS "{owner}"',
+            )
+        )
 
 
 REFUSED = [
@@ -80,7 +90,8 @@ REFUSED = [
 
 
 def test_the_application_role_appends_but_cannot_rewrite_the_audit_log(
-        two_roles: tuple[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    two_roles: tuple[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     owner_url, app_url = two_roles
     monkeypatch.setenv("SIGNOFF_DATABASE_URL", app_url)
     monkeypatch.setenv("SIGNOFF_MIGRATION_DATABASE_URL", owner_url)
@@ -96,8 +107,9 @@ def test_the_application_role_appends_but_cannot_rewrite_the_audit_log(
             async with db.engine.connect() as conn:
                 assert (await conn.execute(text("SELECT current_user"))).scalar_one().startswith("signoff_app_")
             log = AuditLog(db)
-            assert await log.append_many([AuditEvent(kind="proposal", run_id="r1"),
-                                          AuditEvent(kind="gate.execute", run_id="r1")]) == [1, 2]
+            assert await log.append_many(
+                [AuditEvent(kind="proposal", run_id="r1"), AuditEvent(kind="gate.execute", run_id="r1")]
+            ) == [1, 2]
             assert await log.append(AuditEvent(kind="execution", run_id="r1")) == 3
             for sql, why in REFUSED:
                 with pytest.raises(DBAPIError, match=why):
@@ -114,7 +126,8 @@ def test_the_application_role_appends_but_cannot_rewrite_the_audit_log(
 
 
 def test_db_upgrade_warns_when_the_application_would_own_the_audit_tables(
-        two_roles: tuple[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    two_roles: tuple[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Without SIGNOFF_MIGRATION_DATABASE_URL on PostgreSQL, upgrade works and says why it is unsafe."""
     owner_url, _ = two_roles
     monkeypatch.setenv("SIGNOFF_DATABASE_URL", owner_url)
@@ -135,8 +148,10 @@ def test_the_grants_are_the_documented_ones() -> None:
         'GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA "public" TO "signoff_app"',
     ]
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    for statement in ("GRANT SELECT, INSERT ON audit_events TO signoff_app",
-                      "GRANT SELECT, UPDATE (seq, hash) ON audit_head TO signoff_app"):
+    for statement in (
+        "GRANT SELECT, INSERT ON audit_events TO signoff_app",
+        "GRANT SELECT, UPDATE (seq, hash) ON audit_head TO signoff_app",
+    ):
         assert statement in readme
     with pytest.raises(ValueError):
         app_role_grants('x"; DROP TABLE runs; --', [])

@@ -69,8 +69,11 @@ MALFORMED: list[tuple[str, str, str]] = [
     ("negative default ceiling", _bad({"ceilings": {"default": -1}}), "ceilings.default"),
     ("negative currency ceiling", _bad({"ceilings": {"customer": {"USD": -5000}}}), "ceilings.customer.USD"),
     ("negative dual threshold", _bad({"dual_approval_above": {"USD": -1}}), "dual_approval_above.USD"),
-    ("negative daily cap", _bad({"limits": {"max_refund_minor_per_customer_per_day": {"EUR": -1}}}),
-     "limits.max_refund_minor_per_customer_per_day.EUR"),
+    (
+        "negative daily cap",
+        _bad({"limits": {"max_refund_minor_per_customer_per_day": {"EUR": -1}}}),
+        "limits.max_refund_minor_per_customer_per_day.EUR",
+    ),
     ("negative expiry", _bad({"approval_expiry_s": {"issue_refund": -60}}), "approval_expiry_s.issue_refund"),
     ("negative window", _bad({"limits": {"refund_window_days": -3}}), "limits.refund_window_days"),
     ("word for an int", _bad({"limits": {"max_actions_per_run": "lots"}}), "limits.max_actions_per_run"),
@@ -79,11 +82,17 @@ MALFORMED: list[tuple[str, str, str]] = [
     ("mapping for a list", _bad({"scopes": {"customer": {"orders:read": True}}}), "scopes.customer"),
     ("unknown role", _bad({"approvers": {"required_role": "intern"}}), "approvers.required_role"),
     ("unknown stage", _bad({"rollout": {"default": "beta"}}), "rollout.default"),
-    ("unknown stage per channel", _bad({"rollout": {"channels": {"api": {"customer": "yolo"}}}}),
-     "rollout.channels.api.customer"),
+    (
+        "unknown stage per channel",
+        _bad({"rollout": {"channels": {"api": {"customer": "yolo"}}}}),
+        "rollout.channels.api.customer",
+    ),
     # A typo in a principal kind would silently fall back to the default stage ("full"): fail closed.
-    ("unknown principal kind in a stage table", _bad({"rollout": {"channels": {"api": {"custmer": "reads"}}}}),
-     "rollout.channels.api.custmer"),
+    (
+        "unknown principal kind in a stage table",
+        _bad({"rollout": {"channels": {"api": {"custmer": "reads"}}}}),
+        "rollout.channels.api.custmer",
+    ),
     ("tier out of range", _bad({"always_approve_tier": 0}), "always_approve_tier"),
     ("missing section", _without(("limits",)), "limits"),
     ("missing field", _without(("ceilings", "rep")), "ceilings.rep"),
@@ -102,12 +111,15 @@ def test_malformed_policy_is_one_line_config_error_naming_the_field(case: str, t
     assert field in message, message
 
 
-@pytest.mark.parametrize("text", [
-    "version: '1'\nceilings: {customer: [1, 2\n",     # unterminated flow sequence
-    "version: '1'\n  scopes: x\n bad: indent\n",      # bad indentation
-    "\tversion: 1\n",                                  # tab
-    "ceilings: {a: 1}}\n",                             # stray brace
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "version: '1'\nceilings: {customer: [1, 2\n",  # unterminated flow sequence
+        "version: '1'\n  scopes: x\n bad: indent\n",  # bad indentation
+        "\tversion: 1\n",  # tab
+        "ceilings: {a: 1}}\n",  # stray brace
+    ],
+)
 def test_bad_yaml_is_one_line_config_error_with_its_position(text: str) -> None:
     """Unparseable YAML: one line, naming the variable and where the parser stopped."""
     with pytest.raises(ConfigError) as err:
@@ -127,25 +139,39 @@ def test_policy_that_is_not_a_mapping_is_refused(text: str) -> None:
 
 # -- the model is never told a number from the policy ------------------------------------------
 
+
 def _money_numbers() -> set[int]:
     p = load_policy()
     nums = {p.ceilings.default, p.dual_approval_default, p.limits.max_refund_minor_per_customer_per_day_default}
-    for table in (p.ceilings.customer, p.ceilings.rep, p.ceilings.supervisor, p.dual_approval_above,
-                  p.limits.max_refund_minor_per_customer_per_day):
+    for table in (
+        p.ceilings.customer,
+        p.ceilings.rep,
+        p.ceilings.supervisor,
+        p.dual_approval_above,
+        p.limits.max_refund_minor_per_customer_per_day,
+    ):
         nums.update(table.values())
     return nums
 
 
 def _renderings(n: int) -> list[str]:
     major = n / 100
-    return [rf"\b{n}\b", rf"\b{n:,}\b", rf"\b{major:.2f}\b", rf"\b{major:,.2f}\b", rf"\$\s?{major:,.0f}\b",
-            rf"\b{major:,.0f}\s?(USD|EUR|GBP|dollars|euros|pounds)\b"]
+    return [
+        rf"\b{n}\b",
+        rf"\b{n:,}\b",
+        rf"\b{major:.2f}\b",
+        rf"\b{major:,.2f}\b",
+        rf"\$\s?{major:,.0f}\b",
+        rf"\b{major:,.0f}\s?(USD|EUR|GBP|dollars|euros|pounds)\b",
+    ]
 
 
 def _model_visible_surface() -> str:
     registry = build_registry()
-    parts = [system_prompt(principal_kind=k, customer_id=c) for k, c in
-             (("customer", "C-7"), ("rep", "C-7"), ("supervisor", None))]
+    parts = [
+        system_prompt(principal_kind=k, customer_id=c)
+        for k, c in (("customer", "C-7"), ("rep", "C-7"), ("supervisor", None))
+    ]
     parts += [json.dumps([s.name, s.description, s.input_schema]) for s in registry.specs_for(LOADABLE_GROUPS)]
     parts += [registry.unloaded_listing([])]
     return "\n".join(parts)
@@ -166,10 +192,15 @@ def test_no_window_tier_or_count_limit_is_described_to_the_model() -> None:
     p = load_policy()
     surface = _model_visible_surface().lower()
     forbidden = [
-        rf"\b{p.limits.refund_window_days}[- ]days?\b", rf"\b{p.limits.return_window_days}[- ]days?\b",
+        rf"\b{p.limits.refund_window_days}[- ]days?\b",
+        rf"\b{p.limits.return_window_days}[- ]days?\b",
         rf"\b{p.limits.max_refunds_per_customer_per_day} refunds\b",
-        rf"\b{p.limits.max_actions_per_run} actions\b", r"\btier\b", r"\bceiling\b", r"\bthreshold\b",
-        r"\bper day\b", r"\bdaily limit\b",
+        rf"\b{p.limits.max_actions_per_run} actions\b",
+        r"\btier\b",
+        r"\bceiling\b",
+        r"\bthreshold\b",
+        r"\bper day\b",
+        r"\bdaily limit\b",
     ]
     for pattern in forbidden:
         assert not re.search(pattern, surface), pattern

@@ -37,18 +37,19 @@ def ask(args: dict[str, Any]) -> str:
     return PREAMBLE + f"[[CALL issue_refund {json.dumps(args)}]]"
 
 
-async def request_refund(env: Env, principal: Principal, channel: str, args: dict[str, Any], *,
-                         conversation_id: str | None = None) -> tuple[str, str]:
+async def request_refund(
+    env: Env, principal: Principal, channel: str, args: dict[str, Any], *, conversation_id: str | None = None
+) -> tuple[str, str]:
     """The principal asks for a refund; returns (conversation id, confirmation id)."""
-    r = await env.runtime.chat(principal=principal, channel=channel, message=ask(args),
-                               conversation_id=conversation_id)
+    r = await env.runtime.chat(principal=principal, channel=channel, message=ask(args), conversation_id=conversation_id)
     kinds = [p.kind for p in r.pending]
     assert kinds == ["confirmation"], (kinds, r.reply)
     return r.conversation_id, r.pending[0].id
 
 
-async def refund_flow(env: Env, principal: Principal, channel: str, args: dict[str, Any], *,
-                      conversation_id: str | None = None) -> tuple[str, ConfirmResult]:
+async def refund_flow(
+    env: Env, principal: Principal, channel: str, args: dict[str, Any], *, conversation_id: str | None = None
+) -> tuple[str, ConfirmResult]:
     conv, cid = await request_refund(env, principal, channel, args, conversation_id=conversation_id)
     return conv, await env.runtime.confirm(cid, actor=principal, accept=True)
 
@@ -106,8 +107,9 @@ async def test_many_tiny_refunds_never_move_money_past_policy(any_db: Database) 
     policy = env.services.policy
     executed_n = approvals = refused = 0
     for i in range(10):
-        r = await env.runtime.chat(principal=C7, channel=("api", "email", "slack")[i % 3],
-                                   message=ask(refund("O-1048", 1900 + i)))
+        r = await env.runtime.chat(
+            principal=C7, channel=("api", "email", "slack")[i % 3], message=ask(refund("O-1048", 1900 + i))
+        )
         if not r.pending:
             refused += 1
             continue
@@ -130,8 +132,9 @@ async def test_approved_amount_still_counts_toward_the_next_slice(any_db: Databa
     env = await make_env(any_db, model=CompromisedModel())
     _, big = await refund_flow(env, C7, "api", refund("O-1049", 6000))
     assert big.approval is not None
-    decided = await env.runtime.decide(big.approval.id, expected_version=big.approval.version,
-                                       decision="approve", actor=SUP)
+    decided = await env.runtime.decide(
+        big.approval.id, expected_version=big.approval.version, decision="approve", actor=SUP
+    )
     assert decided.result is not None and decided.result["status"] == "REFUNDED"
     _, small = await refund_flow(env, C7, "email", refund("O-1042", 500))
     assert not executed(small) and small.approval is not None
@@ -147,15 +150,17 @@ async def test_refunds_never_exceed_refundable_across_runs_and_channels(any_db: 
     r = await env.runtime.chat(principal=C7, channel="email", message=ask(refund("O-1042", 5000)))
     assert r.pending == ()
     props = await env.services.conversations.proposals(
-        (await env.services.conversations.open_run(r.conversation_id)).id)  # type: ignore[union-attr]
+        (await env.services.conversations.open_run(r.conversation_id)).id
+    )  # type: ignore[union-attr]
     rejected = [p for p in props if p.tool == "issue_refund"]
     assert rejected[-1].reason == "amount_exceeds_refundable"
     assert rejected[-1].result["refundable_minor"] == 3900
     # the rest is over the customer's own ceiling once the day's aggregate counts the rep's refund
     _, rest = await refund_flow(env, C7, "email", refund("O-1042", 3900))
     assert not executed(rest) and rest.approval is not None
-    decided = await env.runtime.decide(rest.approval.id, expected_version=rest.approval.version,
-                                       decision="approve", actor=SUP)
+    decided = await env.runtime.decide(
+        rest.approval.id, expected_version=rest.approval.version, decision="approve", actor=SUP
+    )
     assert decided.result is not None and decided.result["status"] == "REFUNDED"
     assert total(await refunded(env)) == 18900
     assert await env.services.backend.refundable_minor("C-7", "O-1042") == 0
@@ -165,8 +170,9 @@ async def test_refunds_never_exceed_refundable_across_runs_and_channels(any_db: 
 async def _two_confirmed(env: Env, a: dict[str, Any], b: dict[str, Any]) -> tuple[ConfirmResult, ConfirmResult]:
     _, ca = await request_refund(env, C7, "api", a)
     _, cb = await request_refund(env, C7, "email", b)
-    ra, rb = await asyncio.gather(env.runtime.confirm(ca, actor=C7, accept=True),
-                                  env.runtime.confirm(cb, actor=C7, accept=True))
+    ra, rb = await asyncio.gather(
+        env.runtime.confirm(ca, actor=C7, accept=True), env.runtime.confirm(cb, actor=C7, accept=True)
+    )
     return ra, rb
 
 

@@ -107,9 +107,7 @@ def test_masks_show_enough_to_confirm_not_to_copy() -> None:
     assert mask_email(None) is None and mask_phone(None) is None
 
 
-ADDR = Address(
-    line1="1 Secret Lane", line2="Flat 9", city="Springfield", postal_code="12345", country="US"
-)
+ADDR = Address(line1="1 Secret Lane", line2="Flat 9", city="Springfield", postal_code="12345", country="US")
 
 
 def test_order_result_is_trimmed_and_wraps_notes_and_names() -> None:
@@ -133,9 +131,7 @@ def test_order_result_is_trimmed_and_wraps_notes_and_names() -> None:
     assert (out["total_minor"], out["currency"], out["total"]) == (18900, "USD", "189.00 USD")
     assert out["refundable_minor"] == 15000
     assert out["delivered_at"] == "2025-06-04T09:00:00Z"
-    assert out["notes"] == {
-        "untrusted_data": {"source": "order_note", "text": "n" * 20, "truncated": True}
-    }
+    assert out["notes"] == {"untrusted_data": {"source": "order_note", "text": "n" * 20, "truncated": True}}
     assert out["items"][0]["name"]["untrusted_data"]["source"] == "product_name"
 
 

@@ -32,8 +32,13 @@ def follow_up_planner() -> FunctionModel:
     """Search, propose the big refund, then answer each runtime event truthfully from its text."""
 
     def plan(request: ModelRequest) -> Any:
-        called = {b.get("name") for m in request.messages if m.role == "assistant" for b in m.content
-                  if b.get("type") == "tool_use"}
+        called = {
+            b.get("name")
+            for m in request.messages
+            if m.role == "assistant"
+            for b in m.content
+            if b.get("type") == "tool_use"
+        }
         if "search_knowledge" not in called:
             return [tool_use_block("search_knowledge", SEARCH)]
         if "issue_refund" not in called:
@@ -168,7 +173,8 @@ async def test_a_worker_that_died_holding_the_job_is_replaced_and_the_run_resume
 
 @pytest.mark.parametrize("where", ["same_process", "other_process"])
 async def test_resume_while_the_approved_action_is_still_running_reports_the_truth(
-        any_db: Database, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    any_db: Database, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
     """The approval's own execution is slow (a slow payment processor) and the safety-net
     resume job comes due meanwhile, in this process or another: the refund happens once, the
     stored result is REFUNDED, and the one follow-up says it was issued, never that it failed."""

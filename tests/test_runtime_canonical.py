@@ -9,19 +9,26 @@ from agent.llm.testing import ScriptedModel, text_block, tool_use_block
 from storage.db import Database
 from tests.support import C7, SUP_A, last_tool_result, seeded
 
-REFUND = {"order_id": "O-1042", "amount_minor": 18900, "currency": "USD", "reason_code": "damaged",
-          "evidence": ["refund-policy@7#window"]}
+REFUND = {
+    "order_id": "O-1042",
+    "amount_minor": 18900,
+    "currency": "USD",
+    "reason_code": "damaged",
+    "evidence": ["refund-policy@7#window"],
+}
 
 
 def script() -> ScriptedModel:
-    return ScriptedModel([
-        [tool_use_block("get_order", {"order_id": "O-1042"})],
-        [tool_use_block("search_knowledge", {"query": "refund window"})],
-        [text_block("Checking the policy."), tool_use_block("issue_refund", REFUND)],
-        "Your order O-1042 was delivered. Shall I refund $189.00? Please confirm.",
-        "Thanks — a supervisor needs to approve this refund; it is pending.",
-        "Good news: your refund of $189.00 was approved and issued.",
-    ])
+    return ScriptedModel(
+        [
+            [tool_use_block("get_order", {"order_id": "O-1042"})],
+            [tool_use_block("search_knowledge", {"query": "refund window"})],
+            [text_block("Checking the policy."), tool_use_block("issue_refund", REFUND)],
+            "Your order O-1042 was delivered. Shall I refund $189.00? Please confirm.",
+            "Thanks — a supervisor needs to approve this refund; it is pending.",
+            "Good news: your refund of $189.00 was approved and issued.",
+        ]
+    )
 
 
 async def test_canonical_refund_flow_confirm_approve_resume(db: Database) -> None:
@@ -59,6 +66,13 @@ async def test_canonical_refund_flow_confirm_approve_resume(db: Database) -> Non
     verdict = await h.services.audit.verify()
     assert verdict.ok, verdict
     kinds = [e.kind for e in await h.services.audit.list(run_id=approval.run_id, limit=500)]
-    for k in ("proposal", "gate.confirmation", "confirmation.confirmed", "approval.requested",
-              "approval.approved", "execution.succeeded", "run.resumed"):
+    for k in (
+        "proposal",
+        "gate.confirmation",
+        "confirmation.confirmed",
+        "approval.requested",
+        "approval.approved",
+        "execution.succeeded",
+        "run.resumed",
+    ):
         assert k in kinds, k

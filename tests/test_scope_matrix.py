@@ -111,8 +111,9 @@ def test_hand_written_table_agrees_with_the_policy_scopes() -> None:
 
 
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.parametrize(("who", "tool", "may"), CASES,
-                         ids=[f"{'may' if m else 'may-not'}:{w}:{t}" for w, t, m in CASES])
+@pytest.mark.parametrize(
+    ("who", "tool", "may"), CASES, ids=[f"{'may' if m else 'may-not'}:{w}:{t}" for w, t, m in CASES]
+)
 async def test_scope(env: Env, who: str, tool: str, may: bool) -> None:
     """`may`: the gate answers anything but not_permitted. `may-not`: exactly not_permitted, before
     any lookup (the answer is the same for C-7's own records and for nobody's)."""
@@ -122,9 +123,12 @@ async def test_scope(env: Env, who: str, tool: str, may: bool) -> None:
     decision = await judge(env, turn, tool, CALLS[tool])
     if may:
         assert not (isinstance(decision, Reject) and decision.reason == "not_permitted"), decision
-        assert not (isinstance(decision, Reject) and decision.reason in ("invalid_arguments", "unknown_tool",
-                                                                          "tool_not_loaded")), decision
+        assert not (
+            isinstance(decision, Reject) and decision.reason in ("invalid_arguments", "unknown_tool", "tool_not_loaded")
+        ), decision
     else:
         assert isinstance(decision, Reject) and decision.reason == "not_permitted", decision
-        assert decision.as_result() == {"error": "not_permitted",
-                                        "message": "This action is not available to you here."}
+        assert decision.as_result() == {
+            "error": "not_permitted",
+            "message": "This action is not available to you here.",
+        }

@@ -21,33 +21,80 @@ EXPIRES = NOW + timedelta(hours=4)  # 2026-03-01 16:00 UTC = 1772380800
 EXPIRES_TOKEN = "<!date^1772380800^{date_short_pretty} at {time}|2026-03-01 16:00 UTC>"
 INJECTIONS = "<!channel> <@U123> <http://x|y> *bold* & more"
 ESCAPED = "&lt;!channel&gt; &lt;@U123&gt; &lt;http://x|y&gt; *bold* &amp; more"
-PEOPLE = Directory(slack_ids={"S-1": "U0LEAD", "supervisor:S-3": "U0LEAD2", "customer:C-7": "U0CUST"},
-                   names={"S-2": "Rita Rep"})
+PEOPLE = Directory(
+    slack_ids={"S-1": "U0LEAD", "supervisor:S-3": "U0LEAD2", "customer:C-7": "U0CUST"}, names={"S-2": "Rita Rep"}
+)
 
 
 def approval(**changes: Any) -> Approval:
     base = Approval(
-        id="apr_1", proposal_id="prop_9", run_id="run_4", conversation_id="conv_8", tool="issue_refund",
-        arguments={"order_id": "O-1042", "amount_minor": 18900, "currency": "USD", "reason_code": "damaged",
-                   "evidence": ["refund-policy@7#window"]},
-        args_hash="h", customer_id="C-7", summary="Refund 189.00 USD on O-1042 (damaged)", status="pending",
-        version=1, required_role="supervisor", approvals_required=1, decisions=(), requester="rep:S-2",
-        decider=None, comment=None, rationale="The parcel arrived crushed; policy allows a refund.",
-        evidence=({"id": "refund-policy@7#window", "title": "Refund policy",
-                   "excerpt": "Damaged items are refunded within 30 days."},),
-        provenance={"order_id": "system_of_record", "amount_minor": "system_of_record",
-                    "currency": "system_of_record", "reason_code": "untrusted_text", "evidence": "search_knowledge"},
-        idempotency_key="refund:O-1042:18900", policy_version="policy-3", result=None, superseded_by=None,
-        surfaces={}, expires_at=EXPIRES, created_at=NOW, decided_at=None)
+        id="apr_1",
+        proposal_id="prop_9",
+        run_id="run_4",
+        conversation_id="conv_8",
+        tool="issue_refund",
+        arguments={
+            "order_id": "O-1042",
+            "amount_minor": 18900,
+            "currency": "USD",
+            "reason_code": "damaged",
+            "evidence": ["refund-policy@7#window"],
+        },
+        args_hash="h",
+        customer_id="C-7",
+        summary="Refund 189.00 USD on O-1042 (damaged)",
+        status="pending",
+        version=1,
+        required_role="supervisor",
+        approvals_required=1,
+        decisions=(),
+        requester="rep:S-2",
+        decider=None,
+        comment=None,
+        rationale="The parcel arrived crushed; policy allows a refund.",
+        evidence=(
+            {
+                "id": "refund-policy@7#window",
+                "title": "Refund policy",
+                "excerpt": "Damaged items are refunded within 30 days.",
+            },
+        ),
+        provenance={
+            "order_id": "system_of_record",
+            "amount_minor": "system_of_record",
+            "currency": "system_of_record",
+            "reason_code": "untrusted_text",
+            "evidence": "search_knowledge",
+        },
+        idempotency_key="refund:O-1042:18900",
+        policy_version="policy-3",
+        result=None,
+        superseded_by=None,
+        surfaces={},
+        expires_at=EXPIRES,
+        created_at=NOW,
+        decided_at=None,
+    )
     return dataclasses.replace(base, **changes)
 
 
 def confirmation(**changes: Any) -> Confirmation:
     base = Confirmation(
-        id="cnf_5", conversation_id="conv_8", run_id="run_4", proposal_id="prop_9", tool="issue_refund",
-        arguments={"order_id": "O-1042", "amount_minor": 18900}, args_hash="h", principal="customer:C-7",
-        code="K7Q2", summary="Refund 189.00 USD on O-1042 (damaged)", status="pending", version=2, created_at=NOW,
-        decided_at=None)
+        id="cnf_5",
+        conversation_id="conv_8",
+        run_id="run_4",
+        proposal_id="prop_9",
+        tool="issue_refund",
+        arguments={"order_id": "O-1042", "amount_minor": 18900},
+        args_hash="h",
+        principal="customer:C-7",
+        code="K7Q2",
+        summary="Refund 189.00 USD on O-1042 (damaged)",
+        status="pending",
+        version=2,
+        created_at=NOW,
+        decided_at=None,
+    )
     return dataclasses.replace(base, **changes)
 
 
@@ -70,7 +117,8 @@ def test_pending_confirmation_card_reads_the_summary_and_offers_confirm_and_decl
     assert seen(card) == (
         "*Please confirm:* Refund 189.00 USD on O-1042 (damaged)\n"
         "Nothing happens until you confirm.\n"
-        "[Confirm] [Decline]")
+        "[Confirm] [Decline]"
+    )
     assert card.text == "Please confirm: Refund 189.00 USD on O-1042 (damaged)"
     confirm, decline = buttons(card)
     assert (confirm["action_id"], confirm["style"]) == (ids.CONFIRM, "primary")
@@ -102,13 +150,19 @@ def test_confirmation_card_shows_nothing_internal() -> None:
 AT_NOON = "<!date^1772366400^{date_short_pretty} at {time}|2026-03-01 12:00 UTC>"
 
 
-@pytest.mark.parametrize(("status", "expected"), [
-    ("confirmed", f"Refund 189.00 USD on O-1042 (damaged)\nConfirmed by <@U0CUST> · {AT_NOON}"),
-    ("consumed", f"Refund 189.00 USD on O-1042 (damaged)\nConfirmed by <@U0CUST> · {AT_NOON}\nDone."),
-    ("declined", f"~Refund 189.00 USD on O-1042 (damaged)~\nDeclined by <@U0CUST> · {AT_NOON}\nNothing was done."),
-    ("superseded", f"~Refund 189.00 USD on O-1042 (damaged)~\nReplaced · {AT_NOON}\n"
-                   "A newer request replaced this one; it can no longer be confirmed."),
-])
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        ("confirmed", f"Refund 189.00 USD on O-1042 (damaged)\nConfirmed by <@U0CUST> · {AT_NOON}"),
+        ("consumed", f"Refund 189.00 USD on O-1042 (damaged)\nConfirmed by <@U0CUST> · {AT_NOON}\nDone."),
+        ("declined", f"~Refund 189.00 USD on O-1042 (damaged)~\nDeclined by <@U0CUST> · {AT_NOON}\nNothing was done."),
+        (
+            "superseded",
+            f"~Refund 189.00 USD on O-1042 (damaged)~\nReplaced · {AT_NOON}\n"
+            "A newer request replaced this one; it can no longer be confirmed.",
+        ),
+    ],
+)
 def test_decided_confirmation_card_shows_outcome_who_and_when_without_buttons(status: str, expected: str) -> None:
     card = blocks.confirmation_card(confirmation(status=status, decided_at=NOW), directory=PEOPLE)
     assert seen(card) == expected
@@ -121,37 +175,44 @@ def test_confirmed_card_can_say_a_supervisor_still_has_to_approve() -> None:
 
 
 # -- approval card ---------------------------------------------------------------------------
-ROUTING = ApprovalRouting(reason="Refunds above the ceiling need a supervisor", amount_minor=18900, currency="USD",
-                          ceiling_minor=10000)
+ROUTING = ApprovalRouting(
+    reason="Refunds above the ceiling need a supervisor", amount_minor=18900, currency="USD", ceiling_minor=10000
+)
 
 
 def test_pending_approval_card_text() -> None:
     card = blocks.approval_card(approval(), routing=ROUTING, directory=PEOPLE)
     assert card.text == "Approval needed: Refund 189.00 USD on O-1042 (damaged)"
-    assert seen(card) == "\n".join([
-        "Approval needed",
-        "*Refund 189.00 USD on O-1042 (damaged)*",
-        "*Requested by*\nRita Rep",
-        "*Account*\nC-7",
-        "*Amount*\n189.00 USD (ceiling 100.00 USD)",
-        "*Why it needs approval*\nRefunds above the ceiling need a supervisor",
-        f"*Expires*\n{EXPIRES_TOKEN}",
-        "*Policy*\npolicy-3",
-        "---",
-        "*Evidence cited*\n• *Refund policy* `refund-policy@7#window`\n>Damaged items are refunded within 30 days.",
-        "*Where each value came from*\n"
-        "• `order_id` = O-1042 — from our records\n"
-        "• `amount_minor` = 18900 — from our records\n"
-        "• `currency` = USD — from our records\n"
-        "• `reason_code` = damaged — from text an outsider wrote — check it\n"
-        '• `evidence` = ["refund-policy@7#window"] — evidence ids from the knowledge search',
-        "_The agent's own explanation — written by the model, not verified_",
-        ">The parcel arrived crushed; policy allows a refund.",
-        "[Approve] [Reject]",
-    ])
+    assert seen(card) == "\n".join(
+        [
+            "Approval needed",
+            "*Refund 189.00 USD on O-1042 (damaged)*",
+            "*Requested by*\nRita Rep",
+            "*Account*\nC-7",
+            "*Amount*\n189.00 USD (ceiling 100.00 USD)",
+            "*Why it needs approval*\nRefunds above the ceiling need a supervisor",
+            f"*Expires*\n{EXPIRES_TOKEN}",
+            "*Policy*\npolicy-3",
+            "---",
+            "*Evidence cited*\n• *Refund policy* `refund-policy@7#window`\n>Damaged items are refunded within 30 days.",
+            "*Where each value came from*\n"
+            "• `order_id` = O-1042 — from our records\n"
+            "• `amount_minor` = 18900 — from our records\n"
+            "• `currency` = USD — from our records\n"
+            "• `reason_code` = damaged — from text an outsider wrote — check it\n"
+            '• `evidence` = ["refund-policy@7#window"] — evidence ids from the knowledge search',
+            "_The agent's own explanation — written by the model, not verified_",
+            ">The parcel arrived crushed; policy allows a refund.",
+            "[Approve] [Reject]",
+        ]
+    )
     approve, reject = buttons(card)
     assert (approve["action_id"], approve["style"], reject["action_id"], reject["style"]) == (
-        ids.APPROVE, "primary", ids.REJECT, "danger")
+        ids.APPROVE,
+        "primary",
+        ids.REJECT,
+        "danger",
+    )
     assert ids.decode_value(approve["value"]) == ids.decode_value(reject["value"]) == ("apr_1", 1)
 
 
@@ -166,14 +227,18 @@ def test_approval_card_renders_without_routing_figures() -> None:
 def test_approval_card_shows_the_aggregate_that_splitting_adds_up_to() -> None:
     routing = dataclasses.replace(ROUTING, amount_minor=6000, aggregate_minor=12000)
     assert "*Amount*\n60.00 USD (ceiling 100.00 USD; 120.00 USD with earlier refunds)" in seen(
-        blocks.approval_card(approval(), routing=routing))
+        blocks.approval_card(approval(), routing=routing)
+    )
 
 
 def test_two_person_approval_shows_progress_and_who_approved_first() -> None:
     fresh = seen(blocks.approval_card(approval(approvals_required=2), directory=PEOPLE))
     assert "Needs 2 approvals from different supervisors; 0 so far." in fresh
-    half = approval(approvals_required=2, version=2, decisions=(
-        Decision(actor="supervisor:S-1", decision="approve", comment=None, at=NOW.isoformat()),))
+    half = approval(
+        approvals_required=2,
+        version=2,
+        decisions=(Decision(actor="supervisor:S-1", decision="approve", comment=None, at=NOW.isoformat()),),
+    )
     card = blocks.approval_card(half, directory=PEOPLE)
     text = seen(card)
     assert text.startswith("Second approval needed\n")
@@ -189,10 +254,17 @@ APPROVED_BY = (Decision(actor="supervisor:S-1", decision="approve", comment="ok 
 
 
 def test_approved_card_shows_who_when_comment_and_the_refund() -> None:
-    result = {"status": "REFUNDED", "refund_id": "R-77", "order_id": "O-1042", "amount": "189.00 USD",
-              "created_at": NOW.isoformat()}
-    card = blocks.approval_card(decided("approved", decisions=APPROVED_BY, decider="supervisor:S-1",
-                                        comment="ok <!here>", result=result), directory=PEOPLE)
+    result = {
+        "status": "REFUNDED",
+        "refund_id": "R-77",
+        "order_id": "O-1042",
+        "amount": "189.00 USD",
+        "created_at": NOW.isoformat(),
+    }
+    card = blocks.approval_card(
+        decided("approved", decisions=APPROVED_BY, decider="supervisor:S-1", comment="ok <!here>", result=result),
+        directory=PEOPLE,
+    )
     text = seen(card)
     assert card.text == "Approved: Refund 189.00 USD on O-1042 (damaged)"
     assert text.startswith("Approved\n*Refund 189.00 USD on O-1042 (damaged)*\n")
@@ -203,12 +275,18 @@ def test_approved_card_shows_who_when_comment_and_the_refund() -> None:
 
 
 def test_rejected_card_shows_the_comment_escaped() -> None:
-    rejected = decided("rejected", decider="supervisor:S-1", comment=INJECTIONS, decisions=(
-        Decision(actor="supervisor:S-1", decision="reject", comment=INJECTIONS, at=NOW.isoformat()),))
+    rejected = decided(
+        "rejected",
+        decider="supervisor:S-1",
+        comment=INJECTIONS,
+        decisions=(Decision(actor="supervisor:S-1", decision="reject", comment=INJECTIONS, at=NOW.isoformat()),),
+    )
     text = seen(blocks.approval_card(rejected, directory=PEOPLE))
     assert text.startswith("Rejected\n")
-    assert f"Rejected by <@U0LEAD> · <!date^1772366400^{{date_short_pretty}} at {{time}}|2026-03-01 12:00 UTC>\n" \
-           f"Comment: {ESCAPED}" in text
+    assert (
+        f"Rejected by <@U0LEAD> · <!date^1772366400^{{date_short_pretty}} at {{time}}|2026-03-01 12:00 UTC>\n"
+        f"Comment: {ESCAPED}" in text
+    )
 
 
 def test_expired_and_superseded_cards_say_nothing_was_done() -> None:
@@ -218,29 +296,44 @@ def test_expired_and_superseded_cards_say_nothing_was_done() -> None:
     assert "A newer version replaced this request (apr_2); decide that one instead." in superseded
 
 
-@pytest.mark.parametrize(("result", "expected"), [
-    ({"status": "CANCELLED", "order_id": "O-9"}, "Order cancelled: order O-9"),
-    ({"status": "FAILED", "reason": "A precondition no longer holds; nothing was done.",
-      "error": "amount_exceeds_refundable"},
-     "Not done: A precondition no longer holds; nothing was done. (`amount_exceeds_refundable`)"),
-    ({"status": "REOPENED", "new_approval_id": "apr_3"}, wording.RESULT_REOPENED),
-    ({"status": "REFUNDED", "refund_id": "R-77", "replayed": True, "executed_at": NOW.isoformat()},
-     "This was already done on <!date^1772366400^{date_short_pretty} at {time}|2026-03-01 12:00 UTC>; "
-     "nothing new happened.: refund R-77"),
-    ({"status": "REFUNDED", "replayed": True}, "This was already done earlier; nothing new happened."),
-    ({"status": "WEIRD<>"}, "Outcome: WEIRD&lt;&gt;"),
-    ("done", "Outcome: done"),
-])
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        ({"status": "CANCELLED", "order_id": "O-9"}, "Order cancelled: order O-9"),
+        (
+            {
+                "status": "FAILED",
+                "reason": "A precondition no longer holds; nothing was done.",
+                "error": "amount_exceeds_refundable",
+            },
+            "Not done: A precondition no longer holds; nothing was done. (`amount_exceeds_refundable`)",
+        ),
+        ({"status": "REOPENED", "new_approval_id": "apr_3"}, wording.RESULT_REOPENED),
+        (
+            {"status": "REFUNDED", "refund_id": "R-77", "replayed": True, "executed_at": NOW.isoformat()},
+            "This was already done on <!date^1772366400^{date_short_pretty} at {time}|2026-03-01 12:00 UTC>; "
+            "nothing new happened.: refund R-77",
+        ),
+        ({"status": "REFUNDED", "replayed": True}, "This was already done earlier; nothing new happened."),
+        ({"status": "WEIRD<>"}, "Outcome: WEIRD&lt;&gt;"),
+        ("done", "Outcome: done"),
+    ],
+)
 def test_execution_results_in_words(result: Any, expected: str) -> None:
     assert blocks.result_text(result) == expected
 
 
 def test_untrusted_text_is_escaped_everywhere_on_the_approval_card() -> None:
     hostile = approval(
-        summary=f"Refund 1.00 USD on O-1 ({INJECTIONS})", rationale=INJECTIONS, customer_id=INJECTIONS,
-        requester=f"rep:{INJECTIONS}", evidence=({"id": INJECTIONS, "title": INJECTIONS, "excerpt": INJECTIONS},),
-        arguments={"order_id": INJECTIONS, "`injected`": "`x`"}, provenance={"order_id": "untrusted_text"},
-        policy_version=INJECTIONS)
+        summary=f"Refund 1.00 USD on O-1 ({INJECTIONS})",
+        rationale=INJECTIONS,
+        customer_id=INJECTIONS,
+        requester=f"rep:{INJECTIONS}",
+        evidence=({"id": INJECTIONS, "title": INJECTIONS, "excerpt": INJECTIONS},),
+        arguments={"order_id": INJECTIONS, "`injected`": "`x`"},
+        provenance={"order_id": "untrusted_text"},
+        policy_version=INJECTIONS,
+    )
     card = blocks.approval_card(hostile, routing=ApprovalRouting(reason=INJECTIONS))
     dumped = json.dumps(card.blocks) + card.text
     for raw in ("<!channel>", "<@U123>", "<http://x|y>"):
@@ -252,10 +345,13 @@ def test_untrusted_text_is_escaped_everywhere_on_the_approval_card() -> None:
 # -- limits -----------------------------------------------------------------------------------
 def huge_approval() -> Approval:
     return approval(
-        summary="S" * 5000, rationale="why " * 2500,
+        summary="S" * 5000,
+        rationale="why " * 2500,
         evidence=tuple({"id": f"doc@{i}#s", "title": "T" * 500, "excerpt": "E" * 5000} for i in range(50)),
-        arguments={f"arg_{i}": "v" * 5000 for i in range(200)}, provenance={f"arg_{i}": "model" for i in range(200)},
-        result={"status": "FAILED", "reason": "r" * 2_000_000, "detail": "d" * 2_000_000})
+        arguments={f"arg_{i}": "v" * 5000 for i in range(200)},
+        provenance={f"arg_{i}": "model" for i in range(200)},
+        result={"status": "FAILED", "reason": "r" * 2_000_000, "detail": "d" * 2_000_000},
+    )
 
 
 @pytest.mark.parametrize("status", ["pending", "approved"])
@@ -272,25 +368,40 @@ def test_huge_inputs_stay_inside_slack_limits(status: str) -> None:
 async def test_the_fake_slack_api_accepts_every_card_even_for_huge_inputs() -> None:
     """The strict fake runs Slack's checks (block count, section/field/button limits, cumulative text)."""
     huge = huge_approval()
-    cards = [blocks.approval_card(huge, routing=ROUTING),
-             blocks.approval_card(dataclasses.replace(huge, status="rejected", comment="c" * 10_000)),
-             blocks.confirmation_card(confirmation(summary="S" * 10_000)),
-             blocks.escalation_message(Escalation(reason="r" * 5000, summary="s" * 20_000, conversation_id="c" * 500,
-                                                  customer_id="C-7", oncall_group="S0ONCALL")),
-             *blocks.trace_messages([TraceStep(tool="t" * 300, decision="reject", reason="x" * 5000,
-                                               result={"blob": "y" * 2_000_000}) for _ in range(25)]),
-             *blocks.answer_messages("para\n\n" * 8000, cards=[blocks.approval_card(approval())])]
+    cards = [
+        blocks.approval_card(huge, routing=ROUTING),
+        blocks.approval_card(dataclasses.replace(huge, status="rejected", comment="c" * 10_000)),
+        blocks.confirmation_card(confirmation(summary="S" * 10_000)),
+        blocks.escalation_message(
+            Escalation(
+                reason="r" * 5000,
+                summary="s" * 20_000,
+                conversation_id="c" * 500,
+                customer_id="C-7",
+                oncall_group="S0ONCALL",
+            )
+        ),
+        *blocks.trace_messages(
+            [
+                TraceStep(tool="t" * 300, decision="reject", reason="x" * 5000, result={"blob": "y" * 2_000_000})
+                for _ in range(25)
+            ]
+        ),
+        *blocks.answer_messages("para\n\n" * 8000, cards=[blocks.approval_card(approval())]),
+    ]
     async with FakeSlackApi() as slack:
         client = AsyncWebClient(token=slack.token, base_url=slack.base_url)
         for card in cards:
             response = await client.chat_postMessage(channel="C0APPROVALS", text=card.text, blocks=card.block_list)
             assert response["ok"]
-        modal = blocks.reject_modal(dataclasses.replace(huge, id="apr_" + "x" * 100),
-                                    channel="C0APPROVALS", ts="1700000001.000001")
+        modal = blocks.reject_modal(
+            dataclasses.replace(huge, id="apr_" + "x" * 100), channel="C0APPROVALS", ts="1700000001.000001"
+        )
         assert (await client.views_open(trigger_id="trig", view=modal))["ok"]
         queue = [approval(id=f"apr_{i}", created_at=NOW + timedelta(minutes=i), summary="S" * 5000) for i in range(80)]
-        home = blocks.home_view(queue=queue, threads=[AssistThread(channel="C0SUPPORT", thread_ts="1.2",
-                                                                   customer_id="C-7")] * 40)
+        home = blocks.home_view(
+            queue=queue, threads=[AssistThread(channel="C0SUPPORT", thread_ts="1.2", customer_id="C-7")] * 40
+        )
         assert (await client.views_publish(user_id="U0LEAD", view=home))["ok"]
 
 
@@ -299,7 +410,8 @@ def test_reject_modal_asks_for_a_comment_and_remembers_only_id_version_and_card(
     view = blocks.reject_modal(approval(version=4), channel="C0APPROVALS", ts="1700000001.000100")
     assert view["type"] == "modal" and view["callback_id"] == ids.REJECT_MODAL
     assert ids.decode_modal_metadata(view["private_metadata"]) == ids.ModalRef(
-        id="apr_1", version=4, channel="C0APPROVALS", ts="1700000001.000100")
+        id="apr_1", version=4, channel="C0APPROVALS", ts="1700000001.000100"
+    )
     (intro, field) = view["blocks"]
     assert intro["text"]["text"] == "You are rejecting: Refund 189.00 USD on O-1042 (damaged)"
     assert field["block_id"] == ids.REJECT_COMMENT_BLOCK and not field.get("optional")
@@ -307,54 +419,73 @@ def test_reject_modal_asks_for_a_comment_and_remembers_only_id_version_and_card(
 
 
 def test_home_queue_lists_pending_approvals_newest_first_and_counts_the_rest() -> None:
-    queue = [approval(id=f"apr_{i}", summary=f"Refund {i}", created_at=NOW + timedelta(minutes=i))
-             for i in range(60)] + [approval(id="apr_done", status="approved")]
+    queue = [
+        approval(id=f"apr_{i}", summary=f"Refund {i}", created_at=NOW + timedelta(minutes=i)) for i in range(60)
+    ] + [approval(id="apr_done", status="approved")]
     view = blocks.home_view(queue=queue, directory=PEOPLE, pending_total=75)
     assert len(view["blocks"]) <= blocks.MAX_VIEW_BLOCKS
     shown = [ids.decode_value(b["elements"][0]["value"])[0] for b in view["blocks"] if b["type"] == "actions"]
     assert shown == [f"apr_{i}" for i in range(59, 59 - len(shown), -1)] and len(shown) == 24
     assert view["blocks"][-1]["elements"][0]["text"] == (
-        "51 more waiting — see `signoff approvals list` or `GET /api/approvals?status=pending`.")
+        "51 more waiting — see `signoff approvals list` or `GET /api/approvals?status=pending`."
+    )
     block_ids = [b["block_id"] for b in view["blocks"] if "block_id" in b]
     assert len(block_ids) == len(set(block_ids))
 
 
 def test_home_for_a_rep_lists_assist_threads_and_for_nobody_an_empty_state() -> None:
-    threads = [AssistThread(channel="C0SUPPORT", thread_ts="1700000001.000100", customer_id="C-7",
-                            customer_name="Ada <!channel>")]
+    threads = [
+        AssistThread(
+            channel="C0SUPPORT", thread_ts="1700000001.000100", customer_id="C-7", customer_name="Ada <!channel>"
+        )
+    ]
     view = blocks.home_view(threads=threads)
     assert render_blocks(view["blocks"]) == (
-        "Your assist threads\n• Ada &lt;!channel&gt; (C-7) — <#C0SUPPORT>, thread `1700000001.000100`")
+        "Your assist threads\n• Ada &lt;!channel&gt; (C-7) — <#C0SUPPORT>, thread `1700000001.000100`"
+    )
     assert render_blocks(blocks.home_view(threads=[])["blocks"]).endswith(wording.HOME_THREADS_EMPTY)
     assert render_blocks(blocks.home_view(queue=[])["blocks"]) == "Approvals waiting\n" + wording.HOME_QUEUE_EMPTY
     assert render_blocks(blocks.home_view()["blocks"]) == wording.HOME_EMPTY
 
 
 def test_escalation_message_names_case_and_pings_the_on_call_group() -> None:
-    card = blocks.escalation_message(Escalation(reason="customer asked for a person <@U9>", summary="Wants a call",
-                                                conversation_id="conv_8", customer_id="C-7", oncall_group="S0ONCALL"))
-    assert seen(card) == "\n".join([
-        "Handed to a person",
-        "Reason (the agent's words): customer asked for a person &lt;@U9&gt;",
-        "Summary (the agent's words): Wants a call",
-        "*Customer*\nC-7", "*Conversation*\n`conv_8`",
-        "<!subteam^S0ONCALL> can someone pick this up?",
-        wording.ESCALATION_TRACE_FOLLOWS,
-    ])
-    forged = blocks.escalation_message(Escalation(reason="r", summary="s", conversation_id="c",
-                                                  oncall_group="S1> <!channel"))
+    card = blocks.escalation_message(
+        Escalation(
+            reason="customer asked for a person <@U9>",
+            summary="Wants a call",
+            conversation_id="conv_8",
+            customer_id="C-7",
+            oncall_group="S0ONCALL",
+        )
+    )
+    assert seen(card) == "\n".join(
+        [
+            "Handed to a person",
+            "Reason (the agent's words): customer asked for a person &lt;@U9&gt;",
+            "Summary (the agent's words): Wants a call",
+            "*Customer*\nC-7",
+            "*Conversation*\n`conv_8`",
+            "<!subteam^S0ONCALL> can someone pick this up?",
+            wording.ESCALATION_TRACE_FOLLOWS,
+        ]
+    )
+    forged = blocks.escalation_message(
+        Escalation(reason="r", summary="s", conversation_id="c", oncall_group="S1> <!channel")
+    )
     assert "subteam" not in json.dumps(forged.blocks)
 
 
 def test_trace_lists_each_call_with_its_gate_and_result_across_messages() -> None:
-    steps = [TraceStep(tool="get_order", decision="execute", result={"order_id": "O-1042", "note": "<!channel>"}),
-             TraceStep(tool="issue_refund", decision="approval", reason="above ceiling"),
-             TraceStep(tool="get_order", decision="reject", reason="not_found", is_error=True)] * 5
+    steps = [
+        TraceStep(tool="get_order", decision="execute", result={"order_id": "O-1042", "note": "<!channel>"}),
+        TraceStep(tool="issue_refund", decision="approval", reason="above ceiling"),
+        TraceStep(tool="get_order", decision="reject", reason="not_found", is_error=True),
+    ] * 5
     messages = blocks.trace_messages(steps)
     assert len(messages) == 2
     first = seen(messages[0])
     assert first.startswith("Trace (1–10 of 15)\n*1.* `get_order` — ran\n```\n")
-    assert '&lt;!channel&gt;' in first and "<!channel>" not in json.dumps(messages[0].blocks)
+    assert "&lt;!channel&gt;" in first and "<!channel>" not in json.dumps(messages[0].blocks)
     assert "*2.* `issue_refund` — sent for approval · above ceiling" in first
     assert "*3.* `get_order` — refused (error) · not_found" in first
     assert seen(messages[1]).startswith("Trace (11–15 of 15)")
@@ -385,18 +516,22 @@ def test_answer_is_split_into_markdown_messages_with_the_card_last() -> None:
     assert only_card == [card]
 
 
-@pytest.mark.parametrize(("decision", "title", "status"), [
-    ("confirmation", "Refund 189.00 USD on O-1042 — waiting for your confirmation", "pending"),
-    ("approval", "Refund 189.00 USD on O-1042 — waiting for a supervisor's approval", "pending"),
-    ("reject", "Refund 189.00 USD on O-1042 — not allowed", "error"),
-    ("execute", "Refund 189.00 USD on O-1042", "complete"),
-])
+@pytest.mark.parametrize(
+    ("decision", "title", "status"),
+    [
+        ("confirmation", "Refund 189.00 USD on O-1042 — waiting for your confirmation", "pending"),
+        ("approval", "Refund 189.00 USD on O-1042 — waiting for a supervisor's approval", "pending"),
+        ("reject", "Refund 189.00 USD on O-1042 — not allowed", "error"),
+        ("execute", "Refund 189.00 USD on O-1042", "complete"),
+    ],
+)
 def test_gate_decisions_become_steps_in_our_words(decision: str, title: str, status: str) -> None:
     step = Step.for_gate("prop_1", "Refund 189.00 USD on O-1042", decision)
     assert (step.id, step.title, step.status) == ("prop_1", title, status)
 
 
 def test_steps_block_lists_each_step_with_its_state() -> None:
-    block = blocks.steps_block([Step(id="1", title="Looked up O-1042"),
-                                Step(id="2", title="Refund <!here>", status="error")])
+    block = blocks.steps_block(
+        [Step(id="1", title="Looked up O-1042"), Step(id="2", title="Refund <!here>", status="error")]
+    )
     assert block["elements"][0]["text"] == "*Steps*\n✓ Looked up O-1042\n✗ Refund &lt;!here&gt;"

@@ -13,7 +13,11 @@ from bot.slack import ids
 def test_contract_action_ids_are_the_documented_names() -> None:
     """INTERFACES.md: the four action_ids Bolt listeners and deployments rely on."""
     assert (ids.CONFIRM, ids.DECLINE, ids.APPROVE, ids.REJECT) == (
-        "signoff.confirm", "signoff.decline", "signoff.approve", "signoff.reject")
+        "signoff.confirm",
+        "signoff.decline",
+        "signoff.approve",
+        "signoff.reject",
+    )
 
 
 def test_value_round_trips_to_exactly_id_and_version() -> None:
@@ -22,19 +26,33 @@ def test_value_round_trips_to_exactly_id_and_version() -> None:
     assert ids.decode_value(raw) == ("apr_7f3a", 3)
 
 
-@pytest.mark.parametrize("raw", [
-    None, 42, b'{"id":"a","version":1}',                       # not a string
-    "", "not json", "[1, 2]", '"apr_1"',                       # not a JSON object
-    '{"id": "apr_1"}', '{"version": 1}',                       # missing keys
-    '{"id": "apr_1", "version": 1, "amount_minor": 100}',      # extra key: arguments never ride along
-    '{"id": 7, "version": 1}', '{"id": "apr_1", "version": "1"}',
-    '{"id": "apr_1", "version": true}', '{"id": "apr_1", "version": 0}', '{"id": "apr_1", "version": 1.5}',
-    '{"id": "apr_1", "version": 99999999999}',
-    '{"id": "<!channel>", "version": 1}', '{"id": "", "version": 1}', '{"id": "a b", "version": 1}',
-    '{"id": "' + "a" * 200 + '", "version": 1}',
-    "[" * 5000 + "]" * 5000,                                   # oversized / deeply nested
-    '{"id": "apr_1", "version": 1' + " " * 3000 + "}",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        None,
+        42,
+        b'{"id":"a","version":1}',  # not a string
+        "",
+        "not json",
+        "[1, 2]",
+        '"apr_1"',  # not a JSON object
+        '{"id": "apr_1"}',
+        '{"version": 1}',  # missing keys
+        '{"id": "apr_1", "version": 1, "amount_minor": 100}',  # extra key: arguments never ride along
+        '{"id": 7, "version": 1}',
+        '{"id": "apr_1", "version": "1"}',
+        '{"id": "apr_1", "version": true}',
+        '{"id": "apr_1", "version": 0}',
+        '{"id": "apr_1", "version": 1.5}',
+        '{"id": "apr_1", "version": 99999999999}',
+        '{"id": "<!channel>", "version": 1}',
+        '{"id": "", "version": 1}',
+        '{"id": "a b", "version": 1}',
+        '{"id": "' + "a" * 200 + '", "version": 1}',
+        "[" * 5000 + "]" * 5000,  # oversized / deeply nested
+        '{"id": "apr_1", "version": 1' + " " * 3000 + "}",
+    ],
+)
 def test_decode_value_refuses_anything_else_with_bad_value(raw: object) -> None:
     with pytest.raises(ids.BadValue):
         ids.decode_value(raw)
@@ -65,12 +83,15 @@ def test_modal_metadata_round_trips_with_and_without_coordinates() -> None:
     assert ids.decode_modal_metadata(ids.encode_modal_metadata(bare)) == bare
 
 
-@pytest.mark.parametrize("raw", [
-    '{"id": "apr_1", "version": 2, "channel": "C1"}',                        # ts missing
-    '{"id": "apr_1", "version": 2, "channel": "c1", "ts": "1.2"}',           # not a Slack id
-    '{"id": "apr_1", "version": 2, "channel": "C1", "ts": "yesterday"}',
-    '{"id": "apr_1", "version": 2, "comment": "looks fine"}',
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"id": "apr_1", "version": 2, "channel": "C1"}',  # ts missing
+        '{"id": "apr_1", "version": 2, "channel": "c1", "ts": "1.2"}',  # not a Slack id
+        '{"id": "apr_1", "version": 2, "channel": "C1", "ts": "yesterday"}',
+        '{"id": "apr_1", "version": 2, "comment": "looks fine"}',
+    ],
+)
 def test_modal_metadata_refuses_anything_else(raw: str) -> None:
     with pytest.raises(ids.BadValue):
         ids.decode_modal_metadata(raw)

@@ -36,8 +36,18 @@ def manifest() -> dict[str, Any]:
 
 
 def test_top_level_keys_are_slacks_manifest_sections(manifest: dict[str, Any]) -> None:
-    assert set(manifest) <= {"_metadata", "display_information", "features", "oauth_config", "settings",
-                             "functions", "workflows", "outgoing_domains", "types", "datastores"}
+    assert set(manifest) <= {
+        "_metadata",
+        "display_information",
+        "features",
+        "oauth_config",
+        "settings",
+        "functions",
+        "workflows",
+        "outgoing_domains",
+        "types",
+        "datastores",
+    }
     assert manifest["display_information"]["name"] == "signoff"
     assert len(manifest["display_information"]["description"]) <= 140
     assert 174 <= len(manifest["display_information"]["long_description"]) <= 4000
@@ -45,14 +55,17 @@ def test_top_level_keys_are_slacks_manifest_sections(manifest: dict[str, Any]) -
 
 def test_events_are_subscribed_at_the_one_endpoint(manifest: dict[str, Any]) -> None:
     events = manifest["settings"]["event_subscriptions"]
-    assert {"app_mention", "message.im", "message.channels", "message.groups",
-            "app_home_opened"} <= set(events["bot_events"])
+    assert {"app_mention", "message.im", "message.channels", "message.groups", "app_home_opened"} <= set(
+        events["bot_events"]
+    )
     assert events["request_url"] == "https://YOUR_HOST/slack/events"
 
 
 def test_interactivity_is_enabled_at_the_one_endpoint(manifest: dict[str, Any]) -> None:
-    assert manifest["settings"]["interactivity"] == {"is_enabled": True,
-                                                     "request_url": "https://YOUR_HOST/slack/events"}
+    assert manifest["settings"]["interactivity"] == {
+        "is_enabled": True,
+        "request_url": "https://YOUR_HOST/slack/events",
+    }
 
 
 def test_socket_mode_is_off_by_default(manifest: dict[str, Any]) -> None:

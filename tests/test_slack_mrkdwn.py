@@ -13,7 +13,8 @@ from bot.slack import mrkdwn
 
 def test_escape_turns_slack_syntax_into_entities() -> None:
     assert mrkdwn.escape("<!channel> <@U123> <http://x|y> a & b") == (
-        "&lt;!channel&gt; &lt;@U123&gt; &lt;http://x|y&gt; a &amp; b")
+        "&lt;!channel&gt; &lt;@U123&gt; &lt;http://x|y&gt; a &amp; b"
+    )
 
 
 @given(st.text(max_size=300), st.integers(min_value=2, max_value=400))

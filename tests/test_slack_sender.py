@@ -46,7 +46,8 @@ def test_make_client_installs_the_rate_limit_and_connection_handlers() -> None:
 
 
 async def test_429_with_retry_after_is_retried_after_that_long_and_succeeds(
-        slack: FakeSlackApi, sender: SlackSender, clock: FakeClock) -> None:
+    slack: FakeSlackApi, sender: SlackSender, clock: FakeClock
+) -> None:
     slack.fail("chat.postMessage", Fault.rate_limited(retry_after=3))
     ts = await sender.post("C0SUPPORT", "hello")
     calls = slack.calls("chat.postMessage")
@@ -57,7 +58,8 @@ async def test_429_with_retry_after_is_retried_after_that_long_and_succeeds(
 
 
 async def test_rate_limit_that_outlasts_the_retries_is_a_send_error_with_retry_after(
-        slack: FakeSlackApi, sender: SlackSender) -> None:
+    slack: FakeSlackApi, sender: SlackSender
+) -> None:
     slack.fail("chat.postMessage", *[Fault.rate_limited(retry_after=2)] * 4)
     with pytest.raises(SlackSendError) as caught:
         await sender.post("C0SUPPORT", "hello")
@@ -65,8 +67,9 @@ async def test_rate_limit_that_outlasts_the_retries_is_a_send_error_with_retry_a
     assert len(slack.calls("chat.postMessage")) == 4  # first try + 3 retries
 
 
-async def test_a_retry_after_beyond_the_maximum_wait_is_not_slept(slack: FakeSlackApi, sender: SlackSender,
-                                                                  clock: FakeClock) -> None:
+async def test_a_retry_after_beyond_the_maximum_wait_is_not_slept(
+    slack: FakeSlackApi, sender: SlackSender, clock: FakeClock
+) -> None:
     slack.fail("chat.postMessage", Fault.rate_limited(retry_after=3600))
     with pytest.raises(SlackSendError) as caught:
         await sender.post("C0SUPPORT", "hello")
@@ -99,7 +102,8 @@ async def test_messages_in_one_channel_go_a_second_apart_while_other_channels_do
 
 
 async def test_pacing_spaces_posts_updates_and_ephemerals_in_the_same_lane(
-        slack: FakeSlackApi, sender: SlackSender, clock: FakeClock) -> None:
+    slack: FakeSlackApi, sender: SlackSender, clock: FakeClock
+) -> None:
     ts = await sender.post("C0SUPPORT", "card v1")
     await sender.update("C0SUPPORT", ts, "card v2", [{"type": "section", "text": {"type": "mrkdwn", "text": "v2"}}])
     await sender.ephemeral("C0SUPPORT", "U0LEAD", "Only a supervisor can decide this.")
@@ -107,8 +111,7 @@ async def test_pacing_spaces_posts_updates_and_ephemerals_in_the_same_lane(
     assert [m.visible for m in slack.messages_in("C0SUPPORT")] == ["v2"]
 
 
-async def test_slack_errors_surface_as_send_errors_with_slacks_code(slack: FakeSlackApi,
-                                                                    sender: SlackSender) -> None:
+async def test_slack_errors_surface_as_send_errors_with_slacks_code(slack: FakeSlackApi, sender: SlackSender) -> None:
     with pytest.raises(SlackSendError) as caught:
         await sender.post("C0SUPPORT", "x" * 40_001)
     assert (caught.value.method, caught.value.error) == ("chat.postMessage", "msg_too_long")
@@ -131,10 +134,14 @@ async def test_a_failed_call_does_not_stop_the_channels_lane(slack: FakeSlackApi
     assert [m.text for m in slack.messages_in("C0SUPPORT")] == ["two"]
 
 
-async def test_views_ephemeral_and_post_all_return_what_callers_record(slack: FakeSlackApi,
-                                                                       sender: SlackSender) -> None:
-    modal = {"type": "modal", "title": {"type": "plain_text", "text": "Reject request"},
-             "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "why?"}}]}
+async def test_views_ephemeral_and_post_all_return_what_callers_record(
+    slack: FakeSlackApi, sender: SlackSender
+) -> None:
+    modal = {
+        "type": "modal",
+        "title": {"type": "plain_text", "text": "Reject request"},
+        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "why?"}}],
+    }
     view_id = await sender.open_view("trigger-1", modal)
     assert view_id.startswith("V") and slack.calls("views.open")[0].args["trigger_id"] == "trigger-1"
     await sender.publish_home("U0LEAD", {"type": "home", "blocks": [{"type": "divider"}]})

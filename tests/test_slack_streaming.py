@@ -15,12 +15,23 @@ from bot.slack.streaming import Recipient, StreamOptions
 from bot.slack.view_models import Outbound, Step
 from tests.fakes.slack_api import FakeClock, FakeSlackApi, Fault, SeenMessage
 
-CARD = Outbound(text="Please confirm: Refund 189.00 USD on O-1042 (damaged)", blocks=(
-    {"type": "section", "text": {"type": "mrkdwn", "text": "*Please confirm:* Refund 189.00 USD on O-1042"}},
-    {"type": "actions", "elements": [{"type": "button", "action_id": "signoff.confirm",
-                                      "value": '{"id":"c","version":1}',
-                                      "text": {"type": "plain_text", "text": "Confirm"}}]},
-))
+CARD = Outbound(
+    text="Please confirm: Refund 189.00 USD on O-1042 (damaged)",
+    blocks=(
+        {"type": "section", "text": {"type": "mrkdwn", "text": "*Please confirm:* Refund 189.00 USD on O-1042"}},
+        {
+            "type": "actions",
+            "elements": [
+                {
+                    "type": "button",
+                    "action_id": "signoff.confirm",
+                    "value": '{"id":"c","version":1}',
+                    "text": {"type": "plain_text", "text": "Confirm"},
+                }
+            ],
+        },
+    ),
+)
 CUSTOMER = Recipient(user_id="U0CUST", team_id="T0EXT")  # an external Slack Connect user: their own team
 
 
@@ -56,8 +67,7 @@ def streamed_text(seen: list[SeenMessage]) -> str:
     return "".join(out)
 
 
-async def test_dm_reply_streams_status_steps_text_and_cards_at_stop(slack: FakeSlackApi,
-                                                                   sender: SlackSender) -> None:
+async def test_dm_reply_streams_status_steps_text_and_cards_at_stop(slack: FakeSlackApi, sender: SlackSender) -> None:
     parent = slack.add_user_message("D0CUST", "Where is O-1042? It arrived broken.")
     async with sender.reply(channel="D0CUST", thread_ts=parent) as reply:
         await reply.set_status()
@@ -68,8 +78,13 @@ async def test_dm_reply_streams_status_steps_text_and_cards_at_stop(slack: FakeS
         result = await reply.finish(cards=[CARD], extra_blocks=[blocks.feedback_block("turn_1")])
     assert result.streamed and len(result.ts) == 1
     assert [c.method for c in slack.calls()] == [
-        "assistant.threads.setStatus", "chat.startStream", "chat.appendStream", "chat.appendStream",
-        "chat.stopStream", "assistant.threads.setStatus"]
+        "assistant.threads.setStatus",
+        "chat.startStream",
+        "chat.appendStream",
+        "chat.appendStream",
+        "chat.stopStream",
+        "assistant.threads.setStatus",
+    ]
     start = slack.calls("chat.startStream")[0].args
     assert "recipient_user_id" not in start and "recipient_team_id" not in start  # a DM needs none
     assert start["task_display_mode"] == "timeline"
@@ -79,12 +94,15 @@ async def test_dm_reply_streams_status_steps_text_and_cards_at_stop(slack: FakeS
     assert message.ts == result.ts[0] and message.state == "stopped"
     assert message.markdown == "Your order O-1042 was delivered on 2 March. I can refund it."
     assert [(t["id"], t["title"], t["status"]) for t in message.tasks] == [
-        ("t1", "Looked up O-1042", "complete"), ("t2", "Refund 189.00 USD — waiting for your confirmation", "pending")]
+        ("t1", "Looked up O-1042", "complete"),
+        ("t2", "Refund 189.00 USD — waiting for your confirmation", "pending"),
+    ]
     assert [b["type"] for b in message.blocks] == ["section", "actions", "context_actions"]
 
 
-async def test_channel_stream_names_the_recipient_with_the_actors_own_team(slack: FakeSlackApi,
-                                                                          sender: SlackSender) -> None:
+async def test_channel_stream_names_the_recipient_with_the_actors_own_team(
+    slack: FakeSlackApi, sender: SlackSender
+) -> None:
     parent = slack.add_user_message("C0SHARED", "hi")
     async with sender.reply(channel="C0SHARED", thread_ts=parent, recipient=CUSTOMER) as reply:
         await reply.write("Hello!")
@@ -111,13 +129,14 @@ async def test_small_writes_are_buffered_until_enough_text(slack: FakeSlackApi, 
     assert slack.messages_in("D0CUST", "1.1")[0].markdown == "ten chars " * 10
 
 
-async def test_rolls_over_into_new_messages_before_the_character_limit(slack: FakeSlackApi,
-                                                                       sender: SlackSender) -> None:
+async def test_rolls_over_into_new_messages_before_the_character_limit(
+    slack: FakeSlackApi, sender: SlackSender
+) -> None:
     answer = paragraphs(60)  # ~15k characters
     parent = slack.add_user_message("D0CUST", "tell me everything")
     reply = sender.reply(channel="D0CUST", thread_ts=parent, options=StreamOptions(max_chars=4000))
     for i in range(0, len(answer), 700):
-        await reply.write(answer[i:i + 700])
+        await reply.write(answer[i : i + 700])
     result = await reply.finish(cards=[CARD])
     seen = slack.messages_in("D0CUST", parent)
     assert len(seen) == len(result.ts) >= 4 and [m.ts for m in seen] == list(result.ts)
@@ -137,8 +156,9 @@ async def test_one_huge_write_is_sent_in_pieces_slack_accepts(slack: FakeSlackAp
     assert streamed_text(slack.messages_in("D0CUST", "1.1")) == answer
 
 
-async def test_rolls_over_before_the_stream_ages_out(slack: FakeSlackApi, sender: SlackSender,
-                                                     clock: FakeClock) -> None:
+async def test_rolls_over_before_the_stream_ages_out(
+    slack: FakeSlackApi, sender: SlackSender, clock: FakeClock
+) -> None:
     """Streams die after ~5 minutes; at 4.5 the reply stops the old message and starts a new one."""
     parent = slack.add_user_message("D0CUST", "slow question")
     reply = sender.reply(channel="D0CUST", thread_ts=parent, options=StreamOptions(buffer_chars=1))
@@ -158,10 +178,15 @@ async def test_rolls_over_before_the_stream_ages_out(slack: FakeSlackApi, sender
 
 
 async def test_an_expired_stream_is_finalised_and_the_reply_goes_on_without_losing_or_repeating_text(
-        slack: FakeSlackApi, sender: SlackSender, clock: FakeClock) -> None:
+    slack: FakeSlackApi, sender: SlackSender, clock: FakeClock
+) -> None:
     parent = slack.add_user_message("C0SHARED", "refund please")
-    reply = sender.reply(channel="C0SHARED", thread_ts=parent, recipient=CUSTOMER,
-                         options=StreamOptions(buffer_chars=1, max_age_s=10_000))
+    reply = sender.reply(
+        channel="C0SHARED",
+        thread_ts=parent,
+        recipient=CUSTOMER,
+        options=StreamOptions(buffer_chars=1, max_age_s=10_000),
+    )
     await reply.step(Step(id="t1", title="Looked up O-1042"))
     await reply.write("First part. ")
     clock.advance(301)  # the fake's stream TTL is 300 s; ours was configured past it
@@ -182,8 +207,9 @@ async def test_an_expired_stream_is_finalised_and_the_reply_goes_on_without_losi
     assert second_start["recipient_team_id"] == "T0EXT"
 
 
-async def test_a_stream_that_expires_at_stop_is_redrawn_with_its_cards(slack: FakeSlackApi,
-                                                                       sender: SlackSender) -> None:
+async def test_a_stream_that_expires_at_stop_is_redrawn_with_its_cards(
+    slack: FakeSlackApi, sender: SlackSender
+) -> None:
     parent = slack.add_user_message("D0CUST", "q")
     reply = sender.reply(channel="D0CUST", thread_ts=parent, options=StreamOptions(buffer_chars=1))
     await reply.write("All done.")
@@ -195,8 +221,7 @@ async def test_a_stream_that_expires_at_stop_is_redrawn_with_its_cards(slack: Fa
     assert streamed_text([message]) == "All done."
 
 
-async def test_falls_back_to_post_message_when_streaming_is_unknown(slack: FakeSlackApi,
-                                                                    sender: SlackSender) -> None:
+async def test_falls_back_to_post_message_when_streaming_is_unknown(slack: FakeSlackApi, sender: SlackSender) -> None:
     slack.fail("chat.startStream", Fault.slack_error("unknown_method"))
     answer = paragraphs(50)  # ~12.5k: more than one message
     parent = slack.add_user_message("C0SHARED", "q")
@@ -240,8 +265,9 @@ async def test_status_is_best_effort(slack: FakeSlackApi, sender: SlackSender) -
     assert len(slack.calls("assistant.threads.setStatus")) == 1  # never set, so never cleared
 
 
-async def test_two_replies_starting_together_in_one_channel_are_paced(slack: FakeSlackApi, sender: SlackSender,
-                                                                      clock: FakeClock) -> None:
+async def test_two_replies_starting_together_in_one_channel_are_paced(
+    slack: FakeSlackApi, sender: SlackSender, clock: FakeClock
+) -> None:
     a = sender.reply(channel="C0SUPPORT", thread_ts="1.1", recipient=CUSTOMER, options=StreamOptions(buffer_chars=1))
     b = sender.reply(channel="C0SUPPORT", thread_ts="2.2", recipient=CUSTOMER, options=StreamOptions(buffer_chars=1))
     await a.write("one")
@@ -261,8 +287,7 @@ async def test_model_text_cannot_ping_the_channel(slack: FakeSlackApi, sender: S
     assert text.replace(ZWSP, "") == "Hey <!channel> and @here"
 
 
-async def test_finish_is_idempotent_and_writing_after_it_is_refused(slack: FakeSlackApi,
-                                                                    sender: SlackSender) -> None:
+async def test_finish_is_idempotent_and_writing_after_it_is_refused(slack: FakeSlackApi, sender: SlackSender) -> None:
     reply = sender.reply(channel="D0CUST", thread_ts="1.1")
     await reply.write("done")
     first = await reply.finish()
@@ -272,10 +297,12 @@ async def test_finish_is_idempotent_and_writing_after_it_is_refused(slack: FakeS
     assert len(slack.calls("chat.stopStream")) == 1
 
 
-async def test_cards_too_big_for_the_streamed_message_follow_in_their_own(slack: FakeSlackApi,
-                                                                          sender: SlackSender) -> None:
-    big = Outbound(text="card", blocks=tuple({"type": "section", "text": {"type": "mrkdwn", "text": "c" * 2900}}
-                                             for _ in range(3)))
+async def test_cards_too_big_for_the_streamed_message_follow_in_their_own(
+    slack: FakeSlackApi, sender: SlackSender
+) -> None:
+    big = Outbound(
+        text="card", blocks=tuple({"type": "section", "text": {"type": "mrkdwn", "text": "c" * 2900}} for _ in range(3))
+    )
     async with sender.reply(channel="D0CUST", thread_ts="1.1", options=StreamOptions(buffer_chars=1)) as reply:
         await reply.write("a" * 5000)
         result = await reply.finish(cards=[big])
@@ -284,8 +311,9 @@ async def test_cards_too_big_for_the_streamed_message_follow_in_their_own(slack:
     assert card.blocks == big.blocks and list(result.ts) == [streamed.ts, card.ts]
 
 
-async def test_a_turn_that_fails_still_finishes_its_reply_and_keeps_its_error(slack: FakeSlackApi,
-                                                                             sender: SlackSender) -> None:
+async def test_a_turn_that_fails_still_finishes_its_reply_and_keeps_its_error(
+    slack: FakeSlackApi, sender: SlackSender
+) -> None:
     with pytest.raises(LookupError):
         async with sender.reply(channel="D0CUST", thread_ts="1.1") as reply:
             await reply.write("Partial answer")

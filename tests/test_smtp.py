@@ -13,8 +13,13 @@ from aiosmtpd.controller import Controller
 from bot.email.smtp import OutgoingEmail, SmtpConfig, SmtpMailer
 from tests.test_email_bridge import Inbox, free_port
 
-MAIL = OutgoingEmail(to="maya@example.com", from_address="support@fernway.example", subject="Re: O-1042",
-                     body="Your refund is on its way.", message_id="<signoff.conv_1.abcdef12@fernway.example>")
+MAIL = OutgoingEmail(
+    to="maya@example.com",
+    from_address="support@fernway.example",
+    subject="Re: O-1042",
+    body="Your refund is on its way.",
+    message_id="<signoff.conv_1.abcdef12@fernway.example>",
+)
 
 
 async def test_a_reply_is_delivered_with_its_threading_headers() -> None:

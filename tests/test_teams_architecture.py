@@ -6,8 +6,12 @@ from tests.test_architecture import ROOT, _imports, _modules, _offenders
 
 
 def test_only_bot_teams_imports_the_agents_sdk() -> None:
-    bad = [o for pkg in ("agent", "tools", "storage", "bot") for o in _offenders(pkg, ("microsoft_agents",))
-           if not o.startswith("bot/teams/")]
+    bad = [
+        o
+        for pkg in ("agent", "tools", "storage", "bot")
+        for o in _offenders(pkg, ("microsoft_agents",))
+        if not o.startswith("bot/teams/")
+    ]
     assert bad == []
 
 

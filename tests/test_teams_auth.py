@@ -22,8 +22,13 @@ async def issuer() -> AsyncIterator[TokenIssuer]:
 
 
 def make_auth(issuer: TokenIssuer, **overrides: object) -> InboundAuthenticator:
-    config = TeamsConfig(app_id=APP_ID, tenant_id=TENANT_ID, botframework_jwks_url=issuer.jwks_url,
-                         entra_jwks_url=issuer.jwks_url, **overrides)  # type: ignore[arg-type]
+    config = TeamsConfig(
+        app_id=APP_ID,
+        tenant_id=TENANT_ID,
+        botframework_jwks_url=issuer.jwks_url,
+        entra_jwks_url=issuer.jwks_url,
+        **overrides,
+    )  # type: ignore[arg-type]
     return InboundAuthenticator(config)
 
 
@@ -43,8 +48,9 @@ async def test_a_bot_framework_token_signed_by_the_jwks_key_is_accepted(issuer: 
 
 
 async def test_a_token_signed_by_another_key_is_refused(issuer: TokenIssuer) -> None:
-    failure = await refused(make_auth(issuer), "Bearer " + issuer.mint(audience=APP_ID, service_url=TEAMS_URL,
-                                                                        rogue=True))
+    failure = await refused(
+        make_auth(issuer), "Bearer " + issuer.mint(audience=APP_ID, service_url=TEAMS_URL, rogue=True)
+    )
     assert failure.code == "bad_token"
 
 
@@ -83,8 +89,9 @@ async def test_a_token_whose_kid_is_not_in_the_jwks_is_refused(issuer: TokenIssu
 async def test_an_entra_token_of_our_tenant_is_accepted_and_a_mismatched_tid_is_refused(issuer: TokenIssuer) -> None:
     """The SDK always binds an Entra issuer's tenant to the tid claim."""
     auth = make_auth(issuer)
-    ok = await auth.verify("Bearer " + issuer.mint(audience=APP_ID, service_url=TEAMS_URL, issuer=ENTRA_V2,
-                                                  tid=TENANT_ID))
+    ok = await auth.verify(
+        "Bearer " + issuer.mint(audience=APP_ID, service_url=TEAMS_URL, issuer=ENTRA_V2, tid=TENANT_ID)
+    )
     assert ok.claims["tid"] == TENANT_ID
     other = "99999999-9999-4999-8999-999999999999"
     await refused(auth, "Bearer " + issuer.mint(audience=APP_ID, service_url=TEAMS_URL, issuer=ENTRA_V2, tid=other))
@@ -127,16 +134,21 @@ async def test_the_activity_service_url_must_be_the_one_the_token_names(issuer: 
 async def test_a_service_url_off_the_allow_list_is_refused_even_when_the_token_names_it(issuer: TokenIssuer) -> None:
     """Anti-SSRF: the host validator is on whatever the token says."""
     auth = make_auth(issuer)
-    for url in ("https://attacker.example/", "http://smba.trafficmanager.net/amer/", "https://10.0.0.7/",
-                "http://127.0.0.1:8080/"):
+    for url in (
+        "https://attacker.example/",
+        "http://smba.trafficmanager.net/amer/",
+        "https://10.0.0.7/",
+        "http://127.0.0.1:8080/",
+    ):
         with pytest.raises(AuthFailure) as caught:
             auth.check_activity(signed(url), url)
         assert caught.value.code == "service_url_not_allowed"
 
 
 def test_the_service_url_policy_allows_microsoft_hosts_configured_hosts_and_configured_loopback_only() -> None:
-    policy = ServiceUrlPolicy(TeamsConfig(app_id=APP_ID, tenant_id=TENANT_ID,
-                                          service_url_allow=("bots.contoso.example", "http://127.0.0.1")))
+    policy = ServiceUrlPolicy(
+        TeamsConfig(app_id=APP_ID, tenant_id=TENANT_ID, service_url_allow=("bots.contoso.example", "http://127.0.0.1"))
+    )
     assert policy.allows("https://smba.trafficmanager.net/amer/")
     assert policy.allows("https://eu.bots.contoso.example/x")
     assert policy.allows("http://127.0.0.1:39001/")
@@ -147,14 +159,17 @@ def test_the_service_url_policy_allows_microsoft_hosts_configured_hosts_and_conf
     assert not policy.allows("https://smba.trafficmanager.net:99999/")
 
 
-@pytest.mark.parametrize(("kwargs", "names"), [
-    ({"app_id": "not-a-guid"}, "SIGNOFF_TEAMS_APP_ID"),
-    ({"tenant_id": "x"}, "SIGNOFF_TEAMS_TENANT_ID"),
-    ({"service_url_allow": ("http://evil.example",)}, "SIGNOFF_TEAMS_SERVICE_URL_ALLOW"),
-    ({"service_url_allow": ("127.0.0.1",)}, "SIGNOFF_TEAMS_SERVICE_URL_ALLOW"),
-    ({"allowed_tenants": ("acme",)}, "SIGNOFF_TEAMS_ALLOWED_TENANTS"),
-    ({"app_password": "s", "certificate_pfx": "/k.pfx"}, "SIGNOFF_TEAMS_APP_PASSWORD"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "names"),
+    [
+        ({"app_id": "not-a-guid"}, "SIGNOFF_TEAMS_APP_ID"),
+        ({"tenant_id": "x"}, "SIGNOFF_TEAMS_TENANT_ID"),
+        ({"service_url_allow": ("http://evil.example",)}, "SIGNOFF_TEAMS_SERVICE_URL_ALLOW"),
+        ({"service_url_allow": ("127.0.0.1",)}, "SIGNOFF_TEAMS_SERVICE_URL_ALLOW"),
+        ({"allowed_tenants": ("acme",)}, "SIGNOFF_TEAMS_ALLOWED_TENANTS"),
+        ({"app_password": "s", "certificate_pfx": "/k.pfx"}, "SIGNOFF_TEAMS_APP_PASSWORD"),
+    ],
+)
 def test_a_bad_setting_is_one_error_naming_the_variable(kwargs: dict[str, object], names: str) -> None:
     base: dict[str, object] = {"app_id": APP_ID, "tenant_id": TENANT_ID}
     with pytest.raises(TeamsConfigError, match=names):

@@ -25,31 +25,75 @@ from bot.teams.views import Escalation, Outcome, People, Routing, TraceRow, outc
 from storage.records import Approval, Confirmation, Decision
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
-HOSTILE = ("[click me](https://evil.example/pay) <at>CEO</at> **URGENT** www.evil.example "
-           "\u202eevil\u202c \x00\x07 mailto:x@evil.example javascript:alert(1)")
+HOSTILE = (
+    "[click me](https://evil.example/pay) <at>CEO</at> **URGENT** www.evil.example "
+    "\u202eevil\u202c \x00\x07 mailto:x@evil.example javascript:alert(1)"
+)
 
 
 def confirmation(**kw: Any) -> Confirmation:
-    base = dict(id="cnf_42", conversation_id="conv_1", run_id="run_1", proposal_id="prp_1", tool="issue_refund",
-                arguments={"order_id": "O-1042", "amount_minor": 1500}, args_hash="h" * 64,
-                principal="customer:C-7", code="K7P2QX", summary="Refund 15.00 USD on order O-1042",
-                status="pending", version=1, created_at=T0, decided_at=None)
+    base = dict(
+        id="cnf_42",
+        conversation_id="conv_1",
+        run_id="run_1",
+        proposal_id="prp_1",
+        tool="issue_refund",
+        arguments={"order_id": "O-1042", "amount_minor": 1500},
+        args_hash="h" * 64,
+        principal="customer:C-7",
+        code="K7P2QX",
+        summary="Refund 15.00 USD on order O-1042",
+        status="pending",
+        version=1,
+        created_at=T0,
+        decided_at=None,
+    )
     return Confirmation(**{**base, **kw})  # type: ignore[arg-type]
 
 
 def approval(**kw: Any) -> Approval:
-    base = dict(id="apr_7", proposal_id="prp_2", run_id="run_2", conversation_id="conv_2", tool="issue_refund",
-                arguments={"order_id": "O-1042", "amount_minor": 18900, "currency": "USD",
-                           "reason_code": "damaged", "evidence": ["refund-policy@7#window"]},
-                args_hash="a" * 64, customer_id="C-7", summary="Refund 189.00 USD on order O-1042 (damaged)",
-                status="pending", version=2, required_role="supervisor", approvals_required=2, decisions=(),
-                requester="rep:S-2", decider=None, comment=None, rationale="The customer says it arrived broken.",
-                evidence=({"id": "refund-policy@7#window", "title": "Refund window",
-                           "excerpt": "Refunds within 30 days of delivery."},),
-                provenance={"order_id": "system_of_record", "amount_minor": "model",
-                            "reason_code": "untrusted_text"},
-                idempotency_key="refund:O-1042:18900", policy_version="policy-3", result=None, superseded_by=None,
-                surfaces={}, expires_at=T0 + timedelta(hours=4), created_at=T0, decided_at=None)
+    base = dict(
+        id="apr_7",
+        proposal_id="prp_2",
+        run_id="run_2",
+        conversation_id="conv_2",
+        tool="issue_refund",
+        arguments={
+            "order_id": "O-1042",
+            "amount_minor": 18900,
+            "currency": "USD",
+            "reason_code": "damaged",
+            "evidence": ["refund-policy@7#window"],
+        },
+        args_hash="a" * 64,
+        customer_id="C-7",
+        summary="Refund 189.00 USD on order O-1042 (damaged)",
+        status="pending",
+        version=2,
+        required_role="supervisor",
+        approvals_required=2,
+        decisions=(),
+        requester="rep:S-2",
+        decider=None,
+        comment=None,
+        rationale="The customer says it arrived broken.",
+        evidence=(
+            {
+                "id": "refund-policy@7#window",
+                "title": "Refund window",
+                "excerpt": "Refunds within 30 days of delivery.",
+            },
+        ),
+        provenance={"order_id": "system_of_record", "amount_minor": "model", "reason_code": "untrusted_text"},
+        idempotency_key="refund:O-1042:18900",
+        policy_version="policy-3",
+        result=None,
+        superseded_by=None,
+        surfaces={},
+        expires_at=T0 + timedelta(hours=4),
+        created_at=T0,
+        decided_at=None,
+    )
     return Approval(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -80,8 +124,10 @@ def test_a_pending_confirmation_has_confirm_and_decline_carrying_only_id_and_ver
     card = confirmation_card(confirmation(version=3))
     assert card["type"] == "AdaptiveCard" and card["version"] == "1.5"
     actions = card["actions"]
-    assert [(a["type"], a["verb"]) for a in actions] == [("Action.Execute", "signoff.confirm"),
-                                                         ("Action.Execute", "signoff.decline")]
+    assert [(a["type"], a["verb"]) for a in actions] == [
+        ("Action.Execute", "signoff.confirm"),
+        ("Action.Execute", "signoff.decline"),
+    ]
     assert all(a["data"] == {"id": "cnf_42", "version": 3} for a in actions)
     assert "Refund 15.00 USD on order O-1042" in texts(card)
 
@@ -93,8 +139,9 @@ def test_a_confirmation_card_shows_nothing_internal_because_a_customer_reads_it(
 
 
 def test_a_confirmed_card_has_no_buttons_and_says_who_and_when() -> None:
-    card = confirmation_card(confirmation(status="confirmed", version=2, decided_at=T0 + timedelta(minutes=3)),
-                             decided_by="Ann Example")
+    card = confirmation_card(
+        confirmation(status="confirmed", version=2, decided_at=T0 + timedelta(minutes=3)), decided_by="Ann Example"
+    )
     assert "actions" not in card
     assert "Confirmed by Ann Example on 2026-12-01 10:03 UTC" in texts(card)
 
@@ -107,17 +154,28 @@ def test_a_declined_and_a_superseded_confirmation_say_so_without_buttons() -> No
 
 
 def test_a_replayed_outcome_is_told_honestly() -> None:
-    outcome = outcome_of({"status": "REFUNDED", "refund_id": "R-9", "replayed": True,
-                          "original_id": "R-9", "original_at": "2026-11-30T08:15:00Z"})
+    outcome = outcome_of(
+        {
+            "status": "REFUNDED",
+            "refund_id": "R-9",
+            "replayed": True,
+            "original_id": "R-9",
+            "original_at": "2026-11-30T08:15:00Z",
+        }
+    )
     card = confirmation_card(confirmation(status="consumed", decided_at=T0), outcome=outcome)
     assert "Already done on 2026-11-30 08:15 UTC (replayed)" in texts(card)
 
 
 # -- approval -------------------------------------------------------------------------
 def test_a_pending_approval_shows_the_exact_action_and_everything_that_routed_it() -> None:
-    card = approval_card(approval(), people=People(names={"rep:S-2": "Sam Rep"}),
-                         routing=Routing(amount_minor=18900, currency="USD", ceiling_minor=10000,
-                                         rule="refunds above the supervisor ceiling"))
+    card = approval_card(
+        approval(),
+        people=People(names={"rep:S-2": "Sam Rep"}),
+        routing=Routing(
+            amount_minor=18900, currency="USD", ceiling_minor=10000, rule="refunds above the supervisor ceiling"
+        ),
+    )
     shown = texts(card)
     assert "Refund 189.00 USD on order O-1042 (damaged)" in shown
     assert "Sam Rep" in shown and "C-7" in shown
@@ -161,9 +219,17 @@ def test_an_approved_and_executed_card_has_no_buttons_and_shows_the_result() -> 
 
 
 def test_an_approval_whose_action_had_already_run_says_replayed() -> None:
-    card = approval_card(approval(status="approved", result={"status": "REFUNDED", "refund_id": "R-1",
-                                                             "replayed": True,
-                                                             "original_at": "2026-11-29T09:00:00+00:00"}))
+    card = approval_card(
+        approval(
+            status="approved",
+            result={
+                "status": "REFUNDED",
+                "refund_id": "R-1",
+                "replayed": True,
+                "original_at": "2026-11-29T09:00:00+00:00",
+            },
+        )
+    )
     assert "Already done on 2026-11-29 09:00 UTC (replayed) — nothing was done twice." in texts(card)
 
 
@@ -183,11 +249,16 @@ def test_a_pending_approval_past_its_expiry_is_drawn_expired_without_buttons() -
 # -- hostile and huge input -----------------------------------------------------------
 def hostile_approval() -> Approval:
     big = HOSTILE * 400
-    return approval(summary=big, rationale=big, requester=big, customer_id=big,
-                    arguments={f"{HOSTILE}{i}": big for i in range(50)},
-                    evidence=tuple({"id": big, "title": big, "excerpt": big} for _ in range(30)),
-                    decisions=tuple(Decision(actor=big, decision="approve", comment=big, at=big) for _ in range(9)),
-                    provenance={f"{HOSTILE}{i}": "untrusted_text" for i in range(50)})
+    return approval(
+        summary=big,
+        rationale=big,
+        requester=big,
+        customer_id=big,
+        arguments={f"{HOSTILE}{i}": big for i in range(50)},
+        evidence=tuple({"id": big, "title": big, "excerpt": big} for _ in range(30)),
+        decisions=tuple(Decision(actor=big, decision="approve", comment=big, at=big) for _ in range(9)),
+        provenance={f"{HOSTILE}{i}": "untrusted_text" for i in range(50)},
+    )
 
 
 def assert_defanged(card: dict[str, Any]) -> None:
@@ -210,12 +281,24 @@ def test_huge_hostile_approval_input_stays_a_valid_bounded_defanged_card() -> No
 
 def test_huge_hostile_confirmation_and_escalation_stay_bounded_and_defanged() -> None:
     big = HOSTILE * 400
-    for card in (confirmation_card(confirmation(summary=big)),
-                 confirmation_card(confirmation(summary=big, status="declined"), decided_by=big,
-                                   outcome=Outcome(status=big, reference=big, replayed=False, original_at=None)),
-                 escalation_card(Escalation(conversation_id=big, channel=big, customer_id=big, reason=big,
-                                            summary=big, trace=tuple(TraceRow(tool=big, decision=big, reason=big,
-                                                                              is_error=True) for _ in range(40))))):
+    for card in (
+        confirmation_card(confirmation(summary=big)),
+        confirmation_card(
+            confirmation(summary=big, status="declined"),
+            decided_by=big,
+            outcome=Outcome(status=big, reference=big, replayed=False, original_at=None),
+        ),
+        escalation_card(
+            Escalation(
+                conversation_id=big,
+                channel=big,
+                customer_id=big,
+                reason=big,
+                summary=big,
+                trace=tuple(TraceRow(tool=big, decision=big, reason=big, is_error=True) for _ in range(40)),
+            )
+        ),
+    ):
         assert size(card) < MAX_CARD_BYTES
         assert_defanged(card)
 
@@ -238,11 +321,19 @@ def test_any_text_gives_a_card_that_serializes_and_fits(summary: str, rationale:
 
 # -- escalation, money, invoke replies ------------------------------------------------
 def test_the_escalation_card_gives_reason_summary_and_every_tool_call() -> None:
-    card = escalation_card(Escalation(
-        conversation_id="conv_3", channel="teams", customer_id="C-7", reason="customer asked for a person",
-        summary="Wants to talk about a late parcel.",
-        trace=(TraceRow(tool="get_order", decision="execute", reason=None, is_error=False),
-               TraceRow(tool="issue_refund", decision="reject", reason="amount_exceeds_refundable", is_error=True))))
+    card = escalation_card(
+        Escalation(
+            conversation_id="conv_3",
+            channel="teams",
+            customer_id="C-7",
+            reason="customer asked for a person",
+            summary="Wants to talk about a late parcel.",
+            trace=(
+                TraceRow(tool="get_order", decision="execute", reason=None, is_error=False),
+                TraceRow(tool="issue_refund", decision="reject", reason="amount_exceeds_refundable", is_error=True),
+            ),
+        )
+    )
     shown = texts(card)
     assert "customer asked for a person" in shown and "Wants to talk about a late parcel." in shown
     assert "get_order" in shown and "amount_exceeds_refundable" in shown and "error" in shown
@@ -258,12 +349,21 @@ def test_money_is_formatted_from_minor_units_with_the_currency_exponent() -> Non
 
 def test_invoke_replies_have_the_sdk_shapes() -> None:
     card = notice_card("hello")
-    assert card_reply(card).body == {"statusCode": 200, "type": "application/vnd.microsoft.card.adaptive",
-                                     "value": card}
-    assert message_reply("ok").body == {"statusCode": 200, "type": "application/vnd.microsoft.activity.message",
-                                        "value": "ok"}
-    assert error_reply(403, "no").body == {"statusCode": 403, "type": "application/vnd.microsoft.error",
-                                           "value": {"code": "403", "message": "no"}}
+    assert card_reply(card).body == {
+        "statusCode": 200,
+        "type": "application/vnd.microsoft.card.adaptive",
+        "value": card,
+    }
+    assert message_reply("ok").body == {
+        "statusCode": 200,
+        "type": "application/vnd.microsoft.activity.message",
+        "value": "ok",
+    }
+    assert error_reply(403, "no").body == {
+        "statusCode": 403,
+        "type": "application/vnd.microsoft.error",
+        "value": {"code": "403", "message": "no"},
+    }
     assert default_reply().body == {"statusCode": 200}
     assert all(r.status == 200 for r in (card_reply(card), error_reply(409, "x"), default_reply()))
 

@@ -21,11 +21,14 @@ async def fake() -> AsyncIterator[FakeBotConnector]:
         yield server
 
 
-async def call(fake: FakeBotConnector, method: str, path: str, body: Any = None,
-               token: str | None = "good") -> tuple[int, Any]:
+async def call(
+    fake: FakeBotConnector, method: str, path: str, body: Any = None, token: str | None = "good"
+) -> tuple[int, Any]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with aiohttp.ClientSession() as http, http.request(method, fake.base_url + path, json=body,
-                                                             headers=headers) as resp:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.request(method, fake.base_url + path, json=body, headers=headers) as resp,
+    ):
         return resp.status, await resp.json()
 
 
@@ -45,13 +48,16 @@ async def test_an_unknown_conversation_and_an_unknown_activity_are_404(fake: Fak
     assert (await call(fake, "DELETE", f"v3/conversations/{CONV}/activities/x"))[0] == 404
 
 
-@pytest.mark.parametrize("body", [
-    {"type": "event", "conversation": {"id": CONV}, "text": "x"},
-    {"type": "message", "conversation": {"id": "a:elsewhere"}, "text": "x"},
-    {"type": "message", "conversation": {"id": CONV}},
-    message(attachments=[{"contentType": "application/vnd.microsoft.card.adaptive", "content": {"body": []}}]),
-    message(attachments=[{"content": {}}]),
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"type": "event", "conversation": {"id": CONV}, "text": "x"},
+        {"type": "message", "conversation": {"id": "a:elsewhere"}, "text": "x"},
+        {"type": "message", "conversation": {"id": CONV}},
+        message(attachments=[{"contentType": "application/vnd.microsoft.card.adaptive", "content": {"body": []}}]),
+        message(attachments=[{"content": {}}]),
+    ],
+)
 async def test_malformed_activities_are_400(fake: FakeBotConnector, body: dict[str, Any]) -> None:
     status, answer = await call(fake, "POST", f"v3/conversations/{CONV}/activities", body)
     assert status == 400 and answer["error"]["code"] == "BadArgument"
@@ -68,8 +74,11 @@ async def test_updates_and_deletes_change_what_a_person_sees(fake: FakeBotConnec
 async def test_injected_failures_carry_retry_after_and_then_stop(fake: FakeBotConnector) -> None:
     fake.fail_next(1, status=429, retry_after="4")
     async with aiohttp.ClientSession() as http:
-        async with http.post(fake.base_url + f"v3/conversations/{CONV}/activities", json=message(),
-                             headers={"Authorization": "Bearer good"}) as resp:
+        async with http.post(
+            fake.base_url + f"v3/conversations/{CONV}/activities",
+            json=message(),
+            headers={"Authorization": "Bearer good"},
+        ) as resp:
             assert resp.status == 429 and resp.headers["Retry-After"] == "4"
     assert (await call(fake, "POST", f"v3/conversations/{CONV}/activities", message()))[0] == 201
 

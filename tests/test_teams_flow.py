@@ -31,8 +31,12 @@ from tests.test_teams_cards import T0, confirmation
 
 async def test_a_confirm_click_redraws_the_card_for_the_clicker_and_for_everyone() -> None:
     async with TokenIssuer() as issuer, FakeBotConnector() as connector, aiohttp.ClientSession() as http:
-        config = TeamsConfig(app_id=APP_ID, tenant_id=TENANT_ID, botframework_jwks_url=issuer.jwks_url,
-                             service_url_allow=("http://127.0.0.1",))
+        config = TeamsConfig(
+            app_id=APP_ID,
+            tenant_id=TENANT_ID,
+            botframework_jwks_url=issuer.jwks_url,
+            service_url_allow=("http://127.0.0.1",),
+        )
         sender = TeamsSender(config, connections=connections_with(config, StaticTokenProvider()))
         conv = "a:1personal-conversation"
         connector.open_conversation(conv)
@@ -41,8 +45,9 @@ async def test_a_confirm_click_redraws_the_card_for_the_clicker_and_for_everyone
             assert isinstance(activity, TeamsCardAction) and activity.card_activity_id
             if activity.sender.aad_object_id != USER_AAD_ID:  # the runtime's check, stood in for here
                 return refusal_reply("Only the person asked can confirm.")
-            decided = confirmation_card(confirmation(status="confirmed", version=2, decided_at=T0),
-                                        decided_by=activity.sender.name)
+            decided = confirmation_card(
+                confirmation(status="confirmed", version=2, decided_at=T0), decided_by=activity.sender.name
+            )
             await sender.update(reference, activity_id=activity.card_activity_id, card=decided)
             return card_reply(decided)
 

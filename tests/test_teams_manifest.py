@@ -14,9 +14,14 @@ import pytest
 from bot.teams.manifest import SCHEMA_VERSION, ManifestConfig, ManifestError, build_package, icon_png
 from tests.fakes.bot_connector import APP_ID
 
-CONFIG = ManifestConfig(bot_id=APP_ID, messaging_endpoint="https://bot.shop.example/teams/messages",
-                        developer_name="Shop Example", website_url="https://shop.example",
-                        privacy_url="https://shop.example/privacy", terms_url="https://shop.example/terms")
+CONFIG = ManifestConfig(
+    bot_id=APP_ID,
+    messaging_endpoint="https://bot.shop.example/teams/messages",
+    developer_name="Shop Example",
+    website_url="https://shop.example",
+    privacy_url="https://shop.example/privacy",
+    terms_url="https://shop.example/terms",
+)
 
 
 def read_png(data: bytes) -> tuple[int, int, int, list[bytes]]:
@@ -24,9 +29,9 @@ def read_png(data: bytes) -> tuple[int, int, int, list[bytes]]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, idat, header = 8, b"", b""
     while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
         assert crc == zlib.crc32(kind + body) & 0xFFFFFFFF
         if kind == b"IHDR":
             header = body
@@ -37,13 +42,13 @@ def read_png(data: bytes) -> tuple[int, int, int, list[bytes]]:
     assert depth == 8
     raw = zlib.decompress(idat)
     stride = width * 4 + 1
-    rows = [raw[i * stride + 1:(i + 1) * stride] for i in range(height)]
+    rows = [raw[i * stride + 1 : (i + 1) * stride] for i in range(height)]
     assert all(raw[i * stride] == 0 for i in range(height))
     return width, height, colour, rows
 
 
 def pixels(rows: list[bytes]) -> list[tuple[int, int, int, int]]:
-    return [tuple(row[i:i + 4]) for row in rows for i in range(0, len(row), 4)]  # type: ignore[misc]
+    return [tuple(row[i : i + 4]) for row in rows for i in range(0, len(row), 4)]  # type: ignore[misc]
 
 
 def test_the_package_unpacks_into_a_manifest_and_two_icons(tmp_path: Path) -> None:
@@ -52,8 +57,19 @@ def test_the_package_unpacks_into_a_manifest_and_two_icons(tmp_path: Path) -> No
         assert sorted(z.namelist()) == ["color.png", "manifest.json", "outline.png"]
         doc = json.loads(z.read("manifest.json"))
         color, outline = z.read("color.png"), z.read("outline.png")
-    for key in ("$schema", "manifestVersion", "version", "id", "developer", "name", "description", "icons",
-                "accentColor", "bots", "validDomains"):
+    for key in (
+        "$schema",
+        "manifestVersion",
+        "version",
+        "id",
+        "developer",
+        "name",
+        "description",
+        "icons",
+        "accentColor",
+        "bots",
+        "validDomains",
+    ):
         assert key in doc
     assert doc["manifestVersion"] == SCHEMA_VERSION and f"v{SCHEMA_VERSION}/" in doc["$schema"]
     assert doc["id"] == APP_ID and doc["icons"] == {"color": "color.png", "outline": "outline.png"}
@@ -85,16 +101,19 @@ def test_the_teams_app_id_can_differ_from_the_bot_id(tmp_path: Path) -> None:
     assert doc["id"] == other and doc["bots"][0]["botId"] == APP_ID
 
 
-@pytest.mark.parametrize(("change", "says"), [
-    ({"bot_id": "signoff-bot"}, "bot_id"),
-    ({"app_id": "nope"}, "app_id"),
-    ({"messaging_endpoint": "http://bot.shop.example/teams/messages"}, "messaging_endpoint"),
-    ({"privacy_url": "shop.example/privacy"}, "privacy_url"),
-    ({"short_name": "x" * 31}, "short_name"),
-    ({"short_description": "y" * 81}, "short_description"),
-    ({"version": "1.0"}, "version"),
-    ({"accent_color": "green"}, "accent_color"),
-])
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"bot_id": "signoff-bot"}, "bot_id"),
+        ({"app_id": "nope"}, "app_id"),
+        ({"messaging_endpoint": "http://bot.shop.example/teams/messages"}, "messaging_endpoint"),
+        ({"privacy_url": "shop.example/privacy"}, "privacy_url"),
+        ({"short_name": "x" * 31}, "short_name"),
+        ({"short_description": "y" * 81}, "short_description"),
+        ({"version": "1.0"}, "version"),
+        ({"accent_color": "green"}, "accent_color"),
+    ],
+)
 def test_invalid_settings_are_refused_naming_the_field(tmp_path: Path, change: dict[str, str], says: str) -> None:
     with pytest.raises(ManifestError, match=says):
         build_package(replace(CONFIG, **change), tmp_path / "p.zip")  # type: ignore[arg-type]

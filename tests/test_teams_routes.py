@@ -30,8 +30,9 @@ class Recorder:
     reply: InvokeReply | None = None
     fail: bool = False
 
-    async def __call__(self, activity: TeamsActivity, raw: dict[str, Any],
-                       reference: dict[str, Any]) -> InvokeReply | None:
+    async def __call__(
+        self, activity: TeamsActivity, raw: dict[str, Any], reference: dict[str, Any]
+    ) -> InvokeReply | None:
         if self.fail:
             raise RuntimeError("database down")
         self.got.append((activity, raw, reference))
@@ -48,8 +49,9 @@ class Bot:
     def token(self, **kw: Any) -> str:
         return self.issuer.mint(**{"audience": APP_ID, "service_url": SERVICE, **kw})
 
-    async def post(self, body: Any, *, token: str | None = None, raw: bytes | None = None,
-                   headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    async def post(
+        self, body: Any, *, token: str | None = None, raw: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any]:
         hdrs = {"Content-Type": "application/json", **(headers or {})}
         if token is not None:
             hdrs["Authorization"] = f"Bearer {token}"
@@ -70,8 +72,14 @@ async def start(config: TeamsConfig, accept: Recorder) -> tuple[web.AppRunner, s
 
 
 def config_for(issuer: TokenIssuer, **kw: Any) -> TeamsConfig:
-    return TeamsConfig(app_id=APP_ID, tenant_id=TENANT_ID, botframework_jwks_url=issuer.jwks_url,
-                       entra_jwks_url=issuer.jwks_url, max_body_bytes=64 * 1024, **kw)
+    return TeamsConfig(
+        app_id=APP_ID,
+        tenant_id=TENANT_ID,
+        botframework_jwks_url=issuer.jwks_url,
+        entra_jwks_url=issuer.jwks_url,
+        max_body_bytes=64 * 1024,
+        **kw,
+    )
 
 
 @pytest.fixture
@@ -105,8 +113,9 @@ async def test_two_requests_reach_accept_twice_dedup_is_accepts_job_by_key(bot: 
 
 async def test_a_card_click_is_answered_with_the_invoke_reply_accept_returns(bot: Bot) -> None:
     bot.accept.reply = card_reply(CARD)
-    status, answer = await bot.post(card_action_activity(service_url=SERVICE, verb="signoff.decline"),
-                                    token=bot.token())
+    status, answer = await bot.post(
+        card_action_activity(service_url=SERVICE, verb="signoff.decline"), token=bot.token()
+    )
     assert status == 200
     assert answer == {"statusCode": 200, "type": "application/vnd.microsoft.card.adaptive", "value": CARD}
     ((activity, _, _),) = bot.accept.got
@@ -132,10 +141,15 @@ async def test_typing_is_answered_200_and_not_handed_on(bot: Bot) -> None:
 @pytest.mark.parametrize("case", ["missing", "garbage", "rogue", "expired", "audience", "issuer", "basic"])
 async def test_bad_tokens_are_401_json_and_never_reach_accept(bot: Bot, case: str) -> None:
     body = message_activity(service_url=SERVICE)
-    token = {"missing": None, "garbage": "abc.def.ghi", "rogue": bot.token(rogue=True),
-             "expired": bot.token(expires_in=-3600),
-             "audience": bot.token(audience="00000000-0000-4000-8000-000000000000"),
-             "issuer": bot.token(issuer="https://sts.evil.example/"), "basic": None}[case]
+    token = {
+        "missing": None,
+        "garbage": "abc.def.ghi",
+        "rogue": bot.token(rogue=True),
+        "expired": bot.token(expires_in=-3600),
+        "audience": bot.token(audience="00000000-0000-4000-8000-000000000000"),
+        "issuer": bot.token(issuer="https://sts.evil.example/"),
+        "basic": None,
+    }[case]
     headers = {"Authorization": "Basic dXNlcjpwYXNz"} if case == "basic" else None
     status, answer = await bot.post(body, token=token, headers=headers)
     assert status == 401 and set(answer) == {"error", "message"}
@@ -163,8 +177,9 @@ async def test_another_tenant_is_403_and_never_reaches_accept(bot: Bot) -> None:
     assert bot.accept.got == []
 
 
-@pytest.mark.parametrize(("raw", "code"), [(b"{not json", "bad_json"), (b"[1, 2]", "bad_activity"),
-                                           (b"\xff\xfe", "bad_json")])
+@pytest.mark.parametrize(
+    ("raw", "code"), [(b"{not json", "bad_json"), (b"[1, 2]", "bad_activity"), (b"\xff\xfe", "bad_json")]
+)
 async def test_a_body_that_is_not_an_activity_object_is_400(bot: Bot, raw: bytes, code: str) -> None:
     status, answer = await bot.post(None, token=bot.token(), raw=raw)
     assert (status, answer["error"]) == (400, code) and bot.accept.got == []
@@ -184,8 +199,9 @@ async def test_a_body_over_the_limit_is_413_without_being_parsed(bot: Bot) -> No
 
 
 async def test_a_card_click_with_forged_data_gets_an_invoke_error_and_never_reaches_accept(bot: Bot) -> None:
-    body = card_action_activity(service_url=SERVICE, verb="signoff.approve",
-                                data={"id": "apr_1", "version": 1, "amount_minor": 999999})
+    body = card_action_activity(
+        service_url=SERVICE, verb="signoff.approve", data={"id": "apr_1", "version": 1, "amount_minor": 999999}
+    )
     status, answer = await bot.post(body, token=bot.token())
     assert status == 200 and answer["statusCode"] == 400
     assert answer["type"] == "application/vnd.microsoft.error" and bot.accept.got == []
@@ -214,7 +230,7 @@ async def test_without_a_token_only_the_dev_flag_lets_a_request_in() -> None:
 
 async def chunked(data: bytes, piece: int = 1000) -> AsyncIterator[bytes]:
     for i in range(0, len(data), piece):
-        yield data[i:i + piece]
+        yield data[i : i + piece]
 
 
 async def test_a_chunked_body_is_read_whole_and_a_chunked_body_over_the_limit_is_413(bot: Bot) -> None:

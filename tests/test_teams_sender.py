@@ -35,10 +35,15 @@ class Harness:
     slept: list[float] = field(default_factory=list)
 
     def reference(self, conversation_id: str = CONV, **extra: Any) -> dict[str, Any]:
-        return {"activityId": "1700000000001", "user": {"id": "29:1user", "name": "Ann"},
-                "bot": {"id": f"28:{APP_ID}", "name": "signoff"},
-                "conversation": {"id": conversation_id, "conversationType": "personal", "tenantId": TENANT_ID},
-                "channelId": "msteams", "serviceUrl": self.fake.base_url, **extra}
+        return {
+            "activityId": "1700000000001",
+            "user": {"id": "29:1user", "name": "Ann"},
+            "bot": {"id": f"28:{APP_ID}", "name": "signoff"},
+            "conversation": {"id": conversation_id, "conversationType": "personal", "tenantId": TENANT_ID},
+            "channelId": "msteams",
+            "serviceUrl": self.fake.base_url,
+            **extra,
+        }
 
 
 @pytest.fixture
@@ -51,8 +56,12 @@ async def h() -> AsyncIterator[Harness]:
         async def sleep(seconds: float) -> None:
             harness.slept.append(seconds)
 
-        harness.sender = TeamsSender(config, connections=connections_with(config, tokens), sleep=sleep,
-                                     retry=RetryPolicy(attempts=3, base_wait_s=0.25, max_wait_s=10))
+        harness.sender = TeamsSender(
+            config,
+            connections=connections_with(config, tokens),
+            sleep=sleep,
+            retry=RetryPolicy(attempts=3, base_wait_s=0.25, max_wait_s=10),
+        )
         fake.open_conversation(CONV)
         yield harness
 
@@ -173,8 +182,9 @@ async def test_a_broken_reference_is_a_delivery_error(h: Harness) -> None:
 
 
 async def test_open_personal_chat_creates_the_conversation_posts_and_returns_a_usable_reference(h: Harness) -> None:
-    sent = await h.sender.open_personal_chat(service_url=h.fake.base_url, tenant_id=TENANT_ID,
-                                             user_id="29:supervisor", card=CARD)
+    sent = await h.sender.open_personal_chat(
+        service_url=h.fake.base_url, tenant_id=TENANT_ID, user_id="29:supervisor", card=CARD
+    )
     create = h.fake.calls("POST")[0]
     assert create.path == "/v3/conversations" and bearer(create) == TOKEN
     assert create.body["members"] == [{"id": "29:supervisor"}] and create.body["tenantId"] == TENANT_ID

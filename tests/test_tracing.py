@@ -43,17 +43,34 @@ def canonical_responder() -> Any:
 
 
 def driver_env(db: Path, api: FakeAnthropicAPI, **extra: str) -> dict[str, str]:
-    keep = {k: v for k, v in os.environ.items()
-            if not k.startswith(("OTEL_", "ANTHROPIC_", "OPENAI_", "SIGNOFF_", "SLACK_"))}
-    return {**keep, "SIGNOFF_DATABASE_URL": f"sqlite+aiosqlite:///{db}", "SIGNOFF_LLM_PROVIDER": "anthropic",
-            "ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_BASE_URL": api.base_url, "SIGNOFF_MODEL": MODEL,
-            "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost", **extra}
+    keep = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OTEL_", "ANTHROPIC_", "OPENAI_", "SIGNOFF_", "SLACK_"))
+    }
+    return {
+        **keep,
+        "SIGNOFF_DATABASE_URL": f"sqlite+aiosqlite:///{db}",
+        "SIGNOFF_LLM_PROVIDER": "anthropic",
+        "ANTHROPIC_API_KEY": "sk-test",
+        "ANTHROPIC_BASE_URL": api.base_url,
+        "SIGNOFF_MODEL": MODEL,
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+        **extra,
+    }
 
 
 async def run_driver(tmp_path: Path, env: dict[str, str]) -> dict[str, Any]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(DRIVER), str(tmp_path / "signoff.db"), env=env, cwd=tmp_path,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        str(DRIVER),
+        str(tmp_path / "signoff.db"),
+        env=env,
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
     assert proc.returncode == 0, err.decode()[-3000:]
     summary: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
@@ -81,8 +98,9 @@ async def test_canonical_refund_exports_gen_ai_spans_on_the_runs_trace(tmp_path:
     SDK's own call span beneath ours — all on the trace id the run's audit rows carry, which the
     SDK also propagates to the provider."""
     async with FakeAnthropicAPI(canonical_responder()) as api, FakeCollector() as otlp:
-        env = driver_env(tmp_path / "signoff.db", api, OTEL_EXPORTER_OTLP_ENDPOINT=otlp.base_url,
-                         OTEL_BSP_SCHEDULE_DELAY="50")
+        env = driver_env(
+            tmp_path / "signoff.db", api, OTEL_EXPORTER_OTLP_ENDPOINT=otlp.base_url, OTEL_BSP_SCHEDULE_DELAY="50"
+        )
         summary = await run_driver(tmp_path, env)
     assert summary["tracing"] is True and summary["provider"] == "TracerProvider"
     run_trace, conv = summary["trace_id"], summary["conversation_id"]
@@ -108,10 +126,18 @@ async def test_canonical_refund_exports_gen_ai_spans_on_the_runs_trace(tmp_path:
     assert all(s.attributes[GEN_AI.OPERATION] == "execute_tool" and s.kind == INTERNAL for s in tools)
     assert tools[-1].attributes["signoff.tool.keyed"] is True and tools[-1].attributes["signoff.tool.is_error"] is False
 
-    gates = [(s.attributes[GEN_AI.TOOL_NAME], s.attributes["signoff.gate.decision"]) for s in spans
-             if s.name.startswith("gate ")]
-    assert gates == [("get_order", "execute"), ("search_knowledge", "execute"), ("issue_refund", "confirmation"),
-                     ("issue_refund", "approval"), ("issue_refund", "execute")]
+    gates = [
+        (s.attributes[GEN_AI.TOOL_NAME], s.attributes["signoff.gate.decision"])
+        for s in spans
+        if s.name.startswith("gate ")
+    ]
+    assert gates == [
+        ("get_order", "execute"),
+        ("search_knowledge", "execute"),
+        ("issue_refund", "confirmation"),
+        ("issue_refund", "approval"),
+        ("issue_refund", "execute"),
+    ]
     approval = one(spans, "approval approve")
     assert approval.attributes["signoff.approval.id"] == summary["approval_id"]
     assert approval.attributes["signoff.approval.status"] == "approved"
@@ -134,8 +160,9 @@ async def test_without_an_endpoint_nothing_is_installed_and_nothing_leaves(tmp_p
     url = f"sqlite+aiosqlite:///{tmp_path / 'signoff.db'}"
     await upgrade(url)
     async with FakeAnthropicAPI(scripted(text_turn("Hello!"))) as api:
-        settings = load_settings({"SIGNOFF_DATABASE_URL": url, "ANTHROPIC_API_KEY": "sk-test",
-                                  "ANTHROPIC_BASE_URL": api.base_url})
+        settings = load_settings(
+            {"SIGNOFF_DATABASE_URL": url, "ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_BASE_URL": api.base_url}
+        )
         app = await create_app(settings)
         try:
             result = await app.runtime.chat(principal=C7, channel="api", message="hi")

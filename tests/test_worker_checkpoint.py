@@ -23,7 +23,8 @@ from tests.support import seeded
 
 
 async def test_the_worker_runs_its_checkpoint_when_due_and_survives_a_failing_one(
-        db: Database, caplog: pytest.LogCaptureFixture) -> None:
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
     """First pass: checkpoint; passes within the period: none; a raising checkpoint is logged."""
     h = await seeded(db, ScriptedModel([]))
     calls: list[int] = []
@@ -52,10 +53,15 @@ async def test_the_app_worker_checkpoints_into_the_configured_file(tmp_path: Pat
     url = f"sqlite+aiosqlite:///{tmp_path / 'w.db'}"
     await upgrade(url)
     cp_file, key_file = tmp_path / "cp" / "audit.jsonl", tmp_path / "key" / "audit.pem"
-    settings = load_settings({"SIGNOFF_DATABASE_URL": url, "SIGNOFF_LLM_PROVIDER": "scripted",
-                              "SIGNOFF_AUDIT_CHECKPOINT_FILE": str(cp_file),
-                              "SIGNOFF_AUDIT_KEY_FILE": str(key_file),
-                              "SIGNOFF_AUDIT_CHECKPOINT_EVERY_S": "0.000001"})
+    settings = load_settings(
+        {
+            "SIGNOFF_DATABASE_URL": url,
+            "SIGNOFF_LLM_PROVIDER": "scripted",
+            "SIGNOFF_AUDIT_CHECKPOINT_FILE": str(cp_file),
+            "SIGNOFF_AUDIT_KEY_FILE": str(key_file),
+            "SIGNOFF_AUDIT_CHECKPOINT_EVERY_S": "0.000001",
+        }
+    )
     app = await create_app(settings, seed=False)
     try:
         await app.runtime.s.audit.append(AuditEvent(kind="proposal"))
@@ -76,8 +82,12 @@ def test_checkpoint_schedule_and_paths_defaults(tmp_path: Path, monkeypatch: pyt
     assert base.audit_key_path == tmp_path / ".config" / "signoff" / "audit-key.pem"
     assert base.audit_checkpoint_path.parent == tmp_path / ".local" / "state" / "signoff"
     assert load_settings({"SIGNOFF_AUDIT_KEY_FILE": "/k.pem"}).checkpoint_every_s == DEFAULT_CHECKPOINT_EVERY_S
-    assert load_settings({"SIGNOFF_AUDIT_CHECKPOINT_FILE": "/c", "SIGNOFF_AUDIT_CHECKPOINT_EVERY_S": "0"}
-                         ).checkpoint_every_s is None
+    assert (
+        load_settings(
+            {"SIGNOFF_AUDIT_CHECKPOINT_FILE": "/c", "SIGNOFF_AUDIT_CHECKPOINT_EVERY_S": "0"}
+        ).checkpoint_every_s
+        is None
+    )
     one = load_settings({"SIGNOFF_DATABASE_URL": "postgresql+asyncpg://app:secret@db/shop"})
     same = load_settings({"SIGNOFF_DATABASE_URL": "postgresql+asyncpg://app:other@db/shop"})
     other = load_settings({"SIGNOFF_DATABASE_URL": "postgresql+asyncpg://app@db/shop2"})
@@ -100,8 +110,9 @@ async def test_a_busy_money_lock_is_a_409_not_a_500(db: Database) -> None:
         assert r.status == 409 and (await r.json())["error"] == "conflict"
 
 
-def test_the_cli_answers_a_busy_money_lock_with_one_line(monkeypatch: pytest.MonkeyPatch,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_answers_a_busy_money_lock_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`signoff approvals approve` whose action waits out the lock: exit 1, "busy; try again", no traceback."""
     import bot.cli.commands
 

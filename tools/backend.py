@@ -221,8 +221,15 @@ class CommerceBackend(Protocol):
 
     # -- writes: idempotent by key; BackendError for business refusals -------
     async def issue_refund(
-        self, customer_id: str, order_id: str, *, amount_minor: int, currency: str,
-        reason_code: str, return_id: str | None, idempotency_key: str,
+        self,
+        customer_id: str,
+        order_id: str,
+        *,
+        amount_minor: int,
+        currency: str,
+        reason_code: str,
+        return_id: str | None,
+        idempotency_key: str,
     ) -> Refund: ...
     async def cancel_order(
         self, customer_id: str, order_id: str, *, reason_code: str, idempotency_key: str
@@ -232,7 +239,12 @@ class CommerceBackend(Protocol):
     ) -> Order: ...
     async def create_reorder(self, customer_id: str, order_id: str, *, idempotency_key: str) -> Order: ...
     async def create_return(
-        self, customer_id: str, order_id: str, *, items: list[ReturnItem], reason_code: str,
+        self,
+        customer_id: str,
+        order_id: str,
+        *,
+        items: list[ReturnItem],
+        reason_code: str,
         idempotency_key: str,
     ) -> Return: ...
     async def retry_payment(self, customer_id: str, order_id: str, *, idempotency_key: str) -> Payment: ...
@@ -240,7 +252,12 @@ class CommerceBackend(Protocol):
         self, customer_id: str, *, email: str | None, phone: str | None, idempotency_key: str
     ) -> Customer: ...
     async def send_message(
-        self, customer_id: str, *, channel: MessageChannel, template: str, body: str,
+        self,
+        customer_id: str,
+        *,
+        channel: MessageChannel,
+        template: str,
+        body: str,
         idempotency_key: str,
     ) -> OutboxMessage:
         """Send to the contact detail *on file* for ``channel`` (S3); never another address."""

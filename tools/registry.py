@@ -121,9 +121,5 @@ class Registry:
 
     def unloaded_listing(self, groups: Iterable[str]) -> str:
         loaded = set(groups)
-        lines = [
-            f"- {g}: {self.group_blurbs.get(g, '')}".rstrip()
-            for g in LOADABLE_GROUPS
-            if g not in loaded
-        ]
+        lines = [f"- {g}: {self.group_blurbs.get(g, '')}".rstrip() for g in LOADABLE_GROUPS if g not in loaded]
         return "\n".join(lines)

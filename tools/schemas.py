@@ -25,8 +25,9 @@ ACTION_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
 #: Invisible formatting characters that can make text read differently to a person and to code:
 #: bidirectional embeddings, overrides and isolates (U+202A–U+202E, U+2066–U+2069), zero-width
 #: characters and directional marks (U+200B–U+200F), the word joiner (U+2060) and the BOM (U+FEFF).
-INVISIBLE_CONTROLS = "".join(chr(c) for c in (*range(0x200B, 0x2010), *range(0x202A, 0x202F), 0x2060,
-                                               *range(0x2066, 0x206A), 0xFEFF))
+INVISIBLE_CONTROLS = "".join(
+    chr(c) for c in (*range(0x200B, 0x2010), *range(0x202A, 0x202F), 0x2060, *range(0x2066, 0x206A), 0xFEFF)
+)
 #: Free text without them (ECMA-262 and Python ``re`` read the ``\\uXXXX`` escapes alike).
 NO_INVISIBLE_CONTROLS_PATTERN = r"^[^\u200B-\u200F\u202A-\u202E\u2060\u2066-\u2069\uFEFF]*$"
 

@@ -33,8 +33,13 @@ from storage.db import Database, create_database
 
 #: Fields that hold times, per collection; override values may be relative (``-3d``).
 TIME_FIELDS = {
-    "customers": ("created_at",), "orders": ("placed_at", "delivered_at"), "payments": ("created_at",),
-    "refunds": ("created_at",), "returns": ("created_at",), "invoices": ("issued_at",), "outbox": ("sent_at",),
+    "customers": ("created_at",),
+    "orders": ("placed_at", "delivered_at"),
+    "payments": ("created_at",),
+    "refunds": ("created_at",),
+    "returns": ("created_at",),
+    "invoices": ("issued_at",),
+    "outbox": ("sent_at",),
 }
 
 
@@ -71,8 +76,7 @@ def merged_dataset(base: dict[str, Any], spec: StoreSpec) -> Dataset:
     data = {k: (list(v) if isinstance(v, list) else v) for k, v in base.items()}
     for collection in ("customers", "orders", "payments", "refunds", "returns", "knowledge", "staff"):
         for record in getattr(spec, collection):
-            rec = {k: _resolve_time(v, as_of) if k in TIME_FIELDS.get(collection, ()) else v
-                   for k, v in record.items()}
+            rec = {k: _resolve_time(v, as_of) if k in TIME_FIELDS.get(collection, ()) else v for k, v in record.items()}
             rows = data.setdefault(collection, [])
             at = next((i for i, r in enumerate(rows) if r.get("id") == rec.get("id")), None)
             if at is None:
@@ -178,16 +182,32 @@ def _replace_file(source: Path, target: Path) -> None:
     shutil.copyfile(source, target)
 
 
-def build_services(*, db: Database, model: ModelClient, clock: Callable[[], datetime],
-                   policy: Policy | None = None, notifier: Notifier | None = None) -> Services:
+def build_services(
+    *,
+    db: Database,
+    model: ModelClient,
+    clock: Callable[[], datetime],
+    policy: Policy | None = None,
+    notifier: Notifier | None = None,
+) -> Services:
     """The runtime's collaborators over ``db``, wired as the composition root wires them."""
-    return _build_services(db=db, model=model, backend=SandboxStore(db, clock=clock), policy=policy,
-                           notifier=notifier, clock=clock)
+    return _build_services(
+        db=db, model=model, backend=SandboxStore(db, clock=clock), policy=policy, notifier=notifier, clock=clock
+    )
 
 
 def open_database(path: Path) -> Database:
     return create_database(sqlite_url(path))
 
 
-__all__ = ["Clock", "DatasetError", "Lane", "Template", "TemplateStore", "build_services", "merged_dataset",
-           "open_database", "sqlite_url"]
+__all__ = [
+    "Clock",
+    "DatasetError",
+    "Lane",
+    "Template",
+    "TemplateStore",
+    "build_services",
+    "merged_dataset",
+    "open_database",
+    "sqlite_url",
+]

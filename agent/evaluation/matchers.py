@@ -32,7 +32,7 @@ def is_matcher(value: Any) -> bool:
 def value_matches(expected: Any, actual: Any) -> bool:
     """One expected value (literal or matcher) against one actual value."""
     if is_matcher(expected):
-        (kind, arg), = expected.items()
+        ((kind, arg),) = expected.items()
         match kind:
             case "any":
                 return bool(arg) == (actual is not None)
@@ -45,7 +45,8 @@ def value_matches(expected: Any, actual: Any) -> bool:
             case "subset":
                 if isinstance(arg, dict):
                     return isinstance(actual, dict) and all(
-                        k in actual and value_matches(v, actual[k]) for k, v in arg.items())
+                        k in actual and value_matches(v, actual[k]) for k, v in arg.items()
+                    )
                 return isinstance(actual, list) and all(any(value_matches(e, a) for a in actual) for e in arg)
     if isinstance(expected, dict) and isinstance(actual, dict):
         return expected.keys() == actual.keys() and all(value_matches(v, actual[k]) for k, v in expected.items())
@@ -68,8 +69,9 @@ def gate_matches(expect: ToolExpect, p: Proposal) -> bool:
     """The gate's decision and reason, and the result's error code, as expected."""
     if expect.gate is not None and p.decision != expect.gate:
         return False
-    if expect.error is not None and not (p.is_error and isinstance(p.result, dict)
-                                         and p.result.get("error") == expect.error):
+    if expect.error is not None and not (
+        p.is_error and isinstance(p.result, dict) and p.result.get("error") == expect.error
+    ):
         return False
     return expect.reason is None or p.reason == expect.reason
 
@@ -88,14 +90,15 @@ def find_in_order(expects: list[ToolExpect], proposals: list[Proposal]) -> tuple
         if not named:
             choice.append(f"{e.tool} was not proposed" + (" (after the previous expected call)" if at else ""))
             continue
-        hit = next((i for i in named if args_match(e, proposals[i].arguments) and gate_matches(e, proposals[i])),
-                   None)
+        hit = next((i for i in named if args_match(e, proposals[i].arguments) and gate_matches(e, proposals[i])), None)
         if hit is None:
             got = proposals[named[0]]
-            arguments.append(f"{e.tool}: no call matched {e.args or {}}"
-                             f"{f' with gate {e.gate}' if e.gate else ''}{f'/{e.reason}' if e.reason else ''}"
-                             f"{f' error {e.error}' if e.error else ''}; "
-                             f"first was {got.arguments} → {got.decision}/{got.reason}")
+            arguments.append(
+                f"{e.tool}: no call matched {e.args or {}}"
+                f"{f' with gate {e.gate}' if e.gate else ''}{f'/{e.reason}' if e.reason else ''}"
+                f"{f' error {e.error}' if e.error else ''}; "
+                f"first was {got.arguments} → {got.decision}/{got.reason}"
+            )
             at = named[0] + 1
             continue
         at = hit + 1

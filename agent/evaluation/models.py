@@ -80,6 +80,7 @@ _ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T")
 
 def fill_text(text: str, request: ModelRequest) -> str:
     """Replace ``{$key}`` in reply text with the newest value of ``key`` (an ISO time as its date)."""
+
     def value(m: re.Match[str]) -> str:
         found = newest_value(request, m.group(1))
         if found is None:
@@ -138,14 +139,18 @@ def real_model(kind: str, settings: Any) -> ModelClient:
             raise ConfigError("ANTHROPIC_API_KEY: required for --model anthropic")
         from agent.llm.anthropic import AnthropicClient, AnthropicConfig
 
-        return AnthropicClient(AnthropicConfig(model=settings.signoff_model, api_key=settings.anthropic_api_key,
-                                               base_url=settings.anthropic_base_url))
+        return AnthropicClient(
+            AnthropicConfig(
+                model=settings.signoff_model, api_key=settings.anthropic_api_key, base_url=settings.anthropic_base_url
+            )
+        )
     if not getattr(settings, "openai_base_url", None):
         raise ConfigError("OPENAI_BASE_URL: required for --model openai")
     from agent.llm.openai_compat import OpenAICompatClient, OpenAIConfig
 
-    return OpenAICompatClient(OpenAIConfig(model=settings.signoff_model, base_url=settings.openai_base_url,
-                                           api_key=settings.openai_api_key))
+    return OpenAICompatClient(
+        OpenAIConfig(model=settings.signoff_model, base_url=settings.openai_base_url, api_key=settings.openai_api_key)
+    )
 
 
 def model_for(kind: ModelKind, case: Case, *, real: ModelClient | None = None) -> ModelClient:
@@ -163,5 +168,13 @@ def model_for(kind: ModelKind, case: Case, *, real: ModelClient | None = None) -
     return real
 
 
-__all__ = ["OFFLINE", "CaseScript", "effective_model", "fill", "model_for", "newest_value", "real_model",
-           "tool_use_block"]
+__all__ = [
+    "OFFLINE",
+    "CaseScript",
+    "effective_model",
+    "fill",
+    "model_for",
+    "newest_value",
+    "real_model",
+    "tool_use_block",
+]

@@ -81,8 +81,11 @@ class Player:
         self.clock = clock
         self.roles = staff_roles
         p = case.principal
-        self.acting = principal_of(p.staff, customer=p.customer, staff_roles=staff_roles) if p.staff else \
-            Principal(kind="customer", id=p.customer, customer_id=p.customer)
+        self.acting = (
+            principal_of(p.staff, customer=p.customer, staff_roles=staff_roles)
+            if p.staff
+            else Principal(kind="customer", id=p.customer, customer_id=p.customer)
+        )
         self.played = Played()
 
     async def play(self) -> Played:
@@ -100,8 +103,9 @@ class Player:
         match turn.action:
             case "user":
                 conv = self.played.conversations.get(turn.conversation)
-                r = await self.rt.chat(principal=self.acting, channel=self.case.channel, message=turn.user or "",
-                                       conversation_id=conv)
+                r = await self.rt.chat(
+                    principal=self.acting, channel=self.case.channel, message=turn.user or "", conversation_id=conv
+                )
                 self.played.conversations[turn.conversation] = r.conversation_id
                 return TurnOutcome(index=i, action="user", reply=r.reply, outcome=r.outcome)
             case "confirm" | "decline":
@@ -153,18 +157,34 @@ class Player:
         actor = principal_of(who, customer=None, staff_roles=self.roles)
         comment = turn.reject.comment if turn.reject else None
         try:
-            out = await self.rt.decide(a.id, expected_version=a.version, decision=turn.action, actor=actor,
-                                       comment=comment)
+            out = await self.rt.decide(
+                a.id, expected_version=a.version, decision=turn.action, actor=actor, comment=comment
+            )
         except DecisionError as exc:
             return self._expected(i, turn, exc.code)
         reply = await self._resume(out.approval)
         return self._expected(i, turn, None, reply=reply, status=out.approval.status)
 
-    def _expected(self, i: int, turn: Turn, code: str | None, *, reply: str = "", status: str | None = None,
-                  default: str | None = None) -> TurnOutcome:
+    def _expected(
+        self,
+        i: int,
+        turn: Turn,
+        code: str | None,
+        *,
+        reply: str = "",
+        status: str | None = None,
+        default: str | None = None,
+    ) -> TurnOutcome:
         want = turn.expect_error or default
-        return TurnOutcome(index=i, action=turn.action, reply=reply, outcome=status, ok=code == want,
-                           error=code, successes=int(code is None))
+        return TurnOutcome(
+            index=i,
+            action=turn.action,
+            reply=reply,
+            outcome=status,
+            ok=code == want,
+            error=code,
+            successes=int(code is None),
+        )
 
     async def _resume(self, a: Approval) -> str:
         if a.status == "pending":
@@ -186,8 +206,7 @@ class Player:
         if a is None:
             return TurnOutcome(index=i, action=turn.action, ok=False, error="nothing_to_decide")
         actor = principal_of(turn.double_click or "", customer=None, staff_roles=self.roles)
-        clicks = [self.rt.decide(a.id, expected_version=a.version, decision="approve", actor=actor)
-                  for _ in range(2)]
+        clicks = [self.rt.decide(a.id, expected_version=a.version, decision="approve", actor=actor) for _ in range(2)]
         results: list[Any] = await asyncio.gather(*clicks, return_exceptions=True)
         wins = [r for r in results if not isinstance(r, BaseException)]
         errors = [r for r in results if isinstance(r, BaseException)]
@@ -196,8 +215,14 @@ class Player:
                 raise e
         reply = await self._resume(wins[0].approval) if wins else ""
         codes = ",".join(sorted(e.code for e in errors if isinstance(e, DecisionError)))
-        return TurnOutcome(index=i, action=turn.action, reply=reply, ok=len(wins) == 1 and codes == "conflict",
-                           error=codes or None, successes=len(wins))
+        return TurnOutcome(
+            index=i,
+            action=turn.action,
+            reply=reply,
+            ok=len(wins) == 1 and codes == "conflict",
+            error=codes or None,
+            successes=len(wins),
+        )
 
     async def _stale_click(self, i: int, turn: Turn) -> TurnOutcome:
         a = await self._approval(turn, pending_only=False)
@@ -231,12 +256,23 @@ async def observe(rt: Runtime, before: Dataset, *, counts: dict[str, int] | None
     proposals = [p for run in runs for p in await s.conversations.proposals(run)]
     approvals = await s.approvals.list_approvals(limit=1000)
     keys = {p.idempotency_key for p in proposals if p.idempotency_key} | {
-        a.idempotency_key for a in approvals if a.idempotency_key}
+        a.idempotency_key for a in approvals if a.idempotency_key
+    }
     ledger = {k: e for k in sorted(keys) if (e := await s.ledger.get(k)) is not None}
-    untouched = counts is not None and not any(e.kind.startswith("execution.") for e in audit) \
+    untouched = (
+        counts is not None
+        and not any(e.kind.startswith("execution.") for e in audit)
         and await count_rows(s.db) == counts
-    return Observed(proposals=proposals, audit=audit, verify=await s.audit.verify(), approvals=approvals,
-                    ledger=ledger, before=before, after=before if untouched else await export_model(s.db))
+    )
+    return Observed(
+        proposals=proposals,
+        audit=audit,
+        verify=await s.audit.verify(),
+        approvals=approvals,
+        ledger=ledger,
+        before=before,
+        after=before if untouched else await export_model(s.db),
+    )
 
 
 __all__ = ["Observed", "Played", "Player", "TurnOutcome", "observe", "principal_of"]

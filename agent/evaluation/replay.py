@@ -51,9 +51,14 @@ def read_traces(path: Path) -> list[Recorded]:
             continue
         try:
             row = json.loads(line)
-            rec = Recorded(suite=row["suite"], suite_file=row["suite_file"], case=row["case"], model=row["model"],
-                           prompt_version=row.get("prompt_version", "?"),
-                           tools=[(t, dict(a)) for t, a in row["tools"]])
+            rec = Recorded(
+                suite=row["suite"],
+                suite_file=row["suite_file"],
+                case=row["case"],
+                model=row["model"],
+                prompt_version=row.get("prompt_version", "?"),
+                tools=[(t, dict(a)) for t, a in row["tools"]],
+            )
         except (ValueError, KeyError, TypeError) as exc:
             raise SuiteError([f"{path}:{n}: not a trace line ({exc})"]) from None
         out.setdefault((rec.suite, rec.case), rec)
@@ -80,8 +85,9 @@ def render(tools: list[tuple[str, dict[str, Any]]]) -> list[str]:
     return [f"{name} {json.dumps(_normalise(args), sort_keys=True, ensure_ascii=False)}" for name, args in tools]
 
 
-def diff_tools(before: list[tuple[str, dict[str, Any]]], after: list[tuple[str, dict[str, Any]]], *,
-               a: str, b: str) -> list[str]:
+def diff_tools(
+    before: list[tuple[str, dict[str, Any]]], after: list[tuple[str, dict[str, Any]]], *, a: str, b: str
+) -> list[str]:
     return list(difflib.unified_diff(render(before), render(after), fromfile=a, tofile=b, lineterm="", n=1))
 
 
@@ -94,15 +100,23 @@ async def replay_traces(records: list[Recorded], *, model: str, settings: Any = 
         if rec.suite_file not in suites:
             suites[rec.suite_file] = load_suite(rec.suite_file)
     wanted = {(r.suite, r.case) for r in records}
-    narrowed = [s.model_copy(update={"cases": [c for c in s.cases if (s.suite, c.id) in wanted]})
-                for s in suites.values()]
+    narrowed = [
+        s.model_copy(update={"cases": [c for c in s.cases if (s.suite, c.id) in wanted]}) for s in suites.values()
+    ]
     report = await run_suites([s for s in narrowed if s.cases], EvalOptions(model=model, runs=1), settings=settings)
     now = {(c.suite, c.case): (c.model, list(c.runs[0].tools)) for c in report.cases}
     diffs = []
     for rec in records:
         new_model, tools = now.get((rec.suite, rec.case), (model, []))
-        diffs.append(CaseDiff(suite=rec.suite, case=rec.case, diff=diff_tools(
-            rec.tools, tools, a=f"{rec.model} ({rec.prompt_version})", b=f"{new_model} ({PROMPT_VERSION})")))
+        diffs.append(
+            CaseDiff(
+                suite=rec.suite,
+                case=rec.case,
+                diff=diff_tools(
+                    rec.tools, tools, a=f"{rec.model} ({rec.prompt_version})", b=f"{new_model} ({PROMPT_VERSION})"
+                ),
+            )
+        )
     return diffs
 
 

@@ -67,12 +67,18 @@ class Report:
 
     def table(self) -> str:
         """The human report: one row per case, failures explained, totals per suite."""
-        head = f"{'suite':<12} {'case':<50} {'pass^' + str(self.k):<7} " + " ".join(
-            f"{SHORT[d]:>7}" for d in DIMENSIONS) + f" {'harm':>5}"
+        head = (
+            f"{'suite':<12} {'case':<50} {'pass^' + str(self.k):<7} "
+            + " ".join(f"{SHORT[d]:>7}" for d in DIMENSIONS)
+            + f" {'harm':>5}"
+        )
         lines = [head, "-" * len(head)]
         for c in self.cases:
-            lines.append(f"{c.suite:<12} {c.case[:50]:<50} {'PASS' if c.passed else 'FAIL':<7} " + " ".join(
-                f"{c.dim_runs(d)}/{self.k}".rjust(7) for d in DIMENSIONS) + f" {c.harmful:>5}")
+            lines.append(
+                f"{c.suite:<12} {c.case[:50]:<50} {'PASS' if c.passed else 'FAIL':<7} "
+                + " ".join(f"{c.dim_runs(d)}/{self.k}".rjust(7) for d in DIMENSIONS)
+                + f" {c.harmful:>5}"
+            )
         failed = [c for c in self.cases if not c.passed]
         if failed:
             lines += ["", "failures:"]
@@ -82,31 +88,54 @@ class Report:
         lines.append("")
         for s in self.suites():
             rows = [c for c in self.cases if c.suite == s]
-            dims = " · ".join(f"{d.replace('_', ' ')} {sum(c.dim_runs(d) == self.k for c in rows)}/{len(rows)}"
-                              for d in DIMENSIONS)
-            lines.append(f"{s}: {sum(c.passed for c in rows)}/{len(rows)} cases pass^{self.k} · {dims} · "
-                         f"harmful outcomes {sum(c.harmful for c in rows)}")
+            dims = " · ".join(
+                f"{d.replace('_', ' ')} {sum(c.dim_runs(d) == self.k for c in rows)}/{len(rows)}" for d in DIMENSIONS
+            )
+            lines.append(
+                f"{s}: {sum(c.passed for c in rows)}/{len(rows)} cases pass^{self.k} · {dims} · "
+                f"harmful outcomes {sum(c.harmful for c in rows)}"
+            )
         total = len(self.cases)
-        lines.append(f"overall: {sum(c.passed for c in self.cases)}/{total} cases pass^{self.k} with model "
-                     f"{self.model}, k={self.k}, harmful outcomes {self.harmful_outcomes}, "
-                     f"{self.seconds:.1f}s")
+        lines.append(
+            f"overall: {sum(c.passed for c in self.cases)}/{total} cases pass^{self.k} with model "
+            f"{self.model}, k={self.k}, harmful outcomes {self.harmful_outcomes}, "
+            f"{self.seconds:.1f}s"
+        )
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "model": self.model, "k": self.k, "prompt_version": PROMPT_VERSION, "seconds": round(self.seconds, 3),
-            "harmful_outcomes": self.harmful_outcomes, "passed": self.exit_code == 0,
-            "suites": {s: {"cases": sum(c.suite == s for c in self.cases),
-                           "passed": sum(c.passed for c in self.cases if c.suite == s)} for s in self.suites()},
-            "cases": [{
-                "suite": c.suite, "case": c.case, "model": c.model, "pass_k": c.passed,
-                "dimensions": {d: {"runs_passed": c.dim_runs(d), "pass_k": c.dim_runs(d) == self.k}
-                               for d in DIMENSIONS},
-                "harmful": [str(f) for r in c.runs for f in r.harmful],
-                "problems": c.problems(),
-                "runs": [{"passed": r.passed, "tools": [[t, a] for t, a in r.tools], "reply": r.final_reply}
-                         for r in c.runs],
-            } for c in self.cases],
+            "model": self.model,
+            "k": self.k,
+            "prompt_version": PROMPT_VERSION,
+            "seconds": round(self.seconds, 3),
+            "harmful_outcomes": self.harmful_outcomes,
+            "passed": self.exit_code == 0,
+            "suites": {
+                s: {
+                    "cases": sum(c.suite == s for c in self.cases),
+                    "passed": sum(c.passed for c in self.cases if c.suite == s),
+                }
+                for s in self.suites()
+            },
+            "cases": [
+                {
+                    "suite": c.suite,
+                    "case": c.case,
+                    "model": c.model,
+                    "pass_k": c.passed,
+                    "dimensions": {
+                        d: {"runs_passed": c.dim_runs(d), "pass_k": c.dim_runs(d) == self.k} for d in DIMENSIONS
+                    },
+                    "harmful": [str(f) for r in c.runs for f in r.harmful],
+                    "problems": c.problems(),
+                    "runs": [
+                        {"passed": r.passed, "tools": [[t, a] for t, a in r.tools], "reply": r.final_reply}
+                        for r in c.runs
+                    ],
+                }
+                for c in self.cases
+            ],
         }
 
     def write_json(self, path: Path) -> None:
@@ -117,10 +146,22 @@ class Report:
         with path.open("w", encoding="utf-8") as f:
             for c in self.cases:
                 for i, r in enumerate(c.runs):
-                    f.write(json.dumps({"suite": c.suite, "suite_file": c.suite_file, "case": c.case, "run": i,
-                                        "model": c.model, "prompt_version": PROMPT_VERSION,
-                                        "tools": [[t, a] for t, a in r.tools]}, ensure_ascii=False,
-                                       default=str) + "\n")
+                    f.write(
+                        json.dumps(
+                            {
+                                "suite": c.suite,
+                                "suite_file": c.suite_file,
+                                "case": c.case,
+                                "run": i,
+                                "model": c.model,
+                                "prompt_version": PROMPT_VERSION,
+                                "tools": [[t, a] for t, a in r.tools],
+                            },
+                            ensure_ascii=False,
+                            default=str,
+                        )
+                        + "\n"
+                    )
 
 
 __all__ = ["CaseReport", "Report"]

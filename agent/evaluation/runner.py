@@ -69,8 +69,16 @@ class CaseRun:
     verdict: RunVerdict
 
 
-async def play_case(templates: TemplateStore, lane: Lane, case: Case, *, kind: str, policy: Policy,
-                    real: ModelClient | None = None, full_export: bool = False) -> CaseRun:
+async def play_case(
+    templates: TemplateStore,
+    lane: Lane,
+    case: Case,
+    *,
+    kind: str,
+    policy: Policy,
+    real: ModelClient | None = None,
+    full_export: bool = False,
+) -> CaseRun:
     """One run of one case on ``lane``, reset to a fresh copy of the case's template store."""
     template = await templates.template(case.store)
     db = await lane.reset(template)
@@ -84,14 +92,16 @@ async def play_case(templates: TemplateStore, lane: Lane, case: Case, *, kind: s
     return CaseRun(played=played, observed=observed, verdict=verdict)
 
 
-async def run_case(templates: TemplateStore, lane: Lane, case: Case, *, kind: str, policy: Policy,
-                   real: ModelClient | None = None) -> RunVerdict:
+async def run_case(
+    templates: TemplateStore, lane: Lane, case: Case, *, kind: str, policy: Policy, real: ModelClient | None = None
+) -> RunVerdict:
     """The verdict of one run of ``case``."""
     return (await play_case(templates, lane, case, kind=kind, policy=policy, real=real)).verdict
 
 
-async def run_jobs(jobs: list[Job], *, policy: Policy, epoch: datetime, lanes: int,
-                   real: ModelClient | None = None) -> list[tuple[int, RunVerdict]]:
+async def run_jobs(
+    jobs: list[Job], *, policy: Policy, epoch: datetime, lanes: int, real: ModelClient | None = None
+) -> list[tuple[int, RunVerdict]]:
     """Run ``jobs`` in this process, ``lanes`` at a time, on templates built here."""
     with tempfile.TemporaryDirectory(prefix="signoff-eval-") as tmp:
         templates = TemplateStore(workdir=Path(tmp), epoch=epoch)
@@ -133,8 +143,11 @@ async def run_suites(suites: list[Suite], options: EvalOptions, *, settings: Any
     for _suite, case, kind in cases:
         if kind == "scripted" and not any(t.model for t in case.turns):
             raise ConfigError(f"case {case.id} has no scripted model turns; use --model demo or compromised")
-    jobs = [Job(index=i * options.runs + r, suite=s, case=c, kind=k)
-            for i, (s, c, k) in enumerate(cases) for r in range(options.runs)]
+    jobs = [
+        Job(index=i * options.runs + r, suite=s, case=c, kind=k)
+        for i, (s, c, k) in enumerate(cases)
+        for r in range(options.runs)
+    ]
     workers = 1 if real is not None else min(options.workers, max(1, len(cases) // 4))
     if workers <= 1:
         results = await run_jobs(jobs, policy=policy, epoch=epoch, lanes=options.lanes, real=real)
@@ -143,13 +156,21 @@ async def run_suites(suites: list[Suite], options: EvalOptions, *, settings: Any
         shards = [[j for j in jobs if (j.index // options.runs) % workers == w] for w in range(workers)]
         loop = asyncio.get_running_loop()
         with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            parts = await asyncio.gather(*(loop.run_in_executor(pool, _worker, shard, policy, epoch, options.lanes)
-                                           for shard in shards))
+            parts = await asyncio.gather(
+                *(loop.run_in_executor(pool, _worker, shard, policy, epoch, options.lanes) for shard in shards)
+            )
         results = [r for part in parts for r in part]
     verdicts = dict(results)
-    reports = tuple(CaseReport(suite=s.suite, suite_file=s.source, case=c.id, model=k,
-                               runs=tuple(verdicts[i * options.runs + r] for r in range(options.runs)))
-                    for i, (s, c, k) in enumerate(cases))
+    reports = tuple(
+        CaseReport(
+            suite=s.suite,
+            suite_file=s.source,
+            case=c.id,
+            model=k,
+            runs=tuple(verdicts[i * options.runs + r] for r in range(options.runs)),
+        )
+        for i, (s, c, k) in enumerate(cases)
+    )
     return Report(model=options.model, k=options.runs, cases=reports, seconds=time.perf_counter() - started)
 
 
@@ -157,8 +178,17 @@ def load_suites(names: list[str]) -> list[Suite]:
     return [load_suite(p) for p in resolve_suites(names)]
 
 
-async def run_cli(*, suites: list[str], model: str, runs: int, json_out: Path | None, settings: Any = None,
-                  record: Path | None = None, replay: Path | None = None, workers: int | None = None) -> int:
+async def run_cli(
+    *,
+    suites: list[str],
+    model: str,
+    runs: int,
+    json_out: Path | None,
+    settings: Any = None,
+    record: Path | None = None,
+    replay: Path | None = None,
+    workers: int | None = None,
+) -> int:
     """The ``signoff eval`` command: table on stdout, JSON with ``--json``; 1 when anything fails.
 
     With ``json_out`` the run's tool selections are also written next to it as
@@ -191,5 +221,16 @@ async def run_cli(*, suites: list[str], model: str, runs: int, json_out: Path | 
     return report.exit_code
 
 
-__all__ = ["DIMENSIONS", "CaseRun", "EvalOptions", "Job", "default_workers", "load_suites", "play_case", "run_case",
-           "run_cli", "run_jobs", "run_suites"]
+__all__ = [
+    "DIMENSIONS",
+    "CaseRun",
+    "EvalOptions",
+    "Job",
+    "default_workers",
+    "load_suites",
+    "play_case",
+    "run_case",
+    "run_cli",
+    "run_jobs",
+    "run_suites",
+]

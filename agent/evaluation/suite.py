@@ -114,17 +114,45 @@ class Turn(_Strict):
 
     @model_validator(mode="after")
     def _one_action(self) -> Turn:
-        actions = [k for k in ("user", "confirm", "decline", "approve", "reject", "expire", "advance",
-                               "double_click", "stale_click") if getattr(self, k) is not None]
+        actions = [
+            k
+            for k in (
+                "user",
+                "confirm",
+                "decline",
+                "approve",
+                "reject",
+                "expire",
+                "advance",
+                "double_click",
+                "stale_click",
+            )
+            if getattr(self, k) is not None
+        ]
         if len(actions) != 1:
-            raise ValueError(f"a turn has exactly one of user, confirm, decline, approve, reject, expire, advance, "
-                             f"double_click, stale_click (got {actions or 'none'})")
+            raise ValueError(
+                f"a turn has exactly one of user, confirm, decline, approve, reject, expire, advance, "
+                f"double_click, stale_click (got {actions or 'none'})"
+            )
         return self
 
     @property
     def action(self) -> str:
-        return next(k for k in ("user", "confirm", "decline", "approve", "reject", "expire", "advance",
-                                "double_click", "stale_click") if getattr(self, k) is not None)
+        return next(
+            k
+            for k in (
+                "user",
+                "confirm",
+                "decline",
+                "approve",
+                "reject",
+                "expire",
+                "advance",
+                "double_click",
+                "stale_click",
+            )
+            if getattr(self, k) is not None
+        )
 
 
 class ToolExpect(_Strict):

@@ -104,8 +104,9 @@ class AnthropicClient:
 
     async def _send(self, params: dict[str, Any], request: ModelRequest) -> ModelResponse:
         try:
-            message = await within_deadline(self._sdk.messages.create(**params),
-                                            deadline_s=self._config.deadline_s, provider="anthropic")
+            message = await within_deadline(
+                self._sdk.messages.create(**params), deadline_s=self._config.deadline_s, provider="anthropic"
+            )
         except anthropic.APIStatusError as exc:
             raise _status_failure(exc, request) from exc
         except anthropic.APIConnectionError as exc:
@@ -128,13 +129,10 @@ def build_params(request: ModelRequest, *, model: str, max_tokens: int) -> dict[
         "messages": [message.as_api() for message in request.messages],
     }
     if request.system:
-        params["system"] = [
-            {"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}
-        ]
+        params["system"] = [{"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}]
     if request.tools:
         params["tools"] = [
-            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
-            for t in request.tools
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in request.tools
         ]
     return params
 
@@ -181,6 +179,10 @@ def _stop_reason(raw: str | None, content: list[Block]) -> StopReason:
 def _status_failure(exc: anthropic.APIStatusError, request: ModelRequest) -> ModelUnavailable:
     status = exc.status_code
     if is_transient(status):
-        return gave_up("anthropic", f"HTTP {status}: {exc.message}", attempts=attempts_made(exc.response.request),
-                       request_id=exc.request_id)
+        return gave_up(
+            "anthropic",
+            f"HTTP {status}: {exc.message}",
+            attempts=attempts_made(exc.response.request),
+            request_id=exc.request_id,
+        )
     return rejected("anthropic", status, exc.request_id, exc.message, request.metadata, logger=log)

@@ -27,9 +27,7 @@ class CircuitOpen(ModelUnavailable):
     """The breaker is open (or its single half-open trial is in flight): nothing was sent."""
 
     def __init__(self, name: str, retry_in_s: float):
-        super().__init__(
-            f"circuit {name!r} is open; next trial in {retry_in_s:.1f}s", reason="circuit_open"
-        )
+        super().__init__(f"circuit {name!r} is open; next trial in {retry_in_s:.1f}s", reason="circuit_open")
         self.retry_in_s = retry_in_s
 
 

@@ -141,8 +141,9 @@ class OpenAICompatClient:
 def _status_failure(exc: openai.APIStatusError, request: ModelRequest) -> ModelUnavailable:
     status = exc.status_code
     if is_transient(status):
-        return gave_up("openai-compat", f"HTTP {status}", attempts=attempts_made(exc.response.request),
-                       request_id=exc.request_id)
+        return gave_up(
+            "openai-compat", f"HTTP {status}", attempts=attempts_made(exc.response.request), request_id=exc.request_id
+        )
     return rejected("openai-compat", status, exc.request_id, exc.response.text, request.metadata, logger=log)
 
 
@@ -249,9 +250,7 @@ def _result_text(content: Any) -> str:
         return content
     parts = []
     for block in content:
-        parts.append(
-            block["text"] if block.get("type") == "text" else f"[{block.get('type')} omitted]"
-        )
+        parts.append(block["text"] if block.get("type") == "text" else f"[{block.get('type')} omitted]")
     return "\n".join(parts)
 
 

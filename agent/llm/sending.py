@@ -47,22 +47,36 @@ def attempts_made(request: Any) -> int | None:
         return None
 
 
-def gave_up(provider: str, detail: str, *, attempts: int | None,
-            request_id: str | None = None) -> ModelUnavailable:
+def gave_up(provider: str, detail: str, *, attempts: int | None, request_id: str | None = None) -> ModelUnavailable:
     """The SDK spent its retries (or the deadline ran out): reason ``unavailable``."""
     tried = f"after {attempts} attempt{'s' if attempts != 1 else ''}" if attempts else "after retrying"
-    return ModelUnavailable(f"{provider}: gave up {tried}: {detail}", reason="unavailable",
-                            request_id=request_id)
+    return ModelUnavailable(f"{provider}: gave up {tried}: {detail}", reason="unavailable", request_id=request_id)
 
 
-def rejected(provider: str, status: int, request_id: str | None, detail: str,
-             metadata: Mapping[str, str], *, logger: logging.Logger) -> ModelUnavailable:
+def rejected(
+    provider: str,
+    status: int,
+    request_id: str | None,
+    detail: str,
+    metadata: Mapping[str, str],
+    *,
+    logger: logging.Logger,
+) -> ModelUnavailable:
     """A non-transient 4xx is our bug: logged at ERROR (on the adapter's ``logger``) with the
     request id, never retried."""
-    logger.error("%s rejected the request: HTTP %s, request id %s: %s", provider, status, request_id,
-              detail[:500], extra={"status": status, "request_id": request_id, "metadata": dict(metadata)})
-    return ModelUnavailable(f"{provider} rejected the request (HTTP {status}, request id {request_id})",
-                            reason="bad_request", request_id=request_id)
+    logger.error(
+        "%s rejected the request: HTTP %s, request id %s: %s",
+        provider,
+        status,
+        request_id,
+        detail[:500],
+        extra={"status": status, "request_id": request_id, "metadata": dict(metadata)},
+    )
+    return ModelUnavailable(
+        f"{provider} rejected the request (HTTP {status}, request id {request_id})",
+        reason="bad_request",
+        request_id=request_id,
+    )
 
 
 async def within_deadline(call: Awaitable[T], *, deadline_s: float, provider: str) -> T:

@@ -73,9 +73,7 @@ def new_tool_use_id() -> str:
     return f"toolu_{uuid.uuid4().hex[:24]}"
 
 
-def make_response(
-    reply: Reply, *, model: str, request: ModelRequest | None = None
-) -> ModelResponse:
+def make_response(reply: Reply, *, model: str, request: ModelRequest | None = None) -> ModelResponse:
     """Normalise a shorthand reply; stop_reason is ``tool_use`` iff a tool_use block is present."""
     if isinstance(reply, ModelResponse):
         return reply

@@ -65,8 +65,10 @@ class AuthConfig:
         if self.secret is not None and len(self.secret.encode()) < MIN_SECRET_BYTES:
             raise ConfigError(f"SIGNOFF_JWT_SECRET: must be at least {MIN_SECRET_BYTES} bytes for HS256")
         if self.jwks_url and not (self.audience and self.issuer):
-            raise ConfigError("SIGNOFF_JWT_AUDIENCE: SIGNOFF_JWT_AUDIENCE and SIGNOFF_JWT_ISSUER are required "
-                              "when SIGNOFF_JWKS_URL is set")
+            raise ConfigError(
+                "SIGNOFF_JWT_AUDIENCE: SIGNOFF_JWT_AUDIENCE and SIGNOFF_JWT_ISSUER are required "
+                "when SIGNOFF_JWKS_URL is set"
+            )
         if self.max_ttl_s <= 0:
             raise ConfigError("SIGNOFF_JWT_MAX_TTL_S: must be positive")
 
@@ -78,9 +80,13 @@ class AuthConfig:
     def from_settings(cls, settings: Any) -> AuthConfig:
         if settings is None:
             return cls()
-        return cls(secret=settings.signoff_jwt_secret, jwks_url=settings.signoff_jwks_url,
-                   audience=settings.signoff_jwt_audience, issuer=settings.signoff_jwt_issuer,
-                   max_ttl_s=settings.signoff_jwt_max_ttl_s)
+        return cls(
+            secret=settings.signoff_jwt_secret,
+            jwks_url=settings.signoff_jwks_url,
+            audience=settings.signoff_jwt_audience,
+            issuer=settings.signoff_jwt_issuer,
+            max_ttl_s=settings.signoff_jwt_max_ttl_s,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,9 +109,17 @@ class Authenticator:
     def __init__(self, config: AuthConfig, backend: CommerceBackend) -> None:
         self.config = config
         self.backend = backend
-        self._jwks = (PyJWKClient(config.jwks_url, cache_keys=True, lifespan=config.jwks_cache_s,
-                                  timeout=config.jwks_timeout_s, cooldown_duration=config.jwks_cooldown_s)
-                      if config.jwks_url else None)
+        self._jwks = (
+            PyJWKClient(
+                config.jwks_url,
+                cache_keys=True,
+                lifespan=config.jwks_cache_s,
+                timeout=config.jwks_timeout_s,
+                cooldown_duration=config.jwks_cooldown_s,
+            )
+            if config.jwks_url
+            else None
+        )
 
     async def authenticate(self, authorization: str | None) -> Caller:
         """The caller behind an ``Authorization`` header; raises :class:`AuthError`."""
@@ -128,12 +142,19 @@ class Authenticator:
             raise _bad("malformed token") from None
         alg = header.get("alg")
         key = await self._key_for(alg, token)
-        required = ["exp", "sub", "role"] + (["aud"] if self.config.audience else []) + (
-            ["iss"] if self.config.issuer else [])
+        required = (
+            ["exp", "sub", "role"] + (["aud"] if self.config.audience else []) + (["iss"] if self.config.issuer else [])
+        )
         try:
-            claims = jwt.decode(token, key, algorithms=[str(alg)], audience=self.config.audience,
-                                issuer=self.config.issuer, leeway=self.config.leeway_s,
-                                options={"require": required})
+            claims = jwt.decode(
+                token,
+                key,
+                algorithms=[str(alg)],
+                audience=self.config.audience,
+                issuer=self.config.issuer,
+                leeway=self.config.leeway_s,
+                options={"require": required},
+            )
         except jwt.ExpiredSignatureError:
             raise _bad("token expired") from None
         except jwt.InvalidAudienceError:
@@ -201,8 +222,17 @@ def _bad(reason: str) -> AuthError:
     return AuthError("unauthorized", say.BAD_TOKEN.format(reason=reason))
 
 
-def make_token(secret: str, *, sub: str, role: str, customer: str | None = None, ttl_s: int = 3600,
-               audience: str | None = None, issuer: str | None = None, now: float | None = None) -> str:
+def make_token(
+    secret: str,
+    *,
+    sub: str,
+    role: str,
+    customer: str | None = None,
+    ttl_s: int = 3600,
+    audience: str | None = None,
+    issuer: str | None = None,
+    now: float | None = None,
+) -> str:
     """An HS256 token for ``signoff token`` and tests (``customer``: a staff token's default account)."""
     if role not in ROLES:
         raise ValueError("role must be customer, rep or supervisor")

@@ -65,6 +65,7 @@ def add_routes(web_app: web.Application) -> None:
 
 # -- handlers ------------------------------------------------------------------------------
 
+
 async def openapi_json(request: web.Request) -> web.Response:
     """The OpenAPI 3.1 document (no auth)."""
     return json_ok(document())
@@ -75,8 +76,9 @@ async def chat(request: web.Request) -> web.Response:
     caller = await authenticate(request)
     body = await read_json(request, "ChatRequest")
     principal, conversation_id = await _bind(st, caller, body)
-    result = await st.app.runtime.chat(principal=principal, channel="api", message=body["message"],
-                                       conversation_id=conversation_id)
+    result = await st.app.runtime.chat(
+        principal=principal, channel="api", message=body["message"], conversation_id=conversation_id
+    )
     return json_ok(render_turn(result))
 
 
@@ -94,8 +96,9 @@ async def list_approvals(request: web.Request) -> web.Response:
     query = _query(request, "ApprovalsQuery")
     if caller.role != "supervisor":
         raise ApiError("forbidden", say.SUPERVISOR_ONLY)
-    approvals = await queries.list_approvals(st.app.runtime, status=query.get("status", "pending"),
-                                             limit=int(query.get("limit", "100")))
+    approvals = await queries.list_approvals(
+        st.app.runtime, status=query.get("status", "pending"), limit=int(query.get("limit", "100"))
+    )
     return json_ok({"approvals": [a.as_public() for a in approvals]})
 
 
@@ -131,14 +134,17 @@ async def get_conversation(request: web.Request) -> web.Response:
 
 # -- the steps the handlers share ---------------------------------------------------------
 
+
 async def _answer(request: web.Request, *, accept: bool) -> web.Response:
     st = request.app[STATE]
     caller = await authenticate(request)
     confirmation_id = path_id(request, say.NO_SUCH_CONFIRMATION)
     await read_json(request, "ConfirmRequest", optional=True)
     conf = await queries.get_confirmation(st.app.runtime, confirmation_id)
-    if conf is None or await queries.visible_conversation(st.app.runtime, caller.principal,
-                                                           conf.conversation_id) is None:
+    if (
+        conf is None
+        or await queries.visible_conversation(st.app.runtime, caller.principal, conf.conversation_id) is None
+    ):
         raise ApiError("not_found", say.NO_SUCH_CONFIRMATION)  # someone else's looks exactly like a missing one
     result = await st.app.runtime.confirm(confirmation_id, actor=caller.principal, accept=accept)
     return json_ok(render_confirm(result, staff=caller.is_staff))
@@ -151,8 +157,13 @@ async def _decide(request: web.Request, decision: str, schema: str) -> web.Respo
     body = await read_json(request, schema)
     if not caller.is_staff:  # customers learn nothing about approvals, not even that one exists
         raise ApiError("forbidden", say.SUPERVISOR_ONLY)
-    decided = await st.app.runtime.decide(approval_id, expected_version=int(body["version"]), decision=decision,
-                                          actor=caller.principal, comment=body.get("comment"))
+    decided = await st.app.runtime.decide(
+        approval_id,
+        expected_version=int(body["version"]),
+        decision=decision,
+        actor=caller.principal,
+        comment=body.get("comment"),
+    )
     return json_ok({"approval": decided.approval.as_public(), "result": jsonable(decided.result)})
 
 
@@ -193,6 +204,7 @@ def path_id(request: web.Request, missing: str) -> str:
 
 # -- bodies -------------------------------------------------------------------------------
 
+
 async def read_json(request: web.Request, schema: str, *, optional: bool = False) -> dict[str, Any]:
     """Read, parse and validate a JSON body against ``bot.api.openapi.SCHEMAS[schema]``."""
     raw = await read_limited(request, MAX_BODY)
@@ -218,32 +230,58 @@ def _query(request: web.Request, schema: str) -> dict[str, str]:
 
 # -- rendering ----------------------------------------------------------------------------
 
+
 def render_turn(r: TurnResult) -> dict[str, Any]:
-    return {"conversationId": r.conversation_id, "reply": r.reply, "iterations": r.iterations,
-            "inputTokens": r.input_tokens, "outputTokens": r.output_tokens,
-            "pending": [{"kind": p.kind, "id": p.id, "summary": p.summary} for p in r.pending]}
+    return {
+        "conversationId": r.conversation_id,
+        "reply": r.reply,
+        "iterations": r.iterations,
+        "inputTokens": r.input_tokens,
+        "outputTokens": r.output_tokens,
+        "pending": [{"kind": p.kind, "id": p.id, "summary": p.summary} for p in r.pending],
+    }
 
 
 def render_confirmation(c: Confirmation) -> dict[str, Any]:
-    return {"id": c.id, "status": c.status, "version": c.version, "tool": c.tool, "arguments": c.arguments,
-            "summary": c.summary, "conversationId": c.conversation_id, "createdAt": c.created_at.isoformat(),
-            "decidedAt": c.decided_at.isoformat() if c.decided_at else None}
+    return {
+        "id": c.id,
+        "status": c.status,
+        "version": c.version,
+        "tool": c.tool,
+        "arguments": c.arguments,
+        "summary": c.summary,
+        "conversationId": c.conversation_id,
+        "createdAt": c.created_at.isoformat(),
+        "decidedAt": c.decided_at.isoformat() if c.decided_at else None,
+    }
 
 
 def render_approval(a: Approval, *, staff: bool) -> dict[str, Any]:
     """Staff see everything; the customer sees what is pending and its outcome, not the review file."""
     if staff:
         return a.as_public()
-    return {"id": a.id, "status": a.status, "version": a.version, "tool": a.tool, "summary": a.summary,
-            "result": a.result, "expiresAt": a.expires_at.isoformat(), "createdAt": a.created_at.isoformat()}
+    return {
+        "id": a.id,
+        "status": a.status,
+        "version": a.version,
+        "tool": a.tool,
+        "summary": a.summary,
+        "result": a.result,
+        "expiresAt": a.expires_at.isoformat(),
+        "createdAt": a.created_at.isoformat(),
+    }
 
 
 def render_confirm(r: ConfirmResult, *, staff: bool) -> dict[str, Any]:
     result = jsonable(r.result)
     if result is None and r.approval is not None and r.approval.status == "pending":
         result = {"status": "PENDING_APPROVAL", "approvalId": r.approval.id}
-    return {"confirmation": render_confirmation(r.confirmation), "result": result,
-            "approval": render_approval(r.approval, staff=staff) if r.approval else None, "reply": r.reply}
+    return {
+        "confirmation": render_confirmation(r.confirmation),
+        "result": result,
+        "approval": render_approval(r.approval, staff=staff) if r.approval else None,
+        "reply": r.reply,
+    }
 
 
 def render_conversation(view: queries.ConversationView, *, staff: bool) -> dict[str, Any]:
@@ -251,10 +289,21 @@ def render_conversation(view: queries.ConversationView, *, staff: bool) -> dict[
     pending = [{"kind": "confirmation", "id": x.id, "summary": x.summary} for x in view.pending_confirmations]
     pending += [{"kind": "approval", "id": x.id, "summary": x.summary} for x in view.pending_approvals]
     out: dict[str, Any] = {
-        "id": c.id, "channel": c.channel, "status": c.status, "customerId": c.customer_id,
-        "createdAt": c.created_at.isoformat(), "principal": {"kind": c.principal_kind, "id": c.principal_id},
-        "messages": [{"seq": m.seq, "role": m.role, "text": m.text,
-                      "tools": [{"name": t.name, "outcome": t.outcome} for t in m.tools]} for m in view.messages],
+        "id": c.id,
+        "channel": c.channel,
+        "status": c.status,
+        "customerId": c.customer_id,
+        "createdAt": c.created_at.isoformat(),
+        "principal": {"kind": c.principal_kind, "id": c.principal_id},
+        "messages": [
+            {
+                "seq": m.seq,
+                "role": m.role,
+                "text": m.text,
+                "tools": [{"name": t.name, "outcome": t.outcome} for t in m.tools],
+            }
+            for m in view.messages
+        ],
         "pending": pending,
     }
     if staff:

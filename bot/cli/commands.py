@@ -20,8 +20,9 @@ from storage.ledger import LockBusy
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="signoff",
-                                description="A support agent whose model proposes and whose code decides.")
+    p = argparse.ArgumentParser(
+        prog="signoff", description="A support agent whose model proposes and whose code decides."
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="run the canonical scenarios on a temporary SQLite store")
@@ -31,30 +32,38 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--no-worker", action="store_true", help="do not run the resume/expiry worker in-process")
-    serve.add_argument("--metrics-port", type=int,
-                       help="serve /metrics only on this port (same host), not on the main one")
+    serve.add_argument(
+        "--metrics-port", type=int, help="serve /metrics only on this port (same host), not on the main one"
+    )
 
     sub.add_parser("worker", help="the resume/expiry worker alone")
 
     db = sub.add_parser("db", help="database migrations")
     db_sub = db.add_subparsers(dest="db_command", required=True)
-    db_sub.add_parser("upgrade", help="Alembic migrations to head (as SIGNOFF_MIGRATION_DATABASE_URL when set, "
-                                      "then the application's PostgreSQL role is granted what it needs)")
+    db_sub.add_parser(
+        "upgrade",
+        help="Alembic migrations to head (as SIGNOFF_MIGRATION_DATABASE_URL when set, "
+        "then the application's PostgreSQL role is granted what it needs)",
+    )
 
     store = sub.add_parser("store", help="the sandbox store")
     store_sub = store.add_subparsers(dest="store_command", required=True)
     load = store_sub.add_parser("load", help="load a dataset into an empty store")
     load.add_argument("file", type=Path)
-    load.add_argument("--rebase-to-now", action="store_true",
-                      help="shift every time so the dataset's as_of is now (keeps demo data recent)")
+    load.add_argument(
+        "--rebase-to-now",
+        action="store_true",
+        help="shift every time so the dataset's as_of is now (keeps demo data recent)",
+    )
     export = store_sub.add_parser("export", help="the store's current state in the dataset format")
     export.add_argument("--out", type=Path)
 
     ap = sub.add_parser("approvals", help="list, show and decide approvals")
     ap_sub = ap.add_subparsers(dest="approvals_command", required=True)
     ls = ap_sub.add_parser("list")
-    ls.add_argument("--status", default="pending",
-                    choices=["pending", "approved", "rejected", "expired", "superseded", "all"])
+    ls.add_argument(
+        "--status", default="pending", choices=["pending", "approved", "rejected", "expired", "superseded", "all"]
+    )
     show = ap_sub.add_parser("show")
     show.add_argument("id")
     for verb in ("approve", "reject"):
@@ -66,12 +75,19 @@ def _parser() -> argparse.ArgumentParser:
 
     audit = sub.add_parser("audit", help="the audit chain")
     audit_sub = audit.add_subparsers(dest="audit_command", required=True)
-    verify = audit_sub.add_parser("verify", help="exit 0 and a count when the chain holds (and every "
-                                  "checkpointed head is still in it); else exit 1")
-    verify.add_argument("--checkpoint", type=Path,
-                        help="checkpoint file to verify against (default: SIGNOFF_AUDIT_CHECKPOINT_FILE, if it exists)")
-    checkpoint = audit_sub.add_parser("checkpoint", help="sign the current head (Ed25519, key outside the "
-                                      "database) and append it to a checkpoint file")
+    verify = audit_sub.add_parser(
+        "verify",
+        help="exit 0 and a count when the chain holds (and every checkpointed head is still in it); else exit 1",
+    )
+    verify.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="checkpoint file to verify against (default: SIGNOFF_AUDIT_CHECKPOINT_FILE, if it exists)",
+    )
+    checkpoint = audit_sub.add_parser(
+        "checkpoint",
+        help="sign the current head (Ed25519, key outside the database) and append it to a checkpoint file",
+    )
     checkpoint.add_argument("--out", type=Path, help="checkpoint file (default: SIGNOFF_AUDIT_CHECKPOINT_FILE)")
 
     ev = sub.add_parser("eval", help="run evaluation suites")
@@ -133,8 +149,16 @@ async def _dispatch(args: argparse.Namespace) -> int:
         case "eval":
             from agent.evaluation.runner import run_cli
 
-            return await run_cli(suites=args.suites, model=args.model, runs=args.runs, json_out=args.json_out,
-                                 settings=settings, record=args.record, replay=args.replay, workers=args.workers)
+            return await run_cli(
+                suites=args.suites,
+                model=args.model,
+                runs=args.runs,
+                json_out=args.json_out,
+                settings=settings,
+                record=args.record,
+                replay=args.replay,
+                workers=args.workers,
+            )
     raise AssertionError(args.command)
 
 
@@ -150,13 +174,18 @@ async def _db_upgrade(settings: Settings) -> int:
         return 0
     app_role, owner_role = role_of(app_url), role_of(owner_url)
     if app_role is None or app_role == owner_role:
-        print("signoff: warning: the application connects as the role that owns the audit tables, so it could "
-              "disable their guards; set SIGNOFF_MIGRATION_DATABASE_URL to an owner role (README: Deployment on "
-              "PostgreSQL)", file=sys.stderr)
+        print(
+            "signoff: warning: the application connects as the role that owns the audit tables, so it could "
+            "disable their guards; set SIGNOFF_MIGRATION_DATABASE_URL to an owner role (README: Deployment on "
+            "PostgreSQL)",
+            file=sys.stderr,
+        )
         return 0
     await grant_app_role(owner_url, app_role)
-    print(f"granted {app_role} the application's privileges (audit_events: SELECT, INSERT; "
-          "audit_head: SELECT, UPDATE (seq, hash))")
+    print(
+        f"granted {app_role} the application's privileges (audit_events: SELECT, INSERT; "
+        "audit_head: SELECT, UPDATE (seq, hash))"
+    )
     return 0
 
 
@@ -218,8 +247,10 @@ async def _approvals(settings: Settings, args: argparse.Namespace) -> int:
             if not rows:
                 print(f"no {args.status} approvals")
             for row in rows:
-                print(f"{row.id}  v{row.version}  {row.status:<10} {row.required_role:<10} "
-                      f"expires {row.expires_at:%Y-%m-%d %H:%M}Z  {row.summary}")
+                print(
+                    f"{row.id}  v{row.version}  {row.status:<10} {row.required_role:<10} "
+                    f"expires {row.expires_at:%Y-%m-%d %H:%M}Z  {row.summary}"
+                )
             return 0
         a = await approvals.get(args.id)
         if a is None:
@@ -234,8 +265,13 @@ async def _approvals(settings: Settings, args: argparse.Namespace) -> int:
             return 1
         actor = Principal(kind=staff.role, id=staff.id)
         try:
-            out = await app.runtime.decide(a.id, expected_version=args.version or a.version,
-                                           decision=args.approvals_command, actor=actor, comment=args.comment)
+            out = await app.runtime.decide(
+                a.id,
+                expected_version=args.version or a.version,
+                decision=args.approvals_command,
+                actor=actor,
+                comment=args.comment,
+            )
         except DecisionError as exc:
             print(f"signoff: {exc.code}: {exc}", file=sys.stderr)
             return 1
@@ -264,8 +300,9 @@ async def _audit_verify(settings: Settings, checkpoint_file: Path | None) -> int
     try:
         log = AuditLog(db)
         if use:
-            result, count = await checkpoints.verify_against(log, key_file=settings.audit_key_path,
-                                                             checkpoint_file=path)
+            result, count = await checkpoints.verify_against(
+                log, key_file=settings.audit_key_path, checkpoint_file=path
+            )
         else:
             result, count = await log.verify(), 0
     except checkpoints.CheckpointError as exc:
@@ -300,8 +337,10 @@ async def _audit_checkpoint(settings: Settings, out: Path | None) -> int:
     finally:
         await db.dispose()
     assert cp is not None
-    print(f"checkpoint: seq {cp.seq} hash {cp.hash[:16]}… signed with key {cp.key_id} "
-          f"({settings.audit_key_path}), appended to {path}")
+    print(
+        f"checkpoint: seq {cp.seq} hash {cp.hash[:16]}… signed with key {cp.key_id} "
+        f"({settings.audit_key_path}), appended to {path}"
+    )
     return 0
 
 
@@ -309,8 +348,7 @@ async def _token(settings: Settings, args: argparse.Namespace) -> int:
     """A development helper: mints only for people in the store, with their role, for a bounded time."""
     if not settings.signoff_jwt_secret:
         raise ConfigError("SIGNOFF_JWT_SECRET: required to mint a development token")
-    print("signoff token: a development helper; in production tokens come from your identity provider",
-          file=sys.stderr)
+    print("signoff token: a development helper; in production tokens come from your identity provider", file=sys.stderr)
     max_ttl = settings.signoff_jwt_max_ttl_s
     if not 0 < args.ttl <= max_ttl:
         print(f"signoff: --ttl must be between 1 and {max_ttl} seconds (SIGNOFF_JWT_MAX_TTL_S)", file=sys.stderr)
@@ -324,8 +362,17 @@ async def _token(settings: Settings, args: argparse.Namespace) -> int:
         return 2
     from bot.api.auth import make_token
 
-    print(make_token(settings.signoff_jwt_secret, sub=args.sub, role=args.role, customer=args.customer,
-                     ttl_s=args.ttl, audience=settings.signoff_jwt_audience, issuer=settings.signoff_jwt_issuer))
+    print(
+        make_token(
+            settings.signoff_jwt_secret,
+            sub=args.sub,
+            role=args.role,
+            customer=args.customer,
+            ttl_s=args.ttl,
+            audience=settings.signoff_jwt_audience,
+            issuer=settings.signoff_jwt_issuer,
+        )
+    )
     return 0
 
 
@@ -351,8 +398,10 @@ async def _token_refusal(settings: Settings, args: argparse.Namespace) -> str | 
                 return f"no customer {args.customer} in the store (--customer)"
             return None
         except Exception as exc:  # the store's tables are missing
-            raise ConfigError(f"SIGNOFF_DATABASE_URL: cannot read the store ({type(exc).__name__}); "
-                              "run `signoff db upgrade` and load a dataset") from None
+            raise ConfigError(
+                f"SIGNOFF_DATABASE_URL: cannot read the store ({type(exc).__name__}); "
+                "run `signoff db upgrade` and load a dataset"
+            ) from None
     finally:
         await db.dispose()
 
@@ -366,8 +415,14 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> int:
     listen = (args.host, args.metrics_port) if args.metrics_port else settings.metrics_listen
     app = await create_app(settings)
     try:
-        await serve(app, host=args.host, port=args.port, worker=not args.no_worker,
-                    metrics_render=app.metrics.render if app.metrics else None, metrics_listen=listen)
+        await serve(
+            app,
+            host=args.host,
+            port=args.port,
+            worker=not args.no_worker,
+            metrics_render=app.metrics.render if app.metrics else None,
+            metrics_listen=listen,
+        )
     finally:
         await app.close()
     return 0

@@ -89,6 +89,7 @@ class EmailConfig:
 
 # -- signature --------------------------------------------------------------------------
 
+
 def answer_by_code(text: str, pending: list[Confirmation]) -> tuple[Confirmation, bool] | None:
     """The pending confirmation a reply names by code, and whether it says yes (any negation: no)."""
     codes = {c.code.upper(): c for c in pending}
@@ -102,6 +103,7 @@ def answer_by_code(text: str, pending: list[Confirmation]) -> tuple[Confirmation
 
 # -- the bridge ---------------------------------------------------------------------------
 
+
 @dataclass(frozen=True, kw_only=True)
 class Processed:
     status: str  # processed | duplicate
@@ -112,8 +114,9 @@ class Processed:
 class EmailBridge:
     """Turns one authenticated inbound email into a runtime call and an emailed reply."""
 
-    def __init__(self, app: App, config: EmailConfig, *, mailer: Mailer | None,
-                 now: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, app: App, config: EmailConfig, *, mailer: Mailer | None, now: Callable[[], float] = time.time
+    ) -> None:
         self.app = app
         self.config = config
         self.mailer = mailer
@@ -123,9 +126,14 @@ class EmailBridge:
         raw = await read_limited(request, self.config.max_body)
         if not self.config.secret:
             raise ApiError("unavailable", say.EMAIL_NOT_CONFIGURED)
-        if not signature_ok(self.config.secret, raw, request.headers.get("X-Signoff-Signature"),
-                            request.headers.get("X-Signoff-Timestamp"), now=self.now(),
-                            tolerance_s=self.config.tolerance_s):
+        if not signature_ok(
+            self.config.secret,
+            raw,
+            request.headers.get("X-Signoff-Signature"),
+            request.headers.get("X-Signoff-Timestamp"),
+            now=self.now(),
+            tolerance_s=self.config.tolerance_s,
+        ):
             raise ApiError("unauthorized", say.EMAIL_BAD_SIGNATURE)
         try:
             mail = parse_inbound(request.content_type, request.headers.get("Content-Type", ""), raw)
@@ -139,8 +147,9 @@ class EmailBridge:
         if customer is None or customer.email.strip().lower() != mail.sender.lower():
             raise ApiError("forbidden", say.EMAIL_UNKNOWN_SENDER)
         done = await self.process(mail, customer)
-        return web.json_response({"status": done.status, "conversationId": done.conversation_id,
-                                  "replySent": done.reply_sent})
+        return web.json_response(
+            {"status": done.status, "conversationId": done.conversation_id, "replySent": done.reply_sent}
+        )
 
     async def process(self, mail: InboundEmail, customer: Customer) -> Processed:
         rt = self.app.runtime
@@ -152,12 +161,12 @@ class EmailBridge:
         pending = await queries.pending_confirmations(rt, conv.id, principal.key)
         answer = answer_by_code(text, pending)
         if answer is not None:
-            settled = await rt.confirm(answer[0].id, actor=principal, accept=answer[1], via="code",
-                                       deliver_later=True)
+            settled = await rt.confirm(answer[0].id, actor=principal, accept=answer[1], via="code", deliver_later=True)
             reply = settled.turn.answer if settled.turn else ""
         else:
-            result = await rt.chat(principal=principal, channel="email", message=text,
-                                   conversation_id=conv.id, deliver_later=True)
+            result = await rt.chat(
+                principal=principal, channel="email", message=text, conversation_id=conv.id, deliver_later=True
+            )
             reply = result.notice if result.outcome == "asked" else result.answer
         # The mail lists every waiting confirmation with its code (the runtime's text, not the model's).
         waiting = await queries.pending_confirmations(rt, conv.id, principal.key)
@@ -174,13 +183,14 @@ class EmailBridge:
                 return conv
         root = next(iter(mail.references), None) or mail.in_reply_to or mail.message_id or delivery_id(mail)
         meta = {"email": {"root": root, "subject": mail.subject, "message_ids": []}}
-        return await rt.open_conversation(principal=principal, channel="email",
-                                          external_ref=thread_ref(principal.id, root), meta=meta)
+        return await rt.open_conversation(
+            principal=principal, channel="email", external_ref=thread_ref(principal.id, root), meta=meta
+        )
 
-    async def _reply(self, mail: InboundEmail, customer: Customer, conv: Conversation, reply: str,
-                     waiting: list[Confirmation]) -> bool:
-        sender = (self.config.smtp.from_address if self.config.smtp else None) or mail.recipient \
-            or "signoff@localhost"
+    async def _reply(
+        self, mail: InboundEmail, customer: Customer, conv: Conversation, reply: str, waiting: list[Confirmation]
+    ) -> bool:
+        sender = (self.config.smtp.from_address if self.config.smtp else None) or mail.recipient or "signoff@localhost"
         message_id = new_message_id(conv.id, sender)
         refs = tuple(r for r in (*mail.references, mail.message_id) if r and valid_message_id(r))[-20:]
         await self._remember(conv.id, [i for i in (mail.message_id, message_id) if i], mail.subject)
@@ -189,9 +199,17 @@ class EmailBridge:
             return False
         body = (reply or say.EMPTY_REPLY) + confirm_hints(waiting) + say.EMAIL_SIGNATURE
         try:
-            await self.mailer.send(OutgoingEmail(
-                to=customer.email, from_address=sender, subject=reply_subject(mail.subject), body=body,
-                message_id=message_id, in_reply_to=mail.message_id, references=refs))
+            await self.mailer.send(
+                OutgoingEmail(
+                    to=customer.email,
+                    from_address=sender,
+                    subject=reply_subject(mail.subject),
+                    body=body,
+                    message_id=message_id,
+                    in_reply_to=mail.message_id,
+                    references=refs,
+                )
+            )
         except Exception:  # the turn is stored; a lost reply is logged, never retried into a second turn
             log.exception("reply for %s could not be sent", conv.id)
             return False

@@ -25,9 +25,14 @@ from urllib.parse import parse_qsl
 MAX_TEXT = 4000
 _ADDRESS = re.compile(r"^[^@\s<>(),;:\"\[\]\\]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}\.)*[A-Za-z0-9-]{1,63}$")
 _IDS = re.compile(r"<[^<>\s]{1,900}>")
-_QUOTE_HEADS = (re.compile(r"^On\b.*\bwrote:\s*$"), re.compile(r"^-{2,}\s*Original Message\s*-{2,}", re.I),
-                re.compile(r"^_{10,}\s*$"), re.compile(r"^From:\s.+$"), re.compile(r"^Le\b.*a écrit\s*:\s*$"),
-                re.compile(r"^Am\b.*schrieb.*:\s*$"))
+_QUOTE_HEADS = (
+    re.compile(r"^On\b.*\bwrote:\s*$"),
+    re.compile(r"^-{2,}\s*Original Message\s*-{2,}", re.I),
+    re.compile(r"^_{10,}\s*$"),
+    re.compile(r"^From:\s.+$"),
+    re.compile(r"^Le\b.*a écrit\s*:\s*$"),
+    re.compile(r"^Am\b.*schrieb.*:\s*$"),
+)
 _BAD_VERDICTS = frozenset({"fail", "softfail", "permerror"})
 
 
@@ -52,8 +57,9 @@ def sign(secret: str, body: bytes, timestamp: int | str) -> str:
     return f"sha256={mac.hexdigest()}"
 
 
-def signature_ok(secret: str, body: bytes, signature: str | None, timestamp: str | None, *, now: float,
-                 tolerance_s: int = 300) -> bool:
+def signature_ok(
+    secret: str, body: bytes, signature: str | None, timestamp: str | None, *, now: float, tolerance_s: int = 300
+) -> bool:
     if not signature or not timestamp or not re.fullmatch(r"\d{1,12}", timestamp):
         return False
     if abs(now - int(timestamp)) > tolerance_s:
@@ -62,6 +68,7 @@ def signature_ok(secret: str, body: bytes, signature: str | None, timestamp: str
 
 
 # -- parsing ------------------------------------------------------------------------------
+
 
 def parse_inbound(content_type: str, content_type_header: str, raw: bytes) -> InboundEmail:
     """Normalise a provider's payload; ``ValueError`` says what is wrong."""
@@ -118,15 +125,19 @@ def normalise(fields: Mapping[str, Any]) -> InboundEmail:
     f = {str(k).lower(): v for k, v in fields.items()}
     h = _headers(f.get("headers") or f.get("message-headers"))
     raw_envelope = f.get("envelope")
-    envelope = _json_object(raw_envelope) if isinstance(raw_envelope, str) else (
-        raw_envelope if isinstance(raw_envelope, dict) else {})
+    envelope = (
+        _json_object(raw_envelope)
+        if isinstance(raw_envelope, str)
+        else (raw_envelope if isinstance(raw_envelope, dict) else {})
+    )
     sender = _first(_s(f, "from"), h.get("from"), _s(f, "sender"), _str_or_none(envelope.get("from")))
     if sender is None:
         raise ValueError("no sender")
     to = _first(_s(f, "to"), _s(f, "recipient"), h.get("to"))
     refs = _first(h.get("references"), _s(f, "references")) or ""
     return InboundEmail(
-        sender=single_address(sender), recipient=_any_address(to),
+        sender=single_address(sender),
+        recipient=_any_address(to),
         subject=(_first(_s(f, "subject"), h.get("subject")) or "")[:300],
         text=_first(_s(f, "text"), _s(f, "body-plain"), _s(f, "textbody"), _s(f, "body")) or "",
         message_id=_one_id(_first(h.get("message-id"), _s(f, "message-id"), _s(f, "message_id"))),
@@ -213,7 +224,7 @@ def _word(value: str | None) -> str | None:
 
 
 def failed_check(mail: InboundEmail) -> str | None:
-    """"SPF" or "DKIM" when the provider's verdict failed; ``None`` when it passed or was not given."""
+    """ "SPF" or "DKIM" when the provider's verdict failed; ``None`` when it passed or was not given."""
     if mail.spf and mail.spf.strip().lower() in _BAD_VERDICTS:
         return "SPF"
     if mail.dkim:

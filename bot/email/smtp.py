@@ -51,11 +51,15 @@ class SmtpConfig:
             raise ValueError("SIGNOFF_SMTP_URL: must be smtp://host:port or smtps://host:port")
         q = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         ssl = parts.scheme == "smtps"
-        return cls(host=parts.hostname, port=parts.port or (465 if ssl else 25), ssl=ssl,
-                   starttls=q.get("starttls", "") in ("1", "true", "yes"),
-                   username=unquote(parts.username) if parts.username else None,
-                   password=unquote(parts.password) if parts.password else None,
-                   from_address=q.get("from") or None)
+        return cls(
+            host=parts.hostname,
+            port=parts.port or (465 if ssl else 25),
+            ssl=ssl,
+            starttls=q.get("starttls", "") in ("1", "true", "yes"),
+            username=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password else None,
+            from_address=q.get("from") or None,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,9 +87,16 @@ class SmtpMailer:
 
     async def send(self, mail: OutgoingEmail) -> None:
         c = self.config
-        await aiosmtplib.send(compose(mail), hostname=c.host, port=c.port, use_tls=c.ssl,
-                              start_tls=c.starttls and not c.ssl, username=c.username, password=c.password,
-                              timeout=c.timeout_s)
+        await aiosmtplib.send(
+            compose(mail),
+            hostname=c.host,
+            port=c.port,
+            use_tls=c.ssl,
+            start_tls=c.starttls and not c.ssl,
+            username=c.username,
+            password=c.password,
+            timeout=c.timeout_s,
+        )
 
 
 def _header(value: str, limit: int = 300) -> str:
@@ -158,11 +169,28 @@ class EmailFollowUps:
             return
         thread = conversation.meta.get("email") or {}
         ids = [i for i in thread.get("message_ids", []) if isinstance(i, str) and valid_message_id(i)]
-        await self.mailer.send(OutgoingEmail(
-            to=customer.email, from_address=self.from_address, subject=reply_subject(str(thread.get("subject", ""))),
-            body=result.reply, message_id=new_message_id(conversation.id, self.from_address),
-            in_reply_to=ids[-1] if ids else None, references=tuple(ids[-20:])))
+        await self.mailer.send(
+            OutgoingEmail(
+                to=customer.email,
+                from_address=self.from_address,
+                subject=reply_subject(str(thread.get("subject", ""))),
+                body=result.reply,
+                message_id=new_message_id(conversation.id, self.from_address),
+                in_reply_to=ids[-1] if ids else None,
+                references=tuple(ids[-20:]),
+            )
+        )
 
 
-__all__ = ["EmailFollowUps", "Mailer", "OutgoingEmail", "SmtpConfig", "SmtpMailer", "compose",
-           "conversation_of", "new_message_id", "reply_subject", "valid_message_id"]
+__all__ = [
+    "EmailFollowUps",
+    "Mailer",
+    "OutgoingEmail",
+    "SmtpConfig",
+    "SmtpMailer",
+    "compose",
+    "conversation_of",
+    "new_message_id",
+    "reply_subject",
+    "valid_message_id",
+]

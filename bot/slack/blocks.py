@@ -92,15 +92,18 @@ def _dump(blocks: Sequence[Block]) -> tuple[dict[str, Any], ...]:
     return tuple(b.to_dict() for b in blocks)
 
 
-def _button(label: str, action_id: str, value: str, style: str | None = None,
-            confirm: ConfirmObject | None = None) -> ButtonElement:
-    return ButtonElement(text=PlainTextObject(text=label), action_id=action_id, value=value, style=style,
-                         confirm=confirm)
+def _button(
+    label: str, action_id: str, value: str, style: str | None = None, confirm: ConfirmObject | None = None
+) -> ButtonElement:
+    return ButtonElement(
+        text=PlainTextObject(text=label), action_id=action_id, value=value, style=style, confirm=confirm
+    )
 
 
 # -- confirmation card ----------------------------------------------------------------
-def confirmation_card(c: Confirmation, *, directory: Directory | None = None,
-                      awaiting_approval: bool = False) -> Outbound:
+def confirmation_card(
+    c: Confirmation, *, directory: Directory | None = None, awaiting_approval: bool = False
+) -> Outbound:
     """The card that asks the acting principal to confirm, or shows what they decided.
 
     It may be read by another organisation (Slack Connect), so it shows the
@@ -110,16 +113,23 @@ def confirmation_card(c: Confirmation, *, directory: Directory | None = None,
     if c.status == "pending":
         confirm = None
         if c.tool in MONEY_TOOLS:
-            confirm = ConfirmObject(title=wording.CONFIRM_DIALOG_TITLE, text=clip(c.summary, 280),
-                                    confirm=wording.CONFIRM_DIALOG_YES, deny=wording.CONFIRM_DIALOG_NO)
+            confirm = ConfirmObject(
+                title=wording.CONFIRM_DIALOG_TITLE,
+                text=clip(c.summary, 280),
+                confirm=wording.CONFIRM_DIALOG_YES,
+                deny=wording.CONFIRM_DIALOG_NO,
+            )
         value = ids.encode_value(c.id, c.version)
         blocks = [
             _section(f"*{wording.CONFIRM_HEADER}:* {summary}"),
             _context(wording.CONFIRM_NOTHING_YET),
-            ActionsBlock(block_id=ids.CONFIRMATION_ACTIONS_BLOCK, elements=[
-                _button(wording.CONFIRM_BUTTON, ids.CONFIRM, value, "primary", confirm),
-                _button(wording.DECLINE_BUTTON, ids.DECLINE, value),
-            ]),
+            ActionsBlock(
+                block_id=ids.CONFIRMATION_ACTIONS_BLOCK,
+                elements=[
+                    _button(wording.CONFIRM_BUTTON, ids.CONFIRM, value, "primary", confirm),
+                    _button(wording.DECLINE_BUTTON, ids.DECLINE, value),
+                ],
+            ),
         ]
         return Outbound(text=wording.CONFIRM_FALLBACK.format(summary=summary), blocks=_dump(blocks))
     outcome = wording.CONFIRMATION_OUTCOME.get(str(c.status), str(c.status).capitalize())
@@ -127,22 +137,31 @@ def confirmation_card(c: Confirmation, *, directory: Directory | None = None,
     acted = c.status in ("confirmed", "consumed", "declined")
     who = (directory or Directory()).who_public(c.principal) if acted else None
     when = date(c.decided_at) if c.decided_at else None
-    line = (wording.CONFIRMATION_BY.format(outcome=outcome, who=who, when=when) if who and when
-            else wording.CONFIRMATION_WHEN.format(outcome=outcome, when=when) if when else outcome)
-    blocks = [_section(f"~{summary}~" if c.status in ("declined", "superseded", "expired") else summary),
-              _context(line)]
+    line = (
+        wording.CONFIRMATION_BY.format(outcome=outcome, who=who, when=when)
+        if who and when
+        else wording.CONFIRMATION_WHEN.format(outcome=outcome, when=when)
+        if when
+        else outcome
+    )
+    blocks = [
+        _section(f"~{summary}~" if c.status in ("declined", "superseded", "expired") else summary),
+        _context(line),
+    ]
     note = wording.CONFIRMATION_NOTE.get(str(c.status))
     if awaiting_approval and c.status in ("confirmed", "consumed"):
         note = wording.CONFIRMATION_AWAITING_APPROVAL
     if note:
         blocks.append(_context(note))
-    return Outbound(text=wording.CONFIRMATION_DECIDED_FALLBACK.format(outcome=outcome, summary=summary),
-                    blocks=_dump(blocks))
+    return Outbound(
+        text=wording.CONFIRMATION_DECIDED_FALLBACK.format(outcome=outcome, summary=summary), blocks=_dump(blocks)
+    )
 
 
 # -- approval card -----------------------------------------------------------------------
-def approval_card(a: Approval, *, routing: ApprovalRouting | None = None,
-                  directory: Directory | None = None) -> Outbound:
+def approval_card(
+    a: Approval, *, routing: ApprovalRouting | None = None, directory: Directory | None = None
+) -> Outbound:
     """The supervisor's card: the exact action, why it was routed, the evidence, where each
     value came from, the model's (unverified) rationale, and Approve/Reject — or, once
     decided, the outcome, who decided and when, the comment and what execution did."""
@@ -157,14 +176,17 @@ def approval_card(a: Approval, *, routing: ApprovalRouting | None = None,
         return Outbound(text=wording.APPROVAL_FALLBACK.format(summary=summary), blocks=_dump(blocks))
     outcome = wording.APPROVAL_HEADER_DECIDED.get(a.status, a.status.capitalize())
     blocks = [_header(outcome), _section(f"*{summary}*"), _fields(a, routing, people), *_outcome(a, people)]
-    return Outbound(text=wording.APPROVAL_DECIDED_FALLBACK.format(outcome=outcome, summary=summary),
-                    blocks=_dump(blocks))
+    return Outbound(
+        text=wording.APPROVAL_DECIDED_FALLBACK.format(outcome=outcome, summary=summary), blocks=_dump(blocks)
+    )
 
 
 def _fields(a: Approval, routing: ApprovalRouting | None, people: Directory) -> Block:
     args = a.arguments if isinstance(a.arguments, dict) else {}
-    pairs = [(wording.FIELD_REQUESTER, people.who(a.requester)),
-             (wording.FIELD_ACCOUNT, clip(a.customer_id or wording.NO_ACCOUNT, 100))]
+    pairs = [
+        (wording.FIELD_REQUESTER, people.who(a.requester)),
+        (wording.FIELD_ACCOUNT, clip(a.customer_id or wording.NO_ACCOUNT, 100)),
+    ]
     amount = _amount(routing, args)
     if amount:
         pairs.append((wording.FIELD_AMOUNT, amount))
@@ -184,8 +206,9 @@ def _amount(routing: ApprovalRouting | None, args: dict[str, Any]) -> str | None
         return shown
     ceiling = money(routing.ceiling_minor, clip(currency, 8))
     if routing.aggregate_minor is not None and routing.aggregate_minor != amount:
-        return wording.AMOUNT_WITH_AGGREGATE.format(amount=shown, ceiling=ceiling,
-                                                    aggregate=money(routing.aggregate_minor, clip(currency, 8)))
+        return wording.AMOUNT_WITH_AGGREGATE.format(
+            amount=shown, ceiling=ceiling, aggregate=money(routing.aggregate_minor, clip(currency, 8))
+        )
     return wording.AMOUNT_AGAINST_CEILING.format(amount=shown, ceiling=ceiling)
 
 
@@ -236,10 +259,13 @@ def _rationale(a: Approval) -> list[Block]:
 
 def _approval_actions(a: Approval, block_id: str = ids.APPROVAL_ACTIONS_BLOCK) -> Block:
     value = ids.encode_value(a.id, a.version)
-    return ActionsBlock(block_id=block_id, elements=[
-        _button(wording.APPROVE_BUTTON, ids.APPROVE, value, "primary"),
-        _button(wording.REJECT_BUTTON, ids.REJECT, value, "danger"),
-    ])
+    return ActionsBlock(
+        block_id=block_id,
+        elements=[
+            _button(wording.APPROVE_BUTTON, ids.APPROVE, value, "primary"),
+            _button(wording.REJECT_BUTTON, ids.REJECT, value, "danger"),
+        ],
+    )
 
 
 def _outcome(a: Approval, people: Directory) -> list[Block]:
@@ -272,8 +298,9 @@ def _closing_lines(a: Approval) -> list[str]:
     if a.status == "expired":
         return [wording.EXPIRED_NOTE + (f" · {date(a.decided_at)}" if a.decided_at else "")]
     if a.status == "superseded":
-        return [wording.SUPERSEDED_BY.format(id=clip(a.superseded_by, 80)) if a.superseded_by
-                else wording.SUPERSEDED_NOTE]
+        return [
+            wording.SUPERSEDED_BY.format(id=clip(a.superseded_by, 80)) if a.superseded_by else wording.SUPERSEDED_NOTE
+        ]
     return []
 
 
@@ -281,8 +308,11 @@ def result_text(result: Any) -> str:
     """What execution did, in words: status, the ids it produced, or that it was a replay."""
     if not isinstance(result, dict):
         return wording.RESULT_UNKNOWN.format(status=clip(one_line(str(result)[:400]), 200))
-    details = " · ".join(template.format(value=clip(one_line(str(result[key])), 80))
-                         for key, template in wording.RESULT_KEYS.items() if result.get(key) not in (None, ""))
+    details = " · ".join(
+        template.format(value=clip(one_line(str(result[key])), 80))
+        for key, template in wording.RESULT_KEYS.items()
+        if result.get(key) not in (None, "")
+    )
     status = str(result.get("status", ""))
     if result.get("replayed") is True:
         when = parse_time(result.get("executed_at") or result.get("original_at") or result.get("created_at"))
@@ -308,24 +338,38 @@ def reject_modal(a: Approval, *, channel: str | None = None, ts: str | None = No
     and the card's coordinates so the submission can redraw it."""
     meta = ids.encode_modal_metadata(ids.ModalRef(id=a.id, version=a.version, channel=channel, ts=ts))
     view = View(
-        type="modal", callback_id=ids.REJECT_MODAL, private_metadata=meta,
+        type="modal",
+        callback_id=ids.REJECT_MODAL,
+        private_metadata=meta,
         title=PlainTextObject(text=wording.REJECT_MODAL_TITLE),
         submit=PlainTextObject(text=wording.REJECT_MODAL_SUBMIT),
         close=PlainTextObject(text=wording.REJECT_MODAL_CLOSE),
         blocks=[
             _section(wording.REJECT_MODAL_INTRO.format(summary=clip(a.summary, 500))),
-            InputBlock(block_id=ids.REJECT_COMMENT_BLOCK, label=PlainTextObject(text=wording.REJECT_MODAL_LABEL),
-                       element=PlainTextInputElement(
-                           action_id=ids.REJECT_COMMENT_INPUT, multiline=True, min_length=1, max_length=2000,
-                           placeholder=PlainTextObject(text=wording.REJECT_MODAL_PLACEHOLDER))),
+            InputBlock(
+                block_id=ids.REJECT_COMMENT_BLOCK,
+                label=PlainTextObject(text=wording.REJECT_MODAL_LABEL),
+                element=PlainTextInputElement(
+                    action_id=ids.REJECT_COMMENT_INPUT,
+                    multiline=True,
+                    min_length=1,
+                    max_length=2000,
+                    placeholder=PlainTextObject(text=wording.REJECT_MODAL_PLACEHOLDER),
+                ),
+            ),
         ],
     )
     return view.to_dict()
 
 
 # -- App Home --------------------------------------------------------------------------
-def home_view(*, queue: Sequence[Approval] | None = None, threads: Sequence[AssistThread] | None = None,
-              directory: Directory | None = None, pending_total: int | None = None) -> dict[str, Any]:
+def home_view(
+    *,
+    queue: Sequence[Approval] | None = None,
+    threads: Sequence[AssistThread] | None = None,
+    directory: Directory | None = None,
+    pending_total: int | None = None,
+) -> dict[str, Any]:
     """The Home tab: a supervisor's queue (pending approvals, newest first, as compact cards
     with buttons) and/or a rep's open assist threads; an empty state when both are empty.
     ``pending_total`` is how many are pending in all, when ``queue`` is only the first page."""
@@ -347,8 +391,12 @@ def _queue(queue: Sequence[Approval], people: Directory, total: int | None, room
     fits = max((room - len(blocks) - 1) // 4, 0)
     for a in pending[:fits]:
         line = f"*{clip(a.summary, 300)}*\n{people.who(a.requester)} · {wording.FIELD_EXPIRES} {date(a.expires_at)}"
-        blocks += [_section(line), *_progress(a, people), _approval_actions(a, ids.approval_actions_block(a.id)),
-                   DividerBlock()]
+        blocks += [
+            _section(line),
+            *_progress(a, people),
+            _approval_actions(a, ids.approval_actions_block(a.id)),
+            DividerBlock(),
+        ]
     shown = min(fits, len(pending))
     if total > shown:
         blocks.append(_context(wording.HOME_QUEUE_MORE.format(count=total - shown)))
@@ -361,8 +409,12 @@ def _thread_list(threads: Sequence[AssistThread]) -> list[Block]:
     lines = []
     for t in threads[:20]:
         customer = clip(one_line(f"{t.customer_name} ({t.customer_id})" if t.customer_name else t.customer_id), 120)
-        lines.append("• " + wording.HOME_THREAD_LINE.format(customer=customer, channel=channel_link(t.channel),
-                                                            ts=f"`{clip(t.thread_ts, 24)}`"))
+        lines.append(
+            "• "
+            + wording.HOME_THREAD_LINE.format(
+                customer=customer, channel=channel_link(t.channel), ts=f"`{clip(t.thread_ts, 24)}`"
+            )
+        )
     if len(threads) > 20:
         lines.append(wording.HOME_THREADS_MORE.format(count=len(threads) - 20))
     return [_header(wording.HOME_THREADS_HEADER), _section("\n".join(lines))]
@@ -377,8 +429,12 @@ def escalation_message(e: Escalation) -> Outbound:
         _header(wording.ESCALATION_HEADER),
         _section(wording.ESCALATION_REASON.format(reason=reason)),
         _section(wording.ESCALATION_SUMMARY.format(summary=summary)),
-        SectionBlock(fields=[_md(f"*{wording.ESCALATION_CUSTOMER}*\n{clip(e.customer_id or wording.NO_ACCOUNT, 100)}"),
-                             _md(f"*{wording.ESCALATION_CONVERSATION}*\n`{clip(e.conversation_id, 100)}`")]),
+        SectionBlock(
+            fields=[
+                _md(f"*{wording.ESCALATION_CUSTOMER}*\n{clip(e.customer_id or wording.NO_ACCOUNT, 100)}"),
+                _md(f"*{wording.ESCALATION_CONVERSATION}*\n`{clip(e.conversation_id, 100)}`"),
+            ]
+        ),
     ]
     group = subteam(e.oncall_group)
     if group:
@@ -395,12 +451,13 @@ def trace_messages(steps: Sequence[TraceStep]) -> list[Outbound]:
     out = []
     total = len(steps)
     for start in range(0, total, TRACE_STEPS_PER_MESSAGE):
-        chunk = steps[start:start + TRACE_STEPS_PER_MESSAGE]
+        chunk = steps[start : start + TRACE_STEPS_PER_MESSAGE]
         first, last = start + 1, start + len(chunk)
         blocks = [_context(wording.TRACE_HEADER.format(first=first, last=last, total=total))]
         blocks += [_section(_trace_line(first + i, s)) for i, s in enumerate(chunk)]
-        out.append(Outbound(text=wording.TRACE_FALLBACK.format(first=first, last=last, total=total),
-                            blocks=_dump(blocks)))
+        out.append(
+            Outbound(text=wording.TRACE_FALLBACK.format(first=first, last=last, total=total), blocks=_dump(blocks))
+        )
     return out
 
 
@@ -418,6 +475,7 @@ def _trace_line(n: int, s: TraceStep) -> str:
 # -- answers, steps and feedback -------------------------------------------------------------
 def feedback_block(turn_id: str) -> dict[str, Any]:
     """Thumbs up/down under an answer; each value carries only the turn id and the vote."""
+
     def button(vote: ids.Vote, text: str, label: str) -> FeedbackButtonObject:
         return FeedbackButtonObject(text=text, value=ids.encode_feedback(turn_id, vote), accessibility_label=label)
 
@@ -450,8 +508,9 @@ def fits_under_stream(streamed_chars: int, tail: Sequence[dict[str, Any]]) -> bo
     return len(tail) <= MAX_MESSAGE_BLOCKS and streamed_chars + text_size(tail) <= TEXT_BUDGET
 
 
-def answer_messages(text: str, *, cards: Sequence[Outbound] = (), extra_blocks: Sequence[dict[str, Any]] = (),
-                    chunk: int = ANSWER_CHUNK) -> list[Outbound]:
+def answer_messages(
+    text: str, *, cards: Sequence[Outbound] = (), extra_blocks: Sequence[dict[str, Any]] = (), chunk: int = ANSWER_CHUNK
+) -> list[Outbound]:
     """A (long) Markdown answer as messages within Slack's limits, cards after it.
 
     The answer is split with :func:`split_text` into ``markdown`` blocks; the cards'
@@ -472,8 +531,7 @@ def answer_messages(text: str, *, cards: Sequence[Outbound] = (), extra_blocks: 
 
 
 def _fits(have: tuple[dict[str, Any], ...], more: tuple[dict[str, Any], ...]) -> bool:
-    return (len(have) + len(more) <= MAX_MESSAGE_BLOCKS
-            and text_size(have) + text_size(more) <= TEXT_BUDGET)
+    return len(have) + len(more) <= MAX_MESSAGE_BLOCKS and text_size(have) + text_size(more) <= TEXT_BUDGET
 
 
 def text_size(blocks: Sequence[Any]) -> int:
@@ -494,7 +552,21 @@ def text_size(blocks: Sequence[Any]) -> int:
 
 
 __all__ = [
-    "ANSWER_CHUNK", "MAX_MESSAGE_BLOCKS", "MAX_VIEW_BLOCKS", "TEXT_BUDGET", "answer_messages", "approval_card",
-    "confirmation_card", "escalation_message", "feedback_block", "fits_under_stream", "home_view",
-    "recovered_message", "reject_modal", "result_text", "steps_block", "text_size", "trace_messages",
+    "ANSWER_CHUNK",
+    "MAX_MESSAGE_BLOCKS",
+    "MAX_VIEW_BLOCKS",
+    "TEXT_BUDGET",
+    "answer_messages",
+    "approval_card",
+    "confirmation_card",
+    "escalation_message",
+    "feedback_block",
+    "fits_under_stream",
+    "home_view",
+    "recovered_message",
+    "reject_modal",
+    "result_text",
+    "steps_block",
+    "text_size",
+    "trace_messages",
 ]

@@ -36,8 +36,7 @@ class _Lane:
 class ChannelPacer:
     """Runs calls for a channel one at a time, at least ``interval_s`` apart (start to start)."""
 
-    def __init__(self, *, interval_s: float = 1.0, clock: Clock = time.monotonic,
-                 sleep: Sleep = asyncio.sleep) -> None:
+    def __init__(self, *, interval_s: float = 1.0, clock: Clock = time.monotonic, sleep: Sleep = asyncio.sleep) -> None:
         self.interval_s = interval_s
         self._clock = clock
         self._sleep = sleep

@@ -55,18 +55,35 @@ class RateLimitRetryHandler(AsyncRateLimitErrorRetryHandler):
     """The SDK's 429 handler, sleeping ``Retry-After`` (plus a little jitter) through an
     injectable ``sleep``; a wait longer than ``max_wait_s`` is not retried but raised."""
 
-    def __init__(self, *, max_retry_count: int = 3, max_wait_s: float = 120.0, jitter_s: float = 0.5,
-                 sleep: Sleep = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        *,
+        max_retry_count: int = 3,
+        max_wait_s: float = 120.0,
+        jitter_s: float = 0.5,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
         super().__init__(max_retry_count=max_retry_count)
         self.max_wait_s, self.jitter_s, self._sleep = max_wait_s, jitter_s, sleep
 
-    async def _can_retry_async(self, *, state: RetryState, request: HttpRequest,
-                               response: HttpResponse | None = None, error: Exception | None = None) -> bool:
+    async def _can_retry_async(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
         return response is not None and response.status_code == 429 and retry_after(response) <= self.max_wait_s
 
-    async def prepare_for_next_attempt_async(self, *, state: RetryState, request: HttpRequest,
-                                             response: HttpResponse | None = None,
-                                             error: Exception | None = None) -> None:
+    async def prepare_for_next_attempt_async(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> None:
         state.next_attempt_requested = True
         wait = retry_after(response) if response is not None else 1.0
         await self._sleep(wait + random.random() * self.jitter_s)
@@ -84,9 +101,16 @@ def retry_after(response: HttpResponse) -> float:
     return 1.0
 
 
-def make_client(token: str, base_url: str | None = None, *, sleep: Sleep = asyncio.sleep,
-                rate_limit_retries: int = 3, jitter_s: float = 0.5, timeout_s: int = 30,
-                session: aiohttp.ClientSession | None = None) -> AsyncWebClient:
+def make_client(
+    token: str,
+    base_url: str | None = None,
+    *,
+    sleep: Sleep = asyncio.sleep,
+    rate_limit_retries: int = 3,
+    jitter_s: float = 0.5,
+    timeout_s: int = 30,
+    session: aiohttp.ClientSession | None = None,
+) -> AsyncWebClient:
     """The bot's ``AsyncWebClient``: ``base_url`` for proxies and tests (``SIGNOFF_SLACK_API_URL``),
     429s retried after ``Retry-After``, connection resets retried twice."""
     handlers: list[AsyncRetryHandler] = [
@@ -113,8 +137,9 @@ class SlackSender:
     def __init__(self, client: AsyncWebClient, config: SenderConfig | None = None) -> None:
         self.client = client
         self.config = config or SenderConfig()
-        self._pacer = ChannelPacer(interval_s=self.config.min_interval_s, clock=self.config.clock,
-                                   sleep=self.config.sleep)
+        self._pacer = ChannelPacer(
+            interval_s=self.config.min_interval_s, clock=self.config.clock, sleep=self.config.sleep
+        )
 
     async def __aenter__(self) -> SlackSender:
         return self
@@ -127,11 +152,17 @@ class SlackSender:
         await self._pacer.aclose()
 
     # -- messages ---------------------------------------------------------------------------
-    async def post(self, channel: str, text: str, blocks: Sequence[dict[str, Any]] | None = None,
-                   thread_ts: str | None = None) -> str:
+    async def post(
+        self, channel: str, text: str, blocks: Sequence[dict[str, Any]] | None = None, thread_ts: str | None = None
+    ) -> str:
         """``chat.postMessage``; returns the new message's ts."""
-        response = await self.paced(channel, "chat.postMessage", lambda: self.client.chat_postMessage(
-            channel=channel, text=text, blocks=list(blocks) if blocks else None, thread_ts=thread_ts))
+        response = await self.paced(
+            channel,
+            "chat.postMessage",
+            lambda: self.client.chat_postMessage(
+                channel=channel, text=text, blocks=list(blocks) if blocks else None, thread_ts=thread_ts
+            ),
+        )
         return str(response["ts"])
 
     async def post_all(self, channel: str, messages: Sequence[Outbound], thread_ts: str | None = None) -> list[str]:
@@ -140,15 +171,31 @@ class SlackSender:
 
     async def update(self, channel: str, ts: str, text: str, blocks: Sequence[dict[str, Any]] | None = None) -> str:
         """``chat.update`` of our own message at ``ts`` (a card redrawn from the record)."""
-        response = await self.paced(channel, "chat.update", lambda: self.client.chat_update(
-            channel=channel, ts=ts, text=text, blocks=list(blocks) if blocks is not None else None))
+        response = await self.paced(
+            channel,
+            "chat.update",
+            lambda: self.client.chat_update(
+                channel=channel, ts=ts, text=text, blocks=list(blocks) if blocks is not None else None
+            ),
+        )
         return str(response.get("ts") or ts)
 
-    async def ephemeral(self, channel: str, user: str, text: str, blocks: Sequence[dict[str, Any]] | None = None,
-                        thread_ts: str | None = None) -> str:
+    async def ephemeral(
+        self,
+        channel: str,
+        user: str,
+        text: str,
+        blocks: Sequence[dict[str, Any]] | None = None,
+        thread_ts: str | None = None,
+    ) -> str:
         """``chat.postEphemeral``: seen only by ``user`` (refusals, prompts). Returns its message_ts."""
-        response = await self.paced(channel, "chat.postEphemeral", lambda: self.client.chat_postEphemeral(
-            channel=channel, user=user, text=text, blocks=list(blocks) if blocks else None, thread_ts=thread_ts))
+        response = await self.paced(
+            channel,
+            "chat.postEphemeral",
+            lambda: self.client.chat_postEphemeral(
+                channel=channel, user=user, text=text, blocks=list(blocks) if blocks else None, thread_ts=thread_ts
+            ),
+        )
         return str(response.get("message_ts", ""))
 
     async def delete(self, channel: str, ts: str) -> None:
@@ -167,15 +214,23 @@ class SlackSender:
         return str(opened.get("id", ""))
 
     # -- assistant threads ------------------------------------------------------------------------
-    async def set_status(self, channel: str, thread_ts: str, status: str,
-                         loading_messages: Sequence[str] | None = None) -> None:
+    async def set_status(
+        self, channel: str, thread_ts: str, status: str, loading_messages: Sequence[str] | None = None
+    ) -> None:
         """``assistant.threads.setStatus`` (``status=""`` clears it)."""
-        await self.call("assistant.threads.setStatus", lambda: self.client.assistant_threads_setStatus(
-            channel_id=channel, thread_ts=thread_ts, status=status,
-            loading_messages=list(loading_messages) if loading_messages else None))
+        await self.call(
+            "assistant.threads.setStatus",
+            lambda: self.client.assistant_threads_setStatus(
+                channel_id=channel,
+                thread_ts=thread_ts,
+                status=status,
+                loading_messages=list(loading_messages) if loading_messages else None,
+            ),
+        )
 
-    def reply(self, *, channel: str, thread_ts: str, recipient: Recipient | None = None,
-              options: StreamOptions | None = None) -> StreamingReply:
+    def reply(
+        self, *, channel: str, thread_ts: str, recipient: Recipient | None = None, options: StreamOptions | None = None
+    ) -> StreamingReply:
         """A :class:`~bot.slack.streaming.StreamingReply` for one turn in ``thread_ts``
         (``recipient`` required outside DMs: the acting user and their own team)."""
         from bot.slack.streaming import StreamingReply
@@ -212,5 +267,6 @@ def _send_error(method: str, exc: SlackApiError) -> SlackSendError:
         after = float(wait[0] if isinstance(wait, list) else wait) if wait else None
     except ValueError:
         after = None
-    return SlackSendError(method, str(error or f"http_{response.status_code}"), status=response.status_code,
-                          retry_after=after)
+    return SlackSendError(
+        method, str(error or f"http_{response.status_code}"), status=response.status_code, retry_after=after
+    )

@@ -36,10 +36,16 @@ from bot.slack.view_models import Outbound, Step
 log = logging.getLogger(__name__)
 
 #: startStream errors that mean "no streaming here": fall back to chat.postMessage.
-STREAMING_UNAVAILABLE = frozenset({
-    "unknown_method", "not_allowed", "feature_not_enabled", "method_deprecated", "not_allowed_token_type",
-    "method_not_supported_for_channel_type",
-})
+STREAMING_UNAVAILABLE = frozenset(
+    {
+        "unknown_method",
+        "not_allowed",
+        "feature_not_enabled",
+        "method_deprecated",
+        "not_allowed_token_type",
+        "method_not_supported_for_channel_type",
+    }
+)
 EXPIRED = "message_not_in_streaming_state"
 #: Below this much room left in a message, start the next one instead of a sliver.
 MIN_ROOM = 200
@@ -96,8 +102,15 @@ class _Segment:
 class StreamingReply:
     """The reply to one user message, in its thread. Use ``async with`` or call :meth:`finish`."""
 
-    def __init__(self, sender: SlackSender, *, channel: str, thread_ts: str, recipient: Recipient | None = None,
-                 options: StreamOptions | None = None) -> None:
+    def __init__(
+        self,
+        sender: SlackSender,
+        *,
+        channel: str,
+        thread_ts: str,
+        recipient: Recipient | None = None,
+        options: StreamOptions | None = None,
+    ) -> None:
         self._sender, self.channel, self.thread_ts = sender, channel, thread_ts
         self._opts = options or StreamOptions()
         self._dm = self._opts.is_dm if self._opts.is_dm is not None else channel.startswith("D")
@@ -136,8 +149,12 @@ class StreamingReply:
     async def set_status(self, status: str | None = None, loading_messages: Sequence[str] | None = None) -> None:
         """Show "…is working on it" with rotating loading messages; best effort, cleared at the end."""
         try:
-            await self._sender.set_status(self.channel, self.thread_ts, status or self._opts.status,
-                                          loading_messages or self._opts.loading_messages)
+            await self._sender.set_status(
+                self.channel,
+                self.thread_ts,
+                status or self._opts.status,
+                loading_messages or self._opts.loading_messages,
+            )
             self._status_on = True
         except SlackSendError as exc:
             log.info("slack status not shown: %s", exc.error)
@@ -156,17 +173,22 @@ class StreamingReply:
         await self._flush(final=True)
         if not self._streaming:
             return
-        chunk = TaskUpdateChunk(id=step.id, title=clip_plain(defang(one_line(step.title)), 200), status=step.status,
-                                details=clip_plain(defang(step.details), 500) if step.details else None,
-                                output=clip_plain(defang(step.output), 500) if step.output else None)
+        chunk = TaskUpdateChunk(
+            id=step.id,
+            title=clip_plain(defang(one_line(step.title)), 200),
+            status=step.status,
+            details=clip_plain(defang(step.details), 500) if step.details else None,
+            output=clip_plain(defang(step.output), 500) if step.output else None,
+        )
         while self._streaming:
             seg = await self._segment()
             if await self._append(seg, chunks=[chunk]):
                 seg.steps[step.id] = step
                 return
 
-    async def finish(self, *, cards: Sequence[Outbound] = (),
-                     extra_blocks: Sequence[dict[str, Any]] = ()) -> ReplyResult:
+    async def finish(
+        self, *, cards: Sequence[Outbound] = (), extra_blocks: Sequence[dict[str, Any]] = ()
+    ) -> ReplyResult:
         """Send what is left, put ``cards`` (and ``extra_blocks``, e.g. feedback) at the end,
         clear the status, and say what was posted. Calling it again returns the same result."""
         if self._result is not None:
@@ -176,8 +198,7 @@ class StreamingReply:
         placed = await self._stop(tail) if self._streaming else False
         if not self._streaming:
             steps = [blocks.steps_block(list(self._steps.values()))] if self._steps else []
-            messages = blocks.answer_messages("".join(self._unsent), cards=cards,
-                                              extra_blocks=[*steps, *extra_blocks])
+            messages = blocks.answer_messages("".join(self._unsent), cards=cards, extra_blocks=[*steps, *extra_blocks])
             self._ts += await self._sender.post_all(self.channel, messages, self.thread_ts)
         elif tail and not placed:
             messages = blocks.answer_messages("", cards=cards, extra_blocks=extra_blocks)
@@ -228,35 +249,42 @@ class StreamingReply:
     async def _segment(self) -> _Segment:
         """The message being streamed, rolling over first when it is too old."""
         seg = self._seg
-        if seg is not None and seg.started_at is not None and (
-                self._sender.config.clock() - seg.started_at >= self._opts.max_age_s):
+        if (
+            seg is not None
+            and seg.started_at is not None
+            and (self._sender.config.clock() - seg.started_at >= self._opts.max_age_s)
+        ):
             await self._roll()
             seg = None
         if seg is None:
             recipient = self._recipient
             stream = await self._sender.client.chat_stream(
-                channel=self.channel, thread_ts=self.thread_ts, buffer_size=1,
+                channel=self.channel,
+                thread_ts=self.thread_ts,
+                buffer_size=1,
                 recipient_user_id=recipient.user_id if recipient else None,
                 recipient_team_id=recipient.team_id if recipient else None,
-                task_display_mode=self._opts.task_display_mode)
+                task_display_mode=self._opts.task_display_mode,
+            )
             seg = self._seg = _Segment(stream=stream)
         return seg
 
-    async def _append(self, seg: _Segment, *, markdown: str | None = None,
-                      chunks: list[Chunk] | None = None) -> bool:
+    async def _append(self, seg: _Segment, *, markdown: str | None = None, chunks: list[Chunk] | None = None) -> bool:
         """Send to ``seg``; False when the segment broke (recovered) or streaming fell back."""
         starting = seg.stream.ts is None
         if starting and self._opts.plan_title and self._opts.task_display_mode == "plan":
             chunks = [PlanUpdateChunk(title=clip_plain(self._opts.plan_title, 200)), *(chunks or [])]
         try:
             if starting:
-                await self._sender.paced(self.channel, "chat.startStream",
-                                         lambda: seg.stream.append(markdown_text=markdown, chunks=chunks))
+                await self._sender.paced(
+                    self.channel, "chat.startStream", lambda: seg.stream.append(markdown_text=markdown, chunks=chunks)
+                )
                 seg.started_at = self._sender.config.clock()
                 self._ts.append(str(seg.stream.ts))
             else:
-                await self._sender.call("chat.appendStream",
-                                        lambda: seg.stream.append(markdown_text=markdown, chunks=chunks))
+                await self._sender.call(
+                    "chat.appendStream", lambda: seg.stream.append(markdown_text=markdown, chunks=chunks)
+                )
         except SlackSendError as exc:
             return await self._failed(seg, exc, starting)
         if markdown:
@@ -307,8 +335,7 @@ class StreamingReply:
             if starting:
                 await self._sender.paced(self.channel, "chat.startStream", lambda: seg.stream.stop(blocks=list(tail)))
             else:
-                await self._sender.call("chat.stopStream",
-                                        lambda: seg.stream.stop(blocks=list(tail) if fits else None))
+                await self._sender.call("chat.stopStream", lambda: seg.stream.stop(blocks=list(tail) if fits else None))
         except SlackSendError as exc:
             if starting and exc.error in STREAMING_UNAVAILABLE:
                 self._streaming = False

@@ -190,8 +190,7 @@ LINK_PROMPT = (
     "Write `link` and the email address on your account, e.g. `link you@example.com`."
 )
 LINK_CODE_SENT = (
-    "If that address is on an account, I've emailed it a 6-character code. "
-    "Write the code here to finish linking."
+    "If that address is on an account, I've emailed it a 6-character code. Write the code here to finish linking."
 )
 LINK_DONE = "Thanks — you're linked to your account. How can I help?"
 LINK_BAD_CODE = "That code doesn't match or has expired. Write `link` and your email to get a new one."

@@ -68,8 +68,7 @@ class ServiceUrlPolicy:
 
     def __init__(self, config: TeamsConfig) -> None:
         hosts = [h for h in config.service_url_allow if "://" not in h]
-        self._loopback = frozenset(
-            (urlsplit(h).hostname or "").lower() for h in config.service_url_allow if "://" in h)
+        self._loopback = frozenset((urlsplit(h).hostname or "").lower() for h in config.service_url_allow if "://" in h)
         self._validator = OutboundHostValidator(hosts, enabled=True)
 
     def allows(self, url: str) -> bool:
@@ -90,7 +89,10 @@ def same_origin(a: str, b: str) -> bool:
     try:
         pa, pb = urlsplit(a), urlsplit(b)
         return (pa.scheme.lower(), (pa.hostname or "").casefold(), pa.port) == (
-            pb.scheme.lower(), (pb.hostname or "").casefold(), pb.port) and bool(pa.hostname)
+            pb.scheme.lower(),
+            (pb.hostname or "").casefold(),
+            pb.port,
+        ) and bool(pa.hostname)
     except ValueError:
         return False
 
@@ -115,9 +117,13 @@ class _Validator(JwtTokenValidator):
 def sdk_auth_configuration(config: TeamsConfig) -> AgentAuthConfiguration:
     """The SDK's view of our settings: audience = app id, issuer allow-list on, never anonymous."""
     return AgentAuthConfiguration(
-        client_id=config.app_id, tenant_id=config.tenant_id, client_secret=config.app_password,
-        connection_name="SERVICE_CONNECTION", anonymous_allowed=False,
-        issuers=list(config.accepted_issuers), validate_issuer=True,
+        client_id=config.app_id,
+        tenant_id=config.tenant_id,
+        client_secret=config.app_password,
+        connection_name="SERVICE_CONNECTION",
+        anonymous_allowed=False,
+        issuers=list(config.accepted_issuers),
+        validate_issuer=True,
     )
 
 
@@ -177,8 +183,13 @@ class InboundAuthenticator:
         except jwt.PyJWTError:
             raise AuthFailure("bad_token", "Invalid token or authentication failed.") from None
         iss, aud = payload.get("iss"), payload.get("aud")
-        if (header.get("alg") != "RS256" or not isinstance(header.get("kid"), str)
-                or not isinstance(iss, str) or iss.lower() not in self._issuers
-                or not isinstance(aud, str) or aud.lower() != self.config.app_id.lower()):
+        if (
+            header.get("alg") != "RS256"
+            or not isinstance(header.get("kid"), str)
+            or not isinstance(iss, str)
+            or iss.lower() not in self._issuers
+            or not isinstance(aud, str)
+            or aud.lower() != self.config.app_id.lower()
+        ):
             log.warning("teams token rejected before key lookup")
             raise AuthFailure("bad_token", "Invalid token or authentication failed.")

@@ -26,8 +26,18 @@ APPROVE, REJECT = "signoff.approve", "signoff.reject"
 COMMENT_INPUT = "comment"
 #: Teams refuses messages over ~28 KB; cards stay well under it whatever the input.
 MAX_CARD_BYTES = 24_000
-LIMITS = {"summary": 600, "name": 80, "value": 200, "excerpt": 300, "rationale": 1200, "comment": 500,
-          "args": 12, "evidence": 4, "trace": 12, "decisions": 5}
+LIMITS = {
+    "summary": 600,
+    "name": 80,
+    "value": 200,
+    "excerpt": 300,
+    "rationale": 1200,
+    "comment": 500,
+    "args": 12,
+    "evidence": 4,
+    "trace": 12,
+    "decisions": 5,
+}
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _SCHEME = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{1,20}):(?=//)")
@@ -60,7 +70,7 @@ def money(minor: int, currency: str) -> str:
     """Integer minor units as an amount: ``18900, "USD"`` → ``189.00 USD``."""
     code = currency.upper()[:3]
     digits = 0 if code in _ZERO_DECIMAL else 3 if code in _THREE_DECIMAL else 2
-    return f"{minor / 10 ** digits:,.{digits}f} {code}"
+    return f"{minor / 10**digits:,.{digits}f} {code}"
 
 
 # -- building blocks ------------------------------------------------------------------
@@ -77,34 +87,55 @@ def _literal(text: Any, limit: int, **run: Any) -> Card:
 
 
 def _fact(label: str, value: Any, limit: int, *, tail: str | None = None) -> Card:
-    inlines: list[Card] = [{"type": "TextRun", "text": f"{label}: ", "weight": "Bolder"},
-                           {"type": "TextRun", "text": neutralize(value, limit)}]
+    inlines: list[Card] = [
+        {"type": "TextRun", "text": f"{label}: ", "weight": "Bolder"},
+        {"type": "TextRun", "text": neutralize(value, limit)},
+    ]
     if tail:
         inlines.append({"type": "TextRun", "text": f" — {tail}", "italic": True, "isSubtle": True})
     return {"type": "RichTextBlock", "inlines": inlines, "spacing": "Small"}
 
 
 def _section(title: str, items: list[Card], *, style: str | None = None) -> Card:
-    box: Card = {"type": "Container", "separator": True, "spacing": "Medium",
-                 "items": [{"type": "TextBlock", "text": title, "weight": "Bolder", "wrap": True}, *items]}
+    box: Card = {
+        "type": "Container",
+        "separator": True,
+        "spacing": "Medium",
+        "items": [{"type": "TextBlock", "text": title, "weight": "Bolder", "wrap": True}, *items],
+    }
     if style:
         box["style"] = style
     return box
 
 
 def _banner(text: str, style: str) -> Card:
-    return {"type": "Container", "style": style, "spacing": "Medium",
-            "items": [{"type": "RichTextBlock", "inlines": [{"type": "TextRun", "text": text, "weight": "Bolder"}]}]}
+    return {
+        "type": "Container",
+        "style": style,
+        "spacing": "Medium",
+        "items": [{"type": "RichTextBlock", "inlines": [{"type": "TextRun", "text": text, "weight": "Bolder"}]}],
+    }
 
 
 def _execute(title: str, verb: str, target_id: str, version: int, *, style: str, inputs: str) -> Card:
-    return {"type": "Action.Execute", "title": title, "verb": verb, "style": style,
-            "data": {"id": target_id, "version": version}, "associatedInputs": inputs}
+    return {
+        "type": "Action.Execute",
+        "title": title,
+        "verb": verb,
+        "style": style,
+        "data": {"id": target_id, "version": version},
+        "associatedInputs": inputs,
+    }
 
 
 def _card(body: list[Card], actions: list[Card] | None = None) -> Card:
-    card: Card = {"type": "AdaptiveCard", "$schema": SCHEMA, "version": VERSION, "body": body,
-                  "msteams": {"width": "Full"}}
+    card: Card = {
+        "type": "AdaptiveCard",
+        "$schema": SCHEMA,
+        "version": VERSION,
+        "body": body,
+        "msteams": {"width": "Full"},
+    }
     if actions:
         card["actions"] = actions
     return card
@@ -135,10 +166,15 @@ def confirmation_card(c: Confirmation, *, decided_by: str | None = None, outcome
     from the runtime's ``summary``; after a decision, the outcome, who and when, no buttons."""
     summary = _literal(c.summary, LIMITS["summary"], weight="Bolder")
     if c.status == "pending":
-        return _fit(_card([_heading(say.CONFIRM_TITLE), summary, _note(say.CONFIRM_HINT)], [
-            _execute(say.CONFIRM, CONFIRM, c.id, c.version, style="positive", inputs="none"),
-            _execute(say.DECLINE, DECLINE, c.id, c.version, style="destructive", inputs="none"),
-        ]))
+        return _fit(
+            _card(
+                [_heading(say.CONFIRM_TITLE), summary, _note(say.CONFIRM_HINT)],
+                [
+                    _execute(say.CONFIRM, CONFIRM, c.id, c.version, style="positive", inputs="none"),
+                    _execute(say.DECLINE, DECLINE, c.id, c.version, style="destructive", inputs="none"),
+                ],
+            )
+        )
     who = neutralize(decided_by or "you", LIMITS["name"])
     if c.status in ("confirmed", "consumed"):
         head, banner = say.CONFIRMED, _banner(say.CONFIRMED_BY.format(who=who, when=when(c.decided_at)), "good")
@@ -150,8 +186,9 @@ def confirmation_card(c: Confirmation, *, decided_by: str | None = None, outcome
 
 
 # -- approval -------------------------------------------------------------------------
-def approval_card(a: Approval, *, people: People | None = None, routing: Routing | None = None,
-                  now: datetime | None = None) -> Card:
+def approval_card(
+    a: Approval, *, people: People | None = None, routing: Routing | None = None, now: datetime | None = None
+) -> Card:
     """The supervisor's card: the exact action with each argument's provenance, the
     requester and account, the amount against the ceiling, evidence, the model's
     rationale labelled untrusted, decisions so far, and Approve / Reject (with a required
@@ -159,8 +196,10 @@ def approval_card(a: Approval, *, people: People | None = None, routing: Routing
     people = people or People()
     current, expires = aware(now), aware(a.expires_at)
     open_ = a.status == "pending" and not (current is not None and expires is not None and current >= expires)
-    body = [_heading(_approval_title(a, open_), color="Default" if open_ else "Accent"),
-            _literal(a.summary, LIMITS["summary"], weight="Bolder")]
+    body = [
+        _heading(_approval_title(a, open_), color="Default" if open_ else "Accent"),
+        _literal(a.summary, LIMITS["summary"], weight="Bolder"),
+    ]
     if a.approvals_required > 1:
         done = sum(1 for d in a.decisions if d.decision == "approve")
         body.append(_note(say.PROGRESS.format(done=done, needed=a.approvals_required), subtle=False))
@@ -168,17 +207,31 @@ def approval_card(a: Approval, *, people: People | None = None, routing: Routing
     body.append(_section(say.ARGUMENTS, _arguments(a)))
     body.append(_section(say.EVIDENCE, _evidence(a)))
     if a.rationale:
-        body.append(_section(say.RATIONALE_LABEL, [_literal(a.rationale, LIMITS["rationale"], italic=True)],
-                             style="warning"))
+        body.append(
+            _section(say.RATIONALE_LABEL, [_literal(a.rationale, LIMITS["rationale"], italic=True)], style="warning")
+        )
     body += _decisions(a, people)
     if open_:
-        body.append({"type": "Input.Text", "id": COMMENT_INPUT, "label": say.REJECT_INPUT_LABEL,
-                     "isMultiline": True, "maxLength": LIMITS["comment"], "isRequired": True,
-                     "errorMessage": say.REJECT_INPUT_ERROR})
-        return _fit(_card(body, [
-            _execute(say.APPROVE, APPROVE, a.id, a.version, style="positive", inputs="none"),
-            _execute(say.REJECT, REJECT, a.id, a.version, style="destructive", inputs="auto"),
-        ]))
+        body.append(
+            {
+                "type": "Input.Text",
+                "id": COMMENT_INPUT,
+                "label": say.REJECT_INPUT_LABEL,
+                "isMultiline": True,
+                "maxLength": LIMITS["comment"],
+                "isRequired": True,
+                "errorMessage": say.REJECT_INPUT_ERROR,
+            }
+        )
+        return _fit(
+            _card(
+                body,
+                [
+                    _execute(say.APPROVE, APPROVE, a.id, a.version, style="positive", inputs="none"),
+                    _execute(say.REJECT, REJECT, a.id, a.version, style="destructive", inputs="auto"),
+                ],
+            )
+        )
     body += _closing(a)
     return _fit(_card(body))
 
@@ -186,8 +239,9 @@ def approval_card(a: Approval, *, people: People | None = None, routing: Routing
 def _approval_title(a: Approval, open_: bool) -> str:
     if open_:
         return say.APPROVAL_TITLE
-    return {"approved": say.APPROVED_TITLE, "rejected": say.REJECTED_TITLE,
-            "superseded": say.SUPERSEDED_TITLE}.get(a.status, say.EXPIRED_TITLE)
+    return {"approved": say.APPROVED_TITLE, "rejected": say.REJECTED_TITLE, "superseded": say.SUPERSEDED_TITLE}.get(
+        a.status, say.EXPIRED_TITLE
+    )
 
 
 def _approval_facts(a: Approval, people: People, routing: Routing | None) -> list[Card]:
@@ -197,11 +251,14 @@ def _approval_facts(a: Approval, people: People, routing: Routing | None) -> lis
     if routing is not None:
         amount = money(routing.amount_minor, routing.currency)
         ceiling = money(routing.ceiling_minor, routing.currency)
-        facts.append(_fact(say.AMOUNT, say.AMOUNT_VS_CEILING.format(amount=amount, ceiling=ceiling), 120,
-                           tail=routing.rule))
-    facts += [_fact(say.NEEDS_ROLE, a.required_role, LIMITS["name"]),
-              _fact(say.EXPIRES, when(a.expires_at), 40),
-              _fact(say.POLICY, a.policy_version, 40)]
+        facts.append(
+            _fact(say.AMOUNT, say.AMOUNT_VS_CEILING.format(amount=amount, ceiling=ceiling), 120, tail=routing.rule)
+        )
+    facts += [
+        _fact(say.NEEDS_ROLE, a.required_role, LIMITS["name"]),
+        _fact(say.EXPIRES, when(a.expires_at), 40),
+        _fact(say.POLICY, a.policy_version, 40),
+    ]
     return facts
 
 
@@ -210,8 +267,11 @@ def _arguments(a: Approval) -> list[Card]:
     rows = []
     for name in sorted(args)[: LIMITS["args"]]:
         source = a.provenance.get(name) if isinstance(a.provenance, dict) else None
-        rows.append(_fact(neutralize(name, 40), args[name], LIMITS["value"],
-                          tail=say.SOURCE.get(str(source)) if source else None))
+        rows.append(
+            _fact(
+                neutralize(name, 40), args[name], LIMITS["value"], tail=say.SOURCE.get(str(source)) if source else None
+            )
+        )
     if len(args) > LIMITS["args"]:
         rows.append(_note(say.MORE.format(count=len(args) - LIMITS["args"])))
     return rows
@@ -236,8 +296,11 @@ def _decisions(a: Approval, people: People) -> list[Card]:
     for d in a.decisions[: LIMITS["decisions"]]:
         template = say.DECISION_APPROVE if d.decision == "approve" else say.DECISION_REJECT
         at = outcome_when(d.at)
-        out.append(_literal(template.format(who=neutralize(people.name(d.actor), LIMITS["name"]), when=at), 200,
-                            weight="Bolder"))
+        out.append(
+            _literal(
+                template.format(who=neutralize(people.name(d.actor), LIMITS["name"]), when=at), 200, weight="Bolder"
+            )
+        )
         if d.comment:
             out.append(_fact(say.COMMENT, d.comment, LIMITS["comment"]))
     return out
@@ -263,14 +326,23 @@ def _closing(a: Approval) -> list[Card]:
 # -- escalation -----------------------------------------------------------------------
 def escalation_card(e: Escalation) -> Card:
     """For the person who picks a conversation up: why, the agent's summary, and every tool call."""
-    body = [_heading(say.ESCALATION_TITLE, color="Attention"),
-            _fact(say.ESCALATION_REASON, e.reason, 200),
-            _literal(e.summary, LIMITS["summary"]),
-            _fact(say.ESCALATION_CONVERSATION, f"{e.conversation_id} ({e.channel})", 120)]
+    body = [
+        _heading(say.ESCALATION_TITLE, color="Attention"),
+        _fact(say.ESCALATION_REASON, e.reason, 200),
+        _literal(e.summary, LIMITS["summary"]),
+        _fact(say.ESCALATION_CONVERSATION, f"{e.conversation_id} ({e.channel})", 120),
+    ]
     if e.customer_id:
         body.append(_fact(say.ESCALATION_CUSTOMER, e.customer_id, LIMITS["name"]))
-    rows = [_fact(neutralize(t.tool, 40), " · ".join(x for x in (t.decision, t.reason) if x) or "—", 160,
-                  tail="error" if t.is_error else None) for t in e.trace[: LIMITS["trace"]]]
+    rows = [
+        _fact(
+            neutralize(t.tool, 40),
+            " · ".join(x for x in (t.decision, t.reason) if x) or "—",
+            160,
+            tail="error" if t.is_error else None,
+        )
+        for t in e.trace[: LIMITS["trace"]]
+    ]
     if len(e.trace) > LIMITS["trace"]:
         rows.append(_note(say.MORE.format(count=len(e.trace) - LIMITS["trace"])))
     body.append(_section(say.ESCALATION_TRACE, rows or [_note(say.NO_TRACE)]))

@@ -80,8 +80,11 @@ class TeamsConfig:
         """The issuers a token may carry."""
         if self.issuers:
             return self.issuers
-        return (BOT_FRAMEWORK_ISSUER, f"https://sts.windows.net/{self.tenant_id}/",
-                f"https://login.microsoftonline.com/{self.tenant_id}/v2.0")
+        return (
+            BOT_FRAMEWORK_ISSUER,
+            f"https://sts.windows.net/{self.tenant_id}/",
+            f"https://login.microsoftonline.com/{self.tenant_id}/v2.0",
+        )
 
     @property
     def tenants(self) -> frozenset[str]:
@@ -101,4 +104,5 @@ def _check_allow_entry(entry: str) -> None:
     parts = urlsplit(entry)
     if parts.scheme != "http" or not parts.hostname or not is_loopback_host(parts.hostname):
         raise TeamsConfigError(
-            f"SIGNOFF_TEAMS_SERVICE_URL_ALLOW: {entry!r}: only a bare host (https) or an http loopback origin")
+            f"SIGNOFF_TEAMS_SERVICE_URL_ALLOW: {entry!r}: only a bare host (https) or an http loopback origin"
+        )

@@ -217,10 +217,13 @@ def _base(env: _Envelope) -> dict[str, Any]:
     data = env.channel_data or _ChannelData()
     kind = env.conversation.conversation_type or "personal"
     place = TeamsPlace(
-        conversation_id=env.conversation.id, conversation_type=kind,
+        conversation_id=env.conversation.id,
+        conversation_type=kind,
         tenant_id=(data.tenant.id if data.tenant else None) or env.conversation.tenant_id,
-        team_id=data.team.id if data.team else None, channel_id=data.channel.id if data.channel else None,
-        service_url=env.service_url, bot_id=env.recipient.id,
+        team_id=data.team.id if data.team else None,
+        channel_id=data.channel.id if data.channel else None,
+        service_url=env.service_url,
+        bot_id=env.recipient.id,
     )
     sender = TeamsUser(id=env.from_.id, aad_object_id=env.from_.aad_object_id, name=env.from_.name)
     return {"activity_id": env.id, "place": place, "sender": sender}
@@ -259,8 +262,14 @@ def _card_action(env: _Envelope, base: dict[str, Any]) -> TeamsCardAction:
         raise ActivityError("only an approval decision takes a comment", invoke=True)
     if verb == "signoff.reject" and comment is None:
         raise ActivityError("a rejection needs a comment", invoke=True)
-    return TeamsCardAction(**base, verb=cast(Verb, verb), target_id=data.id, version=data.version,
-                           comment=comment, card_activity_id=env.reply_to_id)
+    return TeamsCardAction(
+        **base,
+        verb=cast(Verb, verb),
+        target_id=data.id,
+        version=data.version,
+        comment=comment,
+        card_activity_id=env.reply_to_id,
+    )
 
 
 _AT = re.compile(r"<at>(.*?)</at>", re.IGNORECASE | re.DOTALL)

@@ -54,15 +54,20 @@ class ManifestConfig:
     full_description: str = (
         "signoff is a customer-support agent for online retailers. It looks orders up, starts returns, "
         "cancels orders and issues refunds, asks the customer to confirm every action, and routes risky "
-        "ones to a supervisor for approval. Every decision is made by deterministic code and audited.")
+        "ones to a supervisor for approval. Every decision is made by deterministic code and audited."
+    )
     accent_color: str = "#1F6F5C"
 
     def validate(self) -> None:
         for name, value in (("bot_id", self.bot_id), ("app_id", self.app_id or self.bot_id)):
             if not GUID.match(value):
                 raise ManifestError(f"{name} must be a GUID")
-        for name, url in (("messaging_endpoint", self.messaging_endpoint), ("website_url", self.website_url),
-                          ("privacy_url", self.privacy_url), ("terms_url", self.terms_url)):
+        for name, url in (
+            ("messaging_endpoint", self.messaging_endpoint),
+            ("website_url", self.website_url),
+            ("privacy_url", self.privacy_url),
+            ("terms_url", self.terms_url),
+        ):
             parts = urlsplit(url)
             if parts.scheme != "https" or not parts.hostname:
                 raise ManifestError(f"{name} must be an https URL")
@@ -92,20 +97,25 @@ def manifest(config: ManifestConfig) -> dict[str, Any]:
         "manifestVersion": SCHEMA_VERSION,
         "version": config.version,
         "id": config.app_id or config.bot_id,
-        "developer": {"name": config.developer_name, "websiteUrl": config.website_url,
-                      "privacyUrl": config.privacy_url, "termsOfUseUrl": config.terms_url},
+        "developer": {
+            "name": config.developer_name,
+            "websiteUrl": config.website_url,
+            "privacyUrl": config.privacy_url,
+            "termsOfUseUrl": config.terms_url,
+        },
         "name": {"short": config.short_name, "full": config.full_name},
         "description": {"short": config.short_description, "full": config.full_description},
         "icons": {"color": "color.png", "outline": "outline.png"},
         "accentColor": config.accent_color.upper(),
-        "bots": [{
-            "botId": config.bot_id,
-            "scopes": scopes,
-            "supportsFiles": False,
-            "isNotificationOnly": False,
-            "commandLists": [{"scopes": scopes,
-                              "commands": [{"title": t, "description": d} for t, d in COMMANDS]}],
-        }],
+        "bots": [
+            {
+                "botId": config.bot_id,
+                "scopes": scopes,
+                "supportsFiles": False,
+                "isNotificationOnly": False,
+                "commandLists": [{"scopes": scopes, "commands": [{"title": t, "description": d} for t, d in COMMANDS]}],
+            }
+        ],
         "permissions": ["identity", "messageTeamMembers"],
         "validDomains": [host],
     }
@@ -140,8 +150,12 @@ def icon_png(size: int, *, background: tuple[int, int, int] | None) -> bytes:
             else:
                 rows += bytes((0, 0, 0, 0))
     header = struct.pack(">IIBBBBB", size, size, 8, 6, 0, 0, 0)  # 8-bit RGBA
-    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", zlib.compress(bytes(rows), 9))
-            + _chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _chunk(b"IHDR", header)
+        + _chunk(b"IDAT", zlib.compress(bytes(rows), 9))
+        + _chunk(b"IEND", b"")
+    )
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:

@@ -85,12 +85,20 @@ class Sent:
 def outbound_configuration(config: TeamsConfig) -> AgentAuthConfiguration:
     """The service connection: client secret, or a PFX certificate."""
     if config.certificate_pfx:
-        return AgentAuthConfiguration(auth_type=AuthTypes.certificate, client_id=config.app_id,
-                                      tenant_id=config.tenant_id, cert_pfx_file=config.certificate_pfx,
-                                      connection_name="SERVICE_CONNECTION")
-    return AgentAuthConfiguration(auth_type=AuthTypes.client_secret, client_id=config.app_id,
-                                  tenant_id=config.tenant_id, client_secret=config.app_password,
-                                  connection_name="SERVICE_CONNECTION")
+        return AgentAuthConfiguration(
+            auth_type=AuthTypes.certificate,
+            client_id=config.app_id,
+            tenant_id=config.tenant_id,
+            cert_pfx_file=config.certificate_pfx,
+            connection_name="SERVICE_CONNECTION",
+        )
+    return AgentAuthConfiguration(
+        auth_type=AuthTypes.client_secret,
+        client_id=config.app_id,
+        tenant_id=config.tenant_id,
+        client_secret=config.app_password,
+        connection_name="SERVICE_CONNECTION",
+    )
 
 
 def msal_connections(config: TeamsConfig) -> Connections:
@@ -100,11 +108,13 @@ def msal_connections(config: TeamsConfig) -> Connections:
     return MsalConnectionManager(connections_configurations={"SERVICE_CONNECTION": outbound_configuration(config)})
 
 
-def connections_with(config: TeamsConfig,
-                     provider: Callable[[AgentAuthConfiguration], AccessTokenProviderBase]) -> Connections:
+def connections_with(
+    config: TeamsConfig, provider: Callable[[AgentAuthConfiguration], AccessTokenProviderBase]
+) -> Connections:
     """Tokens from any provider (tests): the SDK's generic connection manager around it."""
-    return ConnectionManager(provider_factory=provider,
-                             connections_configurations={"SERVICE_CONNECTION": outbound_configuration(config)})
+    return ConnectionManager(
+        provider_factory=provider, connections_configurations={"SERVICE_CONNECTION": outbound_configuration(config)}
+    )
 
 
 def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> float | None:
@@ -132,8 +142,14 @@ async def _raise(context: TurnContext, error: Exception) -> None:
 class TeamsSender:
     """Sends into Teams conversations we hold a reference for; returns the ids it created."""
 
-    def __init__(self, config: TeamsConfig, *, connections: Connections, retry: RetryPolicy | None = None,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        config: TeamsConfig,
+        *,
+        connections: Connections,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.config = config
         self.retry = retry or RetryPolicy()
         self._policy = ServiceUrlPolicy(config)
@@ -142,70 +158,104 @@ class TeamsSender:
         self._adapter.on_turn_error = _raise
         self._backoff = wait_exponential(multiplier=self.retry.base_wait_s, max=self.retry.max_wait_s)
 
-    async def send(self, reference: Mapping[str, Any], *, text: str | None = None,
-                   card: dict[str, Any] | None = None) -> str:
+    async def send(
+        self, reference: Mapping[str, Any], *, text: str | None = None, card: dict[str, Any] | None = None
+    ) -> str:
         """Post a new message into the referenced conversation (channel thread included)."""
         ref = _reference(reference)
         activity = _message(ref, text, card)
-        out = await self._run(ref, lambda ops: ops.send_to_conversation(ref.conversation.id, activity),
-                              idempotent=False)
+        out = await self._run(
+            ref, lambda ops: ops.send_to_conversation(ref.conversation.id, activity), idempotent=False
+        )
         return _created(out.id)
 
-    async def reply(self, reference: Mapping[str, Any], *, reply_to_id: str, text: str | None = None,
-                    card: dict[str, Any] | None = None) -> str:
+    async def reply(
+        self,
+        reference: Mapping[str, Any],
+        *,
+        reply_to_id: str,
+        text: str | None = None,
+        card: dict[str, Any] | None = None,
+    ) -> str:
         """Reply to ``reply_to_id`` in the referenced conversation."""
         ref = _reference(reference)
         activity = _message(ref, text, card)
         activity.reply_to_id = reply_to_id
-        out = await self._run(ref, lambda ops: ops.reply_to_activity(ref.conversation.id, reply_to_id, activity),
-                              idempotent=False)
+        out = await self._run(
+            ref, lambda ops: ops.reply_to_activity(ref.conversation.id, reply_to_id, activity), idempotent=False
+        )
         return _created(out.id)
 
-    async def update(self, reference: Mapping[str, Any], *, activity_id: str, text: str | None = None,
-                     card: dict[str, Any] | None = None) -> None:
+    async def update(
+        self,
+        reference: Mapping[str, Any],
+        *,
+        activity_id: str,
+        text: str | None = None,
+        card: dict[str, Any] | None = None,
+    ) -> None:
         """Replace activity ``activity_id`` for everyone (``PUT …/activities/{id}``)."""
         ref = _reference(reference)
         activity = _message(ref, text, card)
         activity.id = activity_id
-        await self._run(ref, lambda ops: ops.update_activity(ref.conversation.id, activity_id, activity),
-                        idempotent=True)
+        await self._run(
+            ref, lambda ops: ops.update_activity(ref.conversation.id, activity_id, activity), idempotent=True
+        )
 
     async def delete(self, reference: Mapping[str, Any], *, activity_id: str) -> None:
         """Delete activity ``activity_id``."""
         ref = _reference(reference)
         await self._run(ref, lambda ops: ops.delete_activity(ref.conversation.id, activity_id), idempotent=True)
 
-    async def open_personal_chat(self, *, service_url: str, tenant_id: str, user_id: str,
-                                 text: str | None = None, card: dict[str, Any] | None = None) -> Sent:
+    async def open_personal_chat(
+        self,
+        *,
+        service_url: str,
+        tenant_id: str,
+        user_id: str,
+        text: str | None = None,
+        card: dict[str, Any] | None = None,
+    ) -> Sent:
         """Start (or find) the 1:1 chat with ``user_id`` (``29:…`` or an AAD object id) and post into it."""
         self._check_url(service_url)
-        params = ConversationParameters(is_group=False, bot=ChannelAccount(id=f"28:{self.config.app_id}"),
-                                        members=[ChannelAccount(id=user_id)], tenant_id=tenant_id,
-                                        channel_data={"tenant": {"id": tenant_id}})
+        params = ConversationParameters(
+            is_group=False,
+            bot=ChannelAccount(id=f"28:{self.config.app_id}"),
+            members=[ChannelAccount(id=user_id)],
+            tenant_id=tenant_id,
+            channel_data={"tenant": {"id": tenant_id}},
+        )
         box: list[Sent] = []
 
         async def created(context: TurnContext) -> None:
             ref = context.activity.get_conversation_reference()
-            ref.conversation = ConversationAccount(id=ref.conversation.id, tenant_id=tenant_id,
-                                                   conversation_type="personal")
+            ref.conversation = ConversationAccount(
+                id=ref.conversation.id, tenant_id=tenant_id, conversation_type="personal"
+            )
             ref.activity_id = None
             activity = _message(ref, text, card)
-            out = await self._retrying(lambda: _ops(context).send_to_conversation(ref.conversation.id, activity),
-                                       idempotent=False)
+            out = await self._retrying(
+                lambda: _ops(context).send_to_conversation(ref.conversation.id, activity), idempotent=False
+            )
             ref.activity_id = _created(out.id)
-            box.append(Sent(activity_id=ref.activity_id,
-                            reference=ref.model_dump(mode="json", by_alias=True, exclude_none=True)))
+            box.append(
+                Sent(
+                    activity_id=ref.activity_id, reference=ref.model_dump(mode="json", by_alias=True, exclude_none=True)
+                )
+            )
 
         async def create() -> None:
-            await self._adapter.create_conversation(self.config.app_id, "msteams", service_url,
-                                                    AuthenticationConstants.AGENTS_SDK_SCOPE, params, created)
+            await self._adapter.create_conversation(
+                self.config.app_id, "msteams", service_url, AuthenticationConstants.AGENTS_SDK_SCOPE, params, created
+            )
 
         await self._delivered(lambda: self._retrying(create, idempotent=False))
         return box[0]
 
     # -- plumbing --------------------------------------------------------------------
-    async def _run(self, ref: ConversationReference, op: Callable[[ConversationsBase], Awaitable[T]], *,
-                   idempotent: bool) -> T:
+    async def _run(
+        self, ref: ConversationReference, op: Callable[[ConversationsBase], Awaitable[T]], *, idempotent: bool
+    ) -> T:
         self._check_url(ref.service_url)
         box: list[T] = []
 
@@ -219,10 +269,16 @@ class TeamsSender:
     async def _retrying(self, call: Callable[[], Awaitable[T]], *, idempotent: bool) -> T:
         def retryable(exc: BaseException) -> bool:
             return isinstance(exc, aiohttp.ClientResponseError) and (
-                exc.status == 429 or (idempotent and exc.status in RETRY_5XX))
+                exc.status == 429 or (idempotent and exc.status in RETRY_5XX)
+            )
 
-        retrying = AsyncRetrying(stop=stop_after_attempt(self.retry.attempts), wait=self._wait,
-                                 retry=retry_if_exception(retryable), sleep=self._sleep, reraise=True)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.retry.attempts),
+            wait=self._wait,
+            retry=retry_if_exception(retryable),
+            sleep=self._sleep,
+            reraise=True,
+        )
         async for attempt in retrying:
             with attempt:
                 async with asyncio.timeout(self.retry.timeout_s):
@@ -243,8 +299,9 @@ class TeamsSender:
             raise
         except aiohttp.ClientResponseError as exc:
             log.warning("teams call failed with HTTP %s", exc.status)
-            raise TeamsDeliveryError(f"Teams answered HTTP {exc.status}", status=exc.status,
-                                     retryable=exc.status == 429 or exc.status >= 500) from exc
+            raise TeamsDeliveryError(
+                f"Teams answered HTTP {exc.status}", status=exc.status, retryable=exc.status == 429 or exc.status >= 500
+            ) from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("teams call failed: %s", type(exc).__name__)
             raise TeamsDeliveryError(f"Teams unreachable ({type(exc).__name__})", retryable=True) from exc

@@ -57,9 +57,13 @@ def outcome_of(result: Any) -> Outcome | None:
     reference = next((str(result[k]) for k in ("original_id", *_REF_KEYS) if isinstance(result.get(k), str)), None)
     status = result.get("status")
     error = result.get("error")
-    return Outcome(status=str(status) if status is not None else None, reference=reference,
-                   replayed=result.get("replayed") is True, original_at=_when(result.get("original_at")),
-                   error=str(error) if error is not None else None)
+    return Outcome(
+        status=str(status) if status is not None else None,
+        reference=reference,
+        replayed=result.get("replayed") is True,
+        original_at=_when(result.get("original_at")),
+        error=str(error) if error is not None else None,
+    )
 
 
 def _when(value: Any) -> datetime | None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-WELCOME = ("Hi, I'm signoff. I look up orders, start returns, cancel orders and issue refunds — "
-           "and I ask before I do anything that changes an order or moves money.")
+WELCOME = (
+    "Hi, I'm signoff. I look up orders, start returns, cancel orders and issue refunds — "
+    "and I ask before I do anything that changes an order or moves money."
+)
 WELCOME_STAFF_HINT = "Staff: write `assist C-7` to bind this thread to a customer account, or `queue` for approvals."
 
 CONFIRM_TITLE = "Please confirm"

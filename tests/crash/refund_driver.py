@@ -38,16 +38,23 @@ from tests.gatekeeper_kit import C7, EVIDENCE, make_env  # noqa: E402
 
 #: The confirmed action each tool's scenario performs (under every ceiling).
 ACTIONS: dict[str, tuple[str, dict[str, Any]]] = {
-    "issue_refund": ("billing", {"order_id": "O-1042", "amount_minor": 2000, "currency": "USD",
-                                 "reason_code": "damaged", "evidence": [EVIDENCE]}),
+    "issue_refund": (
+        "billing",
+        {
+            "order_id": "O-1042",
+            "amount_minor": 2000,
+            "currency": "USD",
+            "reason_code": "damaged",
+            "evidence": [EVIDENCE],
+        },
+    ),
     "retry_payment": ("billing", {"order_id": "O-1046"}),
 }
 
 
 def request_text(tool: str) -> str:
     group, args = ACTIONS[tool]
-    calls = [("load_tools", {"group": group}), ("search_knowledge", {"query": "refund window damaged"}),
-             (tool, args)]
+    calls = [("load_tools", {"group": group}), ("search_knowledge", {"query": "refund window damaged"}), (tool, args)]
     return "Please help. " + " ".join(f"[[CALL {name} {json.dumps(a)}]]" for name, a in calls)
 
 
@@ -59,6 +66,7 @@ def die() -> None:
 def arm(point: str, tool: str) -> None:
     """Install the kill point (only the confirmed execution reaches these calls)."""
     if point == "before_claim":
+
         async def claim_then_never(self: Ledger, **kw: Any) -> Any:
             die()
 
@@ -105,8 +113,7 @@ async def main(db_path: Path) -> int:
     print(json.dumps({"conversation_id": first.conversation_id, "confirmation_id": pending[0].id}), flush=True)
     arm(point, tool)
     if path == "chat":
-        await env.runtime.chat(principal=C7, channel="api", message="yes",
-                               conversation_id=first.conversation_id)
+        await env.runtime.chat(principal=C7, channel="api", message="yes", conversation_id=first.conversation_id)
     else:
         await env.runtime.confirm(pending[0].id, actor=C7, accept=True)
     await db.dispose()

@@ -44,9 +44,7 @@ def text_turn(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}]}
 
 
-def tool_turn(
-    name: str, input: dict[str, Any], *, id: str | None = None, text: str | None = None
-) -> dict[str, Any]:
+def tool_turn(name: str, input: dict[str, Any], *, id: str | None = None, text: str | None = None) -> dict[str, Any]:
     """A responder reply: the model calls ``name`` (optionally after some text)."""
     block = {
         "type": "tool_use",
@@ -91,10 +89,7 @@ def validate(body: Any) -> None:
     _validate_messages(body["messages"], offered)
     found = sum(1 for _ in _cache_controls(body))
     if found > MAX_CACHE_BREAKPOINTS:
-        raise Invalid(
-            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
-            f"Found {found}."
-        )
+        raise Invalid(f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. Found {found}.")
 
 
 def _validate_tools(tools: Any) -> set[str]:
@@ -104,9 +99,7 @@ def _validate_tools(tools: Any) -> set[str]:
     for i, tool in enumerate(tools):
         name = tool.get("name") if isinstance(tool, dict) else None
         if not isinstance(name, str) or not TOOL_NAME.match(name):
-            raise Invalid(
-                f"tools.{i}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'"
-            )
+            raise Invalid(f"tools.{i}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'")
         if name in names:
             raise Invalid("tools: Tool names must be unique.")
         names.add(name)
@@ -165,8 +158,7 @@ def _blocks(content: Any, i: int) -> list[Any]:
         content = [{"type": "text", "text": content}]
     if not isinstance(content, list) or not content:
         raise Invalid(
-            f"messages.{i}: all messages must have non-empty content "
-            "except for the optional final assistant message"
+            f"messages.{i}: all messages must have non-empty content except for the optional final assistant message"
         )
     return content
 
@@ -197,17 +189,13 @@ def _assistant_tool_uses(blocks: list[Any], i: int, seen: set[str], offered: set
     ids = []
     for j, block in enumerate(blocks):
         if block["type"] == "tool_result":
-            raise Invalid(
-                f"messages.{i}.content.{j}: tool_result blocks are only allowed in user messages"
-            )
+            raise Invalid(f"messages.{i}.content.{j}: tool_result blocks are only allowed in user messages")
         if block["type"] != "tool_use":
             continue
         if block["id"] in seen:
             raise Invalid(f"messages.{i}.content.{j}: `tool_use` ids must be unique: {block['id']}")
         if block["name"] not in offered:
-            raise Invalid(
-                f"messages.{i}.content.{j}: tool_use names a tool not in `tools`: {block['name']}"
-            )
+            raise Invalid(f"messages.{i}.content.{j}: tool_use names a tool not in `tools`: {block['name']}")
         seen.add(block["id"])
         ids.append(block["id"])
     return ids
@@ -221,9 +209,7 @@ def _check_results(blocks: list[Any], pending: list[str], i: int) -> None:
             leading = False
             continue
         if not leading:
-            raise Invalid(
-                f"messages.{i}.content.{j}: tool_result blocks must come before any other content"
-            )
+            raise Invalid(f"messages.{i}.content.{j}: tool_result blocks must come before any other content")
         if block["tool_use_id"] not in pending or block["tool_use_id"] in answered:
             raise Invalid(
                 f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
@@ -289,9 +275,7 @@ class FakeAnthropicAPI(FakeServer):
     ``min_cacheable_tokens`` mimics the API's minimum cacheable prefix length.
     """
 
-    def __init__(
-        self, responder: Responder | None = None, *, min_cacheable_tokens: int = 0
-    ) -> None:
+    def __init__(self, responder: Responder | None = None, *, min_cacheable_tokens: int = 0) -> None:
         super().__init__()
         self.responder: Responder = responder or (lambda body: text_turn("ok"))
         self.min_cacheable_tokens = min_cacheable_tokens
@@ -335,9 +319,7 @@ class FakeAnthropicAPI(FakeServer):
         prefix_hash, usage = self._usage(body, reply)
         return 200, {}, self._message(body, reply, usage), prefix_hash
 
-    def _usage(
-        self, body: dict[str, Any], reply: dict[str, Any]
-    ) -> tuple[str | None, dict[str, int]]:
+    def _usage(self, body: dict[str, Any], reply: dict[str, Any]) -> tuple[str | None, dict[str, int]]:
         items = prompt_items(body)
         prefixes = [canonical(items[: i + 1]) for i in _cache_controls(body)]
         prefixes = [p for p in prefixes if tokens(p) >= self.min_cacheable_tokens]
@@ -355,9 +337,7 @@ class FakeAnthropicAPI(FakeServer):
         return (hashes[-1] if hashes else None), {**usage, **reply.get("usage", {})}
 
     @staticmethod
-    def _message(
-        body: dict[str, Any], reply: dict[str, Any], usage: dict[str, int]
-    ) -> dict[str, Any]:
+    def _message(body: dict[str, Any], reply: dict[str, Any], usage: dict[str, int]) -> dict[str, Any]:
         content = reply["content"]
         has_tools = any(b.get("type") == "tool_use" for b in content)
         return {

@@ -109,8 +109,9 @@ class FakeBotConnector(FakeServer):
         """A conversation a person started (so the bot may post into it)."""
         return self.conversations.setdefault(conversation_id, Conversation(conversation_id))
 
-    def fail_next(self, count: int = 1, *, status: int = 429, retry_after: str | None = "1",
-                  method: str | None = None) -> None:
+    def fail_next(
+        self, count: int = 1, *, status: int = 429, retry_after: str | None = "1", method: str | None = None
+    ) -> None:
         """Answer the next ``count`` matching calls with ``status`` (and Retry-After)."""
         self._failures.append(_Failure(status, retry_after, method, count))
 
@@ -122,8 +123,9 @@ class FakeBotConnector(FakeServer):
     def calls(self, method: str | None = None) -> list[RecordedRequest]:
         return [r for r in self.requests if method is None or r.method == method]
 
-    async def wait_for(self, predicate: Callable[[list[RecordedRequest]], bool],
-                       within_s: float = 5.0) -> list[RecordedRequest]:
+    async def wait_for(
+        self, predicate: Callable[[list[RecordedRequest]], bool], within_s: float = 5.0
+    ) -> list[RecordedRequest]:
         """Wait (event-driven) until ``predicate(self.requests)`` holds."""
         async with asyncio.timeout(within_s):
             while not predicate(self.requests):
@@ -140,17 +142,20 @@ class FakeBotConnector(FakeServer):
         except ValueError:
             body = raw.decode("utf-8", "replace")
         status, reply_headers, reply = self._answer(request, headers, body)
-        self.record(RecordedRequest(method=request.method, path=request.path, headers=headers,
-                                    body=body, status=status))
+        self.record(
+            RecordedRequest(method=request.method, path=request.path, headers=headers, body=body, status=status)
+        )
         return web.json_response(reply, status=status, headers=reply_headers)
 
-    def _answer(self, request: web.Request, headers: dict[str, str],
-                body: Any) -> tuple[int, dict[str, str], Any]:
+    def _answer(self, request: web.Request, headers: dict[str, str], body: Any) -> tuple[int, dict[str, str], Any]:
         failure = self._take_failure(request.method)
         if failure is not None:
             extra = {"Retry-After": failure.retry_after} if failure.retry_after is not None else {}
-            return failure.status, extra, _error("Throttled" if failure.status == 429 else "ServiceError",
-                                                 f"injected {failure.status}")
+            return (
+                failure.status,
+                extra,
+                _error("Throttled" if failure.status == 429 else "ServiceError", f"injected {failure.status}"),
+            )
         try:
             self._authorize(headers)
             return self._dispatch(request, body)
@@ -186,8 +191,12 @@ class FakeBotConnector(FakeServer):
             target.text, target.attachments = body.get("text"), list(body.get("attachments") or [])
             target.updates += 1
             return 200, {}, {"id": target.id}
-        new = Visible(id=self._new_id(), text=body.get("text"), attachments=list(body.get("attachments") or []),
-                      reply_to_id=aid or body.get("replyToId"))
+        new = Visible(
+            id=self._new_id(),
+            text=body.get("text"),
+            attachments=list(body.get("attachments") or []),
+            reply_to_id=aid or body.get("replyToId"),
+        )
         conv.activities.append(new)
         return 201, {}, {"id": new.id}
 
@@ -198,8 +207,12 @@ class FakeBotConnector(FakeServer):
         reply: dict[str, Any] = {"id": conv.id}
         if isinstance(body.get("activity"), dict):
             _check_activity({**body["activity"], "conversation": {"id": conv.id}}, conv.id)
-            first = Visible(id=self._new_id(), text=body["activity"].get("text"),
-                            attachments=list(body["activity"].get("attachments") or []), reply_to_id=None)
+            first = Visible(
+                id=self._new_id(),
+                text=body["activity"].get("text"),
+                attachments=list(body["activity"].get("attachments") or []),
+                reply_to_id=None,
+            )
             conv.activities.append(first)
             reply["activityId"] = first.id
         return 201, {}, reply
@@ -269,14 +282,29 @@ class TokenIssuer(FakeServer):
         self.record(RecordedRequest(method="GET", path=request.path, headers={}, body=None, status=200))
         return web.json_response({"keys": [jwk]})
 
-    def mint(self, *, audience: str, service_url: str | None, issuer: str = BOT_FRAMEWORK_ISSUER,
-             tid: str | None = None, expires_in: float = 3600, rogue: bool = False,
-             kid: str | None = None, algorithm: str = "RS256", extra: dict[str, Any] | None = None,
-             drop: tuple[str, ...] = ()) -> str:
+    def mint(
+        self,
+        *,
+        audience: str,
+        service_url: str | None,
+        issuer: str = BOT_FRAMEWORK_ISSUER,
+        tid: str | None = None,
+        expires_in: float = 3600,
+        rogue: bool = False,
+        kid: str | None = None,
+        algorithm: str = "RS256",
+        extra: dict[str, Any] | None = None,
+        drop: tuple[str, ...] = (),
+    ) -> str:
         """A token as the Bot Framework channel would send it (``rogue``: signed by another key)."""
         now = int(time.time())
-        claims: dict[str, Any] = {"iss": issuer, "aud": audience, "iat": now - 10, "nbf": now - 10,
-                                  "exp": int(now + expires_in)}
+        claims: dict[str, Any] = {
+            "iss": issuer,
+            "aud": audience,
+            "iat": now - 10,
+            "nbf": now - 10,
+            "exp": int(now + expires_in),
+        }
         if service_url is not None:
             claims["serviceurl"] = service_url
         if tid is not None:
@@ -285,8 +313,9 @@ class TokenIssuer(FakeServer):
         for name in drop:
             claims.pop(name, None)
         if algorithm == "HS256":
-            return jwt.encode(claims, "not-a-real-secret-but-long-enough-32b", algorithm="HS256",
-                              headers={"kid": kid or self.kid})
+            return jwt.encode(
+                claims, "not-a-real-secret-but-long-enough-32b", algorithm="HS256", headers={"kid": kid or self.kid}
+            )
         key = self._rogue if rogue else self._key
         return jwt.encode(claims, key, algorithm=algorithm, headers={"kid": kid or self.kid})
 
@@ -319,41 +348,78 @@ TENANT_ID = "0b9b8a7c-1111-4222-8333-944455566677"
 USER_AAD_ID = "11111111-2222-4333-8444-555555555555"
 
 
-def message_activity(*, service_url: str, text: str = "where is my order?", conversation_type: str = "personal",
-                     activity_id: str = "1700000000001", conversation_id: str | None = None,
-                     mention_bot: bool = False, tenant_id: str = TENANT_ID, **extra: Any) -> dict[str, Any]:
+def message_activity(
+    *,
+    service_url: str,
+    text: str = "where is my order?",
+    conversation_type: str = "personal",
+    activity_id: str = "1700000000001",
+    conversation_id: str | None = None,
+    mention_bot: bool = False,
+    tenant_id: str = TENANT_ID,
+    **extra: Any,
+) -> dict[str, Any]:
     """A ``message`` activity; ``channel`` ones carry team and channel ids, a mention adds the entity."""
-    conv_id = conversation_id or ("19:chan@thread.tacv2;messageid=1700000000000" if conversation_type == "channel"
-                                  else "a:1personal-conversation")
+    conv_id = conversation_id or (
+        "19:chan@thread.tacv2;messageid=1700000000000" if conversation_type == "channel" else "a:1personal-conversation"
+    )
     activity: dict[str, Any] = {
-        "type": "message", "id": activity_id, "channelId": "msteams", "serviceUrl": service_url,
-        "timestamp": "2026-12-01T10:00:00.000Z", "locale": "en-US",
+        "type": "message",
+        "id": activity_id,
+        "channelId": "msteams",
+        "serviceUrl": service_url,
+        "timestamp": "2026-12-01T10:00:00.000Z",
+        "locale": "en-US",
         "from": {"id": "29:1user", "name": "Ann Example", "aadObjectId": USER_AAD_ID},
         "recipient": {"id": f"28:{APP_ID}", "name": "signoff"},
-        "conversation": {"id": conv_id, "conversationType": conversation_type, "tenantId": tenant_id,
-                         **({"isGroup": True} if conversation_type != "personal" else {})},
+        "conversation": {
+            "id": conv_id,
+            "conversationType": conversation_type,
+            "tenantId": tenant_id,
+            **({"isGroup": True} if conversation_type != "personal" else {}),
+        },
         "channelData": {"tenant": {"id": tenant_id}},
-        "text": text, "textFormat": "plain",
+        "text": text,
+        "textFormat": "plain",
     }
     if conversation_type == "channel":
-        activity["channelData"].update({"team": {"id": "19:team@thread.tacv2"},
-                                        "channel": {"id": "19:chan@thread.tacv2"}})
+        activity["channelData"].update(
+            {"team": {"id": "19:team@thread.tacv2"}, "channel": {"id": "19:chan@thread.tacv2"}}
+        )
     if mention_bot:
         activity["text"] = f"<at>signoff</at> {text}"
-        activity["entities"] = [{"type": "mention", "text": "<at>signoff</at>",
-                                 "mentioned": {"id": f"28:{APP_ID}", "name": "signoff"}}]
+        activity["entities"] = [
+            {"type": "mention", "text": "<at>signoff</at>", "mentioned": {"id": f"28:{APP_ID}", "name": "signoff"}}
+        ]
     activity.update(extra)
     return activity
 
 
-def card_action_activity(*, service_url: str, verb: str = "signoff.confirm", data: Any = None,
-                         card_activity_id: str = "1700000000500", **extra: Any) -> dict[str, Any]:
+def card_action_activity(
+    *,
+    service_url: str,
+    verb: str = "signoff.confirm",
+    data: Any = None,
+    card_activity_id: str = "1700000000500",
+    **extra: Any,
+) -> dict[str, Any]:
     """An ``adaptiveCard/action`` invoke as Teams sends it for an ``Action.Execute`` click."""
     activity = message_activity(service_url=service_url, activity_id="f:invoke-1", **extra)
     activity.pop("text", None)
     activity.pop("textFormat", None)
-    activity.update({"type": "invoke", "name": "adaptiveCard/action", "replyToId": card_activity_id,
-                     "value": {"action": {"type": "Action.Execute", "verb": verb,
-                                          "data": {"id": "cnf_1", "version": 1} if data is None else data},
-                               "trigger": "manual"}})
+    activity.update(
+        {
+            "type": "invoke",
+            "name": "adaptiveCard/action",
+            "replyToId": card_activity_id,
+            "value": {
+                "action": {
+                    "type": "Action.Execute",
+                    "verb": verb,
+                    "data": {"id": "cnf_1", "version": 1} if data is None else data,
+                },
+                "trigger": "manual",
+            },
+        }
+    )
     return activity

@@ -61,9 +61,7 @@ def validate(body: Any) -> None:
         function = tool.get("function") if isinstance(tool, dict) else None
         if tool.get("type") != "function" or not isinstance(function, dict):
             raise Invalid(f"tools[{i}]: expected a function tool")
-        if not isinstance(function.get("name"), str) or not isinstance(
-            function.get("parameters"), dict
-        ):
+        if not isinstance(function.get("name"), str) or not isinstance(function.get("parameters"), dict):
             raise Invalid(f"tools[{i}].function: name and parameters are required")
     _validate_messages(messages)
 
@@ -77,9 +75,7 @@ def _validate_messages(messages: list[Any]) -> None:
         if role == "tool":
             call_id = message.get("tool_call_id")
             if call_id not in pending:
-                raise Invalid(
-                    f"messages[{i}]: tool message answers no pending tool_call: {call_id}"
-                )
+                raise Invalid(f"messages[{i}]: tool message answers no pending tool_call: {call_id}")
             if not isinstance(message.get("content"), str):
                 raise Invalid(f"messages[{i}].content: a tool message needs string content")
             pending.remove(call_id)

@@ -68,15 +68,32 @@ class FakeCollector(FakeServer):
             resource = _attributes(rs.resource.attributes)
             for ss in rs.scope_spans:
                 for s in ss.spans:
-                    self.spans.append(ExportedSpan(
-                        name=s.name, scope=ss.scope.name, trace_id=s.trace_id.hex(), span_id=s.span_id.hex(),
-                        parent_span_id=s.parent_span_id.hex(), kind=s.kind, status_code=s.status.code,
-                        attributes=_attributes(s.attributes), resource=resource))
-        self.record(RecordedRequest(method=request.method, path=request.path, status=200, body=None,
-                                    headers={k.lower(): v for k, v in request.headers.items()}))
+                    self.spans.append(
+                        ExportedSpan(
+                            name=s.name,
+                            scope=ss.scope.name,
+                            trace_id=s.trace_id.hex(),
+                            span_id=s.span_id.hex(),
+                            parent_span_id=s.parent_span_id.hex(),
+                            kind=s.kind,
+                            status_code=s.status.code,
+                            attributes=_attributes(s.attributes),
+                            resource=resource,
+                        )
+                    )
+        self.record(
+            RecordedRequest(
+                method=request.method,
+                path=request.path,
+                status=200,
+                body=None,
+                headers={k.lower(): v for k, v in request.headers.items()},
+            )
+        )
         self._span_arrived.set()
-        return web.Response(body=ExportTraceServiceResponse().SerializeToString(),
-                            content_type="application/x-protobuf")
+        return web.Response(
+            body=ExportTraceServiceResponse().SerializeToString(), content_type="application/x-protobuf"
+        )
 
     def named(self, prefix: str) -> list[ExportedSpan]:
         """The spans whose name starts with ``prefix``, in arrival order."""

@@ -60,9 +60,27 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 
 
 # -- Block Kit: validation and what a reader sees -------------------------------------------
-BLOCK_TYPES = {"section", "divider", "header", "context", "actions", "markdown", "image", "input", "rich_text",
-               "context_actions", "table", "plan", "task_card", "alert", "card", "carousel", "container", "file",
-               "video"}
+BLOCK_TYPES = {
+    "section",
+    "divider",
+    "header",
+    "context",
+    "actions",
+    "markdown",
+    "image",
+    "input",
+    "rich_text",
+    "context_actions",
+    "table",
+    "plan",
+    "task_card",
+    "alert",
+    "card",
+    "carousel",
+    "container",
+    "file",
+    "video",
+}
 VIEW_ONLY = {"input"}
 ELEMENT_LIMITS = {"actions": 25, "context": 10, "context_actions": 5}
 
@@ -192,8 +210,14 @@ def render_blocks(blocks: Iterable[dict[str, Any]]) -> str:
         elif kind == "actions":
             lines.append(" ".join(f"[{e.get('text', {}).get('text', '')}]" for e in block.get("elements", [])))
         elif kind == "context_actions":
-            lines.append(" ".join(f"[{e[side]['text']['text']}]" for e in block.get("elements", [])
-                                  for side in ("positive_button", "negative_button") if side in e))
+            lines.append(
+                " ".join(
+                    f"[{e[side]['text']['text']}]"
+                    for e in block.get("elements", [])
+                    for side in ("positive_button", "negative_button")
+                    if side in e
+                )
+            )
         elif kind == "divider":
             lines.append("---")
     return "\n".join(line for line in lines if line)
@@ -213,14 +237,29 @@ class SlackError(Exception):
 
 
 # -- configuration helpers ------------------------------------------------------------
-def slack_user(user_id: str, *, team_id: str = TEAM_ID, name: str | None = None, is_bot: bool = False,
-               is_stranger: bool = False, enterprise_id: str | None = None, email: str | None = None) -> dict[str, Any]:
+def slack_user(
+    user_id: str,
+    *,
+    team_id: str = TEAM_ID,
+    name: str | None = None,
+    is_bot: bool = False,
+    is_stranger: bool = False,
+    enterprise_id: str | None = None,
+    email: str | None = None,
+) -> dict[str, Any]:
     """A ``users.info`` user object (``enterprise_user`` present when ``enterprise_id`` is)."""
     user: dict[str, Any] = {
-        "id": user_id, "team_id": team_id, "name": name or user_id.lower(), "real_name": name or user_id,
-        "is_bot": is_bot, "deleted": False,
-        "profile": {"display_name": name or user_id, "real_name": name or user_id,
-                    **({"email": email} if email else {})},
+        "id": user_id,
+        "team_id": team_id,
+        "name": name or user_id.lower(),
+        "real_name": name or user_id,
+        "is_bot": is_bot,
+        "deleted": False,
+        "profile": {
+            "display_name": name or user_id,
+            "real_name": name or user_id,
+            **({"email": email} if email else {}),
+        },
     }
     if is_stranger:
         user["is_stranger"] = True
@@ -229,13 +268,27 @@ def slack_user(user_id: str, *, team_id: str = TEAM_ID, name: str | None = None,
     return user
 
 
-def slack_channel(channel_id: str, *, name: str | None = None, is_im: bool = False, is_ext_shared: bool = False,
-                  is_private: bool = False, user: str | None = None) -> dict[str, Any]:
+def slack_channel(
+    channel_id: str,
+    *,
+    name: str | None = None,
+    is_im: bool = False,
+    is_ext_shared: bool = False,
+    is_private: bool = False,
+    user: str | None = None,
+) -> dict[str, Any]:
     """A ``conversations.info`` channel object."""
     return {
-        "id": channel_id, "name": name or channel_id.lower(), "is_im": is_im, "is_channel": not is_im,
-        "is_private": is_private or is_im, "is_ext_shared": is_ext_shared, "is_pending_ext_shared": False,
-        "is_org_shared": False, "is_shared": is_ext_shared, **({"user": user} if user else {}),
+        "id": channel_id,
+        "name": name or channel_id.lower(),
+        "is_im": is_im,
+        "is_channel": not is_im,
+        "is_private": is_private or is_im,
+        "is_ext_shared": is_ext_shared,
+        "is_pending_ext_shared": False,
+        "is_org_shared": False,
+        "is_shared": is_ext_shared,
+        **({"user": user} if user else {}),
     }
 
 
@@ -342,10 +395,19 @@ class FakeSlackApi(FakeServer):
     """The fake Web API. Configure users, channels and user groups; queue faults with :meth:`fail`;
     expire streams with :meth:`expire_stream` (or ``stream_ttl_s`` against ``clock``)."""
 
-    def __init__(self, *, token: str = "xoxb-test-token", team_id: str = TEAM_ID, bot_user_id: str = BOT_USER_ID,
-                 users: Iterable[dict[str, Any]] = (), channels: Iterable[dict[str, Any]] = (),
-                 usergroups: dict[str, list[str]] | None = None, clock: Callable[[], float] = time.monotonic,
-                 stream_ttl_s: float | None = None, cumulative_text_cap: int = 12_000) -> None:
+    def __init__(
+        self,
+        *,
+        token: str = "xoxb-test-token",
+        team_id: str = TEAM_ID,
+        bot_user_id: str = BOT_USER_ID,
+        users: Iterable[dict[str, Any]] = (),
+        channels: Iterable[dict[str, Any]] = (),
+        usergroups: dict[str, list[str]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        stream_ttl_s: float | None = None,
+        cumulative_text_cap: int = 12_000,
+    ) -> None:
         super().__init__()
         self.token, self.team_id, self.bot_user_id = token, team_id, bot_user_id
         self.users = {u["id"]: u for u in users}
@@ -386,8 +448,9 @@ class FakeSlackApi(FakeServer):
                 await self._arrived.wait()
         return self.calls(method)
 
-    def add_user_message(self, channel: str, text: str, *, user: str = "U0CUSTOMER",
-                         thread_ts: str | None = None) -> str:
+    def add_user_message(
+        self, channel: str, text: str, *, user: str = "U0CUSTOMER", thread_ts: str | None = None
+    ) -> str:
         """A message a person wrote (e.g. the one a stream replies to); returns its ts."""
         msg = _Message(channel=channel, ts=self._next_ts(), thread_ts=thread_ts, user=user, text=text)
         self._messages[(channel, msg.ts)] = msg
@@ -399,8 +462,9 @@ class FakeSlackApi(FakeServer):
         if msg.state == "streaming":
             msg.state = "expired"
 
-    def messages_in(self, channel: str, thread_ts: str | None = None, *,
-                    include_parent: bool = False) -> list[SeenMessage]:
+    def messages_in(
+        self, channel: str, thread_ts: str | None = None, *, include_parent: bool = False
+    ) -> list[SeenMessage]:
         """What a person sees: the channel's top-level messages, or the replies in ``thread_ts``
         (with the parent first when ``include_parent``). Deleted and ephemeral messages are gone."""
         out = []
@@ -413,9 +477,20 @@ class FakeSlackApi(FakeServer):
             else:
                 keep = (msg.thread_ts == thread_ts and msg.ts != thread_ts) or (include_parent and msg.ts == thread_ts)
             if keep:
-                out.append(SeenMessage(channel=msg.channel, ts=msg.ts, thread_ts=msg.thread_ts, user=msg.user,
-                                       text=msg.text, blocks=tuple(msg.blocks), markdown=msg.markdown,
-                                       tasks=tuple(msg.tasks.values()), state=msg.state, edited=msg.edited))
+                out.append(
+                    SeenMessage(
+                        channel=msg.channel,
+                        ts=msg.ts,
+                        thread_ts=msg.thread_ts,
+                        user=msg.user,
+                        text=msg.text,
+                        blocks=tuple(msg.blocks),
+                        markdown=msg.markdown,
+                        tasks=tuple(msg.tasks.values()),
+                        state=msg.state,
+                        edited=msg.edited,
+                    )
+                )
         return out
 
     def transcript(self, channel: str, thread_ts: str | None = None) -> str:
@@ -441,10 +516,20 @@ class FakeSlackApi(FakeServer):
             body = {"ok": True, **self._dispatch(method, args)}
         except SlackError as exc:
             body = {"ok": False, "error": exc.code, **exc.extra}
-        self.slack_calls.append(SlackCall(method=method, http_method=request.method, headers=headers, args=args,
-                                          status=status, response=body, at=self.clock()))
-        self.record(RecordedRequest(method=request.method, path=request.path, headers=headers, body=args,
-                                    status=status))
+        self.slack_calls.append(
+            SlackCall(
+                method=method,
+                http_method=request.method,
+                headers=headers,
+                args=args,
+                status=status,
+                response=body,
+                at=self.clock(),
+            )
+        )
+        self.record(
+            RecordedRequest(method=request.method, path=request.path, headers=headers, body=args, status=status)
+        )
         return web.json_response(body, status=status, headers=extra_headers)
 
     def _check_token(self, headers: dict[str, str], args: dict[str, Any]) -> None:
@@ -462,8 +547,11 @@ class FakeSlackApi(FakeServer):
     def _dispatch(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
         if method not in REQUIRED:
             raise SlackError("unknown_method")
-        missing = [name for name in REQUIRED[method]
-                   if args.get(name) is None or (args[name] == "" and name not in MAY_BE_EMPTY)]
+        missing = [
+            name
+            for name in REQUIRED[method]
+            if args.get(name) is None or (args[name] == "" and name not in MAY_BE_EMPTY)
+        ]
         if missing:
             raise SlackError("invalid_arguments", response_metadata={"messages": [f"missing: {', '.join(missing)}"]})
         handler: Callable[[dict[str, Any]], dict[str, Any]] = getattr(self, "_" + method.replace(".", "_"))
@@ -471,16 +559,29 @@ class FakeSlackApi(FakeServer):
 
     # -- methods --------------------------------------------------------------------------
     def _auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
-        return {"url": "https://signoff-test.slack.com/", "team": "signoff test", "user": "signoff",
-                "team_id": self.team_id, "user_id": self.bot_user_id, "bot_id": BOT_ID,
-                "is_enterprise_install": False}
+        return {
+            "url": "https://signoff-test.slack.com/",
+            "team": "signoff test",
+            "user": "signoff",
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": BOT_ID,
+            "is_enterprise_install": False,
+        }
 
     def _chat_postMessage(self, args: dict[str, Any]) -> dict[str, Any]:
         channel = self._channel(args["channel"])
         text, blocks, markdown = self._content(args)
         thread_ts = args.get("thread_ts") or None
-        msg = _Message(channel=channel, ts=self._next_ts(), thread_ts=thread_ts, user=self.bot_user_id,
-                       text=text, blocks=blocks, markdown=markdown)
+        msg = _Message(
+            channel=channel,
+            ts=self._next_ts(),
+            thread_ts=thread_ts,
+            user=self.bot_user_id,
+            text=text,
+            blocks=blocks,
+            markdown=markdown,
+        )
         self._messages[(channel, msg.ts)] = msg
         return {"channel": channel, "ts": msg.ts, "message": self._message_json(msg)}
 
@@ -503,8 +604,17 @@ class FakeSlackApi(FakeServer):
         channel = self._channel(args["channel"])
         text, blocks, markdown = self._content(args)
         ts = self._next_ts()
-        self.ephemeral.append({"channel": channel, "user": args["user"], "ts": ts, "text": text, "blocks": blocks,
-                               "markdown": markdown, "thread_ts": args.get("thread_ts")})
+        self.ephemeral.append(
+            {
+                "channel": channel,
+                "user": args["user"],
+                "ts": ts,
+                "text": text,
+                "blocks": blocks,
+                "markdown": markdown,
+                "thread_ts": args.get("thread_ts"),
+            }
+        )
         return {"message_ts": ts}
 
     def _chat_delete(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -516,13 +626,23 @@ class FakeSlackApi(FakeServer):
         channel = self._channel(args["channel"])
         recipient = (args.get("recipient_user_id"), args.get("recipient_team_id"))
         if not self._is_dm(channel) and not all(recipient):
-            raise SlackError("invalid_arguments", response_metadata={
-                "messages": ["recipient_user_id and recipient_team_id are required outside DMs"]})
+            raise SlackError(
+                "invalid_arguments",
+                response_metadata={"messages": ["recipient_user_id and recipient_team_id are required outside DMs"]},
+            )
         mode = args.get("task_display_mode")
         if mode is not None and mode not in ("timeline", "plan"):
             raise SlackError("invalid_arguments")
-        msg = _Message(channel=channel, ts=self._next_ts(), thread_ts=args["thread_ts"], user=self.bot_user_id,
-                       markdown="", state="streaming", started_at=self.clock(), recipient=recipient)
+        msg = _Message(
+            channel=channel,
+            ts=self._next_ts(),
+            thread_ts=args["thread_ts"],
+            user=self.bot_user_id,
+            markdown="",
+            state="streaming",
+            started_at=self.clock(),
+            recipient=recipient,
+        )
         self._stream_content(msg, args)
         self._messages[(channel, msg.ts)] = msg
         return {"channel": channel, "ts": msg.ts}
@@ -543,8 +663,9 @@ class FakeSlackApi(FakeServer):
 
     def _assistant_threads_setStatus(self, args: dict[str, Any]) -> dict[str, Any]:
         loading = args.get("loading_messages")
-        if loading is not None and (not isinstance(loading, list) or len(loading) > 10
-                                    or not all(isinstance(x, str) for x in loading)):
+        if loading is not None and (
+            not isinstance(loading, list) or len(loading) > 10 or not all(isinstance(x, str) for x in loading)
+        ):
             raise SlackError("invalid_arguments")
         status = args["status"] if isinstance(args["status"], str) else ""
         self.statuses.append((args["channel_id"], args["thread_ts"], status))
@@ -552,8 +673,11 @@ class FakeSlackApi(FakeServer):
 
     def _assistant_threads_setSuggestedPrompts(self, args: dict[str, Any]) -> dict[str, Any]:
         prompts = args["prompts"]
-        if not isinstance(prompts, list) or not 1 <= len(prompts) <= 4 or not all(
-                isinstance(p, dict) and p.get("title") and p.get("message") for p in prompts):
+        if (
+            not isinstance(prompts, list)
+            or not 1 <= len(prompts) <= 4
+            or not all(isinstance(p, dict) and p.get("title") and p.get("message") for p in prompts)
+        ):
             raise SlackError("invalid_arguments")
         return {}
 
@@ -570,8 +694,9 @@ class FakeSlackApi(FakeServer):
         return {"view": view}
 
     def _views_update(self, args: dict[str, Any]) -> dict[str, Any]:
-        view_id = args.get("view_id") or next((v["id"] for v in self.views.values()
-                                               if v.get("external_id") == args.get("external_id")), None)
+        view_id = args.get("view_id") or next(
+            (v["id"] for v in self.views.values() if v.get("external_id") == args.get("external_id")), None
+        )
         if view_id not in self.views:
             raise SlackError("not_found")
         kind = self.views[view_id]["type"]
@@ -632,8 +757,10 @@ class FakeSlackApi(FakeServer):
         blocks = self._blocks(args.get("blocks")) if args.get("blocks") is not None else []
         if markdown is not None:
             if text or blocks:
-                raise SlackError("invalid_arguments", response_metadata={
-                    "messages": ["markdown_text cannot be used with text or blocks"]})
+                raise SlackError(
+                    "invalid_arguments",
+                    response_metadata={"messages": ["markdown_text cannot be used with text or blocks"]},
+                )
             if not isinstance(markdown, str) or len(markdown) > MAX_MARKDOWN:
                 raise SlackError("invalid_arguments")
         if require and not text and not blocks and not markdown:
@@ -662,8 +789,11 @@ class FakeSlackApi(FakeServer):
         return msg
 
     def _age(self, msg: _Message) -> None:
-        if (msg.state == "streaming" and self.stream_ttl_s is not None
-                and self.clock() - msg.started_at >= self.stream_ttl_s):
+        if (
+            msg.state == "streaming"
+            and self.stream_ttl_s is not None
+            and self.clock() - msg.started_at >= self.stream_ttl_s
+        ):
             msg.state = "expired"
 
     def _stream_content(self, msg: _Message, args: dict[str, Any]) -> None:
@@ -681,8 +811,12 @@ class FakeSlackApi(FakeServer):
             kind = chunk.get("type") if isinstance(chunk, dict) else None
             if kind == "markdown_text" and isinstance(chunk.get("text"), str):
                 added += chunk["text"]
-            elif kind == "task_update" and chunk.get("id") and chunk.get("title") and (
-                    chunk.get("status") in TASK_STATUSES):
+            elif (
+                kind == "task_update"
+                and chunk.get("id")
+                and chunk.get("title")
+                and (chunk.get("status") in TASK_STATUSES)
+            ):
                 tasks.append(chunk)
             elif kind == "plan_update" and isinstance(chunk.get("title"), str):
                 plan = chunk["title"]

@@ -32,8 +32,9 @@ async def main(db_path: str) -> None:
     assert settings.signoff_database_url == url, settings.signoff_database_url
     app = await create_app(settings)
     rt = app.runtime
-    first = await rt.chat(principal=C7, channel="api",
-                          message="Where is my order O-1042? It arrived damaged, refund it.")
+    first = await rt.chat(
+        principal=C7, channel="api", message="Where is my order O-1042? It arrived damaged, refund it."
+    )
     confirmed = await rt.confirm(first.pending[0].id, actor=C7, accept=True)
     approval = confirmed.approval
     assert approval is not None and approval.status == "pending", approval
@@ -42,9 +43,17 @@ async def main(db_path: str) -> None:
     await rt.resume(approval.id)
     run = await rt.s.conversations.get_run(first.run_id)
     assert run is not None
-    print(json.dumps({"conversation_id": first.conversation_id, "trace_id": run.trace_id, "approval_id": approval.id,
-                      "tracing": app.tracing is not None,
-                      "provider": type(trace.get_tracer_provider()).__name__}))
+    print(
+        json.dumps(
+            {
+                "conversation_id": first.conversation_id,
+                "trace_id": run.trace_id,
+                "approval_id": approval.id,
+                "tracing": app.tracing is not None,
+                "provider": type(trace.get_tracer_provider()).__name__,
+            }
+        )
+    )
     await app.close()
 
 

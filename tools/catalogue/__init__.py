@@ -17,8 +17,7 @@ from tools.registry import Registry
 #: One line per loadable group, shown to the model for the groups not loaded.
 GROUP_BLURBS: dict[str, str] = {
     "account": "profile and contact details on file, saved cards, password reset, payment links",
-    "orders": "order lookup, shipment tracking, cancel, change delivery address, reorder, "
-    "order messages",
+    "orders": "order lookup, shipment tracking, cancel, change delivery address, reorder, order messages",
     "returns": "return status and starting a return for delivered items",
     "billing": "payments, invoices, refunds, retrying a failed payment",
 }

@@ -91,9 +91,7 @@ async def captured_and_failed(ctx: ToolContext, order_id: str) -> tuple[int, boo
 
 
 def read_meta(group: ToolGroup, scope: str, *, runtime: bool = False) -> ToolMeta:
-    return ToolMeta(
-        group=group, kind="read", risk_tier=0, scopes=frozenset({scope}), runtime=runtime
-    )
+    return ToolMeta(group=group, kind="read", risk_tier=0, scopes=frozenset({scope}), runtime=runtime)
 
 
 def action_meta(
@@ -124,9 +122,7 @@ def contact_on_file(customer: Customer, channel: str) -> str:
     """The address a message on ``channel`` would go to; ``no_contact_on_file`` if none (S3)."""
     to = customer.email if channel == "email" else customer.phone
     if not to:
-        raise ToolFailure(
-            "no_contact_on_file", f"The account has no {channel} contact on file.", channel=channel
-        )
+        raise ToolFailure("no_contact_on_file", f"The account has no {channel} contact on file.", channel=channel)
     return to
 
 

@@ -90,9 +90,7 @@ TOOLS: tuple[ToolDef, ...] = (
         ),
         input_schema=obj(
             {
-                "query": text(
-                    300, "A few keywords, e.g. 'refund window damaged item'.", min_length=2
-                ),
+                "query": text(300, "A few keywords, e.g. 'refund window damaged item'.", min_length=2),
                 "kind": enum(KNOWLEDGE_KINDS, "Only policies or only help articles (optional)."),
             },
             required=("query",),

@@ -52,9 +52,7 @@ LIST_CAP = 30
 
 async def _get_invoices(args: dict[str, Any], ctx: ToolContext) -> Result:
     with backend_errors():
-        invoices = await ctx.backend.get_invoices(
-            ctx.customer_id, invoice_id=args.get("invoice_id")
-        )
+        invoices = await ctx.backend.get_invoices(ctx.customer_id, invoice_id=args.get("invoice_id"))
     if args.get("invoice_id") and not invoices:
         raise not_found("invoice", args["invoice_id"])
     invoices.sort(key=lambda i: i.issued_at, reverse=True)
@@ -79,10 +77,7 @@ async def _list_payments(args: dict[str, Any], ctx: ToolContext) -> Result:
 
 
 def _refund_key(args: dict[str, Any], ctx: ToolContext) -> str:
-    return (
-        f"refund:{args['order_id']}:{args['amount_minor']}:{args['currency']}:"
-        f"{args.get('return_id') or '-'}"
-    )
+    return f"refund:{args['order_id']}:{args['amount_minor']}:{args['currency']}:{args.get('return_id') or '-'}"
 
 
 def _refund_money(args: dict[str, Any]) -> Money:
@@ -94,9 +89,7 @@ async def _refund_check(args: dict[str, Any], ctx: ToolContext) -> None:
     if args.get("return_id"):
         await _check_return(ctx, args["return_id"], order.id)
     if args["currency"] != order.currency:
-        raise ToolFailure(
-            "currency_mismatch", "Refund in the order's currency.", order_currency=order.currency
-        )
+        raise ToolFailure("currency_mismatch", "Refund in the order's currency.", order_currency=order.currency)
     with backend_errors():
         refundable = await ctx.backend.refundable_minor(ctx.customer_id, order.id)
     if refundable is None:
@@ -152,8 +145,7 @@ async def _issue_refund(args: dict[str, Any], ctx: ToolContext) -> Result:
 
 def _refund_summary(args: dict[str, Any]) -> str:
     line = (
-        f"Refund {format_money(args['amount_minor'], args['currency'])} on "
-        f"{args['order_id']} ({args['reason_code']})"
+        f"Refund {format_money(args['amount_minor'], args['currency'])} on {args['order_id']} ({args['reason_code']})"
     )
     return f"{line} for return {args['return_id']}" if args.get("return_id") else line
 

@@ -81,9 +81,7 @@ async def _track_shipment(args: dict[str, Any], ctx: ToolContext) -> Result:
         shipment = await ctx.backend.track_shipment(ctx.customer_id, args["order_id"])
     if shipment is None:
         await owned_order(ctx, args["order_id"])  # not_found when not owned
-        raise ToolFailure(
-            "no_shipment", "This order has no shipment yet.", order_id=args["order_id"]
-        )
+        raise ToolFailure("no_shipment", "This order has no shipment yet.", order_id=args["order_id"])
     return shipment_result(shipment)
 
 
@@ -148,9 +146,7 @@ async def _address_check(args: dict[str, Any], ctx: ToolContext) -> None:
             status=order.status,
         )
     current = order.shipping_address
-    if current is not None and digest(_canonical_address(vars(current))) == digest(
-        _canonical_address(args["address"])
-    ):
+    if current is not None and digest(_canonical_address(vars(current))) == digest(_canonical_address(args["address"])):
         raise ToolFailure("no_change", "The order already ships to this address.")
 
 
@@ -204,10 +200,7 @@ _STATUS_TEXT = {
 
 
 def _message_key(args: dict[str, Any], ctx: ToolContext) -> str:
-    return (
-        f"message:{args['template']}:{ctx.customer_id}:{args['channel']}:"
-        f"{args.get('order_id') or '-'}:{day(ctx)}"
-    )
+    return f"message:{args['template']}:{ctx.customer_id}:{args['channel']}:{args.get('order_id') or '-'}:{day(ctx)}"
 
 
 async def _render(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -253,9 +246,7 @@ async def _render(args: dict[str, Any], ctx: ToolContext) -> str:
 
 async def _render_delay(ctx: ToolContext, oid: str, status: str) -> str:
     if status in ("DELIVERED", "CANCELLED"):
-        raise ToolFailure(
-            "template_not_applicable", "The order is no longer in transit.", status=status
-        )
+        raise ToolFailure("template_not_applicable", "The order is no longer in transit.", status=status)
     with backend_errors():
         shipment = await ctx.backend.track_shipment(ctx.customer_id, oid)
     eta = iso(shipment.estimated_delivery) if shipment else None
@@ -352,9 +343,7 @@ TOOLS: tuple[ToolDef, ...] = (
             "an address the customer gave for this order; the customer must confirm it. Not "
             "possible once the order has shipped. It does not change the account's address."
         ),
-        input_schema=obj(
-            {"order_id": order_id(), "address": address()}, required=("order_id", "address")
-        ),
+        input_schema=obj({"order_id": order_id(), "address": address()}, required=("order_id", "address")),
         meta=action_meta("orders", "orders:write", 1),
         handler=_update_shipping_address,
         check=_address_check,

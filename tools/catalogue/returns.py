@@ -58,9 +58,7 @@ def _return_key(args: dict[str, Any], ctx: ToolContext) -> str:
 async def _return_check(args: dict[str, Any], ctx: ToolContext) -> None:
     order = await owned_order(ctx, args["order_id"])
     if order.status != "DELIVERED":
-        raise ToolFailure(
-            "order_not_delivered", "Only delivered orders can be returned.", status=order.status
-        )
+        raise ToolFailure("order_not_delivered", "Only delivered orders can be returned.", status=order.status)
     delivered = as_utc(order.delivered_at or order.placed_at)
     if as_utc(ctx.now) - delivered > timedelta(days=ctx.rules.return_window_days):
         raise ToolFailure(

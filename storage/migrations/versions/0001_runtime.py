@@ -75,9 +75,7 @@ def upgrade() -> None:
         sa.Column("decided_at", sa.DateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_approvals")),
     )
-    op.create_index(
-        op.f("ix_approvals_conversation_id"), "approvals", ["conversation_id"], unique=False
-    )
+    op.create_index(op.f("ix_approvals_conversation_id"), "approvals", ["conversation_id"], unique=False)
     op.create_index(op.f("ix_approvals_run_id"), "approvals", ["run_id"], unique=False)
     op.create_index(op.f("ix_approvals_status"), "approvals", ["status"], unique=False)
     op.create_table(
@@ -129,9 +127,7 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_case_notes")),
     )
-    op.create_index(
-        op.f("ix_case_notes_conversation_id"), "case_notes", ["conversation_id"], unique=False
-    )
+    op.create_index(op.f("ix_case_notes_conversation_id"), "case_notes", ["conversation_id"], unique=False)
     op.create_table(
         "confirmations",
         sa.Column("id", sa.String(length=64), nullable=False),
@@ -154,9 +150,7 @@ def upgrade() -> None:
         sa.Column("decided_at", sa.DateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_confirmations")),
     )
-    op.create_index(
-        op.f("ix_confirmations_conversation_id"), "confirmations", ["conversation_id"], unique=False
-    )
+    op.create_index(op.f("ix_confirmations_conversation_id"), "confirmations", ["conversation_id"], unique=False)
     op.create_table(
         "conversations",
         sa.Column("id", sa.String(length=64), nullable=False),
@@ -184,9 +178,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_conversations")),
         sa.UniqueConstraint("external_ref", name=op.f("uq_conversations_external_ref")),
     )
-    op.create_index(
-        op.f("ix_conversations_customer_id"), "conversations", ["customer_id"], unique=False
-    )
+    op.create_index(op.f("ix_conversations_customer_id"), "conversations", ["customer_id"], unique=False)
     op.create_table(
         "identities",
         sa.Column(
@@ -259,9 +251,7 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_token_usage")),
     )
-    op.create_index(
-        op.f("ix_token_usage_conversation_id"), "token_usage", ["conversation_id"], unique=False
-    )
+    op.create_index(op.f("ix_token_usage_conversation_id"), "token_usage", ["conversation_id"], unique=False)
     op.create_table(
         "tool_executions",
         sa.Column(
@@ -372,9 +362,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_proposals_run_id_runs")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_proposals")),
     )
-    op.create_index(
-        op.f("ix_proposals_conversation_id"), "proposals", ["conversation_id"], unique=False
-    )
+    op.create_index(op.f("ix_proposals_conversation_id"), "proposals", ["conversation_id"], unique=False)
     op.create_index(op.f("ix_proposals_run_id"), "proposals", ["run_id"], unique=False)
     if op.get_bind().dialect.name == "postgresql":
         for statement in PG_AUDIT_GUARD_SQL:

@@ -23,9 +23,12 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.execute(sa.text("INSERT INTO audit_head (id, seq, hash) SELECT 1, 0, :genesis "
-                       "WHERE NOT EXISTS (SELECT 1 FROM audit_head WHERE id = 1)")
-               .bindparams(genesis=GENESIS_HASH))
+    op.execute(
+        sa.text(
+            "INSERT INTO audit_head (id, seq, hash) SELECT 1, 0, :genesis "
+            "WHERE NOT EXISTS (SELECT 1 FROM audit_head WHERE id = 1)"
+        ).bindparams(genesis=GENESIS_HASH)
+    )
     if op.get_bind().dialect.name == "postgresql":
         for statement in PG_AUDIT_HEAD_GUARD_SQL:
             op.execute(statement)

@@ -33,8 +33,10 @@ def upgrade() -> None:
     rows = conn.execute(sa.text("SELECT id, slack_ref FROM approvals WHERE slack_ref IS NOT NULL")).all()
     for approval_id, ref in rows:
         value = json.loads(ref) if isinstance(ref, str) else ref
-        conn.execute(sa.text("UPDATE approvals SET surfaces = :s WHERE id = :i"),
-                     {"s": json.dumps({"slack": value}), "i": approval_id})
+        conn.execute(
+            sa.text("UPDATE approvals SET surfaces = :s WHERE id = :i"),
+            {"s": json.dumps({"slack": value}), "i": approval_id},
+        )
     with op.batch_alter_table("approvals") as t:
         t.drop_column("slack_ref")
 
@@ -47,8 +49,10 @@ def downgrade() -> None:
     for approval_id, surfaces in rows:
         value = json.loads(surfaces) if isinstance(surfaces, str) else surfaces
         if isinstance(value, dict) and value.get("slack") is not None:
-            conn.execute(sa.text("UPDATE approvals SET slack_ref = :s WHERE id = :i"),
-                         {"s": json.dumps(value["slack"]), "i": approval_id})
+            conn.execute(
+                sa.text("UPDATE approvals SET slack_ref = :s WHERE id = :i"),
+                {"s": json.dumps(value["slack"]), "i": approval_id},
+            )
     with op.batch_alter_table("confirmations") as t:
         t.drop_column("surfaces")
     with op.batch_alter_table("approvals") as t:
