@@ -39,6 +39,14 @@ class TurnResult:
     outcome: Outcome
     answer: str = ""
     notice: str = ""
+    #: The conversation's last message when this result was made: the answer's identity, so a
+    #: face delivers it once however many paths (the worker, crash recovery) hand it over.
+    seq: int | None = None
+
+    @property
+    def delivery_key(self) -> str:
+        """Once-only key of this answer's delivery."""
+        return f"{self.conversation_id}:{self.seq if self.seq is not None else self.run_id}"
 
     @property
     def shown_confirmations(self) -> tuple[str, ...]:

@@ -17,8 +17,8 @@ from agent.host import ApplyResult, Host
 from agent.loop import run_loop
 from agent.outcomes import Pending, TurnResult
 from agent.turn import Turn
-from agent.wording import ASKED_WHICH_EVENT, which_one
-from storage.records import Confirmation
+from agent.wording import ASKED_WHICH_EVENT, confirmation_notice, which_one
+from storage.records import Confirmation, Conversation
 from storage.steps import StepWrite
 from tools.context import Principal
 
@@ -36,31 +36,65 @@ class Runtime(Host):
         external_ref: str | None = None,
         deliver_later: bool = False,
     ) -> TurnResult:
+        """One user message (see :meth:`take_message`), answered now."""
+        result = await self.take_message(
+            principal=principal,
+            channel=channel,
+            message=message,
+            conversation_id=conversation_id,
+            external_ref=external_ref,
+            deliver_later=deliver_later,
+        )
+        assert result is not None  # without a message key every message is new
+        return result
+
+    async def take_message(
+        self,
+        *,
+        principal: Principal,
+        channel: str,
+        message: str,
+        conversation_id: str | None = None,
+        external_ref: str | None = None,
+        deliver_later: bool = False,
+        message_key: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> TurnResult | None:
         """One user message: stored first, then a typed answer to a waiting confirmation is
         settled by the runtime, anything else goes to the agent.
 
         The result's confirmations count as shown to the principal when this returns (the
         face delivers the reply synchronously); a face that delivers later passes
-        ``deliver_later`` and calls :meth:`delivered` once the reply went out."""
+        ``deliver_later`` and calls :meth:`delivered` once the reply went out.
+
+        ``message_key`` names the message once and for all (a face's inbound id): when the
+        conversation already holds it, the message is not stored again and the answer owed to
+        it is returned instead — finished now if the process that was answering died, rebuilt
+        from the history if it was answered, ``None`` if a live process is still on it."""
         conv = await self.open_conversation(
-            principal=principal, channel=channel, conversation_id=conversation_id, external_ref=external_ref
+            principal=principal, channel=channel, conversation_id=conversation_id, external_ref=external_ref, meta=meta
         )
         if principal.is_staff and conv.principal_kind == "customer":
             # Staff read customers' conversations but never speak inside them as the customer.
             raise DecisionError("forbidden", "Staff work in their own assist conversation on this account.")
         acting = self.acting_principal(conv, principal)
         async with self.lock(conv.id):
+            if message_key is not None and await self.s.conversations.has_event(conv.id, message_key):
+                return await self._answer_owed(conv, acting, message_key)
             # The user's words are durable before anything acts on them.
             turn = await self.turn(conv, acting, first_message=message)
-            await turn.commit(
+            stored = await turn.commit(
                 StepWrite(
                     conversation_id=conv.id,
                     run_id=turn.run.id,
                     messages=[("user", [{"type": "text", "text": sanitize_user_text(message)}])],
                     run_status="running",
                     loaded_groups=sorted(turn.facts.loaded_groups),
+                    event_key=message_key,
                 )
             )
+            if not stored and message_key is not None:
+                return await self._answer_owed(conv, acting, message_key)
             waiting = [c for c in await self.s.confirmations.pending(conv.id) if c.principal == acting.key]
             codes_only = conv.channel in confirmations.CODE_ONLY_CHANNELS
             match confirmations.read_reply(message, waiting, codes_only=codes_only):
@@ -74,6 +108,46 @@ class Runtime(Host):
         if not deliver_later:
             await self.delivered(result)
         return result
+
+    async def _answer_owed(self, conv: Conversation, acting: Principal, message_key: str) -> TurnResult | None:
+        """The answer to a message the conversation already holds (see :meth:`chat`)."""
+        s = self.s
+        found = await s.conversations.event_at(conv.id, message_key)
+        if found is None:
+            return None
+        seq, run_id = found
+        run = await s.conversations.get_run(run_id) if run_id else None
+        if run is None:
+            return None
+        if run.status == "running":
+            if not s.conversations.abandoned(run) or not await s.conversations.take_over_run(run):
+                return None  # a live process is answering it
+            fresh = await s.conversations.get_run(run.id) or run
+            return await run_loop(await self.turn(conv, acting, run=fresh))
+        history = await s.conversations.history(conv.id)
+        said = [m for m in history if m.seq > seq and m.role == "assistant" and m.run_id == run.id]
+        if not said:
+            return None
+        answer = "\n\n".join(b.get("text", "") for b in said[-1].content if b.get("type") == "text").strip()
+        waiting = [
+            c for c in await s.confirmations.pending(conv.id) if c.run_id == run.id and c.principal == acting.key
+        ]
+        notice = (
+            confirmation_notice([(c.summary, c.code) for c in waiting], principal_kind=acting.kind) if waiting else ""
+        )
+        return TurnResult(
+            conversation_id=conv.id,
+            run_id=run.id,
+            reply="\n\n".join(x for x in (answer, notice) if x),
+            answer=answer,
+            notice=notice,
+            iterations=0,
+            input_tokens=0,
+            output_tokens=0,
+            pending=tuple(Pending(kind="confirmation", id=c.id, summary=c.summary, code=c.code) for c in waiting),
+            outcome="answered",
+            seq=history[-1].seq,
+        )
 
     async def _ask_which(self, turn: Turn, message: str, waiting: list[Confirmation]) -> TurnResult:
         """A bare yes/no the runtime cannot bind to one shown confirmation: the runtime itself
@@ -102,6 +176,7 @@ class Runtime(Host):
             output_tokens=0,
             outcome="asked",
             pending=tuple(Pending(kind="confirmation", id=c.id, summary=c.summary, code=c.code) for c in waiting),
+            seq=turn.history[-1].seq if turn.history else None,
         )
 
     # -- confirmations ----------------------------------------------------------------

@@ -15,6 +15,7 @@ from storage.audit import AuditLog
 from storage.conversations import ConversationRepo
 from storage.db import Database
 from storage.gates import ApprovalRepo, ConfirmationRepo
+from storage.inbox import Deliveries, Inbox, ThreadBindings
 from storage.jobs import JobQueue
 from storage.ledger import Ledger
 from tools.backend import CommerceBackend
@@ -39,6 +40,10 @@ class Services:
     notifier: Notifier
     model: ModelClient
     clock: Callable[[], datetime]
+    #: What the faces accepted, their once-only deliveries and assist-thread bindings.
+    inbox: Inbox
+    deliveries: Deliveries
+    bindings: ThreadBindings
 
 
 def build_services(
@@ -74,4 +79,7 @@ def build_services(
         notifier=notifier or RecordingNotifier(),
         model=model,
         clock=clock,
+        inbox=Inbox(db, jobs, clock=clock),
+        deliveries=Deliveries(db, clock=clock),
+        bindings=ThreadBindings(db, clock=clock),
     )

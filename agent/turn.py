@@ -123,6 +123,7 @@ class Turn:
             output_tokens=self.output_tokens,
             pending=tuple(self.pending),
             outcome=outcome,
+            seq=self.history[-1].seq if self.history else None,
         )
 
     # -- bookkeeping the steps share -----------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -24,6 +24,9 @@ from storage.records import Conversation, LedgerEntry, Proposal
 from tools.context import Principal
 
 log = logging.getLogger(__name__)
+
+#: A face's handler for its own job kind (e.g. the Slack face's ``inbound`` turns).
+JobHandler = Callable[[Job], Awaitable[None]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,8 +48,10 @@ class Worker:
         config: WorkerConfig | None = None,
         worker_id: str | None = None,
         checkpoint: Callable[[], Awaitable[object]] | None = None,
+        handlers: Mapping[str, JobHandler] | None = None,
     ) -> None:
         self.rt = runtime
+        self.handlers = dict(handlers or {})
         self.config = config or WorkerConfig()
         self.worker_id = worker_id or f"w-{uuid.uuid4().hex[:8]}"
         self._last_sweep = 0.0
@@ -62,7 +67,7 @@ class Worker:
             if expired:
                 log.info("expired %d approvals", expired)
         await self._maybe_checkpoint(loop.time())
-        jobs = await self.rt.s.jobs.claim(self.worker_id, kinds=[RESUME_JOB, CONFIRM_JOB], limit=self.config.batch)
+        jobs = await self.rt.s.jobs.claim(self.worker_id, kinds=[RESUME_JOB, CONFIRM_JOB, *self.handlers], limit=self.config.batch)
         for job in jobs:
             try:
                 await self._handle(job)
@@ -79,6 +84,8 @@ class Worker:
                 await self.rt.resume(str(job.payload["approval_id"]))
             case "confirmation":
                 await self.rt.carry_out_confirmation(str(job.payload["confirmation_id"]), deliver=True)
+            case kind if kind in self.handlers:
+                await self.handlers[kind](job)
             case _:
                 raise ValueError(f"unknown job kind {job.kind!r}")
 

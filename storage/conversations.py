@@ -409,6 +409,18 @@ class ConversationRepo:
                 return None  # another process appended the same event first
             raise ConcurrentTurn(str(exc.orig)) from exc
 
+    async def event_at(self, conversation_id: str, event_key: str) -> tuple[int, str | None] | None:
+        """Where the message or event ``event_key`` is: its seq and run."""
+        async with self.db.reader() as s:
+            row = (
+                await s.execute(
+                    select(MessageRow.seq, MessageRow.run_id)
+                    .where(MessageRow.conversation_id == conversation_id, MessageRow.event_key == event_key)
+                    .limit(1)
+                )
+            ).first()
+        return (row[0], row[1]) if row is not None else None
+
     async def has_event(self, conversation_id: str, event_key: str) -> bool:
         """Whether the runtime event ``event_key`` is already in the conversation's history."""
         async with self.db.reader() as s:

@@ -310,3 +310,47 @@ class LockRow(Base):
     name: Mapped[str] = mapped_column(String(255), primary_key=True)
     holder: Mapped[str] = mapped_column(String(64))
     expires_at: Mapped[datetime] = mapped_column(TS)
+
+
+class InboundRow(Base):
+    """A message a face accepted (a Slack event, a Teams activity, an email), kept until answered.
+
+    Written with its delivery keys (``processed_events``) and its turn job in one transaction
+    before the face answers 200; the worker runs the turn and delivers the reply from it.
+    """
+
+    __tablename__ = "inbound"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    face: Mapped[str] = mapped_column(String(16))
+    #: queued | answered (the result is stored, delivery owed) | delivered | ignored | failed
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(TS)
+    updated_at: Mapped[datetime] = mapped_column(TS)
+
+
+class DeliveryRow(Base):
+    """One outbound message (a reply, a follow-up), posted at most once per key."""
+
+    __tablename__ = "deliveries"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16))  # sending | sent
+    holder: Mapped[str | None] = mapped_column(String(96))
+    ref: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(TS)
+    updated_at: Mapped[datetime] = mapped_column(TS)
+
+
+class ThreadBindingRow(Base):
+    """A rep's assist thread (``slack:TEAM:CHANNEL:THREAD_TS``) bound to a customer account."""
+
+    __tablename__ = "thread_bindings"
+
+    ref: Mapped[str] = mapped_column(String(200), primary_key=True)
+    customer_id: Mapped[str] = mapped_column(String(64))
+    staff_id: Mapped[str] = mapped_column(String(64), index=True)
+    created_at: Mapped[datetime] = mapped_column(TS)
+    updated_at: Mapped[datetime] = mapped_column(TS)

@@ -1,0 +1,294 @@
+"""Durable inbound: what a face accepted, before it answered 200, and what was done with it.
+
+``accept`` writes, in one transaction, the message's delivery keys (``processed_events``:
+a Slack ``event_id`` and the message's (team, channel, ts), a Teams activity id, an email's
+sender + Message-ID), the message itself (``inbound``) and the job that will run its turn.
+A redelivery with any known key writes nothing. The worker then runs the turn, stores the
+result (``answered``), posts it and marks it ``delivered``; a crash between any two of
+those steps is resumed from what is stored.
+
+``Deliveries`` makes each outbound message happen once per key: ``begin`` claims the key
+(or says it was sent, or that a live process is sending it), ``sent`` records where it
+went. A process that died between Slack's answer and ``sent`` leaves a claim whose holder
+is dead: the next attempt posts again (at least once, never lost).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal, cast
+
+from sqlalchemy import Table, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from storage.db import Database
+from storage.holders import is_dead, process_id
+from storage.jobs import JobQueue
+from storage.models import DeliveryRow, InboundRow, ProcessedEventRow, ThreadBindingRow
+from storage.records import aware
+
+InboundStatus = Literal["queued", "answered", "delivered", "ignored", "failed"]
+Clock = Callable[[], datetime]
+INBOUND_JOB = "inbound"
+_KEYS = cast(Table, ProcessedEventRow.__table__)
+_DELIVERIES = cast(Table, DeliveryRow.__table__)
+MAX_KEY = 255
+
+
+@dataclass(frozen=True, kw_only=True)
+class Inbound:
+    """One accepted message: the face's normalised ``payload`` and, once answered, ``result``."""
+
+    id: str
+    face: str
+    status: InboundStatus
+    payload: dict[str, Any]
+    result: dict[str, Any] | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class Accepted:
+    """What ``accept`` did: ``fresh`` is false for a redelivery (``id`` is then ``None``)."""
+
+    id: str | None
+    fresh: bool
+
+
+def _inbound(row: InboundRow) -> Inbound:
+    return Inbound(
+        id=row.id,
+        face=row.face,
+        status=cast(InboundStatus, row.status),
+        payload=dict(row.payload),
+        result=dict(row.result) if row.result is not None else None,
+        created_at=aware(row.created_at) or row.created_at,
+    )
+
+
+def _dialect(session: AsyncSession) -> Any:
+    return postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+
+
+class Inbox:
+    """Repository over ``inbound`` (with ``processed_events`` for its keys and ``jobs``)."""
+
+    def __init__(self, db: Database, jobs: JobQueue, *, clock: Clock | None = None) -> None:
+        self._db = db
+        self._jobs = jobs
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    async def accept(self, face: str, keys: Sequence[str], payload: dict[str, Any]) -> Accepted:
+        """Record the message under all its ``keys`` and queue its turn, in one transaction;
+        nothing is written when any key was recorded before."""
+        if not keys or any(not k or len(k) > MAX_KEY for k in keys):
+            raise ValueError(f"inbound keys must be 1..{MAX_KEY} characters")
+        now = self._clock()
+        inbound_id = f"in_{uuid.uuid4().hex[:20]}"
+        async with self._db.sessions() as s, s.begin():
+            known = (await s.execute(select(_KEYS.c.event_id).where(_KEYS.c.event_id.in_(list(keys))))).first()
+            if known is not None:
+                return Accepted(id=None, fresh=False)
+            for key in dict.fromkeys(keys):
+                stmt = (
+                    _dialect(s)
+                    .insert(_KEYS)
+                    .values(event_id=key, source=face[:16], received_at=now)
+                    .on_conflict_do_nothing(index_elements=["event_id"])
+                    .returning(_KEYS.c.event_id)
+                )
+                if (await s.execute(stmt)).scalar_one_or_none() is None:
+                    # A concurrent delivery recorded it first: let ours leave no trace.
+                    await s.rollback()
+                    return Accepted(id=None, fresh=False)
+            s.add(
+                InboundRow(
+                    id=inbound_id,
+                    face=face,
+                    status="queued",
+                    payload=payload,
+                    result=None,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            await s.flush()
+            await self._jobs.enqueue(
+                INBOUND_JOB, {"inbound_id": inbound_id}, dedup_key=f"inbound:{inbound_id}", session=s
+            )
+        return Accepted(id=inbound_id, fresh=True)
+
+    async def get(self, inbound_id: str) -> Inbound | None:
+        async with self._db.reader() as s:
+            row = await s.get(InboundRow, inbound_id)
+            return _inbound(row) if row is not None else None
+
+    async def answered(self, inbound_id: str, result: dict[str, Any]) -> None:
+        """The turn's result is stored: from now on only its delivery is owed."""
+        await self._set(inbound_id, status="answered", result=result)
+
+    async def finish(self, inbound_id: str, status: InboundStatus) -> None:
+        """``delivered``, ``ignored`` or ``failed``: nothing more is owed."""
+        await self._set(inbound_id, status=status)
+
+    async def _set(self, inbound_id: str, **values: Any) -> None:
+        async with self._db.sessions() as s, s.begin():
+            await s.execute(
+                update(InboundRow).where(InboundRow.id == inbound_id).values(updated_at=self._clock(), **values)
+            )
+
+    async def owed(self, *, limit: int = 100) -> list[Inbound]:
+        """Accepted messages not yet delivered (operators, tests)."""
+        async with self._db.reader() as s:
+            rows = (
+                await s.execute(
+                    select(InboundRow)
+                    .where(InboundRow.status.in_(("queued", "answered")))
+                    .order_by(InboundRow.created_at)
+                    .limit(limit)
+                )
+            ).scalars()
+            return [_inbound(r) for r in rows]
+
+
+DeliveryState = Literal["go", "sent", "busy"]
+
+
+class Deliveries:
+    """Repository over ``deliveries``: each outbound message posted once per key."""
+
+    def __init__(self, db: Database, *, clock: Clock | None = None) -> None:
+        self._db = db
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    async def begin(self, key: str) -> DeliveryState:
+        """``go``: this process now sends it; ``sent``: it went out before; ``busy``: a live
+        process is sending it right now."""
+        if not key or len(key) > 200:
+            raise ValueError("delivery key must be 1..200 characters")
+        now, me = self._clock(), process_id()
+        async with self._db.sessions() as s, s.begin():
+            stmt = (
+                _dialect(s)
+                .insert(_DELIVERIES)
+                .values(key=key, status="sending", holder=me, ref=None, created_at=now, updated_at=now)
+                .on_conflict_do_nothing(index_elements=["key"])
+                .returning(_DELIVERIES.c.key)
+            )
+            if (await s.execute(stmt)).scalar_one_or_none() is not None:
+                return "go"
+            row = await s.get(DeliveryRow, key)
+            if row is None or row.status == "sent":
+                return "sent"
+            if row.holder is not None and row.holder != me and not is_dead(row.holder):
+                return "busy"
+            taken = await s.execute(
+                update(DeliveryRow)
+                .where(DeliveryRow.key == key, DeliveryRow.status == "sending", DeliveryRow.holder == row.holder)
+                .values(holder=me, updated_at=now)
+            )
+            return "go" if cast(Any, taken).rowcount == 1 else "busy"
+
+    async def sent(self, key: str, ref: dict[str, Any] | None = None) -> None:
+        """It went out (``ref``: where, e.g. the Slack channel and message ts)."""
+        async with self._db.sessions() as s, s.begin():
+            await s.execute(
+                update(DeliveryRow)
+                .where(DeliveryRow.key == key)
+                .values(status="sent", ref=ref, updated_at=self._clock())
+            )
+
+    async def release(self, key: str) -> None:
+        """Sending failed before anything went out: the next attempt may try again."""
+        async with self._db.sessions() as s, s.begin():
+            row = await s.get(DeliveryRow, key)
+            if row is not None and row.status == "sending":
+                await s.delete(row)
+
+    async def ref(self, key: str) -> dict[str, Any] | None:
+        async with self._db.reader() as s:
+            row = await s.get(DeliveryRow, key)
+            return dict(row.ref) if row is not None and row.ref is not None else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThreadBinding:
+    """An assist thread bound to a customer account by a rep."""
+
+    ref: str
+    customer_id: str
+    staff_id: str
+    created_at: datetime
+
+
+class ThreadBindings:
+    """Repository over ``thread_bindings``."""
+
+    def __init__(self, db: Database, *, clock: Clock | None = None) -> None:
+        self._db = db
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    async def bind(self, ref: str, *, customer_id: str, staff_id: str) -> ThreadBinding:
+        now = self._clock()
+        async with self._db.sessions() as s, s.begin():
+            row = await s.get(ThreadBindingRow, ref)
+            if row is None:
+                row = ThreadBindingRow(
+                    ref=ref, customer_id=customer_id, staff_id=staff_id, created_at=now, updated_at=now
+                )
+                s.add(row)
+            else:
+                row.customer_id, row.staff_id, row.updated_at = customer_id, staff_id, now
+            await s.flush()
+            return ThreadBinding(
+                ref=ref, customer_id=customer_id, staff_id=staff_id, created_at=aware(row.created_at) or now
+            )
+
+    async def get(self, ref: str) -> ThreadBinding | None:
+        async with self._db.reader() as s:
+            row = await s.get(ThreadBindingRow, ref)
+            if row is None:
+                return None
+            return ThreadBinding(
+                ref=row.ref,
+                customer_id=row.customer_id,
+                staff_id=row.staff_id,
+                created_at=aware(row.created_at) or row.created_at,
+            )
+
+    async def of_staff(self, staff_id: str, *, limit: int = 50) -> list[ThreadBinding]:
+        async with self._db.reader() as s:
+            rows = (
+                await s.execute(
+                    select(ThreadBindingRow)
+                    .where(ThreadBindingRow.staff_id == staff_id)
+                    .order_by(ThreadBindingRow.updated_at.desc())
+                    .limit(limit)
+                )
+            ).scalars()
+            return [
+                ThreadBinding(
+                    ref=r.ref,
+                    customer_id=r.customer_id,
+                    staff_id=r.staff_id,
+                    created_at=aware(r.created_at) or r.created_at,
+                )
+                for r in rows
+            ]
+
+
+__all__ = [
+    "INBOUND_JOB",
+    "Accepted",
+    "Deliveries",
+    "DeliveryState",
+    "Inbound",
+    "Inbox",
+    "InboundStatus",
+    "ThreadBinding",
+    "ThreadBindings",
+]
