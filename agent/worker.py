@@ -67,7 +67,9 @@ class Worker:
             if expired:
                 log.info("expired %d approvals", expired)
         await self._maybe_checkpoint(loop.time())
-        jobs = await self.rt.s.jobs.claim(self.worker_id, kinds=[RESUME_JOB, CONFIRM_JOB, *self.handlers], limit=self.config.batch)
+        jobs = await self.rt.s.jobs.claim(
+            self.worker_id, kinds=[RESUME_JOB, CONFIRM_JOB, *self.handlers], limit=self.config.batch
+        )
         for job in jobs:
             try:
                 await self._handle(job)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -29,9 +29,14 @@ from sandbox.store import SandboxStore
 from storage import checkpoints
 from storage.checkpoints import Checkpoint
 from storage.db import Database, create_database
+from storage.inbox import INBOUND_JOB, Inbound
+from storage.jobs import Job
 from tools.catalogue import build_registry
 
 log = logging.getLogger(__name__)
+
+#: A face's worker side: run the turn of one accepted message and deliver its reply.
+InboundHandler = Callable[[Inbound], Awaitable[None]]
 
 
 def sandbox_services(
@@ -112,6 +117,8 @@ class App:
     tracing: Tracing | None = None
     #: The one SMTP client (email replies and follow-ups), when SIGNOFF_SMTP_URL is set.
     mailer: Mailer | None = None
+    #: Each face's handler of the messages it accepted (``Inbox.accept(face, …)``), by face.
+    inbound: Mapping[str, InboundHandler] = field(default_factory=dict)
 
     async def close(self) -> None:
         await self.db.dispose()
@@ -129,15 +136,30 @@ class App:
         )
 
     def worker(self) -> Worker:
-        """The resume/expiry worker, signing audit checkpoints on the configured schedule."""
+        """The worker: resume and expiry, the faces' accepted messages, and audit checkpoints
+        on the configured schedule."""
+        handlers = {INBOUND_JOB: self.handle_inbound}
         every = self.settings.checkpoint_every_s if self.settings is not None else None
         if every is None:
-            return Worker(self.runtime)
+            return Worker(self.runtime, handlers=handlers)
 
         async def checkpoint() -> None:
             await self.audit_checkpoint(skip_if_unchanged=True)
 
-        return Worker(self.runtime, config=WorkerConfig(checkpoint_every_s=every), checkpoint=checkpoint)
+        return Worker(
+            self.runtime, config=WorkerConfig(checkpoint_every_s=every), checkpoint=checkpoint, handlers=handlers
+        )
+
+    async def handle_inbound(self, job: Job) -> None:
+        """One accepted message's job: its face runs the turn and delivers (each step resumable)."""
+        item = await self.runtime.s.inbox.get(str(job.payload.get("inbound_id", "")))
+        if item is None or item.status in ("delivered", "ignored", "failed"):
+            return
+        handler = self.inbound.get(item.face)
+        if handler is None:
+            # Accepted by a face this process was not configured with: retried later, not lost.
+            raise RuntimeError(f"no {item.face} face configured in this process for {item.id}")
+        await handler(item)
 
 
 async def create_app(
