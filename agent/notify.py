@@ -72,6 +72,15 @@ class RoutingNotifier:
     faces: Mapping[str, Notifier] = field(default_factory=dict)
     staff: Sequence[Notifier] = ()
     fallback: Notifier = field(default_factory=lambda: LogNotifier())
+    _added: dict[str, Notifier] = field(default_factory=dict)
+    _added_staff: list[Notifier] = field(default_factory=list)
+
+    def add(self, channel: str, face: Notifier, *, staff: bool = False) -> None:
+        """Plug in a face built after the runtime (it needs the runtime to act): its
+        conversations' follow-ups, and with ``staff`` the approval cards and escalations."""
+        self._added[channel] = face
+        if staff:
+            self._added_staff.append(face)
 
     async def approval_requested(self, approval: Approval) -> None:
         await self._broadcast("approval notification", lambda n: n.approval_requested(approval))
@@ -83,10 +92,11 @@ class RoutingNotifier:
         await self._broadcast("escalation", lambda n: n.escalated(notice))
 
     async def follow_up(self, conversation: Conversation, result: TurnResult) -> None:
-        await self.faces.get(conversation.channel, self.fallback).follow_up(conversation, result)
+        face = self._added.get(conversation.channel) or self.faces.get(conversation.channel, self.fallback)
+        await face.follow_up(conversation, result)
 
     async def _broadcast(self, what: str, call: Callable[[Notifier], Awaitable[None]]) -> None:
-        for surface in self.staff or (self.fallback,):
+        for surface in [*self.staff, *self._added_staff] or [self.fallback]:
             await best_effort(call(surface), what)
 
 

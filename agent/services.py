@@ -15,6 +15,7 @@ from storage.audit import AuditLog
 from storage.conversations import ConversationRepo
 from storage.db import Database
 from storage.gates import ApprovalRepo, ConfirmationRepo
+from storage.identities import IdentityLinks
 from storage.inbox import Deliveries, Inbox, ThreadBindings
 from storage.jobs import JobQueue
 from storage.ledger import Ledger
@@ -44,6 +45,7 @@ class Services:
     inbox: Inbox
     deliveries: Deliveries
     bindings: ThreadBindings
+    links: IdentityLinks
 
 
 def build_services(
@@ -82,4 +84,5 @@ def build_services(
         inbox=Inbox(db, jobs, clock=clock),
         deliveries=Deliveries(db, clock=clock),
         bindings=ThreadBindings(db, clock=clock),
+        links=IdentityLinks(db, clock=clock),
     )

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.errors import ConfigError
 from agent.llm.base import ModelClient
@@ -31,6 +31,9 @@ from storage.checkpoints import Checkpoint
 from storage.db import Database, create_database
 from storage.inbox import INBOUND_JOB, Inbound
 from storage.jobs import Job
+
+if TYPE_CHECKING:
+    from bot.slack.face import SlackFace
 from tools.catalogue import build_registry
 
 log = logging.getLogger(__name__)
@@ -119,8 +122,12 @@ class App:
     mailer: Mailer | None = None
     #: Each face's handler of the messages it accepted (``Inbox.accept(face, …)``), by face.
     inbound: Mapping[str, InboundHandler] = field(default_factory=dict)
+    #: The Slack face, when SLACK_BOT_TOKEN (or the OAuth client) is set.
+    slack: SlackFace | None = None
 
     async def close(self) -> None:
+        if self.slack is not None:
+            await self.slack.close()
         await self.db.dispose()
         if self.tracing is not None:
             await self.tracing.flush()
@@ -186,16 +193,44 @@ async def create_app(
     attach_metrics(services, metrics)
     if seed:
         await seed_store(db, settings.signoff_store_seed, production=settings.is_production)
+    runtime = Runtime(services)
+    inbound: dict[str, InboundHandler] = {}
+    slack = slack_face(settings, runtime, backend, mailer)
+    if slack is not None:
+        routed.add("slack", slack[1], staff=True)
+        inbound["slack"] = slack[2]
     return App(
         settings=settings,
         db=db,
-        runtime=Runtime(services),
+        runtime=runtime,
         backend=backend,
         notifier=routed,
         metrics=metrics,
         tracing=tracing,
         mailer=mailer,
+        inbound=inbound,
+        slack=slack[0] if slack is not None else None,
     )
+
+
+def slack_face(
+    settings: Settings, runtime: Runtime, backend: SandboxStore, mailer: Mailer | None
+) -> tuple[SlackFace, Notifier, InboundHandler] | None:
+    """The Slack face (client, sender), its notifier and its worker handler; ``None`` without Slack."""
+    from bot.slack import turns
+    from bot.slack.face import SlackConfig
+    from bot.slack.face import SlackFace as Face
+    from bot.slack.notifier import SlackNotifier
+
+    cfg = SlackConfig.from_settings(settings)
+    if cfg is None:
+        return None
+    face = Face.build(cfg, runtime, backend, mailer)
+
+    async def handle(item: Inbound) -> None:
+        await turns.handle(face, item)
+
+    return face, SlackNotifier(face), handle
 
 
 def email_face(settings: Settings, backend: SandboxStore) -> tuple[Mailer | None, dict[str, Notifier]]:

@@ -50,6 +50,14 @@ class Settings(BaseSettings):
     signoff_slack_api_url: str | None = None
     signoff_approvals_channel: str | None = None
     signoff_escalation_channel: str | None = None
+    #: Slack user group (``S…``) whose members are supervisors, beside the dataset's staff list.
+    signoff_slack_supervisor_group: str | None = None
+    #: Slack user group mentioned on escalations (the on-call rota).
+    signoff_slack_oncall_group: str | None = None
+    #: Stream answers (``chat.startStream``); off: every answer is a plain ``chat.postMessage``.
+    signoff_slack_streaming: bool = True
+    slack_client_id: str | None = None
+    slack_client_secret: str | None = None
     signoff_jwt_secret: str | None = None
     signoff_jwks_url: str | None = None
     signoff_jwt_audience: str | None = None
@@ -113,6 +121,20 @@ class Settings(BaseSettings):
             raise ValueError("must be 0 (off) or a positive number of seconds")
         return v
 
+    @field_validator("signoff_approvals_channel", "signoff_escalation_channel")
+    @classmethod
+    def _slack_channel(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[CGD][A-Z0-9]{2,31}", v):
+            raise ValueError("must be a Slack channel id such as C0123ABCD (not a #name)")
+        return v
+
+    @field_validator("signoff_slack_supervisor_group", "signoff_slack_oncall_group")
+    @classmethod
+    def _slack_group(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"S[A-Z0-9]{2,31}", v):
+            raise ValueError("must be a Slack user group id such as S0123ABCD")
+        return v
+
     @field_validator("signoff_metrics_token")
     @classmethod
     def _metrics_token(cls, v: str | None) -> str | None:
@@ -149,6 +171,16 @@ class Settings(BaseSettings):
             raise ValueError("ANTHROPIC_API_KEY: required when SIGNOFF_LLM_PROVIDER=anthropic")
         if self.signoff_llm_provider == "openai" and not self.openai_base_url:
             raise ValueError("OPENAI_BASE_URL: required when SIGNOFF_LLM_PROVIDER=openai")
+        return self
+
+    @model_validator(mode="after")
+    def _slack(self) -> Settings:
+        if self.slack_client_id and not self.slack_client_secret:
+            raise ValueError("SLACK_CLIENT_SECRET: required when SLACK_CLIENT_ID is set (OAuth install)")
+        if (self.slack_bot_token or self.slack_client_id) and not (self.slack_signing_secret or self.slack_app_token):
+            raise ValueError(
+                "SLACK_SIGNING_SECRET: required for the Slack app over HTTP (or SLACK_APP_TOKEN for Socket Mode)"
+            )
         return self
 
     @model_validator(mode="after")

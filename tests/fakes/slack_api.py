@@ -20,12 +20,13 @@ import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from aiohttp import web
 
 from tests.fakes import FakeServer, RecordedRequest
 
+T = TypeVar("T")
 TEAM_ID = "T0SIGNOFF"
 BOT_USER_ID = "U0SIGNOFF"
 BOT_ID = "B0SIGNOFF"
@@ -447,6 +448,16 @@ class FakeSlackApi(FakeServer):
                 self._arrived.clear()
                 await self._arrived.wait()
         return self.calls(method)
+
+    async def until(self, check: Callable[[], T], within_s: float = 15.0) -> T:
+        """Wait (on arrivals, never sleeping) until ``check()`` is truthy; return it."""
+        async with asyncio.timeout(within_s):
+            while True:
+                self._arrived.clear()
+                found = check()
+                if found:
+                    return found
+                await self._arrived.wait()
 
     def add_user_message(
         self, channel: str, text: str, *, user: str = "U0CUSTOMER", thread_ts: str | None = None

@@ -1,0 +1,212 @@
+"""The Slack face's shared parts: its configuration, its client, and who a Slack user is.
+
+:class:`SlackFace` is built once by the composition root. The Bolt app
+(``bot/slack/bolt.py``) only authenticates, deduplicates and persists what Slack
+sends; the worker side (``bot/slack/turns.py``, ``bot/slack/clicks.py``) acts on it;
+``bot/slack/replies.py`` and ``bot/slack/notifier.py`` send. Nothing here decides
+an action: the runtime does.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.runtime import Runtime
+from bot.slack.sender import SenderConfig, SlackSender, SlackSendError, make_client
+from bot.slack.view_models import Directory
+from tools.backend import CommerceBackend
+from tools.context import Principal
+
+log = logging.getLogger(__name__)
+
+#: The conversations' channel name for everything that came through Slack.
+CHANNEL = "slack"
+#: How long a user group's member list is trusted before it is read again.
+GROUP_TTL_S = 60.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlackConfig:
+    """What the Slack face needs from the settings (``SLACK_*``, ``SIGNOFF_SLACK_*``)."""
+
+    bot_token: str | None = None
+    signing_secret: str | None = None
+    app_token: str | None = None
+    api_url: str | None = None
+    approvals_channel: str | None = None
+    escalation_channel: str | None = None
+    supervisor_group: str | None = None
+    oncall_group: str | None = None
+    streaming: bool = True
+    client_id: str | None = None
+    client_secret: str | None = None
+    #: Seconds between two messages in one channel (Slack allows about one a second).
+    min_interval_s: float = 1.0
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> SlackConfig | None:
+        """``None`` when Slack is not configured (no bot token and no OAuth client)."""
+        if settings is None or not (settings.slack_bot_token or settings.slack_client_id):
+            return None
+        return cls(
+            bot_token=settings.slack_bot_token,
+            signing_secret=settings.slack_signing_secret,
+            app_token=settings.slack_app_token,
+            api_url=settings.signoff_slack_api_url,
+            approvals_channel=settings.signoff_approvals_channel,
+            escalation_channel=settings.signoff_escalation_channel,
+            supervisor_group=settings.signoff_slack_supervisor_group,
+            oncall_group=settings.signoff_slack_oncall_group,
+            streaming=settings.signoff_slack_streaming,
+            client_id=settings.slack_client_id,
+            client_secret=settings.slack_client_secret,
+        )
+
+    @property
+    def base_url(self) -> str | None:
+        """The Web API's base URL with the trailing slash the SDK expects."""
+        if not self.api_url:
+            return None
+        return self.api_url if self.api_url.endswith("/") else self.api_url + "/"
+
+
+Kind = Literal["rep", "supervisor", "customer", "stranger"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Person:
+    """A Slack user as signoff sees them: staff (with a role), a customer, or a stranger."""
+
+    user: str
+    team: str
+    kind: Kind
+    #: The staff id (``S-3``) or the customer id (``C-7``); for strangers, nothing.
+    id: str | None = None
+    external: bool = False
+
+    @property
+    def is_staff(self) -> bool:
+        return self.kind in ("rep", "supervisor")
+
+    @property
+    def slack_key(self) -> str:
+        """The user's identity across workspaces: ``TEAM:USER``."""
+        return f"{self.team}:{self.user}"
+
+    def principal(self, customer_id: str | None = None) -> Principal:
+        """The principal this person acts as (staff bound to ``customer_id`` in an assist thread)."""
+        if self.kind in ("rep", "supervisor"):
+            return Principal(kind=self.kind, id=str(self.id), customer_id=customer_id)
+        if self.kind == "customer":
+            return Principal(kind="customer", id=str(self.id), customer_id=self.id)
+        # Not linked: a customer with no account — knowledge answers only, no account tools.
+        return Principal(kind="customer", id=f"slack-{self.team}-{self.user}", customer_id=None)
+
+
+@dataclass
+class SlackFace:
+    """The Slack face's collaborators, shared by the Bolt app, the worker side and the notifier."""
+
+    config: SlackConfig
+    runtime: Runtime
+    backend: CommerceBackend
+    client: AsyncWebClient
+    sender: SlackSender
+    #: Sends the link codes when SMTP is configured (else they go to the store's outbox).
+    mailer: Any = None
+    #: Our own workspace and bot user, from ``auth.test`` (read once).
+    team_id: str | None = None
+    bot_user_id: str | None = None
+    _groups: dict[str, tuple[float, frozenset[str]]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, config: SlackConfig, runtime: Runtime, backend: CommerceBackend, mailer: Any = None) -> SlackFace:
+        client = make_client(config.bot_token or "", config.base_url)
+        sender = SlackSender(client, SenderConfig(min_interval_s=config.min_interval_s))
+        return cls(config=config, runtime=runtime, backend=backend, client=client, sender=sender, mailer=mailer)
+
+    async def close(self) -> None:
+        await self.sender.aclose()
+
+    async def who_am_i(self) -> tuple[str | None, str | None]:
+        """Our team and bot user ids (``auth.test``, once; ``None`` while Slack is unreachable)."""
+        if self.team_id is None:
+            try:
+                auth = await self.sender.call("auth.test", lambda: self.client.auth_test())
+            except SlackSendError as exc:
+                log.warning("slack auth.test failed: %s", exc.error)
+                return None, None
+            self.team_id, self.bot_user_id = auth.get("team_id"), auth.get("user_id")
+        return self.team_id, self.bot_user_id
+
+    # -- who is this ------------------------------------------------------------------------
+    async def person(self, *, user: str, team: str, external: bool) -> Person:
+        """Who ``user`` of ``team`` is. Anyone from another organisation is never staff; a
+        look-up that fails counts against the user (fail closed)."""
+        own, _ = await self.who_am_i()
+        external = external or own is None or team != own
+        if not external:
+            staff = await self.backend.find_staff_by_slack_user(user)
+            in_group = await self.in_supervisor_group(user)
+            if staff is not None:
+                role: Kind = "supervisor" if staff.role == "supervisor" or in_group else "rep"
+                return Person(user=user, team=team, kind=role, id=staff.id)
+        customer = await self.backend.find_customer_by_slack_user(user)
+        if customer is not None:
+            return Person(user=user, team=team, kind="customer", id=customer.id, external=external)
+        linked = await self.runtime.s.links.linked(CHANNEL, f"{team}:{user}")
+        if linked is not None:
+            return Person(user=user, team=team, kind="customer", id=linked, external=external)
+        return Person(user=user, team=team, kind="stranger", external=external)
+
+    async def in_supervisor_group(self, user: str) -> bool:
+        """Whether ``user`` is in ``SIGNOFF_SLACK_SUPERVISOR_GROUP`` (false when unset or unreadable)."""
+        group = self.config.supervisor_group
+        if not group:
+            return False
+        cached = self._groups.get(group)
+        if cached is None or time.monotonic() - cached[0] > GROUP_TTL_S:
+            try:
+                data = await self.sender.call(
+                    "usergroups.users.list", lambda: self.client.usergroups_users_list(usergroup=group)
+                )
+            except SlackSendError as exc:
+                log.warning("slack user group %s unreadable: %s", group, exc.error)
+                return False
+            cached = (time.monotonic(), frozenset(str(u) for u in data.get("users") or ()))
+            self._groups[group] = cached
+        return user in cached[1]
+
+    async def directory(self, *keys: str | None) -> Directory:
+        """Who the principal keys on a card are in Slack (staff on file are mentioned)."""
+        slack_ids: dict[str, str] = {}
+        names: dict[str, str] = {}
+        for key in {k for k in keys if k}:
+            kind, _, ident = key.partition(":")
+            if kind in ("rep", "supervisor"):
+                staff = await self.backend.get_staff(ident)
+                if staff is not None and staff.slack_user_id:
+                    slack_ids[key] = staff.slack_user_id
+                elif staff is not None:
+                    names[key] = staff.name
+        return Directory(slack_ids=slack_ids, names=names)
+
+
+def thread_ref(team: str, channel: str, thread_ts: str) -> str:
+    """A Slack thread's identity: ``slack:TEAM:CHANNEL:THREAD_TS``."""
+    return f"slack:{team}:{channel}:{thread_ts}"
+
+
+def parse_ref(ref: str | None) -> tuple[str, str, str] | None:
+    """(team, channel, thread_ts) of a conversation's ``external_ref`` made by this face."""
+    if not ref or not ref.startswith("slack:"):
+        return None
+    parts = ref.split(":")
+    if len(parts) < 4:
+        return None
+    return parts[1], parts[2], parts[3]

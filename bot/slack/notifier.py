@@ -1,0 +1,107 @@
+"""The Slack face's part of :class:`~agent.notify.Notifier`.
+
+* approval cards go to ``SIGNOFF_APPROVALS_CHANNEL`` (posted once per approval; where
+  the card is, is kept on the approval's ``surfaces``), and are redrawn from the database
+  with ``chat.update`` whenever the approval moves — on any surface;
+* escalations go to ``SIGNOFF_ESCALATION_CHANNEL`` with the agent's trace in the thread;
+* a follow-up (an approval decided, a confirmation carried out after a crash) lands in the
+  thread its conversation came from, once.
+
+Everything here happens after the state is committed: a failure is logged by the caller
+(``best_effort``) and loses nothing but the post.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from agent.notify import EscalationNotice
+from agent.outcomes import TurnResult
+from bot.slack import blocks
+from bot.slack.face import SlackFace, parse_ref
+from bot.slack.replies import Where, deliver, post_once
+from bot.slack.turns import publish_home
+from bot.slack.view_models import ApprovalRouting, Directory, Escalation, TraceStep
+from storage.records import Approval, Conversation
+
+log = logging.getLogger(__name__)
+
+
+class SlackNotifier:
+    def __init__(self, face: SlackFace) -> None:
+        self.face = face
+
+    # -- approvals ---------------------------------------------------------------------------
+    async def approval_requested(self, approval: Approval) -> None:
+        channel = self.face.config.approvals_channel
+        if not channel:
+            return
+        card = blocks.approval_card(approval, routing=_routing(approval), directory=await _people(self.face, approval))
+        ts = await post_once(self.face, f"slack:approval:{approval.id}", channel, card)
+        if ts is not None:
+            await self.face.runtime.s.approvals.set_surface(approval.id, "slack", {"channel": channel, "ts": ts})
+
+    async def approval_decided(self, approval: Approval) -> None:
+        fresh = await self.face.runtime.s.approvals.get(approval.id) or approval
+        ref = (fresh.surfaces or {}).get("slack")
+        if isinstance(ref, dict) and ref.get("channel") and ref.get("ts"):
+            card = blocks.approval_card(fresh, routing=_routing(fresh), directory=await _people(self.face, fresh))
+            await self.face.sender.update(str(ref["channel"]), str(ref["ts"]), card.text, card.block_list)
+
+    # -- escalations ------------------------------------------------------------------------------
+    async def escalated(self, notice: EscalationNotice) -> None:
+        channel = self.face.config.escalation_channel
+        if not channel:
+            return
+        conv = notice.conversation
+        message = blocks.escalation_message(
+            Escalation(
+                reason=notice.reason,
+                summary=notice.summary,
+                conversation_id=conv.id,
+                customer_id=conv.customer_id,
+                oncall_group=self.face.config.oncall_group,
+            )
+        )
+        key = f"slack:escalation:{conv.id}:{len(notice.trace)}:{hash(notice.reason) & 0xFFFF}"
+        ts = await post_once(self.face, key, channel, message)
+        if ts is None:
+            return
+        for n, part in enumerate(blocks.trace_messages([TraceStep.from_dict(t) for t in notice.trace])):
+            await post_once(self.face, f"{key}:trace:{n}", channel, part, thread_ts=ts)
+
+    # -- follow-ups -------------------------------------------------------------------------------
+    async def follow_up(self, conversation: Conversation, result: TurnResult) -> None:
+        thread = parse_ref(conversation.external_ref)
+        if thread is None:
+            log.warning("follow-up for %s has no Slack thread", conversation.id)
+            return
+        meta = (conversation.meta or {}).get("slack") or {}
+        where = Where(channel=thread[1], thread_ts=thread[2], user=meta.get("user"), team=meta.get("team"))
+        await deliver(self.face, where, result)
+
+    async def home_changed(self, user: str, team: str) -> None:
+        """Republish one person's App Home (after the queue changed)."""
+        await publish_home(self.face, user, team)
+
+
+async def _people(face: SlackFace, a: Approval) -> Directory:
+    return await face.directory(a.requester, a.decider, *(d.actor for d in a.decisions))
+
+
+def _routing(a: Approval) -> ApprovalRouting:
+    """The figures the policy compared, as the approval stored them when it was routed."""
+    r = a.routing or {}
+
+    def minor(key: str) -> int | None:
+        value = r.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    reason = r.get("reason")
+    return ApprovalRouting(
+        reason=reason if isinstance(reason, str) else None,
+        amount_minor=a.amount_minor,
+        currency=a.currency,
+        ceiling_minor=minor("ceiling_minor"),
+        aggregate_minor=minor("aggregate_minor"),
+    )

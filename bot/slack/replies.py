@@ -1,0 +1,127 @@
+"""Delivering an answer into a Slack thread, once: steps, text, confirmation cards, feedback.
+
+The cards are rendered here from the confirmation records (the exact arguments the
+runtime stored), never from the model's words; when a reply carries cards the runtime's
+plain-text notice is left out (the cards say it). Each answer is sent under its own
+key (:attr:`~agent.outcomes.TurnResult.delivery_key`): the worker's retry and crash
+recovery may both hand it over, Slack sees it once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from agent.outcomes import TurnResult
+from bot.slack import blocks, wording
+from bot.slack.face import SlackFace
+from bot.slack.sender import SlackSendError
+from bot.slack.streaming import Recipient, StreamOptions
+from bot.slack.view_models import Outbound, Step
+from storage.records import Proposal
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Where:
+    """The thread an answer goes to, and for whom (streams outside DMs need the reader)."""
+
+    channel: str
+    thread_ts: str
+    user: str | None = None
+    team: str | None = None
+
+
+async def deliver(face: SlackFace, where: Where, result: TurnResult, *, since: datetime | None = None) -> bool:
+    """Post ``result`` into ``where`` unless it went out before; mark its confirmations shown.
+    True when this call sent it. ``since``: show as steps the tool calls made after it."""
+    s = face.runtime.s
+    key = f"slack:{result.delivery_key}"
+    if await s.deliveries.begin(key) != "go":
+        return False
+    confirmations = [
+        c
+        for c in [await s.confirmations.get(p.id) for p in result.pending if p.kind == "confirmation"]
+        if c is not None
+    ]
+    cards = [blocks.confirmation_card(c) for c in confirmations if c.status == "pending"]
+    text = result.answer if cards else result.reply
+    steps = await _steps(face, result, since) if since is not None else []
+    recipient = Recipient(user_id=where.user, team_id=where.team) if where.user and where.team else None
+    streaming = face.config.streaming and (recipient is not None or where.channel.startswith("D"))
+    reply = face.sender.reply(
+        channel=where.channel,
+        thread_ts=where.thread_ts,
+        recipient=recipient,
+        options=StreamOptions(enabled=streaming),
+    )
+    try:
+        for step in steps:
+            await reply.step(step)
+        await reply.write(text or wording.ANSWER_FALLBACK)
+        posted = await reply.finish(cards=cards, extra_blocks=[blocks.feedback_block(_turn_id(result))])
+    except SlackSendError:
+        if not reply.ts:
+            await s.deliveries.release(key)  # nothing went out: the retry may send it whole
+        raise
+    last = posted.ts[-1] if posted.ts else None
+    for c in confirmations:
+        await s.confirmations.set_surface(c.id, "slack", {"channel": where.channel, "ts": last})
+    await s.deliveries.sent(key, {"channel": where.channel, "ts": list(posted.ts), "streamed": posted.streamed})
+    await face.runtime.delivered(result)
+    return True
+
+
+async def post_once(
+    face: SlackFace, key: str, channel: str, message: Outbound, thread_ts: str | None = None
+) -> str | None:
+    """One message of our own (a notice, a card) posted at most once under ``key``; its ts."""
+    s = face.runtime.s
+    if await s.deliveries.begin(key) != "go":
+        ref = await s.deliveries.ref(key)
+        return str(ref.get("ts")) if ref and ref.get("ts") else None
+    try:
+        ts = await face.sender.post(channel, message.text, message.block_list, thread_ts)
+    except SlackSendError:
+        await s.deliveries.release(key)
+        raise
+    await s.deliveries.sent(key, {"channel": channel, "ts": ts})
+    return ts
+
+
+def _turn_id(result: TurnResult) -> str:
+    return f"{result.conversation_id}.{result.seq if result.seq is not None else 0}"
+
+
+async def _steps(face: SlackFace, result: TurnResult, since: datetime) -> list[Step]:
+    """The tool calls of this answer's run made after ``since``, titled by our code."""
+    state = await face.runtime.s.conversations.turn_state(result.conversation_id, result.run_id)
+    return [step_of(face, p) for p in state.proposals if p.created_at >= since][:20]
+
+
+def step_of(face: SlackFace, p: Proposal) -> Step:
+    """A proposal as a step: what the tool did with its arguments and what the gate decided."""
+    tool = face.runtime.s.registry.get(p.tool)
+    args = p.arguments if isinstance(p.arguments, dict) else {}
+    if tool is not None and tool.meta.kind == "action":
+        return Step.for_gate(p.id, tool.describe(args), p.decision or "execute")
+    return Step(id=p.id, title=read_title(p.tool, args), status="error" if p.is_error else "complete")
+
+
+def read_title(tool: str, args: dict[str, Any]) -> str:
+    """ "Looked up O-1042", "Searched the help centre" — from the arguments, never the model's words."""
+    if tool == "search_knowledge":
+        return "Searched the help centre"
+    ident = next((str(v) for k, v in sorted(args.items()) if k.endswith("_id") and isinstance(v, str)), None)
+    return f"Looked up {ident}" if ident else f"Checked {tool.replace('_', ' ').removeprefix('get ')}"
+
+
+def plain(face: SlackFace, text: str) -> Outbound:
+    """A short message of our own."""
+    return Outbound(text=text, blocks=(blocks._section(text).to_dict(),))
+
+
+__all__ = ["Where", "deliver", "plain", "post_once", "read_title", "step_of"]

@@ -1,0 +1,274 @@
+"""The worker side of the Slack face: what an accepted message, command or visit leads to.
+
+Each step is resumable. A message's turn is stored under the message's key (a retry
+never stores it twice), its result is kept on the inbound row before it is posted,
+and the post itself happens once per answer (``replies.deliver``). Bindings, links
+and refusals are the face's own; every action goes through the runtime.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import secrets
+from typing import Any
+
+from agent.errors import DecisionError
+from agent.outcomes import Pending, TurnResult
+from bot.slack import blocks, clicks, wording
+from bot.slack.face import CHANNEL, Person, SlackFace, thread_ref
+from bot.slack.mrkdwn import escape, one_line
+from bot.slack.replies import Where, deliver, plain, post_once
+from bot.slack.sender import SlackSendError
+from bot.slack.view_models import AssistThread
+from storage.audit import AuditEvent
+from storage.inbox import Inbound
+
+log = logging.getLogger(__name__)
+
+_ASSIST = re.compile(r"^\s*assist\s+([A-Za-z0-9][A-Za-z0-9_-]{0,63})\s*$", re.IGNORECASE)
+_LINK = re.compile(r"^\s*link\s+(\S+@\S+\.\S+)\s*$", re.IGNORECASE)
+_CODE = re.compile(r"^\s*([A-Za-z0-9]{6})\s*$")
+#: Codes avoid characters people confuse (0/O, 1/I).
+_CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
+LINK_CODE_TTL_S = 15 * 60
+SUGGESTED_PROMPTS = (
+    {"title": "Where is my order?", "message": "Where is my order?"},
+    {"title": "Start a return", "message": "I'd like to return an item."},
+    {"title": "Refund policy", "message": "What is your refund policy?"},
+)
+
+
+async def handle(face: SlackFace, item: Inbound) -> None:
+    """One accepted Slack delivery (the worker's ``inbound`` job for this face)."""
+    kind = item.payload.get("kind")
+    if kind == "message":
+        await on_message(face, item)
+    elif kind == "click":
+        await clicks.on_click(face, item)
+    elif kind == "reject":
+        await clicks.on_reject(face, item)
+    elif kind == "command":
+        await on_command(face, item)
+    elif kind in ("home", "welcome"):
+        await on_visit(face, item)
+    await face.runtime.s.inbox.finish(item.id, "delivered")
+
+
+# -- messages ------------------------------------------------------------------------------
+async def on_message(face: SlackFace, item: Inbound) -> None:
+    p = item.payload
+    where = Where(channel=p["channel"], thread_ts=p["thread_ts"], user=p["user"], team=p["actor_team"])
+    if item.status == "answered" and item.result is not None:
+        await deliver(face, where, result_from(item.result), since=item.created_at)
+        return
+    person = await face.person(user=p["user"], team=p["actor_team"], external=bool(p.get("ext_shared")))
+    text = str(p.get("text") or "")
+    ref = thread_ref(p["team"], p["channel"], p["thread_ts"])
+    if (m := _ASSIST.match(text)) is not None:
+        await assist(face, item, person, where, m.group(1).upper())
+        return
+    binding = await face.runtime.s.bindings.get(ref)
+    if binding is not None and not person.is_staff:
+        return  # other people's messages in an assist thread are not for the agent
+    if not person.is_staff and person.kind == "stranger" and await link_step(face, item, person, where, text):
+        return
+    principal = person.principal(binding.customer_id if binding is not None and person.is_staff else None)
+    await _status(face, where, on=True)
+    result = await face.runtime.take_message(
+        principal=principal,
+        channel=CHANNEL,
+        message=text,
+        external_ref=f"{ref}:{principal.key}:{principal.customer_id or '-'}",
+        deliver_later=True,
+        message_key=f"inbound:{item.id}",
+        meta={"slack": {"user": p["user"], "team": p["actor_team"], "external": person.external}},
+    )
+    if result is None:
+        return  # a live process is answering this message; it delivers
+    if person.kind == "stranger" and not person.is_staff:
+        result = dataclasses.replace(result, reply=f"{result.reply}\n\n{wording.LINK_PROMPT}", answer=_hint(result))
+    await face.runtime.s.inbox.answered(item.id, result_dict(result))
+    await deliver(face, where, result, since=item.created_at)
+    await _status(face, where, on=False)
+
+
+def _hint(result: TurnResult) -> str:
+    return f"{result.answer}\n\n{wording.LINK_PROMPT}" if result.answer else wording.LINK_PROMPT
+
+
+async def _status(face: SlackFace, where: Where, *, on: bool) -> None:
+    """The "is working on it…" line while a turn runs (best effort: not every thread has it)."""
+    try:
+        await face.sender.set_status(
+            where.channel,
+            where.thread_ts,
+            wording.STATUS_WORKING if on else "",
+            wording.LOADING_MESSAGES if on else None,
+        )
+    except SlackSendError as exc:
+        log.debug("slack status not set: %s", exc.error)
+
+
+async def assist(face: SlackFace, item: Inbound, person: Person, where: Where, customer_id: str) -> None:
+    """``assist C-7``: bind this thread to the account (staff only), audited and said in the thread."""
+    key = f"slack:inbound:{item.id}"
+    if not person.is_staff:
+        await post_once(face, key, where.channel, plain(face, wording.ASSIST_STAFF_ONLY), where.thread_ts)
+        return
+    customer = await face.backend.get_customer(customer_id)
+    if customer is None:
+        await post_once(face, key, where.channel, plain(face, wording.ASSIST_UNKNOWN), where.thread_ts)
+        return
+    ref = thread_ref(item.payload["team"], where.channel, where.thread_ts)
+    await face.runtime.s.bindings.bind(ref, customer_id=customer.id, staff_id=str(person.id))
+    await face.runtime.s.audit.append(
+        AuditEvent(
+            kind="slack.assist_bound",
+            principal=person.principal().key,
+            data={"customer_id": customer.id, "thread": ref, "slack_user": person.user, "slack_team": person.team},
+        )
+    )
+    name = escape(one_line(f"{customer.name} ({customer.id})"))
+    await post_once(face, key, where.channel, plain(face, wording.ASSIST_BOUND.format(customer=name)), where.thread_ts)
+
+
+async def link_step(face: SlackFace, item: Inbound, person: Person, where: Where, text: str) -> bool:
+    """``link <email>`` and the code that follows, for a Slack user not on file. True when handled.
+
+    The answer to ``link`` is the same whether or not the address is on file; the code goes
+    only to the address on file; attempts are limited and codes expire."""
+    links = face.runtime.s.links
+    key = f"slack:inbound:{item.id}"
+    external_id = person.slack_key
+    if (m := _LINK.match(text)) is not None:
+        customer = await face.backend.find_customer_by_email(m.group(1).strip().lower())
+        if customer is not None:
+            code = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(6))
+            await links.start(CHANNEL, external_id, customer_id=customer.id, code=code, ttl_s=LINK_CODE_TTL_S)
+            await _send_code(face, customer.id, code, item.id)
+        await post_once(face, key, where.channel, plain(face, wording.LINK_CODE_SENT), where.thread_ts)
+        return True
+    if (m := _CODE.match(text)) is not None and await links.pending(CHANNEL, external_id):
+        attempt = await links.attempt(CHANNEL, external_id, m.group(1))
+        if attempt.outcome == "linked":
+            await face.runtime.s.audit.append(
+                AuditEvent(
+                    kind="slack.user_linked",
+                    principal=f"customer:{attempt.customer_id}",
+                    data={"slack_user": person.user, "slack_team": person.team, "customer_id": attempt.customer_id},
+                )
+            )
+            say = wording.LINK_DONE
+        else:
+            say = wording.LINK_TOO_MANY if attempt.outcome == "locked" else wording.LINK_BAD_CODE
+        await post_once(face, key, where.channel, plain(face, say), where.thread_ts)
+        return True
+    return False
+
+
+async def _send_code(face: SlackFace, customer_id: str, code: str, inbound_id: str) -> None:
+    """The code to the address on file only: through the shop's outbox (the sandbox's, or SMTP)."""
+    body = (
+        f"Your signoff link code is {code}. Write it in Slack to link your Slack account to your "
+        "customer account. It expires in 15 minutes. If you did not ask for it, ignore this message."
+    )
+    await face.backend.send_message(
+        customer_id, channel="email", template="slack_link_code", body=body, idempotency_key=f"slack-link:{inbound_id}"
+    )
+
+
+# -- the slash command ------------------------------------------------------------------------
+async def on_command(face: SlackFace, item: Inbound) -> None:
+    """``/signoff assist C-7`` opens an assist thread; ``/signoff queue`` shows the pending approvals."""
+    p = item.payload
+    person = await face.person(user=p["user"], team=p["actor_team"], external=p["actor_team"] != p["team"])
+    words = str(p.get("text") or "").split()
+    channel, user = p["channel"], p["user"]
+    if words[:1] == ["assist"] and len(words) == 2:
+        if not person.is_staff:
+            await _ephemeral(face, channel, user, wording.ASSIST_STAFF_ONLY)
+            return
+        customer = await face.backend.get_customer(words[1].upper())
+        if customer is None:
+            await _ephemeral(face, channel, user, wording.ASSIST_UNKNOWN)
+            return
+        opener = f"Assist thread for {escape(one_line(customer.name))} ({customer.id}), opened by <@{user}>."
+        ts = await post_once(face, f"slack:inbound:{item.id}:open", channel, plain(face, opener))
+        if ts is not None:
+            where = Where(channel=channel, thread_ts=ts, user=user, team=p["actor_team"])
+            await assist(face, item, person, where, customer.id)
+        return
+    if words[:1] == ["queue"]:
+        if person.kind != "supervisor":
+            await _ephemeral(face, channel, user, wording.ONLY_SUPERVISOR)
+            return
+        queue = await face.runtime.s.approvals.list_approvals(status="pending", limit=20)
+        view = blocks.home_view(queue=queue, directory=await face.directory(*(a.requester for a in queue)))
+        await face.sender.ephemeral(channel, user, wording.HOME_QUEUE_HEADER, view["blocks"][:50])
+        return
+    await _ephemeral(face, channel, user, "Try `/signoff assist C-7` or `/signoff queue`.")
+
+
+async def _ephemeral(face: SlackFace, channel: str, user: str, text: str) -> None:
+    try:
+        await face.sender.ephemeral(channel, user, text)
+    except SlackSendError as exc:
+        log.info("slack ephemeral not sent: %s", exc.error)
+
+
+# -- App Home and the Messages tab --------------------------------------------------------------
+async def on_visit(face: SlackFace, item: Inbound) -> None:
+    """App Home: a supervisor's queue, a rep's assist threads; the Messages tab: suggested prompts."""
+    p = item.payload
+    if p["kind"] == "welcome" or p.get("tab") == "messages":
+        channel = p.get("channel")
+        if channel:
+            try:
+                await face.sender.call(
+                    "assistant.threads.setSuggestedPrompts",
+                    lambda: face.client.assistant_threads_setSuggestedPrompts(
+                        channel_id=channel, prompts=list(SUGGESTED_PROMPTS), thread_ts=p.get("thread_ts") or None
+                    ),
+                )
+            except SlackSendError as exc:
+                log.info("suggested prompts not set: %s", exc.error)
+        return
+    await publish_home(face, p["user"], p.get("actor_team") or p["team"])
+
+
+async def publish_home(face: SlackFace, user: str, team: str) -> None:
+    person = await face.person(user=user, team=team, external=False)
+    if not person.is_staff:
+        view = blocks.home_view()
+    else:
+        queue = (
+            await face.runtime.s.approvals.list_approvals(status="pending", limit=20)
+            if person.kind == "supervisor"
+            else None
+        )
+        mine = await face.runtime.s.bindings.of_staff(str(person.id))
+        threads = []
+        for b in mine:
+            parts = b.ref.split(":")
+            if len(parts) == 4:
+                threads.append(AssistThread(channel=parts[2], thread_ts=parts[3], customer_id=b.customer_id))
+        people = await face.directory(*(a.requester for a in queue or ()))
+        view = blocks.home_view(queue=queue, threads=threads, directory=people)
+    await face.sender.publish_home(user, view)
+
+
+# -- stored results ------------------------------------------------------------------------------
+def result_dict(result: TurnResult) -> dict[str, Any]:
+    return dataclasses.asdict(result)
+
+
+def result_from(data: dict[str, Any]) -> TurnResult:
+    fields = {f.name for f in dataclasses.fields(TurnResult)}
+    values = {k: v for k, v in data.items() if k in fields}
+    values["pending"] = tuple(Pending(**p) for p in data.get("pending") or ())
+    return TurnResult(**values)
+
+
+__all__ = ["DecisionError", "handle", "publish_home", "result_dict", "result_from"]
