@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -19,6 +18,7 @@ from agent.approvals import RESUME_JOB
 from agent.confirmations import CONFIRM_JOB
 from agent.loop import run_loop
 from agent.runtime import Runtime
+from storage.holders import is_dead, process_id
 from storage.jobs import Job
 from storage.records import Conversation, LedgerEntry, Proposal
 from tools.context import Principal
@@ -53,7 +53,8 @@ class Worker:
         self.rt = runtime
         self.handlers = dict(handlers or {})
         self.config = config or WorkerConfig()
-        self.worker_id = worker_id or f"w-{uuid.uuid4().hex[:8]}"
+        # The process as holder: a crashed process's claimed jobs are taken over at once.
+        self.worker_id = worker_id or process_id()
         self._last_sweep = 0.0
         self._checkpoint = checkpoint
         self._last_checkpoint: float | None = None
@@ -104,6 +105,9 @@ class Worker:
             log.exception("audit checkpoint failed")
 
     async def run_forever(self, stop: asyncio.Event) -> None:
+        released = await self.rt.s.jobs.release_abandoned(is_dead)
+        if released:
+            log.info("took over %d jobs of a process that died", released)
         await recover(self.rt, orphan_after_s=self.config.orphan_after_s)
         while not stop.is_set():
             try:

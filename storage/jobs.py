@@ -174,6 +174,20 @@ class JobQueue:
         ids = [r.id for r in rows if r.id not in dead]
         return _JOBS.c.id.in_(ids) if ids else None
 
+    async def release_abandoned(self, is_dead: Callable[[str], bool]) -> int:
+        """Make ``running`` jobs whose holder is known dead due now (a crashed process's
+        claims are taken over at once, not when their lease ends). Returns how many."""
+        async with self._db.reader() as s:
+            rows = (await s.execute(select(_JOBS.c.id, _JOBS.c.locked_by).where(_JOBS.c.status == "running"))).all()
+        dead = [r.id for r in rows if r.locked_by and is_dead(r.locked_by)]
+        if not dead:
+            return 0
+        async with self._db.sessions() as s, s.begin():
+            await s.execute(
+                update(_JOBS).where(_JOBS.c.id.in_(dead), _JOBS.c.status == "running").values(run_after=self._now())
+            )
+        return len(dead)
+
     async def complete(self, job_id: int, *, worker_id: str | None = None) -> bool:
         """Mark a running job done; with ``worker_id``, only if that worker still holds it."""
         stmt = update(_JOBS).where(_JOBS.c.id == job_id, _JOBS.c.status == "running")
