@@ -33,3 +33,15 @@ def test_live_without_a_configured_model_says_so(
     assert main(["demo", "--live"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert "scripted demo planner (no network)" in first and "--live, but no model is configured" in first
+
+
+async def test_the_slack_demo_shows_each_person_what_they_would_see(capsys: pytest.CaptureFixture[str]) -> None:
+    from bot.cli.slack_demo import run_slack_demo
+
+    assert await run_slack_demo() == 0
+    out = capsys.readouterr().out
+    assert "bound to account Liam Moreno (C-17)" in out
+    assert "[Confirm] [Decline]" in out and "[Approve] [Reject]" in out
+    assert "Only a supervisor can decide this." in out
+    assert "Approved by <@U03GRACE>" in out and "a supervisor approved it" in out
+    assert "audit chain verified" in out

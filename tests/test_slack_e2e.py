@@ -77,9 +77,10 @@ async def test_rep_assist_refund_approval_end_to_end(
         )
         assert "189.00" in card.visible and "O-1042" in card.visible
         if streaming == "true":
-            assert slack.calls("chat.startStream") and any(
-                "Looked up" in t.get("title", "") or "Searched" in t.get("title", "") for t in card.tasks
-            )
+            steps = [t.get("title", "") for m in replies(slack, root) for t in m.tasks]
+            assert slack.calls("chat.startStream") and "Searched the help centre" in steps, steps
+            assert "Load tools" not in steps
+            assert any("waiting for your confirmation" in t for t in steps)
         else:
             assert not slack.calls("chat.startStream")
 

@@ -27,6 +27,11 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run the canonical scenarios on a temporary SQLite store")
     demo.add_argument("--live", action="store_true", help="drive the demo with the configured model")
+    demo.add_argument(
+        "--slack",
+        action="store_true",
+        help="the rep-assist and approval scenario through the Slack app, as people see it",
+    )
 
     serve = sub.add_parser("serve", help="HTTP: /api/*, /email/inbound, /metrics, /healthz")
     serve.add_argument("--host", default="127.0.0.1")
@@ -37,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     sub.add_parser("worker", help="the resume/expiry worker alone")
+    sub.add_parser("socket", help="the Slack app over Socket Mode (SLACK_APP_TOKEN), with the worker")
 
     db = sub.add_parser("db", help="database migrations")
     db_sub = db.add_subparsers(dest="db_command", required=True)
@@ -122,6 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "demo" and args.slack:
+        from bot.cli.slack_demo import run_slack_demo
+
+        return await run_slack_demo()
     if args.command == "demo":
         from bot.cli.demo import run_demo
 
@@ -146,6 +156,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
         case "worker":
             settings.require_model("worker")
             return await _worker(settings)
+        case "socket":
+            return await _socket(settings)
         case "eval":
             from agent.evaluation.runner import run_cli
 
@@ -423,6 +435,23 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> int:
             metrics_render=app.metrics.render if app.metrics else None,
             metrics_listen=listen,
         )
+    finally:
+        await app.close()
+    return 0
+
+
+async def _socket(settings: Settings) -> int:
+    from bot.app import create_app
+    from bot.logging import configure_logging
+    from bot.slack.socket import run_socket
+
+    if not (settings.slack_bot_token and settings.slack_app_token):
+        raise ConfigError("SLACK_APP_TOKEN: required for `signoff socket` (with SLACK_BOT_TOKEN)")
+    settings.require_model("socket")
+    configure_logging(json=True)
+    app = await create_app(settings)
+    try:
+        await run_socket(app)
     finally:
         await app.close()
     return 0

@@ -191,7 +191,8 @@ def _fields(a: Approval, routing: ApprovalRouting | None, people: Directory) -> 
     if amount:
         pairs.append((wording.FIELD_AMOUNT, amount))
     if routing and routing.reason:
-        pairs.append((wording.FIELD_ROUTING, clip(one_line(routing.reason), 300)))
+        why = wording.ROUTING_REASON.get(routing.reason) or routing.reason.replace("_", " ").capitalize()
+        pairs.append((wording.FIELD_ROUTING, clip(one_line(why), 300)))
     pairs += [(wording.FIELD_EXPIRES, date(a.expires_at)), (wording.FIELD_POLICY, clip(a.policy_version, 60))]
     return SectionBlock(fields=[_md(f"*{label}*\n{value}") for label, value in pairs])
 

@@ -23,6 +23,8 @@ from bot.slack.view_models import Outbound, Step
 from storage.records import Proposal
 
 log = logging.getLogger(__name__)
+#: Plumbing the reader does not need to watch (loading a tool group).
+HIDDEN_STEPS = frozenset({"load_tools"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,7 +49,7 @@ async def deliver(face: SlackFace, where: Where, result: TurnResult, *, since: d
         for c in [await s.confirmations.get(p.id) for p in result.pending if p.kind == "confirmation"]
         if c is not None
     ]
-    cards = [blocks.confirmation_card(c) for c in confirmations if c.status == "pending"]
+    cards = [(c, blocks.confirmation_card(c)) for c in confirmations if c.status == "pending"]
     text = result.answer if cards else result.reply
     steps = await _steps(face, result, since) if since is not None else []
     recipient = Recipient(user_id=where.user, team_id=where.team) if where.user and where.team else None
@@ -62,15 +64,19 @@ async def deliver(face: SlackFace, where: Where, result: TurnResult, *, since: d
         for step in steps:
             await reply.step(step)
         await reply.write(text or wording.ANSWER_FALLBACK)
-        posted = await reply.finish(cards=cards, extra_blocks=[blocks.feedback_block(_turn_id(result))])
+        posted = await reply.finish(extra_blocks=[blocks.feedback_block(_turn_id(result))])
+        # Each card is a message of its own, so a click redraws the card and leaves the answer.
+        shown = [
+            (c, await face.sender.post(where.channel, card.text, card.block_list, where.thread_ts)) for c, card in cards
+        ]
     except SlackSendError:
         if not reply.ts:
             await s.deliveries.release(key)  # nothing went out: the retry may send it whole
         raise
-    last = posted.ts[-1] if posted.ts else None
-    for c in confirmations:
-        await s.confirmations.set_surface(c.id, "slack", {"channel": where.channel, "ts": last})
-    await s.deliveries.sent(key, {"channel": where.channel, "ts": list(posted.ts), "streamed": posted.streamed})
+    for c, ts in shown:
+        await s.confirmations.set_surface(c.id, "slack", {"channel": where.channel, "ts": ts})
+    sent = [*posted.ts, *(ts for _c, ts in shown)]
+    await s.deliveries.sent(key, {"channel": where.channel, "ts": sent, "streamed": posted.streamed})
     await face.runtime.delivered(result)
     return True
 
@@ -99,7 +105,8 @@ def _turn_id(result: TurnResult) -> str:
 async def _steps(face: SlackFace, result: TurnResult, since: datetime) -> list[Step]:
     """The tool calls of this answer's run made after ``since``, titled by our code."""
     state = await face.runtime.s.conversations.turn_state(result.conversation_id, result.run_id)
-    return [step_of(face, p) for p in state.proposals if p.created_at >= since][:20]
+    shown = [p for p in state.proposals if p.created_at >= since and p.tool not in HIDDEN_STEPS]
+    return [step_of(face, p) for p in shown][:20]
 
 
 def step_of(face: SlackFace, p: Proposal) -> Step:
@@ -107,7 +114,8 @@ def step_of(face: SlackFace, p: Proposal) -> Step:
     tool = face.runtime.s.registry.get(p.tool)
     args = p.arguments if isinstance(p.arguments, dict) else {}
     if tool is not None and tool.meta.kind == "action":
-        return Step.for_gate(p.id, tool.describe(args), p.decision or "execute")
+        what = tool.describe(args) if tool.summary is not None else tool.name.replace("_", " ").capitalize()
+        return Step.for_gate(p.id, what, p.decision or "execute")
     return Step(id=p.id, title=read_title(p.tool, args), status="error" if p.is_error else "complete")
 
 

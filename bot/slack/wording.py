@@ -57,6 +57,14 @@ FIELD_POLICY = "Policy"
 AMOUNT_AGAINST_CEILING = "{amount} (ceiling {ceiling})"
 AMOUNT_WITH_AGGREGATE = "{amount} (ceiling {ceiling}; {aggregate} with earlier refunds)"
 NO_ACCOUNT = "none"
+#: The policy's routing reasons, in words (others are shown humanised).
+ROUTING_REASON = {
+    "over_ceiling": "Over the requester's ceiling",
+    "risk_tier": "High-risk action: always needs approval",
+    "cancellation_over_threshold": "Cancelled money over the day's threshold",
+    "dual_approval": "Large amount: two supervisors must approve",
+    "outside_refund_window": "Outside the refund window: an exception",
+}
 PROGRESS = "Needs {required} approvals from different supervisors; {done} so far."
 PROGRESS_WAITING = "{done} of {required} approvals — approved by {who}; waiting for a second supervisor"
 EVIDENCE_HEADING = "Evidence cited"
