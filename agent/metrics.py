@@ -159,6 +159,9 @@ class Metrics:
         self.breaker_state = Gauge(
             "signoff_breaker_state", "Circuit breaker: 0 closed, 1 half-open, 2 open.", ["breaker"], registry=r
         )
+        self.feedback = Counter(
+            "signoff_feedback", "Feedback buttons clicked under answers.", ["vote", "channel"], registry=r
+        )
         self.breaker_trips = Counter(
             "signoff_breaker_trips", "Times a circuit breaker opened.", ["breaker"], registry=r
         )
@@ -194,6 +197,9 @@ class Metrics:
         self.turn_tokens.observe(tokens)
         if e.run_id:
             self.turn_cost.observe(self._turn_cost.pop(e.run_id, 0.0))
+
+    def _on_feedback(self, e: Any) -> None:
+        self.feedback.labels(_label(e.data.get("vote")), _label(e.data.get("channel"))).inc()
 
     def _on_escalation(self, e: Any) -> None:
         self.escalations.labels(_label(e.data.get("reason"))).inc()
@@ -242,6 +248,7 @@ class Metrics:
         "turn.ended": _on_turn,
         "escalation": _on_escalation,
         "execution.succeeded": _on_execution,
+        "feedback": _on_feedback,
     }
 
     def _tool(self, name: str | None) -> str:

@@ -164,7 +164,7 @@ def button_value(blocks: Any, action_id: str) -> str | None:
     """The value of the first button ``action_id`` in ``blocks``."""
     for b in blocks or ():
         for e in b.get("elements") or ():
-            if isinstance(e, dict) and e.get("action_id") == action_id:
+            if isinstance(e, dict) and e.get("action_id") == action_id and "value" in e:
                 return str(e["value"])
     return None
 

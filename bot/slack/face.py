@@ -123,6 +123,8 @@ class SlackFace:
     team_id: str | None = None
     bot_user_id: str | None = None
     _groups: dict[str, tuple[float, frozenset[str]]] = field(default_factory=dict)
+    #: Who has their App Home open in this process (user → team): republished when the queue moves.
+    home_viewers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def build(cls, config: SlackConfig, runtime: Runtime, backend: CommerceBackend, mailer: Any = None) -> SlackFace:

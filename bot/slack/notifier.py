@@ -20,6 +20,7 @@ from agent.outcomes import TurnResult
 from bot.slack import blocks
 from bot.slack.face import SlackFace, parse_ref
 from bot.slack.replies import Where, deliver, post_once
+from bot.slack.sender import SlackSendError
 from bot.slack.turns import publish_home
 from bot.slack.view_models import ApprovalRouting, Directory, Escalation, TraceStep
 from storage.records import Approval, Conversation
@@ -40,6 +41,7 @@ class SlackNotifier:
         ts = await post_once(self.face, f"slack:approval:{approval.id}", channel, card)
         if ts is not None:
             await self.face.runtime.s.approvals.set_surface(approval.id, "slack", {"channel": channel, "ts": ts})
+        await self._homes()
 
     async def approval_decided(self, approval: Approval) -> None:
         fresh = await self.face.runtime.s.approvals.get(approval.id) or approval
@@ -47,6 +49,15 @@ class SlackNotifier:
         if isinstance(ref, dict) and ref.get("channel") and ref.get("ts"):
             card = blocks.approval_card(fresh, routing=_routing(fresh), directory=await _people(self.face, fresh))
             await self.face.sender.update(str(ref["channel"]), str(ref["ts"]), card.text, card.block_list)
+        await self._homes()
+
+    async def _homes(self) -> None:
+        """The queue moved: every supervisor's open App Home is drawn again."""
+        for user, team in list(self.face.home_viewers.items()):
+            try:
+                await publish_home(self.face, user, team)
+            except SlackSendError as exc:
+                log.info("app home of %s not republished: %s", user, exc.error)
 
     # -- escalations ------------------------------------------------------------------------------
     async def escalated(self, notice: EscalationNotice) -> None:

@@ -257,6 +257,8 @@ async def publish_home(face: SlackFace, user: str, team: str) -> None:
         people = await face.directory(*(a.requester for a in queue or ()))
         view = blocks.home_view(queue=queue, threads=threads, directory=people)
     await face.sender.publish_home(user, view)
+    if person.kind == "supervisor":
+        face.home_viewers[user] = team
 
 
 # -- stored results ------------------------------------------------------------------------------
