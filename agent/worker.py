@@ -36,6 +36,9 @@ class WorkerConfig:
     #: An ``executing`` ledger entry older than this is presumed orphaned by a crash.
     orphan_after_s: float = 60.0
     batch: int = 10
+    #: Jobs run at once by ``run_forever`` (turns wait on the model: they overlap; one
+    #: conversation's turns still take its lock one at a time).
+    concurrency: int = 32
     #: How often ``checkpoint`` runs (signing the audit head); ``None``: never.
     checkpoint_every_s: float | None = None
 
@@ -59,8 +62,13 @@ class Worker:
         self._checkpoint = checkpoint
         self._last_checkpoint: float | None = None
 
-    async def run_once(self) -> int:
-        """Claim and handle due jobs once; run the expiry sweep when due. Returns jobs handled."""
+    async def run_once(self, *, limit: int | None = None) -> int:
+        """Claim due jobs once and run them together; the expiry sweep when due. Returns jobs handled."""
+        jobs = await self._claim(limit or self.config.batch)
+        await asyncio.gather(*(self._run(job) for job in jobs))
+        return len(jobs)
+
+    async def _claim(self, limit: int) -> list[Job]:
         loop = asyncio.get_running_loop()
         if loop.time() - self._last_sweep >= self.config.expiry_every_s:
             self._last_sweep = loop.time()
@@ -68,18 +76,16 @@ class Worker:
             if expired:
                 log.info("expired %d approvals", expired)
         await self._maybe_checkpoint(loop.time())
-        jobs = await self.rt.s.jobs.claim(
-            self.worker_id, kinds=[RESUME_JOB, CONFIRM_JOB, *self.handlers], limit=self.config.batch
-        )
-        for job in jobs:
-            try:
-                await self._handle(job)
-            except Exception as exc:
-                log.exception("job %s failed", job.id)
-                await self.rt.s.jobs.fail(job.id, f"{type(exc).__name__}: {exc}"[:500])
-            else:
-                await self.rt.s.jobs.complete(job.id)
-        return len(jobs)
+        return await self.rt.s.jobs.claim(self.worker_id, kinds=[RESUME_JOB, CONFIRM_JOB, *self.handlers], limit=limit)
+
+    async def _run(self, job: Job) -> None:
+        try:
+            await self._handle(job)
+        except Exception as exc:
+            log.exception("job %s failed", job.id)
+            await self.rt.s.jobs.fail(job.id, f"{type(exc).__name__}: {exc}"[:500])
+        else:
+            await self.rt.s.jobs.complete(job.id)
 
     async def _handle(self, job: Job) -> None:
         match job.kind:
@@ -105,21 +111,35 @@ class Worker:
             log.exception("audit checkpoint failed")
 
     async def run_forever(self, stop: asyncio.Event) -> None:
+        """Until ``stop``: keep up to ``concurrency`` jobs running, claiming more as slots free up."""
         released = await self.rt.s.jobs.release_abandoned(is_dead)
         if released:
             log.info("took over %d jobs of a process that died", released)
         await recover(self.rt, orphan_after_s=self.config.orphan_after_s)
+        running: set[asyncio.Task[None]] = set()
+        done = asyncio.Event()
         while not stop.is_set():
-            try:
-                handled = await self.run_once()
-            except Exception:
-                log.exception("worker iteration failed")
-                handled = 0
-            if handled == 0:
+            free = self.config.concurrency - len(running)
+            jobs: list[Job] = []
+            if free > 0:
                 try:
-                    await asyncio.wait_for(stop.wait(), timeout=self.config.poll_s)
-                except TimeoutError:
-                    pass
+                    jobs = await self._claim(min(free, self.config.batch))
+                except Exception:
+                    log.exception("worker iteration failed")
+            for job in jobs:
+                task = asyncio.create_task(self._run(job), name=f"signoff-job-{job.id}")
+                running.add(task)
+                task.add_done_callback(running.discard)
+                task.add_done_callback(lambda _t: done.set())
+            if jobs and len(running) < self.config.concurrency:
+                continue  # more may be due right away
+            done.clear()
+            waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(done.wait())]
+            await asyncio.wait(waits, timeout=self.config.poll_s, return_when=asyncio.FIRST_COMPLETED)
+            for w in waits:
+                w.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
 
 
 async def recover(rt: Runtime, *, orphan_after_s: float = 60.0) -> int:
