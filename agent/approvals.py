@@ -74,8 +74,12 @@ async def decide(
     actor: Principal,
     comment: str | None = None,
     edited_arguments: dict[str, Any] | None = None,
+    via: dict[str, str] | None = None,
 ) -> DecideResult:
     """Approve or reject ``approval_id`` at ``expected_version`` as ``actor``.
+
+    ``via`` says where the decision came from, into the audit event's data (the CLI: its
+    surface and the operating-system user who ran it, beside the ``--as`` staff id).
 
     Raises :class:`DecisionError` with code not_found, forbidden, own_request,
     conflict (version moved, already decided) or expired.
@@ -124,7 +128,7 @@ async def decide(
         a.id,
         expected_version=expected_version,
         values=values,
-        audit=[_event(rt, a, kind, actor, comment=bool(comment))],
+        audit=[_event(rt, a, kind, actor, comment=bool(comment), **({"via": dict(via)} if via else {}))],
         job=job,
     )
     if moved is None:

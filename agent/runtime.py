@@ -227,6 +227,7 @@ class Runtime(Host):
         actor: Principal,
         comment: str | None = None,
         edited_arguments: dict[str, Any] | None = None,
+        via: dict[str, str] | None = None,
     ) -> approval_flow.DecideResult:
         return await approval_flow.decide(
             self,
@@ -236,6 +237,7 @@ class Runtime(Host):
             actor=actor,
             comment=comment,
             edited_arguments=edited_arguments,
+            via=via,
         )
 
     async def resume(self, approval_id: str) -> TurnResult | None:

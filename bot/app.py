@@ -194,7 +194,7 @@ async def create_app(
     if seed:
         await seed_store(db, settings.signoff_store_seed, production=settings.is_production)
     runtime = Runtime(services)
-    inbound: dict[str, InboundHandler] = {}
+    inbound: dict[str, InboundHandler] = email_inbound(settings, runtime, mailer)  # the email face's worker side
     slack = slack_face(settings, runtime, backend, mailer)
     if slack is not None:
         routed.add("slack", slack[1], staff=True)
@@ -231,6 +231,17 @@ def slack_face(
         await turns.handle(face, item)
 
     return face, SlackNotifier(face), handle
+
+
+def email_inbound(settings: Settings, runtime: Runtime, mailer: Mailer | None) -> dict[str, InboundHandler]:
+    """``App.inbound`` for the email face: each accepted mail's turn and its one reply."""
+    from bot.email.bridge import smtp_config
+    from bot.email.turns import FACE, EmailTurns
+    from storage.mailbox import SentMail
+
+    cfg = smtp_config(settings)
+    shop = cfg.from_address if cfg is not None else None
+    return {FACE: EmailTurns(runtime=runtime, mailer=mailer, from_address=shop, sent=SentMail(runtime.s.db))}
 
 
 def email_face(settings: Settings, backend: SandboxStore) -> tuple[Mailer | None, dict[str, Notifier]]:

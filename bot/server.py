@@ -29,7 +29,6 @@ from bot.api.auth import AuthConfig, Authenticator
 from bot.app import App
 from bot.email import bridge as email_bridge
 from bot.email.bridge import EmailBridge, EmailConfig
-from bot.email.smtp import Mailer
 from bot.web import error_response, errors
 
 log = logging.getLogger(__name__)
@@ -45,7 +44,6 @@ def make_web_app(
     extra_routes: Iterable[web.AbstractRouteDef] = (),
     auth: AuthConfig | None = None,
     email: EmailConfig | None = None,
-    mailer: Mailer | None = None,
     metrics_token: str | None = None,
 ) -> web.Application:
     """The whole HTTP surface over one :class:`App`; settings come from ``app.settings`` unless given.
@@ -56,10 +54,9 @@ def make_web_app(
         metrics_token = app.settings.signoff_metrics_token
     auth = auth or AuthConfig.from_settings(app.settings)
     email = email or EmailConfig.from_settings(app.settings)
-    mailer = mailer or app.mailer
     web_app = web.Application(middlewares=[errors], client_max_size=email.max_body)
     web_app[api.STATE] = api.make_state(app, Authenticator(auth, app.backend))
-    web_app[email_bridge.EMAIL] = EmailBridge(app, email, mailer=mailer)
+    web_app[email_bridge.EMAIL] = EmailBridge(app, email)
     web_app[_METRICS] = _Metrics(metrics_render, metrics_token)
     web_app.router.add_get("/healthz", healthz)
     web_app.router.add_get("/metrics", metrics)

@@ -184,6 +184,16 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _shop_address(self) -> Settings:
+        # Replies come from the shop's own address, never from whatever the inbound mail was sent to.
+        if self.signoff_smtp_url and not self.signoff_email_from and "from=" not in self.signoff_smtp_url:
+            raise ValueError(
+                "SIGNOFF_EMAIL_FROM: required with SIGNOFF_SMTP_URL (the shop's address replies come from), "
+                "or give it in the URL as ?from=support@shop.example"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _jwks(self) -> Settings:
         if self.signoff_jwks_url:
             for name in ("signoff_jwt_audience", "signoff_jwt_issuer"):

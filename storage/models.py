@@ -354,3 +354,15 @@ class ThreadBindingRow(Base):
     staff_id: Mapped[str] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime] = mapped_column(TS)
     updated_at: Mapped[datetime] = mapped_column(TS)
+
+
+class SentMailRow(Base):
+    """A Message-ID of a mail we sent: a reply may join a conversation only by citing one of
+    these, sent to the same principal (threading is never taken from the sender's word)."""
+
+    __tablename__ = "sent_mail"
+
+    message_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(String(64))
+    principal: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(TS)

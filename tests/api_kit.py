@@ -9,8 +9,9 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import func, select
 
+from bot.api import routes as api_routes
 from bot.api.auth import make_token
-from bot.app import App, email_face
+from bot.app import App, email_face, email_inbound
 from bot.email.smtp import Mailer
 from bot.server import make_web_app
 from bot.settings import Settings, load_settings
@@ -40,10 +41,12 @@ def settings(**extra: str) -> Settings:
     return load_settings(env)
 
 
-def app_of(h: Harness, s: Settings | None = None) -> App:
-    """An App over the harness's runtime, with the SMTP client the composition root would build."""
+def app_of(h: Harness, s: Settings | None = None, *, mailer: Mailer | None = None) -> App:
+    """An App over the harness's runtime, with the SMTP client the composition root would build
+    (or ``mailer``) and the email face's worker side."""
     s = s or settings()
-    mailer, _faces = email_face(s, h.services.backend)  # type: ignore[arg-type]
+    built, _faces = email_face(s, h.services.backend)  # type: ignore[arg-type]
+    mailer = mailer or built
     return App(
         settings=s,
         db=h.db,
@@ -51,6 +54,7 @@ def app_of(h: Harness, s: Settings | None = None) -> App:
         backend=h.services.backend,  # type: ignore[arg-type]
         notifier=h.notifier,
         mailer=mailer,
+        inbound=email_inbound(s, h.runtime, mailer),
     )
 
 
@@ -59,9 +63,26 @@ async def client_for(
     h: Harness, s: Settings | None = None, *, mailer: Mailer | None = None, **kw: Any
 ) -> AsyncIterator[TestClient]:
     """An aiohttp test client against ``make_web_app`` over the harness's runtime."""
-    web_app = make_web_app(app_of(h, s), mailer=mailer, **kw)
+    web_app = make_web_app(app_of(h, s, mailer=mailer), **kw)
     async with TestClient(TestServer(web_app)) as client:
         yield client
+
+
+def app_behind(client: TestClient) -> App:
+    """The :class:`App` a :func:`client_for` client serves."""
+    return client.server.app[api_routes.STATE].app  # type: ignore[attr-defined]
+
+
+async def drain(client: TestClient, *, rounds: int = 20) -> int:
+    """Run the worker until no job is due (the faces' accepted messages, confirmations): what
+    ``signoff serve`` does in the background after answering. Returns the jobs handled."""
+    worker, done = app_behind(client).worker(), 0
+    for _ in range(rounds):
+        handled = await worker.run_once()
+        if handled == 0:
+            return done
+        done += handled
+    raise AssertionError("jobs still due after draining")
 
 
 def token(sub: str, role: str, **kw: Any) -> str:

@@ -334,3 +334,13 @@ async def test_expires_at_is_set_from_the_policy(any_db: Database) -> None:
     """Every approval has ``expires_at``: the policy's expiry for the tool after creation."""
     h, a = await _setup(any_db)
     assert a.expires_at - a.created_at == timedelta(seconds=h.services.policy.expiry_s("issue_refund"))
+
+
+async def test_a_cli_decision_records_its_surface_and_operator_in_the_audit(any_db: Database) -> None:
+    """``signoff approvals approve --as`` passes where the decision came from: the audit event
+    names the CLI, the operating-system user and the staff id it acted as."""
+    h, a = await _setup(any_db)
+    via = {"surface": "cli", "operator": "ops-alice", "as": SUP_A.id}
+    await h.runtime.decide(a.id, expected_version=1, decision="approve", actor=SUP_A, via=via)
+    [event] = [e for e in await h.services.audit.list(kind="approval.approved")]
+    assert event.data["via"] == via and event.principal == SUP_A.key

@@ -1,5 +1,6 @@
-"""The email bridge end to end: a signed inbound webhook → the runtime → a reply over a real
-local SMTP server (aiosmtpd), threaded, deduplicated, confirmable by code or "yes"."""
+"""The email bridge end to end: a signed inbound webhook is accepted → the worker runs the turn →
+a reply over a real local SMTP server (aiosmtpd), threaded, deduplicated, confirmable by code only.
+Mails carry a provider DMARC pass unless a test says otherwise (see test_email_auth.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from agent.runtime import Runtime
 from bot.email.parsing import sign
 from bot.email.smtp import EmailFollowUps, SmtpConfig, SmtpMailer
 from storage.db import Database
-from tests.api_kit import EMAIL_SECRET, client_for, counts, settings
+from tests.api_kit import EMAIL_SECRET, app_behind, client_for, counts, drain, settings
 from tests.support import SUP_A, seeded
 
 SHOP = "support@fernway.example"
@@ -79,6 +80,7 @@ def mail(
     references: str | None = None,
     **extra: str,
 ) -> bytes:
+    extra = {"dmarc": "pass", **extra}
     headers = f"Message-ID: {message_id}\r\n"
     if in_reply_to:
         headers += f"In-Reply-To: {in_reply_to}\r\n"
@@ -90,8 +92,16 @@ def mail(
 
 
 async def deliver(client: TestClient, body: bytes, **kw: Any) -> tuple[int, dict[str, Any]]:
+    """Post the webhook, then let the worker do what it does after the 200; the answer gains the
+    ``conversationId`` and ``replySent`` the worker stored for an accepted mail."""
     r = await client.post("/email/inbound", data=body, headers=signed(body, **kw))
-    return r.status, await r.json()
+    answer = await r.json()
+    if r.status == 200 and answer.get("id"):
+        await drain(client)
+        item = await app_behind(client).runtime.s.inbox.get(answer["id"])
+        assert item is not None and item.result is not None, item
+        answer = {**answer, "conversationId": item.result["conversation_id"], "replySent": item.status == "delivered"}
+    return r.status, answer
 
 
 async def test_reply_goes_out_over_smtp_threaded(db: Database, smtp: tuple[Inbox, str]) -> None:
@@ -101,7 +111,7 @@ async def test_reply_goes_out_over_smtp_threaded(db: Database, smtp: tuple[Inbox
     h = await seeded(db, model)
     async with client_for(h, settings(SIGNOFF_SMTP_URL=url)) as client:
         status, body = await deliver(client, mail("Where is my order O-1042?", message_id="<m1@example.com>"))
-    assert (status, body["status"], body["replySent"]) == (200, "processed", True)
+    assert (status, body["status"], body["replySent"]) == (200, "accepted", True)
     [(mail_from, rcpt, msg)] = inbox.messages
     assert (mail_from, rcpt) == (SHOP, ["maya.chen@example.com"])  # the address on file
     assert msg["In-Reply-To"] == "<m1@example.com>" and msg["References"] == "<m1@example.com>"
@@ -152,6 +162,7 @@ async def test_failed_spf_or_dkim_is_403(db: Database) -> None:
     async with client_for(h) as client:
         before = await counts(db)
         for extra in ({"SPF": "fail"}, {"dkim": "{@example.com : fail}"}, {"SPF": "softfail"}):
+            extra = {**extra, "dmarc": ""}  # no DMARC verdict: the explicit failure decides
             status, body = await deliver(client, mail("hi", message_id="<s1@x>", **extra))
             assert (status, body["error"]) == (403, "forbidden")
             assert "SPF" in body["message"] or "DKIM" in body["message"]
@@ -167,7 +178,7 @@ async def test_redelivered_message_id_does_nothing_more(db: Database, smtp: tupl
         after_first = await counts(db)
         second = await deliver(client, mail("hi", message_id="<d1@example.com>"))
     assert first[0] == second[0] == 200
-    assert (first[1]["status"], second[1]["status"]) == ("processed", "duplicate")
+    assert (first[1]["status"], second[1]["status"]) == ("accepted", "duplicate")
     assert len(model.requests) == 1 and len(inbox.messages) == 1
     assert await counts(db) == after_first
 
@@ -220,9 +231,10 @@ async def test_confirm_by_code_over_email(db: Database, smtp: tuple[Inbox, str])
     assert not any("wrote:" in t or "I can refund" in t for t in texts)  # quoted history never reached the agent
 
 
-async def test_by_email_only_the_code_confirms_and_no_with_code_declines(db: Database) -> None:
+async def test_by_email_only_the_code_confirms_and_no_with_code_declines(db: Database, smtp: tuple[Inbox, str]) -> None:
     """A bare "Yes" by email confirms nothing (anyone can quote or forge a yes): the runtime
     answers with the action and its code; the code confirms; "no" with a code declines."""
+    inbox, url = smtp
     cancel = {"order_id": "O-1044", "reason_code": "customer_request", "evidence": ["cancellations@2#before-shipping"]}
     model = ScriptedModel(
         [
@@ -240,19 +252,23 @@ async def test_by_email_only_the_code_confirms_and_no_with_code_declines(db: Dat
         ]
     )
     h = await seeded(db, model)
-    async with client_for(h) as client:
+
+    def ours() -> str:  # the newest mail we sent: replies thread on it
+        return str(inbox.messages[-1][2]["Message-ID"])
+
+    async with client_for(h, settings(SIGNOFF_SMTP_URL=url)) as client:
         _s, first = await deliver(client, mail("Cancel O-1044 please", message_id="<y1@ex.com>"))
         [conf] = await h.services.confirmations.pending(first["conversationId"])
         _s, second = await deliver(
-            client, mail("Yes\n\n> Shall I cancel O-1044?", message_id="<y2@ex.com>", references="<y1@ex.com>")
+            client, mail("Yes\n\n> Shall I cancel O-1044?", message_id="<y2@ex.com>", in_reply_to=ours())
         )
         assert second["conversationId"] == first["conversationId"]
         assert (await h.services.confirmations.get(conf.id)).status == "pending"  # type: ignore[union-attr]
-        await deliver(client, mail(f"Yes {conf.code}", message_id="<y2b@ex.com>", references="<y1@ex.com>"))
+        await deliver(client, mail(f"Yes {conf.code}", message_id="<y2b@ex.com>", in_reply_to=ours()))
         assert (await h.services.confirmations.get(conf.id)).status in ("confirmed", "consumed")  # type: ignore[union-attr]
-        _s, third = await deliver(client, mail("and refund O-1042", message_id="<y3@ex.com>", references="<y1@ex.com>"))
+        _s, third = await deliver(client, mail("and refund O-1042", message_id="<y3@ex.com>", in_reply_to=ours()))
         [conf2] = await h.services.confirmations.pending(first["conversationId"])
-        await deliver(client, mail(f"No, don't. {conf2.code}", message_id="<y4@ex.com>", references="<y1@ex.com>"))
+        await deliver(client, mail(f"No, don't. {conf2.code}", message_id="<y4@ex.com>", in_reply_to=ours()))
         assert (await h.services.confirmations.get(conf2.id)).status == "declined"  # type: ignore[union-attr]
 
 
@@ -297,7 +313,7 @@ async def test_multipart_inbound_over_http(db: Database) -> None:
     )
     async with client_for(h) as client:
         status, result = await deliver(client, body, ctype=f"multipart/form-data; boundary={boundary}")
-    assert (status, result["status"]) == (200, "processed")
+    assert (status, result["status"]) == (200, "accepted")
     history = await h.services.conversations.history(result["conversationId"])
     assert history[0].content[0]["text"] == "hi there"
 
@@ -331,7 +347,8 @@ async def test_follow_up_after_approval_is_emailed(db: Database, smtp: tuple[Inb
     async with client_for(h, settings(SIGNOFF_SMTP_URL=url)) as client:
         _s, first = await deliver(client, mail("Refund O-1042", message_id="<a1@ex.com>"))
         [conf] = await h.services.confirmations.pending(first["conversationId"])
-        await deliver(client, mail(conf.code, message_id="<a2@ex.com>", references="<a1@ex.com>"))
+        ours = inbox.messages[-1][2]["Message-ID"]
+        await deliver(client, mail(conf.code, message_id="<a2@ex.com>", references=f"<a1@ex.com> {ours}"))
     [approval] = await h.services.approvals.list_approvals(status="pending")
     await h.runtime.decide(approval.id, expected_version=approval.version, decision="approve", actor=SUP_A)
     await h.runtime.resume(approval.id)

@@ -10,18 +10,19 @@ from urllib.parse import urlencode
 
 import pytest
 
-from bot.email.bridge import answer_by_code
 from bot.email.parsing import (
     InboundEmail,
     failed_check,
     normalise,
     parse_inbound,
+    sender_check,
     sign,
     signature_ok,
     single_address,
     strip_quoted,
 )
 from bot.email.smtp import OutgoingEmail, SmtpConfig, compose, conversation_of, new_message_id, reply_subject
+from bot.email.turns import answer_by_code
 from storage.records import Confirmation
 
 SENDGRID_HEADERS = (
@@ -118,12 +119,14 @@ def test_postmark_style_json() -> None:
             "TextBody": "Hello",
             "Headers": [
                 {"Name": "Message-ID", "Value": "<pm-1@example.com>"},
-                {"Name": "Authentication-Results", "Value": "mx; spf=fail smtp.mailfrom=x"},
+                {"Name": "Authentication-Results", "Value": "mx; dkim=pass header.d=example.com; dmarc=pass"},
             ],
         }
     )
     assert mail.message_id == "<pm-1@example.com>" and mail.text == "Hello"
-    assert failed_check(mail) == "SPF"
+    # Verdicts inside the message's own headers are the sender's words: never read.
+    assert (mail.spf, mail.dkim, mail.dmarc) == (None, None, None)
+    assert sender_check(mail).verdict == "unverified"
 
 
 @pytest.mark.parametrize(
@@ -153,26 +156,48 @@ def test_display_names_and_case() -> None:
 
 
 @pytest.mark.parametrize(
-    "spf,dkim,failed",
+    "spf,dkim,dmarc,verdict",
     [
-        ("pass", None, None),
-        ("fail", None, "SPF"),
-        ("SoftFail", None, "SPF"),
-        ("none", None, None),
-        (None, "{@example.com : pass}", None),
-        (None, "{@example.com : fail}", "DKIM"),
-        (None, "{@example.com : fail, @sendgrid.net : pass}", "DKIM"),
-        (None, "{@sendgrid.net : pass, @other.example : fail}", None),
-        (None, "Fail", "DKIM"),
-        (None, "Pass", None),
-        (None, "none", None),
+        ("pass", None, None, "unverified"),  # SPF checks the envelope, never the From: address
+        ("fail", None, None, "failed"),
+        ("SoftFail", None, None, "failed"),
+        ("none", None, None, "unverified"),
+        (None, None, None, "unverified"),
+        (None, None, "pass", "verified"),
+        ("fail", None, "pass", "verified"),  # forwarded: SPF breaks, DMARC still aligns
+        (None, None, "none", "unverified"),
+        (None, None, "fail", "unverified"),
+        (None, "{@example.com : pass}", "fail", "unverified"),
+        (None, "{@example.com : pass}", None, "verified"),
+        (None, "{@EXAMPLE.com : pass}", None, "verified"),
+        (None, "{@example.com : neutral}", None, "unverified"),
+        (None, "{@example.com : fail}", None, "failed"),
+        (None, "{@example.com : fail, @sendgrid.net : pass}", None, "failed"),
+        (None, "{@sendgrid.net : pass}", None, "unverified"),  # someone else's signature
+        (None, "{@mail.example.com : pass}", None, "unverified"),  # not the From: domain
+        (None, "{@sendgrid.net : pass, @other.example : fail}", None, "unverified"),
+        (None, "Fail", None, "failed"),
+        (None, "Pass", None, "unverified"),  # a bare pass names no domain: not aligned
+        (None, "none", None, "unverified"),
     ],
 )
-def test_spf_and_dkim_verdicts(spf: str | None, dkim: str | None, failed: str | None) -> None:
-    mail = normalise(
-        {"from": "maya.chen@example.com", **({"SPF": spf} if spf else {}), **({"dkim": dkim} if dkim else {})}
+def test_sender_verdicts(spf: str | None, dkim: str | None, dmarc: str | None, verdict: str) -> None:
+    """Served as the customer only on a DMARC pass or a DKIM pass by the From: domain itself."""
+    fields = {"from": "maya.chen@example.com", "SPF": spf, "dkim": dkim, "dmarc": dmarc}
+    mail = normalise({k: v for k, v in fields.items() if v is not None})
+    assert sender_check(mail).verdict == verdict
+    assert failed_check(mail) == (sender_check(mail).reason if verdict == "failed" else None)
+
+
+def test_verdicts_come_from_provider_fields_not_message_headers() -> None:
+    """A forged Authentication-Results or Received-SPF inside the mail changes nothing."""
+    forged = (
+        "Message-ID: <x@attacker.example>\r\nAuthentication-Results: mx.google.com; dkim=pass "
+        "header.d=example.com; spf=pass; dmarc=pass\r\nReceived-SPF: pass\r\nDMARC: pass\r\n"
     )
-    assert failed_check(mail) == failed
+    mail = normalise({"from": "maya.chen@example.com", "headers": forged, "text": "hi"})
+    assert (mail.spf, mail.dkim, mail.dmarc) == (None, None, None)
+    assert sender_check(mail).verdict == "unverified"
 
 
 def test_signature_binds_body_and_timestamp() -> None:
@@ -198,6 +223,28 @@ def test_strip_quoted_reply_text() -> None:
     assert strip_quoted("Fine.\n-----Original Message-----\nFrom: support") == "Fine."
     assert strip_quoted("ok\nOn Mon, Jun 2, 2025 Fernway wrote:\n> x") == "ok"
     assert len(strip_quoted("x" * 10_000)) == 4000
+    assert strip_quoted("Danke\nAm 3. Juni 2025 schrieb Fernway <support@fernway.example>:\n> x") == "Danke"
+    assert strip_quoted("Merci\nLe 3 juin 2025, Fernway a écrit :\n> x") == "Merci"
+    assert strip_quoted("ok\n__________\nFrom: Fernway") == "ok"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Am " + "schrieb " * 40_000,  # the old "Am.*schrieb.*:" pattern backtracked over this
+        "On " + "x" * 300_000 + " wrote",
+        "Le " + "a écrit " * 30_000,
+        ("> quoted line\n" * 60_000),
+        ("On\n" * 200_000),
+        " " * 500_000 + "x",
+    ],
+)
+def test_strip_quoted_handles_adversarial_bodies(text: str) -> None:
+    """Long lines are never taken for quote headers and the result stays bounded (the speed of
+    this is bench/email_parse.py's business, not a test's)."""
+    out = strip_quoted(text)
+    assert len(out) <= 4000
+    assert out == "\n".join(line for line in text.split("\n") if not line.lstrip().startswith(">")).strip()[:4000]
 
 
 def _conf(code: str) -> Confirmation:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import json
 import sys
 from collections.abc import Sequence
@@ -283,6 +284,7 @@ async def _approvals(settings: Settings, args: argparse.Namespace) -> int:
                 decision=args.approvals_command,
                 actor=actor,
                 comment=args.comment,
+                via={"surface": "cli", "operator": _operator(), "as": staff.id},
             )
         except DecisionError as exc:
             print(f"signoff: {exc.code}: {exc}", file=sys.stderr)
@@ -485,3 +487,11 @@ def _redact(url: str) -> str:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _operator() -> str:
+    """The operating-system user running the CLI (recorded with CLI decisions)."""
+    try:
+        return getpass.getuser()[:64]
+    except (OSError, KeyError):
+        return "unknown"

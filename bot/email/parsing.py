@@ -19,20 +19,20 @@ from dataclasses import dataclass
 from email import policy
 from email.parser import BytesParser, HeaderParser
 from email.utils import getaddresses
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qsl
 
 MAX_TEXT = 4000
 _ADDRESS = re.compile(r"^[^@\s<>(),;:\"\[\]\\]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}\.)*[A-Za-z0-9-]{1,63}$")
 _IDS = re.compile(r"<[^<>\s]{1,900}>")
-_QUOTE_HEADS = (
-    re.compile(r"^On\b.*\bwrote:\s*$"),
-    re.compile(r"^-{2,}\s*Original Message\s*-{2,}", re.I),
-    re.compile(r"^_{10,}\s*$"),
-    re.compile(r"^From:\s.+$"),
-    re.compile(r"^Le\b.*a écrit\s*:\s*$"),
-    re.compile(r"^Am\b.*schrieb.*:\s*$"),
-)
+#: A quote header ("On … wrote:") is one short line; longer lines are never taken for one.
+MAX_HEAD_LINE = 400
+#: Quote-stripping reads at most this much of a body (the webhook's limit is 1 MiB).
+MAX_INPUT = 1024 * 1024
+#: Provider verdict fields longer than this are cut before they are read.
+MAX_VERDICT = 2000
+#: Address header fields longer than this are not an address (bounded work for the parser).
+MAX_ADDRESS_FIELD = 1000
 _BAD_VERDICTS = frozenset({"fail", "softfail", "permerror"})
 
 
@@ -47,8 +47,10 @@ class InboundEmail:
     message_id: str | None
     in_reply_to: str | None
     references: tuple[str, ...]
+    #: The provider's own verdicts (webhook fields, never the message's own headers).
     spf: str | None
     dkim: str | None
+    dmarc: str | None = None
 
 
 def sign(secret: str, body: bytes, timestamp: int | str) -> str:
@@ -143,8 +145,11 @@ def normalise(fields: Mapping[str, Any]) -> InboundEmail:
         message_id=_one_id(_first(h.get("message-id"), _s(f, "message-id"), _s(f, "message_id"))),
         in_reply_to=_one_id(_first(h.get("in-reply-to"), _s(f, "in-reply-to"), _s(f, "in_reply_to"))),
         references=tuple(_IDS.findall(refs))[:50],
-        spf=_first(_s(f, "spf"), _s(f, "x-mailgun-spf"), _auth_result(h, "spf"), _word(h.get("received-spf"))),
-        dkim=_first(_s(f, "dkim"), _s(f, "x-mailgun-dkim-check-result"), _auth_result(h, "dkim")),
+        # Verdicts only from the provider's own fields: ``headers`` is the sender's message,
+        # where anyone can write "Authentication-Results: dkim=pass".
+        spf=_first(_s(f, "spf"), _s(f, "x-mailgun-spf")),
+        dkim=_first(_s(f, "dkim"), _s(f, "x-mailgun-dkim-check-result")),
+        dmarc=_first(_s(f, "dmarc"), _s(f, "x-mailgun-dmarc")),
     )
 
 
@@ -196,6 +201,8 @@ def _json_list(text: str) -> bool:
 
 def single_address(value: str) -> str:
     """Exactly one well-formed address (display names allowed); ``ValueError`` otherwise."""
+    if len(value) > MAX_ADDRESS_FIELD:
+        raise ValueError("the sender field is too long")
     if value.count("@") != 1:
         raise ValueError("the sender must be exactly one address")
     found = [a for _n, a in getaddresses([value]) if a]
@@ -205,6 +212,8 @@ def single_address(value: str) -> str:
 
 
 def _any_address(value: str | None) -> str | None:
+    if value and len(value) > MAX_ADDRESS_FIELD:
+        return None
     found = [a for _n, a in getaddresses([value or ""]) if a and _ADDRESS.match(a)]
     return found[0] if found else None
 
@@ -214,46 +223,108 @@ def _one_id(value: str | None) -> str | None:
     return ids[0] if ids else None
 
 
-def _auth_result(h: Mapping[str, str], method: str) -> str | None:
-    m = re.search(rf"\b{method}=([a-z]+)", h.get("authentication-results", ""), re.I)
-    return m.group(1) if m else None
+def _verdict(value: str | None) -> str:
+    """A provider's one-word verdict, lower case ("pass", "fail", "none", …); "" when absent."""
+    words = (value or "")[:200].strip().lower().split()
+    return words[0].strip(";,") if words else ""
 
 
-def _word(value: str | None) -> str | None:
-    return value.split()[0] if value and value.split() else None
+def dkim_results(value: str | None) -> list[tuple[str, str]]:
+    """(signing domain, verdict) pairs from a SendGrid-style ``{@example.com : pass, @x.net : fail}``;
+    a bare verdict (Mailgun's ``Pass``) names no domain (``""``). Linear: split, never a regex."""
+    pairs: list[tuple[str, str]] = []
+    for part in (value or "")[:MAX_VERDICT].strip().strip("{}").split(","):
+        domain, colon, verdict = part.partition(":")
+        if colon:
+            pairs.append((domain.strip().lstrip("@").lower(), _verdict(verdict)))
+        elif part.strip():
+            pairs.append(("", _verdict(part)))
+    return pairs
+
+
+@dataclass(frozen=True, kw_only=True)
+class SenderCheck:
+    """Whether the provider vouched for the ``From:`` address.
+
+    ``verified``: a DMARC pass, or a DKIM pass by the ``From:`` domain itself (aligned);
+    ``failed``: an explicit SPF or own-domain DKIM failure (refused); ``unverified``:
+    anything else — no verdict, ``none``, ``neutral``, SPF alone, another domain's DKIM,
+    ``dmarc=fail``. ``reason`` says which, for logs and the audit of the turn.
+    """
+
+    verdict: Literal["verified", "unverified", "failed"]
+    reason: str
+
+
+def sender_check(mail: InboundEmail) -> SenderCheck:
+    """Judge the sender from the provider's own verdict fields (never the message's headers)."""
+    domain = mail.sender.rpartition("@")[2].lower()
+    dmarc = _verdict(mail.dmarc)
+    if dmarc == "pass":
+        return SenderCheck(verdict="verified", reason="dmarc=pass")
+    results = dkim_results(mail.dkim)
+    own = [v for d, v in results if d == domain]
+    if dmarc != "fail" and "pass" in own:
+        return SenderCheck(verdict="verified", reason=f"dkim=pass d={domain}")
+    if _verdict(mail.spf) in _BAD_VERDICTS:
+        return SenderCheck(verdict="failed", reason="SPF")
+    if any(v in _BAD_VERDICTS for v in own) or any(not d and v in _BAD_VERDICTS for d, v in results):
+        return SenderCheck(verdict="failed", reason="DKIM")
+    if dmarc:
+        return SenderCheck(verdict="unverified", reason=f"dmarc={dmarc}")
+    return SenderCheck(verdict="unverified", reason=f"no DMARC pass and no DKIM pass by {domain}")
 
 
 def failed_check(mail: InboundEmail) -> str | None:
-    """ "SPF" or "DKIM" when the provider's verdict failed; ``None`` when it passed or was not given."""
-    if mail.spf and mail.spf.strip().lower() in _BAD_VERDICTS:
-        return "SPF"
-    if mail.dkim:
-        domain = mail.sender.rpartition("@")[2].lower()
-        verdicts = re.findall(r"@?([a-z0-9.-]+)\s*:\s*([a-z]+)", mail.dkim.lower())
-        own = [v for d, v in verdicts if d == domain]
-        if own:  # a signature by the sender's own domain decides
-            failed = any(v in _BAD_VERDICTS for v in own)
-        else:  # only third-party signatures (or a bare verdict): refuse when none passed
-            results = [v for _d, v in verdicts] or [mail.dkim.strip().lower()]
-            failed = "pass" not in results and any(v in _BAD_VERDICTS for v in results)
-        if failed:
-            return "DKIM"
-    return None
+    """ "SPF" or "DKIM" when the provider reported an explicit failure for the sender."""
+    check = sender_check(mail)
+    return check.reason if check.verdict == "failed" else None
+
+
+def _opens_with(line: str, word: str) -> bool:
+    """``line`` starts with ``word`` as a whole word."""
+    return line.startswith(word) and (len(line) == len(word) or not line[len(word)].isalnum())
+
+
+def _quote_head(line: str) -> bool:
+    """Whether a (stripped) line opens quoted history: "On … wrote:", "Le … a écrit :",
+    "Am … schrieb …:", "-----Original Message-----", a rule of underscores, "From: …".
+    String tests only (no backtracking), and only on lines short enough to be a header."""
+    if len(line) > MAX_HEAD_LINE:
+        return False
+    low = line.lower()
+    return (
+        (_opens_with(line, "On") and line.endswith("wrote:"))
+        or (line.startswith("--") and "original message" in low)
+        or (len(line) >= 10 and line.strip("_") == "")
+        or (line.startswith("From:") and len(line) > 6 and line[5].isspace())
+        or (_opens_with(line, "Le") and "".join(low.split()).endswith("aécrit:"))
+        or (_opens_with(line, "Am") and "schrieb" in low and line.endswith(":"))
+    )
 
 
 def strip_quoted(text: str) -> str:
-    """The new part of a reply: no quoted lines, no "On … wrote:" history, no signature."""
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    """The new part of a reply: no quoted lines, no "On … wrote:" history, no signature.
+
+    One pass over the lines with string tests, stopping once ``MAX_TEXT`` characters are
+    kept: linear in the input and bounded by it (a 1 MiB mail costs milliseconds)."""
+    text = text[:MAX_INPUT]
     kept: list[str] = []
+    size = 0
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     for i, line in enumerate(lines):
-        nxt = lines[i + 1] if i + 1 < len(lines) else ""
-        if line.rstrip() == "--" or any(p.match(line.strip()) for p in _QUOTE_HEADS):
+        stripped = line.strip()
+        if line.rstrip() == "--" or _quote_head(stripped):
             break
-        if line.strip().startswith("On ") and nxt.strip().endswith("wrote:"):
-            break
+        if stripped.startswith("On ") and i + 1 < len(lines) and lines[i + 1].strip().endswith("wrote:"):
+            if len(stripped) <= MAX_HEAD_LINE:
+                break
         if line.lstrip().startswith(">"):
             continue
         kept.append(line)
+        size += len(line) + 1
+        if size > MAX_TEXT:
+            break
     return "\n".join(kept).strip()[:MAX_TEXT]
 
 
@@ -263,8 +334,11 @@ def thread_ref(customer_id: str, root: str) -> str:
 
 
 def delivery_id(mail: InboundEmail) -> str:
-    """The dedup key: the Message-ID, or a digest of the message when it has none."""
-    if mail.message_id and len(mail.message_id) <= 200:
-        return f"email:{mail.message_id}"
-    digest = hashlib.sha256(json.dumps([mail.message_id, mail.sender, mail.subject, mail.text]).encode())
+    """The dedup key, per sender and Message-ID (another sender reusing a Message-ID is another
+    message); a digest when it is long or the message has no Message-ID."""
+    sender = mail.sender.lower()
+    if mail.message_id:
+        key = f"email:{sender}:{mail.message_id}"
+        return key if len(key) <= 200 else f"email:sha256:{hashlib.sha256(key.encode()).hexdigest()}"
+    digest = hashlib.sha256(json.dumps([sender, mail.subject, mail.text]).encode())
     return f"email:sha256:{digest.hexdigest()}"

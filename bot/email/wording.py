@@ -9,6 +9,13 @@ EMAIL_AUTH_FAILED = "The sender's domain failed {check}; the message was not acc
 EMAIL_UNKNOWN_SENDER = "The sender is not a customer on file; the message was not accepted."
 CONFIRM_HINT = "To confirm, reply with the code {code}: {summary}"
 CONFIRM_HINT_MANY = "To confirm one of these, reply with its code:"
-EMAIL_SIGNATURE = "\n\n-- \nThis reply was written by our support assistant. Reply to this email to continue."
+UNVERIFIED_SENDER = (
+    "We could not confirm that this message really came from your address (your mail provider "
+    "did not vouch for it), so this answer uses only our public help information and nothing "
+    "from your account, and no changes were made. For help with your account or orders, write "
+    "to us from your address through a provider that signs its mail (DKIM/DMARC), or sign in to "
+    "your account on our website and use the chat there."
+)
+SIGNATURE = "\n\n-- \nThis reply was written by our support assistant. Reply to this email to continue."
 EMPTY_REPLY = "Thanks for your message — we're on it."
 WRONG_EMAIL_CONTENT_TYPE = "Send the email as application/json, multipart/form-data or a URL-encoded form."

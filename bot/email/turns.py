@@ -1,0 +1,204 @@
+"""The email face's worker side: one accepted mail → its turn → one reply over SMTP.
+
+The webhook (:mod:`bot.email.bridge`) only checks, normalises and accepts a mail
+(``Inbox.accept(face="email", …)``) and answers the provider at once; this handler
+runs later, in the worker, as ``App.inbound["email"]``. Each step is resumable:
+
+1. the turn runs under the message key ``inbound:{id}`` (a retry gets the answer owed,
+   never a second turn) and the whole reply is stored (``Inbox.answered``);
+2. the reply is sent once per delivery key (``Deliveries``), its Message-ID recorded
+   (``sent_mail``) before it is handed to SMTP; a failed send is released and retried.
+
+Who the turn runs as: a sender the provider vouched for (DMARC pass or an aligned DKIM
+pass, see :func:`bot.email.parsing.sender_check`) is that customer; anyone else writing
+from a customer's address runs as an *unverified* principal bound to no account, so the
+agent can answer from public knowledge only, and the reply says how to reach us securely.
+A mail joins an existing conversation only by citing a Message-ID we sent to the same
+principal; anything else starts a new conversation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from agent import queries
+from agent.gates import CODE_ALPHABET
+from agent.outcomes import TurnResult
+from agent.runtime import Runtime
+from bot.email import wording as say
+from bot.email.parsing import thread_ref
+from bot.email.smtp import Mailer, OutgoingEmail, new_message_id, reply_subject, valid_message_id
+from storage.inbox import Inbound
+from storage.mailbox import SentMail
+from storage.records import Confirmation, Conversation
+from tools.context import Principal
+
+log = logging.getLogger(__name__)
+
+FACE = "email"
+_CODE = re.compile(rf"\b[{CODE_ALPHABET}]{{6}}\b")
+_NEGATIVE = frozenset({"no", "not", "nope", "don't", "dont", "stop", "decline", "never", "wait"})
+
+
+class Busy(RuntimeError):
+    """A live process is still on this mail's turn or reply: the job is retried later."""
+
+
+def answer_by_code(text: str, pending: list[Confirmation]) -> tuple[Confirmation, bool] | None:
+    """The pending confirmation a reply names by its code, and whether it says yes (any negation: no).
+    Only the code from our own message answers by email; a bare "yes" never does."""
+    codes = {c.code.upper(): c for c in pending}
+    for token in _CODE.findall(text[:4000].upper()):
+        if token in codes:
+            words = set(re.findall(r"[a-z']+", text.lower()))
+            negative = bool(words & _NEGATIVE) or any(w.endswith("n't") for w in words)
+            return codes[token], not negative
+    return None
+
+
+def unverified_principal(address: str) -> Principal:
+    """Whoever wrote from ``address`` without the provider vouching for it: bound to no account."""
+    digest = hashlib.sha256(address.strip().lower().encode()).hexdigest()[:20]
+    return Principal(kind="customer", id=f"unverified-email:{digest}", customer_id=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmailTurns:
+    """``App.inbound["email"]``: runs an accepted mail's turn and sends the reply once."""
+
+    runtime: Runtime
+    mailer: Mailer | None
+    from_address: str | None
+    sent: SentMail
+
+    async def __call__(self, item: Inbound) -> None:
+        reply = item.result if item.status == "answered" else await self._answer(item)
+        if reply is not None:
+            await self._send(item.id, reply)
+
+    # -- the turn ------------------------------------------------------------------------
+    async def _answer(self, item: Inbound) -> dict[str, Any] | None:
+        rt, p = self.runtime, item.payload
+        customer = await rt.s.backend.get_customer(str(p.get("customer_id", "")))
+        if customer is None:  # the account went away between the webhook and now
+            await rt.s.inbox.finish(item.id, "ignored")
+            return None
+        verified = p.get("verified") is True
+        if verified:
+            principal = Principal(kind="customer", id=customer.id, customer_id=customer.id)
+        else:
+            principal = unverified_principal(customer.email)
+        conv = await self._thread(item, principal)
+        text = str(p.get("text") or "") or str(p.get("subject") or "").strip() or "(empty message)"
+        turn = await self._turn(item, conv, principal, text)
+        reply = (turn.notice if turn and turn.outcome == "asked" else turn.answer if turn else "") or say.EMPTY_REPLY
+        waiting = await queries.pending_confirmations(rt, conv.id, principal.key)
+        body = reply + confirm_hints(waiting) + ("" if verified else "\n\n" + say.UNVERIFIED_SENDER) + say.SIGNATURE
+        message_id = new_message_id(conv.id, self.from_address or "signoff@localhost")
+        inbound_id = p.get("message_id") if isinstance(p.get("message_id"), str) else None
+        refs = [r for r in (*p.get("references", []), inbound_id) if isinstance(r, str) and valid_message_id(r)]
+        await self._remember(conv, [i for i in (inbound_id, message_id) if i])
+        result = {
+            "conversation_id": conv.id,
+            "principal": principal.key,
+            "verified": verified,
+            "to": customer.email,  # the address on file (S3), never one from the mail
+            "subject": reply_subject(str(p.get("subject") or "")),
+            "body": body,
+            "message_id": message_id,
+            "in_reply_to": inbound_id,
+            "references": refs[-20:],
+            "delivery_key": f"email:{turn.delivery_key if turn else item.id}",
+            "shown": [c.id for c in waiting],
+        }
+        await rt.s.inbox.answered(item.id, result)
+        return result
+
+    async def _turn(self, item: Inbound, conv: Conversation, principal: Principal, text: str) -> TurnResult | None:
+        rt = self.runtime
+        pending = await queries.pending_confirmations(rt, conv.id, principal.key)
+        answer = answer_by_code(text, pending)
+        if answer is not None:
+            settled = await rt.confirm(answer[0].id, actor=principal, accept=answer[1], via="code", deliver_later=True)
+            return settled.turn
+        turn = await rt.take_message(
+            principal=principal,
+            channel=FACE,
+            message=text,
+            conversation_id=conv.id,
+            deliver_later=True,
+            message_key=f"inbound:{item.id}",
+        )
+        if turn is None:
+            raise Busy(f"another process is answering {item.id}")
+        return turn
+
+    async def _thread(self, item: Inbound, principal: Principal) -> Conversation:
+        """The conversation a mail belongs to: the one of a Message-ID *we* sent this principal
+        that it cites, else a new one (one per accepted mail, so a retry finds it again)."""
+        rt, p = self.runtime, item.payload
+        cited = [r for r in (*p.get("references", []), p.get("in_reply_to")) if isinstance(r, str)]
+        cid = await self.sent.conversation_for(cited, principal=principal.key)
+        if cid is not None and (conv := await queries.visible_conversation(rt, principal, cid)) is not None:
+            return conv
+        meta = {"email": {"subject": str(p.get("subject") or ""), "message_ids": []}}
+        return await rt.open_conversation(
+            principal=principal, channel=FACE, external_ref=thread_ref(principal.id, f"in:{item.id}"), meta=meta
+        )
+
+    async def _remember(self, conv: Conversation, ids: list[str]) -> None:
+        """The thread's Message-IDs in the conversation's meta (follow-ups reply in the thread)."""
+        fresh = await self.runtime.s.conversations.get(conv.id) or conv
+        thread = dict(fresh.meta.get("email") or {})
+        seen = [i for i in thread.get("message_ids", []) if isinstance(i, str)]
+        thread["message_ids"] = (seen + [i for i in ids if i not in seen])[-100:]
+        await self.runtime.s.conversations.set_meta(conv.id, {**fresh.meta, "email": thread})
+
+    # -- the reply -----------------------------------------------------------------------
+    async def _send(self, inbound_id: str, r: dict[str, Any]) -> None:
+        rt = self.runtime
+        if self.mailer is None or not self.from_address:
+            log.warning("no SIGNOFF_SMTP_URL: the reply in %s is not emailed", r["conversation_id"])
+            await rt.s.inbox.finish(inbound_id, "failed")
+            return
+        key = str(r["delivery_key"])[:200]
+        state = await rt.s.deliveries.begin(key)
+        if state == "busy":
+            raise Busy(f"another process is sending {key}")
+        if state == "go":
+            # Recorded first: a reply to this mail must find its thread even if we die after SMTP.
+            await self.sent.record(r["message_id"], conversation_id=r["conversation_id"], principal=r["principal"])
+            try:
+                await self.mailer.send(
+                    OutgoingEmail(
+                        to=r["to"],
+                        from_address=self.from_address,
+                        subject=r["subject"],
+                        body=r["body"],
+                        message_id=r["message_id"],
+                        in_reply_to=r["in_reply_to"],
+                        references=tuple(r["references"]),
+                    )
+                )
+            except Exception:
+                await rt.s.deliveries.release(key)
+                raise
+            await rt.s.deliveries.sent(key, {"message_id": r["message_id"]})
+        await rt.mark_shown(list(r.get("shown", [])))
+        await rt.s.inbox.finish(inbound_id, "delivered")
+
+
+def confirm_hints(waiting: list[Confirmation]) -> str:
+    """The runtime's own lines naming each waiting confirmation and its code (never the model's)."""
+    if len(waiting) == 1:
+        return "\n\n" + say.CONFIRM_HINT.format(code=waiting[0].code, summary=waiting[0].summary)
+    if waiting:
+        return "\n\n" + say.CONFIRM_HINT_MANY + "".join(f"\n  {c.code}: {c.summary}" for c in waiting)
+    return ""
+
+
+__all__ = ["FACE", "Busy", "EmailTurns", "answer_by_code", "confirm_hints", "unverified_principal"]
