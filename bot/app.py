@@ -197,6 +197,7 @@ async def create_app(
     inbound: dict[str, InboundHandler] = email_inbound(settings, runtime, mailer)  # the email face's worker side
     slack = slack_face(settings, runtime, backend, mailer)
     if slack is not None:
+        await slack[0].start()
         routed.add("slack", slack[1], staff=True)
         inbound["slack"] = slack[2]
     return App(

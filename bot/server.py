@@ -63,9 +63,10 @@ def make_web_app(
     web_app.router.add_post("/email/inbound", email_bridge.inbound)
     api.add_routes(web_app)
     if app.slack is not None:
-        from bot.slack.bolt import build_bolt, events_route
+        from bot.slack.bolt import build_bolt
+        from bot.slack.bolt import routes as slack_routes
 
-        web_app.router.add_routes([events_route(build_bolt(app.slack))])
+        web_app.router.add_routes(slack_routes(build_bolt(app.slack)))
     web_app.router.add_routes(list(extra_routes))
     return web_app
 

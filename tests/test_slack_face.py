@@ -237,3 +237,49 @@ async def test_bots_edits_and_bystanders_in_an_assist_thread_are_ignored(world: 
     assert await world.event(message("U07MAYA", "Where is O-1043?", thread_ts=root)) == 200  # not staff
     await world.drain()
     assert len(world.bot(SUPPORT, root)) == replies
+
+
+async def test_the_oauth_install_serves_another_workspace_with_its_own_token(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'oauth.db'}"
+    await upgrade(url)
+    db = create_database(url)
+    await load_dataset(db, load_dataset_file(demo_dataset_path()), rebase_to=datetime.now(UTC).replace(microsecond=0))
+    await db.dispose()
+    async with FakeSlackApi() as slack:
+        settings = load_settings(
+            {
+                "SIGNOFF_DATABASE_URL": url,
+                "SIGNOFF_LLM_PROVIDER": "scripted",
+                "SLACK_CLIENT_ID": "1234.5678",
+                "SLACK_CLIENT_SECRET": "client-secret",
+                "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+                "SIGNOFF_SLACK_API_URL": slack.base_url,
+                "SIGNOFF_SLACK_STREAMING": "false",
+            }
+        )
+        app = await create_app(settings, seed=False)
+        async with TestClient(TestServer(make_web_app(app))) as client:
+            page = await client.get("/slack/install")
+            assert page.status == 200
+            html = await page.text()
+            state = html.split("state=")[1].split("&")[0].split('"')[0]
+            assert "client_id=1234.5678" in html
+            slack.grant("code-1", team_id="T0OTHERWS", token="xoxb-other-workspace")
+            # The browser sends back the state cookie (Secure: the test client is on http, so by hand).
+            cookie = {"Cookie": page.headers["Set-Cookie"].split(";")[0]}
+            done = await client.get(f"/slack/oauth_redirect?code=code-1&state={state}", headers=cookie)
+            assert done.status == 200, await done.text()
+            again = await client.get(f"/slack/oauth_redirect?code=code-1&state={state}", headers=cookie)
+            assert again.status != 200  # the state is one-time
+            w = World(app=app, client=client, slack=slack)
+            ts = next_ts()
+            ev = {**mention("U0SOMEONE", "hello", channel="C0OTHER", ts=ts, team="T0OTHERWS")}
+            body = event_body(ev).replace('"team_id": "T0SIGNOFF"', '"team_id": "T0OTHERWS"')
+            body = body.replace(
+                '"authorizations": [{"team_id": "T0SIGNOFF"', '"authorizations": [{"team_id": "T0OTHERWS"'
+            )
+            assert await w.post(body) == 200
+            await w.drain()
+            (posted,) = [c for c in slack.calls("chat.postMessage") if c.args.get("channel") == "C0OTHER"]
+            assert posted.headers["authorization"] == "Bearer xoxb-other-workspace"
+        await app.close()

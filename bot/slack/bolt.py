@@ -29,6 +29,22 @@ from bot.slack.sender import SlackSendError
 log = logging.getLogger(__name__)
 
 FACE = "slack"
+#: The bot scopes the OAuth install asks for (the same as manifest.yml's).
+BOT_SCOPES = (
+    "app_mentions:read",
+    "assistant:write",
+    "channels:history",
+    "channels:read",
+    "chat:write",
+    "commands",
+    "groups:history",
+    "groups:read",
+    "im:history",
+    "im:write",
+    "reactions:write",
+    "usergroups:read",
+    "users:read",
+)
 #: Message subtypes that are a person writing (everything else — edits, joins, bots — is not).
 _PERSON_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
 _MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
@@ -39,11 +55,23 @@ MAX_TEXT = 40_000
 def build_bolt(face: SlackFace) -> AsyncApp:
     """The Bolt app over ``face``; its listeners only accept (see the module doc)."""
     cfg = face.config
+    oauth = None
+    if cfg.client_id and face.installations is not None:
+        from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
+
+        oauth = AsyncOAuthSettings(
+            client_id=cfg.client_id,
+            client_secret=cfg.client_secret,
+            scopes=list(BOT_SCOPES),
+            installation_store=face.installations,
+            state_store=face.oauth_states,
+        )
     app = AsyncApp(
         client=face.client,
         signing_secret=cfg.signing_secret,
         process_before_response=True,
         request_verification_enabled=cfg.signing_secret is not None,
+        oauth_settings=oauth,
         # The legacy assistant side panel and the agent Messages tab are handled by our own listeners.
         attaching_conversation_kwargs_enabled=False,
     )
@@ -67,6 +95,23 @@ def events_route(app: AsyncApp) -> web.RouteDef:
         return await to_aiohttp_response(await app.async_dispatch(await to_bolt_request(request)))
 
     return web.post("/slack/events", handle)
+
+
+def routes(app: AsyncApp) -> list[web.RouteDef]:
+    """``/slack/events``, and with the OAuth install flow ``GET /slack/install`` and
+    ``GET /slack/oauth_redirect`` (Bolt's flow: one-time state, installation stored in our database)."""
+    out = [events_route(app)]
+    flow = app.oauth_flow
+    if flow is not None:
+
+        async def install(request: web.Request) -> web.Response:
+            return await to_aiohttp_response(await flow.handle_installation(await to_bolt_request(request)))
+
+        async def callback(request: web.Request) -> web.Response:
+            return await to_aiohttp_response(await flow.handle_callback(await to_bolt_request(request)))
+
+        out += [web.get(flow.install_path, install), web.get(flow.redirect_uri_path, callback)]
+    return out
 
 
 Listener = Callable[..., Awaitable[None]]

@@ -125,15 +125,61 @@ class SlackFace:
     _groups: dict[str, tuple[float, frozenset[str]]] = field(default_factory=dict)
     #: Who has their App Home open in this process (user → team): republished when the queue moves.
     home_viewers: dict[str, str] = field(default_factory=dict)
+    #: With the OAuth install flow: the SDK's SQLAlchemy installation and state stores, in our database.
+    installations: Any = None
+    oauth_states: Any = None
+    _teams: dict[str, SlackFace] = field(default_factory=dict)
 
     @classmethod
     def build(cls, config: SlackConfig, runtime: Runtime, backend: CommerceBackend, mailer: Any = None) -> SlackFace:
         client = make_client(config.bot_token or "", config.base_url)
         sender = SlackSender(client, SenderConfig(min_interval_s=config.min_interval_s))
-        return cls(config=config, runtime=runtime, backend=backend, client=client, sender=sender, mailer=mailer)
+        face = cls(config=config, runtime=runtime, backend=backend, client=client, sender=sender, mailer=mailer)
+        if config.client_id:
+            from slack_sdk.oauth.installation_store.sqlalchemy import AsyncSQLAlchemyInstallationStore
+            from slack_sdk.oauth.state_store.sqlalchemy import AsyncSQLAlchemyOAuthStateStore
+
+            engine = runtime.s.db.engine
+            face.installations = AsyncSQLAlchemyInstallationStore(client_id=config.client_id, engine=engine)
+            face.oauth_states = AsyncSQLAlchemyOAuthStateStore(expiration_seconds=600, engine=engine)
+        return face
+
+    async def start(self) -> None:
+        """Create the OAuth stores' tables when missing (the SDK's own schema, in our database)."""
+        if self.installations is not None:
+            await self.installations.create_tables()
+            await self.oauth_states.create_tables()
+
+    async def for_team(self, team: str | None) -> SlackFace:
+        """This face speaking as the bot installed in ``team`` (OAuth); itself for its own team."""
+        if self.installations is None or not team or (self.config.bot_token and team == (await self.who_am_i())[0]):
+            return self
+        known = self._teams.get(team)
+        if known is not None:
+            return known
+        bot = await self.installations.async_find_bot(enterprise_id=None, team_id=team)
+        if bot is None or not bot.bot_token:
+            raise LookupError(f"no Slack installation for team {team}")
+        client = make_client(bot.bot_token, self.config.base_url)
+        face = SlackFace(
+            config=self.config,
+            runtime=self.runtime,
+            backend=self.backend,
+            client=client,
+            sender=SlackSender(client, SenderConfig(min_interval_s=self.config.min_interval_s)),
+            mailer=self.mailer,
+            team_id=team,
+            bot_user_id=bot.bot_user_id,
+            installations=self.installations,
+            oauth_states=self.oauth_states,
+        )
+        self._teams[team] = face
+        return face
 
     async def close(self) -> None:
         await self.sender.aclose()
+        for face in self._teams.values():
+            await face.sender.aclose()
 
     async def who_am_i(self) -> tuple[str | None, str | None]:
         """Our team and bot user ids (``auth.test``, once; ``None`` while Slack is unreachable)."""

@@ -89,7 +89,7 @@ class SlackNotifier:
             return
         meta = (conversation.meta or {}).get("slack") or {}
         where = Where(channel=thread[1], thread_ts=thread[2], user=meta.get("user"), team=meta.get("team"))
-        await deliver(self.face, where, result)
+        await deliver(await self.face.for_team(thread[0]), where, result)
 
     async def home_changed(self, user: str, team: str) -> None:
         """Republish one person's App Home (after the queue changed)."""

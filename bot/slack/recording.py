@@ -92,6 +92,7 @@ JSON_ARGS = {"blocks", "chunks", "view", "prompts", "loading_messages", "metadat
 #: Required arguments per method; a method not listed here is ``unknown_method``.
 REQUIRED: dict[str, tuple[str, ...]] = {
     "auth.test": (),
+    "oauth.v2.access": ("code",),
     "chat.postMessage": ("channel",),
     "chat.update": ("channel", "ts"),
     "chat.postEphemeral": ("channel", "user"),
@@ -463,6 +464,11 @@ class FakeSlackApi(_LocalServer):
     ) -> None:
         super().__init__()
         self.token, self.team_id, self.bot_user_id = token, team_id, bot_user_id
+        #: Workspaces installed through OAuth: their bot token → (team id, bot user id).
+        self.installed: dict[str, tuple[str, str]] = {}
+        #: OAuth codes Slack would hand out: code → (team id, bot token, bot user id).
+        self.codes: dict[str, tuple[str, str, str]] = {}
+        self._caller: str | None = None
         self.users = {u["id"]: u for u in users}
         self.channels = {c["id"]: c for c in channels}
         self.usergroups = dict(usergroups or {})
@@ -569,7 +575,8 @@ class FakeSlackApi(_LocalServer):
         args: dict[str, Any] = {}
         try:
             args = await _read_args(request)
-            self._check_token(headers, args)
+            if method != "oauth.v2.access":  # the code exchange authenticates with the client secret
+                self._check_token(headers, args)
             fault = self._next_fault(method)
             if fault is not None and fault.delay_s:
                 await asyncio.sleep(fault.delay_s)
@@ -600,8 +607,9 @@ class FakeSlackApi(_LocalServer):
         token = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else args.pop("token", None)
         if not token:
             raise SlackError("not_authed")
-        if token != self.token:
+        if token != self.token and token not in self.installed:
             raise SlackError("invalid_auth")
+        self._caller = token
 
     def _next_fault(self, method: str) -> Fault | None:
         queue = self._faults.get(method)
@@ -621,7 +629,40 @@ class FakeSlackApi(_LocalServer):
         return handler(args)
 
     # -- methods --------------------------------------------------------------------------
+    def grant(self, code: str, *, team_id: str, token: str, bot_user_id: str = "U0SIGNOFF2") -> None:
+        """An install of the app into ``team_id`` that Slack would finish with ``code``."""
+        self.codes[code] = (team_id, token, bot_user_id)
+
+    def _oauth_v2_access(self, args: dict[str, Any]) -> dict[str, Any]:
+        grant = self.codes.pop(str(args["code"]), None)
+        if grant is None:
+            raise SlackError("invalid_code")
+        team_id, token, bot_user = grant
+        self.installed[token] = (team_id, bot_user)
+        return {
+            "access_token": token,
+            "token_type": "bot",
+            "scope": "chat:write,commands,app_mentions:read",
+            "bot_user_id": bot_user,
+            "app_id": "A0SIGNOFF",
+            "team": {"id": team_id, "name": f"workspace {team_id}"},
+            "enterprise": None,
+            "is_enterprise_install": False,
+            "authed_user": {"id": "U0INSTALLER"},
+        }
+
     def _auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
+        if self._caller in self.installed:
+            team_id, bot_user = self.installed[self._caller]
+            return {
+                "url": "https://other.slack.com/",
+                "team": "other",
+                "user": "signoff",
+                "team_id": team_id,
+                "user_id": bot_user,
+                "bot_id": "B0SIGNOFF2",
+                "is_enterprise_install": False,
+            }
         return {
             "url": "https://signoff-test.slack.com/",
             "team": "signoff test",

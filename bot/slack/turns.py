@@ -41,7 +41,9 @@ SUGGESTED_PROMPTS = (
 
 
 async def handle(face: SlackFace, item: Inbound) -> None:
-    """One accepted Slack delivery (the worker's ``inbound`` job for this face)."""
+    """One accepted Slack delivery (the worker's ``inbound`` job for this face), answered as
+    the bot of the workspace it came from."""
+    face = await face.for_team(item.payload.get("team"))
     kind = item.payload.get("kind")
     if kind == "message":
         await on_message(face, item)
