@@ -283,3 +283,50 @@ async def test_the_oauth_install_serves_another_workspace_with_its_own_token(tmp
             (posted,) = [c for c in slack.calls("chat.postMessage") if c.args.get("channel") == "C0OTHER"]
             assert posted.headers["authorization"] == "Bearer xoxb-other-workspace"
         await app.close()
+
+
+async def test_reject_opens_a_modal_and_its_comment_rejects_the_approval(world: World) -> None:
+    import json
+    import urllib.parse
+
+    card = await _approval_card(world)
+    value = button_value(card.blocks, "signoff.reject")
+    assert await world.click(GRACE, "signoff.reject", value, channel=APPROVALS, message_ts=card.ts) == 200
+    (opened,) = world.slack.calls("views.open")
+    view = opened.args["view"] if isinstance(opened.args["view"], dict) else json.loads(opened.args["view"])
+    assert view["callback_id"] == "signoff.reject_modal"
+
+    def submission(comment: str, view_id: str) -> str:
+        payload = {
+            "type": "view_submission",
+            "team": {"id": "T0SIGNOFF"},
+            "user": {"id": GRACE, "team_id": "T0SIGNOFF"},
+            "view": {
+                "id": view_id,
+                "type": "modal",
+                "hash": "h1",
+                "callback_id": "signoff.reject_modal",
+                "private_metadata": view["private_metadata"],
+                "state": {
+                    "values": {
+                        "signoff.reject_modal.comment": {
+                            "signoff.reject_modal.comment_input": {"type": "plain_text_input", "value": comment}
+                        }
+                    }
+                },
+            },
+        }
+        return urllib.parse.urlencode({"payload": json.dumps(payload)})
+
+    empty = await world.client.post(
+        "/slack/events",
+        data=submission("  ", "V0EMPTY"),
+        headers={"Content-Type": "application/x-www-form-urlencoded", **signed_headers(submission("  ", "V0EMPTY"))},
+    )
+    assert empty.status == 200 and "errors" in await empty.text()
+    assert await world.post(submission("The photos do not match the order.", "V0REJECT"), form=True) == 200
+    await world.drain()
+    (rejected,) = await world.app.runtime.s.approvals.list_approvals(status="rejected")
+    assert rejected.comment == "The photos do not match the order." and rejected.decider == "supervisor:S-3"
+    (updated,) = [m for m in world.bot(APPROVALS) if m.ts == card.ts]
+    assert "Rejected" in updated.visible and button_value(updated.blocks, "signoff.reject") is None
