@@ -21,6 +21,9 @@ from typing import Any
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
+from slack_bolt.authorization import AuthorizeResult
+from slack_bolt.authorization.async_authorize import AsyncAuthorize
+from slack_sdk.web.async_client import AsyncWebClient
 
 from bot.slack import blocks, ids
 from bot.slack.face import SlackFace, thread_ref
@@ -67,11 +70,15 @@ def build_bolt(face: SlackFace) -> AsyncApp:
             state_store=face.oauth_states,
         )
     app = AsyncApp(
-        client=face.client,
+        # A client without a token: who we are comes from `authorize` below (or the OAuth
+        # installations), never from a Slack call inside the request — accepting a delivery
+        # must not depend on Slack's Web API being reachable.
+        client=AsyncWebClient(base_url=cfg.base_url or AsyncWebClient.BASE_URL),
         signing_secret=cfg.signing_secret,
         process_before_response=True,
         request_verification_enabled=cfg.signing_secret is not None,
         oauth_settings=oauth,
+        authorize=None if oauth is not None else LocalAuthorize(face),  # type: ignore[arg-type]  # an AsyncAuthorize is accepted
         # The legacy assistant side panel and the agent Messages tab are handled by our own listeners.
         attaching_conversation_kwargs_enabled=False,
     )
@@ -86,6 +93,31 @@ def build_bolt(face: SlackFace) -> AsyncApp:
     app.view(ids.REJECT_MODAL)(accept.reject_submitted)
     app.command("/signoff")(accept.command)
     return app
+
+
+class LocalAuthorize(AsyncAuthorize):
+    """The single workspace's bot token, from the settings: no ``auth.test`` in the request."""
+
+    def __init__(self, face: SlackFace) -> None:
+        self.face = face
+
+    async def __call__(
+        self,
+        *,
+        context: AsyncBoltContext,
+        enterprise_id: str | None,
+        team_id: str | None,
+        user_id: str | None,
+        actor_enterprise_id: str | None = None,
+        actor_team_id: str | None = None,
+        actor_user_id: str | None = None,
+    ) -> AuthorizeResult | None:
+        token = self.face.config.bot_token
+        if not token:
+            return None
+        return AuthorizeResult(
+            enterprise_id=enterprise_id, team_id=team_id, bot_token=token, bot_user_id=self.face.bot_user_id
+        )
 
 
 def events_route(app: AsyncApp) -> web.RouteDef:
@@ -148,7 +180,9 @@ class Acceptor:
         actor_team = str(event.get("user_team") or context.actor_team_id or event.get("team") or team)
         text = str(event.get("text") or "")[:MAX_TEXT]
         is_dm = event.get("channel_type") == "im" or channel.startswith("D")
-        bot = context.bot_user_id
+        # Our bot user: known from auth.test once the worker asked, else from Slack's own envelope.
+        auths = body.get("authorizations") or [{}]
+        bot = context.bot_user_id or (auths[0].get("user_id") if isinstance(auths[0], dict) else None)
         if mentioned is None:
             mentioned = bool(bot) and any(m == bot for m in _MENTION.findall(text))
         thread_ts = str(event.get("thread_ts") or ts)
