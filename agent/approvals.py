@@ -167,7 +167,7 @@ async def execute_approved(rt: Host, a: Approval) -> Any:
             raise DecisionError("conflict", "This approved action is still being carried out; the result follows.")
         prop = await rt.s.conversations.proposal_for_origin(f"approval:{a.id}")
         if prop is not None and prop.decision is not None:  # it ran before a crash: record that, never re-run it
-            result = _result_for_approver(a, _applied(prop))
+            result = _result_for_approver(rt, a, _applied(prop))
         else:
             turn = await rt.turn(conv, requester, run=run)
             applied = await rt.apply(
@@ -179,7 +179,7 @@ async def execute_approved(rt: Host, a: Approval) -> Any:
                 proposal_id=prop.id if prop else None,
                 key=a.idempotency_key,
             )
-            result = _result_for_approver(a, applied)
+            result = _result_for_approver(rt, a, applied)
             if applied.decision != "execute" or applied.is_error:
                 await _spend_confirmation(rt, a, None)  # refused at the re-check: never reusable later
         await rt.s.approvals.set_result(
@@ -192,11 +192,11 @@ def _applied(prop: Proposal) -> ApplyResult:
     return ApplyResult(decision=prop.decision or "reject", result=prop.result, is_error=prop.is_error, approval=None)
 
 
-def _result_for_approver(a: Approval, applied: ApplyResult) -> dict[str, Any]:
-    tool = a.tool
+def _result_for_approver(rt: Host, a: Approval, applied: ApplyResult) -> dict[str, Any]:
     if applied.decision == "execute" and not applied.is_error:
         body = applied.result if isinstance(applied.result, dict) else {"result": applied.result}
-        return {"status": DONE_STATUS.get(tool, "DONE"), **body}
+        tool = rt.s.registry.get(a.tool)
+        return {"status": tool.done_status if tool is not None else "DONE", **body}
     if applied.decision == "approval":
         new_id = applied.approval.id if applied.approval is not None else (applied.result or {}).get("approval_id")
         return {
@@ -206,20 +206,6 @@ def _result_for_approver(a: Approval, applied: ApplyResult) -> dict[str, Any]:
         }
     reason = applied.result if isinstance(applied.result, dict) else {"detail": applied.result}
     return {"status": "FAILED", "reason": "A precondition no longer holds; nothing was done.", **reason}
-
-
-DONE_STATUS = {
-    "issue_refund": "REFUNDED",
-    "cancel_order": "CANCELLED",
-    "create_return": "RETURN_CREATED",
-    "update_contact_details": "UPDATED",
-    "update_shipping_address": "UPDATED",
-    "send_message": "SENT",
-    "send_password_reset": "SENT",
-    "send_payment_link": "SENT",
-    "create_reorder": "CREATED",
-    "retry_payment": "CHARGED",
-}
 
 
 async def _approve_edited(

@@ -15,7 +15,7 @@ from typing import Any
 
 from agent import gates
 from agent.decisions import Decision, Execute, Intercept, NeedsApproval, NeedsConfirmation, Record, Reject
-from agent.executor import ExecOutcome, action_id_of
+from agent.executor import ExecOutcome
 from agent.gatekeeper import Proposed, args_hash
 from agent.history import new_id, tool_result
 from agent.llm.base import Block, ModelResponse
@@ -340,7 +340,7 @@ async def execute(turn: Turn, p: Proposed, proposal_id: str, ctx: ToolContext, k
             turn.facts.recent.clear()  # the world changed: earlier reads are not to be replayed
         if not outcome.is_error and tool.meta.needs_confirmation:
             await gates.consume_confirmation(turn, p)
-            done = {"tool": p.tool, "action_id": action_id_of(outcome.result), "proposal_id": proposal_id}
+            done = {"tool": p.tool, "action_id": tool.action_id(outcome.result), "proposal_id": proposal_id}
             turn.executed.append({**done, "replayed": True} if outcome.replayed else done)
     turn.facts.tool_counts[p.tool] += 1
     if outcome.needs_human:

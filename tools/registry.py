@@ -79,6 +79,16 @@ class ToolDef:
     target: Callable[[dict[str, Any]], str] | None = None
     #: One line for the "other groups" listing and for approval cards.
     summary: Callable[[dict[str, Any]], str] | None = None
+    #: The status an approver is shown once the action ran (``REFUNDED``).
+    done_status: str = "DONE"
+    #: The result field naming what the action created or changed (``refund_id``): the id
+    #: ``finish`` may cite and the audit's ``action_id``. ``None``: the result names nothing.
+    id_field: str | None = None
+    #: A regex over the lower-cased reply matching a first-person, past-tense claim that this
+    #: action happened (``finish`` refuses unbacked claims; the evaluation judges with it).
+    claim: str | None = None
+    #: How the demo planner says it did this (``{amount}``, ``{order}``, ``{id}`` filled in).
+    done_phrase: str | None = None
 
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, input_schema=self.input_schema)
@@ -86,6 +96,14 @@ class ToolDef:
     def target_of(self, args: dict[str, Any]) -> str:
         """The confirmation target of a call with ``args`` (see :attr:`target`)."""
         return self.target(args) if self.target is not None else "account"
+
+    def action_id(self, result: Any) -> str | None:
+        """The id this action's ``result`` names (see :attr:`id_field`), if it names one."""
+        if self.id_field is not None and isinstance(result, dict):
+            value = result.get(self.id_field)
+            if isinstance(value, str):
+                return value
+        return None
 
     def describe(self, args: dict[str, Any]) -> str:
         if self.summary is not None:
