@@ -45,6 +45,7 @@ def _event(rt: Host, a: Approval, kind: str, actor: Principal | None, **data: An
         idempotency_key=a.idempotency_key,
         policy_version=rt.s.policy.version,
         data={"approval_id": a.id, **data},
+        ts=rt.s.clock(),
     )
 
 

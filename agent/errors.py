@@ -33,6 +33,14 @@ class ConfigError(AgentError):
     """A setting or policy file is missing or malformed; the message names it."""
 
 
+class Busy(AgentError):
+    """Someone else is acting on this conversation, or on this customer's money, right now.
+
+    Nothing was decided or done; the caller may try again. Faces see this, never the
+    storage layer's own exceptions (the runtime translates them, see ``agent.boundary``).
+    """
+
+
 class DecisionError(AgentError):
     """A decision that cannot be taken; ``code`` maps to the HTTP status the API answers."""
 

@@ -14,6 +14,7 @@ import uuid
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import structlog
@@ -138,7 +139,7 @@ class Host:
                 prompt_version=PROMPT_VERSION,
                 policy_version=s.policy.version,
                 trace_id=uuid.uuid4().hex,
-                audit=[_run_event(run_id, principal, s.policy.version, s.model.model_name)],
+                audit=[_run_event(run_id, principal, s.policy.version, s.model.model_name, s.clock())],
             )
         # Every log line from here on carries the run's trace (structured JSON logs).
         structlog.contextvars.bind_contextvars(trace_id=run.trace_id, run_id=run.id, conversation_id=conv.id)
@@ -266,8 +267,9 @@ class Host:
         return applied
 
 
-def _run_event(run_id: str, principal: Principal, policy_version: str, model: str) -> AuditEvent:
+def _run_event(run_id: str, principal: Principal, policy_version: str, model: str, at: datetime) -> AuditEvent:
     return AuditEvent(
+        ts=at,
         kind="run.started",
         run_id=run_id,
         principal=principal.key,

@@ -24,7 +24,7 @@ from agent.run_control import TurnControl, TurnDesk
 from agent.turn import Turn
 from agent.wording import GIVE_UP_REPLY, REFUSAL_REPLY
 from storage.audit import AuditEvent
-from storage.ledger import LockBusy
+from storage.locks import LockBusy
 from storage.records import Approval, Proposal
 from storage.steps import ConcurrentTurn, LostRace, NewProposal, ProposalOutcome
 from tools.context import ToolContext
@@ -244,7 +244,7 @@ def money_lock(turn: Turn, tool: str) -> AbstractAsyncContextManager[None]:
     t = turn.services.registry.get(tool)
     if t is None or (t.money is None and t.money_at_stake is None) or not turn.principal.customer_id:
         return nullcontext()
-    return turn.services.ledger.exclusive(f"money:{turn.principal.customer_id}")
+    return turn.services.locks.exclusive(f"money:{turn.principal.customer_id}")
 
 
 async def act(

@@ -186,6 +186,7 @@ class Turn:
     # -- the recorder --------------------------------------------------------------------
     def event(self, kind: str, **fields: Any) -> AuditEvent:
         """An audit event of this run, with its principal, model, prompt and policy versions."""
+        fields.setdefault("ts", self.services.clock())
         return AuditEvent(
             kind=kind,
             run_id=self.run.id,

@@ -39,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.db import Database
 from storage.models import AuditEventRow, AuditHeadRow
+from storage.records import wall_clock
 
 GENESIS_HASH = "0" * 64
 _HEAD_ID = 1
@@ -149,7 +150,8 @@ class AuditEvent:
     policy_version: str | None = None
     latency_ms: float | None = None
     data: dict[str, Any] = field(default_factory=dict)
-    ts: datetime = field(default_factory=lambda: datetime.now(UTC))
+    #: When it happened: the injected clock's time (``Services.clock``); the real time if none is given.
+    ts: datetime = field(default_factory=wall_clock)
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, str) or not self.kind:

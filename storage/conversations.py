@@ -9,7 +9,7 @@ crash leaves history, proposals and audit consistent.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Table, func, insert, select, update
@@ -26,16 +26,12 @@ from storage.models import (
     RunRow,
     TokenUsageRow,
 )
-from storage.records import Conversation, Proposal, Run, StoredMessage, aware
+from storage.records import Clock, Conversation, Proposal, Run, StoredMessage, aware, wall_clock
 from storage.steps import (
     ConcurrentTurn,
     StepWrite,
     write_step,
 )
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def to_conversation(row: ConversationRow) -> Conversation:
@@ -52,7 +48,7 @@ def to_conversation(row: ConversationRow) -> Conversation:
         prompt_version=row.prompt_version,
         next_seq=row.next_seq,
         meta=dict(row.meta or {}),
-        created_at=aware(row.created_at) or utcnow(),
+        created_at=aware(row.created_at) or wall_clock(),
     )
 
 
@@ -96,7 +92,7 @@ def to_proposal(row: ProposalRow) -> Proposal:
         result=row.result,
         is_error=row.is_error,
         policy_version=row.policy_version,
-        created_at=aware(row.created_at) or utcnow(),
+        created_at=aware(row.created_at) or wall_clock(),
     )
 
 
@@ -113,8 +109,11 @@ class TurnState:
 class ConversationRepo:
     """Conversations, history, runs, proposals, usage and case notes."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, clock: Clock = wall_clock) -> None:
         self.db = db
+        #: Stamps rows that are ordered by time (runs, proposals, notes): the composition root
+        #: keeps the real time here, so a frozen clock cannot tie their order.
+        self._clock = clock
 
     async def create(
         self,
@@ -131,7 +130,7 @@ class ConversationRepo:
         meta: dict[str, Any] | None = None,
     ) -> Conversation:
         """Insert-if-absent on ``external_ref`` (a Slack thread, an email thread)."""
-        now = utcnow()
+        now = self._clock()
         row = ConversationRow(
             id=id,
             channel=channel,
@@ -214,7 +213,7 @@ class ConversationRepo:
         trace_id: str,
         audit: list[AuditEvent] | None = None,
     ) -> Run:
-        now = utcnow()
+        now = self._clock()
         row = RunRow(
             id=id,
             conversation_id=conversation_id,
@@ -307,7 +306,7 @@ class ConversationRepo:
             res = conn.execute(
                 update(_RUNS)
                 .where(RunRow.id == run.id, RunRow.status == "running", held)
-                .values(holder=process_id(), updated_at=utcnow())
+                .values(holder=process_id(), updated_at=self._clock())
             )
             return bool(res.rowcount == 1)
 
@@ -401,7 +400,7 @@ class ConversationRepo:
         step carries an ``event_key`` the conversation already holds (nothing was written).
 
         Raises :class:`~storage.steps.LostRace` when its confirmation move lost a race."""
-        now = utcnow()
+        now = self._clock()
         try:
             return await self.db.write(lambda conn, ctx: write_step(conn, ctx, step, now))
         except IntegrityError as exc:
@@ -449,7 +448,7 @@ class ConversationRepo:
                 author=author,
                 kind=kind,
                 text=text,
-                created_at=utcnow(),
+                created_at=self._clock(),
             )
             s.add(row)
             if status is not None:

@@ -19,7 +19,16 @@ from storage.audit import AuditEvent, append_audit_many, utc
 from storage.db import Database
 from storage.jobs import JobQueue
 from storage.models import ApprovalRow, ConfirmationRow
-from storage.records import Approval, ApprovalStatus, Confirmation, ConfirmationStatus, Decision, aware
+from storage.records import (
+    Approval,
+    ApprovalStatus,
+    Confirmation,
+    ConfirmationStatus,
+    Decision,
+    NewApproval,
+    NewConfirmation,
+    aware,
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -99,10 +108,11 @@ class ConfirmationRepo:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def create(self, row: ConfirmationRow, *, audit: Sequence[AuditEvent] = ()) -> ConfirmationCreated:
+    async def create(self, new: NewConfirmation, *, audit: Sequence[AuditEvent] = ()) -> ConfirmationCreated:
         """Insert a pending confirmation. A pending one of the same principal for the same tool on
         the same target (same order, same account field) is superseded and that transition audited;
         confirmations of anything else stay pending beside it."""
+        row = ConfirmationRow(**_fields(new), status="pending", version=1)
         async with self.db.sessions() as s, s.begin():
             superseded = (
                 await s.execute(
@@ -243,7 +253,10 @@ class ApprovalRepo:
         self.db = db
         self.jobs = jobs
 
-    async def create(self, row: ApprovalRow, *, audit: Sequence[AuditEvent] = ()) -> Approval:
+    async def create(self, new: NewApproval, *, audit: Sequence[AuditEvent] = ()) -> Approval:
+        """Insert a pending approval (version 1, no decisions yet) with its audit events."""
+        fields = _fields(new)
+        row = ApprovalRow(**{**fields, "evidence": list(new.evidence)}, status="pending", version=1, decisions=[])
         async with self.db.sessions() as s, s.begin():
             s.add(row)
             await s.flush()
@@ -385,3 +398,8 @@ async def _set_surface(
         else:
             surfaces[surface] = ref
         row.surfaces = surfaces
+
+
+def _fields(new: NewConfirmation | NewApproval) -> dict[str, Any]:
+    """A new record's fields as column values (shallow: JSON values are stored as given)."""
+    return {f.name: getattr(new, f.name) for f in dataclasses.fields(new)}

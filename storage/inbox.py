@@ -18,7 +18,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, cast
 
 from sqlalchemy import Table, select, update
@@ -29,7 +29,7 @@ from storage.db import Database
 from storage.holders import is_dead, process_id
 from storage.jobs import JobQueue
 from storage.models import DeliveryRow, InboundRow, ProcessedEventRow, ThreadBindingRow
-from storage.records import aware
+from storage.records import aware, wall_clock
 
 InboundStatus = Literal["queued", "answered", "delivered", "ignored", "failed"]
 Clock = Callable[[], datetime]
@@ -80,7 +80,7 @@ class Inbox:
     def __init__(self, db: Database, jobs: JobQueue, *, clock: Clock | None = None) -> None:
         self._db = db
         self._jobs = jobs
-        self._clock = clock or (lambda: datetime.now(UTC))
+        self._clock = clock or wall_clock
 
     async def accept(self, face: str, keys: Sequence[str], payload: dict[str, Any]) -> Accepted:
         """Record the message under all its ``keys`` and queue its turn, in one transaction;
@@ -163,7 +163,7 @@ class Deliveries:
 
     def __init__(self, db: Database, *, clock: Clock | None = None) -> None:
         self._db = db
-        self._clock = clock or (lambda: datetime.now(UTC))
+        self._clock = clock or wall_clock
 
     async def begin(self, key: str) -> DeliveryState:
         """``go``: this process now sends it; ``sent``: it went out before; ``busy``: a live
@@ -230,7 +230,7 @@ class ThreadBindings:
 
     def __init__(self, db: Database, *, clock: Clock | None = None) -> None:
         self._db = db
-        self._clock = clock or (lambda: datetime.now(UTC))
+        self._clock = clock or wall_clock
 
     async def bind(self, ref: str, *, customer_id: str, staff_id: str) -> ThreadBinding:
         now = self._clock()

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
+
+#: Where every timestamp comes from: the composition root injects one (``Services.clock``).
+Clock = Callable[[], datetime]
+
+
+def wall_clock() -> datetime:
+    """The real time, aware UTC: the clock a repository uses when none is injected."""
+    return datetime.now(UTC)
 
 
 def aware(ts: datetime | None) -> datetime | None:
@@ -106,6 +115,25 @@ class Confirmation:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NewConfirmation:
+    """What a turn asks to be confirmed; the repository makes it a pending confirmation (version 1)."""
+
+    id: str
+    conversation_id: str
+    run_id: str
+    proposal_id: str
+    tool: str
+    arguments: Any
+    args_hash: str
+    principal: str
+    code: str
+    summary: str
+    target: str | None
+    idempotency_key: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
 class Decision:
     actor: str
     decision: Literal["approve", "reject"]
@@ -181,6 +209,34 @@ class Approval:
             "createdAt": self.created_at.isoformat(),
             "decidedAt": self.decided_at.isoformat() if self.decided_at else None,
         }
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewApproval:
+    """What a turn asks a supervisor to approve; the repository makes it pending (version 1)."""
+
+    id: str
+    proposal_id: str
+    run_id: str
+    conversation_id: str
+    tool: str
+    arguments: Any
+    args_hash: str
+    customer_id: str | None
+    summary: str
+    required_role: str
+    approvals_required: int
+    requester: str
+    rationale: str | None
+    evidence: tuple[dict[str, Any], ...]
+    provenance: dict[str, Any]
+    idempotency_key: str | None
+    policy_version: str
+    expires_at: datetime
+    created_at: datetime
+    amount_minor: int | None = None
+    currency: str | None = None
+    routing: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -75,3 +75,45 @@ def test_no_environment_reads_below_the_composition_root() -> None:
             if "os.environ" in text or "getenv(" in text:
                 bad.append(str(path.relative_to(ROOT)))
     assert bad == []
+
+
+#: Where reading the real time is the point: the wall clock every repository defaults to, the
+#: composition root and CLI that choose the clock, the evaluation's own epoch, and protocol edges
+#: that must compare with other systems' real time (JWT lifetimes, an HTTP Retry-After date).
+REAL_TIME_ALLOWED = {
+    "storage/records.py",
+    "bot/app.py",
+    "bot/cli/commands.py",
+    "bot/cli/demo.py",
+    "agent/evaluation/runner.py",
+    "bot/api/auth.py",
+    "bot/teams/sender.py",
+}
+_REAL_TIME = ("datetime.now(", "datetime.utcnow(", "time.time(", "date.today(")
+
+
+def _real_time_reads(paths: list[Path], root: Path = ROOT) -> list[str]:
+    return [
+        str(p.relative_to(root))
+        for p in paths
+        if any(call in p.read_text(encoding="utf-8") for call in _REAL_TIME)
+        and str(p.relative_to(root)) not in REAL_TIME_ALLOWED
+    ]
+
+
+def test_one_injected_clock_rules_every_timestamp() -> None:
+    """Timestamps come from the injected clock (``Services.clock``; repositories default to
+    ``storage.records.wall_clock``); nothing else reads the real time."""
+    paths = [p for pkg in PACKAGES for p in _modules(pkg) if "data" not in p.relative_to(ROOT).parts]
+    assert _real_time_reads(paths) == []
+
+
+def test_a_planted_real_time_read_is_caught(tmp_path: Path) -> None:
+    """The clock rule fails on a module that stamps its own time (and spares the wall clock)."""
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "storage").mkdir()
+    planted = tmp_path / "agent" / "stamp.py"
+    planted.write_text("from datetime import UTC, datetime\n\nSTAMP = datetime.now(UTC)\n", encoding="utf-8")
+    allowed = tmp_path / "storage" / "records.py"
+    allowed.write_text((ROOT / "storage" / "records.py").read_text(encoding="utf-8"), encoding="utf-8")
+    assert _real_time_reads([planted, allowed], tmp_path) == ["agent/stamp.py"]

@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agent.errors import ConfigError, DecisionError
+from agent.errors import Busy, ConfigError, DecisionError
 from bot.settings import Settings, load_settings
-from storage.ledger import LockBusy
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -114,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"signoff: {exc}", file=sys.stderr)
         return 2
-    except LockBusy as exc:  # an approval's action waited too long for the customer's money lock
+    except Busy as exc:  # e.g. an approval's action waited too long for the customer's money lock
         print(f"signoff: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -153,7 +153,7 @@ class EmailBridge:
 
     async def process(self, mail: InboundEmail, customer: Customer) -> Processed:
         rt = self.app.runtime
-        if not await first_time(self.app.db, delivery_id(mail), "email"):
+        if not await first_time(self.app.db, delivery_id(mail), "email", at=rt.s.clock()):
             return Processed(status="duplicate")
         principal = Principal(kind="customer", id=customer.id, customer_id=customer.id)
         conv = await self._thread(mail, principal)
