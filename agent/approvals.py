@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from agent import continuation
+from agent.decisions import DecisionTag
 from agent.errors import DecisionError
 from agent.host import ApplyResult, Host
 from agent.notify import best_effort
@@ -190,7 +191,8 @@ async def execute_approved(rt: Host, a: Approval) -> Any:
 
 
 def _applied(prop: Proposal) -> ApplyResult:
-    return ApplyResult(decision=prop.decision or "reject", result=prop.result, is_error=prop.is_error, approval=None)
+    decision = cast(DecisionTag, prop.decision or "reject")  # a stored verdict: one of the gate's tags
+    return ApplyResult(decision=decision, result=prop.result, is_error=prop.is_error, approval=None)
 
 
 def _result_for_approver(rt: Host, a: Approval, applied: ApplyResult) -> dict[str, Any]:

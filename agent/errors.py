@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 
 class AgentError(Exception):
     """Base of every error that ends or aborts a run."""
@@ -41,9 +43,13 @@ class Busy(AgentError):
     """
 
 
+#: Why a decision cannot be taken; each maps to one HTTP status of the API.
+DecisionCode = Literal["not_found", "forbidden", "own_request", "conflict", "expired", "invalid"]
+
+
 class DecisionError(AgentError):
     """A decision that cannot be taken; ``code`` maps to the HTTP status the API answers."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: DecisionCode, message: str):
         super().__init__(message)
-        self.code = code  # not_found | forbidden | own_request | conflict | expired | invalid
+        self.code: DecisionCode = code

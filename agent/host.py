@@ -20,6 +20,7 @@ from typing import Any
 import structlog
 
 from agent import steps
+from agent.decisions import DecisionTag
 from agent.errors import DecisionError
 from agent.gatekeeper import Proposed, RunFacts, args_hash
 from agent.history import new_id
@@ -38,7 +39,7 @@ from tools.intent import classify
 class ApplyResult:
     """How the gate decided an action a person settled, and what came of it."""
 
-    decision: str
+    decision: DecisionTag
     result: Any
     is_error: bool
     approval: Approval | None

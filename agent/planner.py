@@ -380,7 +380,7 @@ def refund(v: View) -> Reply:
     if refundable <= 0:
         return f"Order {oid} has nothing left to refund: it was paid back in full earlier."
     evidence = _evidence(v, "refund window policy", "refund-policy@")
-    if not isinstance(evidence, tuple):
+    if not isinstance(evidence, Cited):
         return evidence
     amount = min(_amount(v) or refundable, refundable)
     args = {
@@ -388,7 +388,7 @@ def refund(v: View) -> Reply:
         "amount_minor": amount,
         "currency": order["currency"],
         "reason_code": _reason(v.low, _REFUND_REASONS, "customer_request"),
-        "evidence": list(evidence),
+        "evidence": list(evidence.ids),
     }
     return _act(v, "issue_refund", args)
 
@@ -408,14 +408,14 @@ def charged_twice(v: View) -> Reply:
             "statement is usually a temporary authorization hold that disappears within 3–5 business days."
         )
     evidence = _evidence(v, "duplicate charge", "double-charges@")
-    if not isinstance(evidence, tuple):
+    if not isinstance(evidence, Cited):
         return evidence
     args = {
         "order_id": dup[0]["order_id"],
         "amount_minor": dup[0]["amount_minor"],
         "currency": dup[0]["currency"],
         "reason_code": "duplicate_charge",
-        "evidence": list(evidence),
+        "evidence": list(evidence.ids),
     }
     return _act(v, "issue_refund", args)
 
@@ -442,14 +442,14 @@ def cancel(v: View) -> Reply:
             "it arrives I can start a return for you instead."
         )
     evidence = _evidence(v, "cancel order before shipping", "cancellations@")
-    if not isinstance(evidence, tuple):
+    if not isinstance(evidence, Cited):
         return evidence
     return _act(
         v,
         "cancel_order",
         {
             "order_id": order["order_id"],
-            "evidence": list(evidence),
+            "evidence": list(evidence.ids),
             "reason_code": _reason(v.low, _CANCEL_REASONS, "customer_request"),
         },
     )
@@ -573,12 +573,22 @@ def _order(v: View, *, prefer: tuple[str, ...]) -> dict[str, Any] | Reply:
     return dict(got.value)
 
 
-def _evidence(v: View, query: str, prefix: str) -> tuple[str, ...] | Reply:
+@dataclass(frozen=True, kw_only=True)
+class Cited:
+    """The knowledge an action cites (its evidence ids)."""
+
+    ids: tuple[str, ...]
+
+
+def _evidence(v: View, query: str, prefix: str) -> Cited | Reply:
+    """The evidence for an action, or the reply that fetches it (or says it is missing)."""
     search = v.called("search_knowledge", query=query)
     if search is None:
         return v.use("search_knowledge", {"query": query})
     ids = [h["evidence_id"] for h in _clean_hits(search.value) if h["evidence_id"].startswith(prefix)]
-    return tuple(ids[:1]) or "I couldn't find the policy that covers this, so I'll leave it for a colleague."
+    if not ids:
+        return "I couldn't find the policy that covers this, so I'll leave it for a colleague."
+    return Cited(ids=tuple(ids[:1]))
 
 
 def _clean_hits(value: Any) -> list[dict[str, Any]]:

@@ -17,8 +17,8 @@ from agent import gates
 from agent.decisions import Decision, Execute, Intercept, NeedsApproval, NeedsConfirmation, Record, Reject
 from agent.executor import ExecOutcome
 from agent.gatekeeper import Proposed, args_hash
-from agent.history import new_id, tool_result
-from agent.llm.base import Block, ModelResponse
+from agent.history import blocks_of, new_id, tool_result
+from agent.llm.base import Block, ModelResponse, ToolUseBlock, is_tool_use
 from agent.outcomes import Pending, TurnResult
 from agent.run_control import TurnControl, TurnDesk
 from agent.turn import Turn
@@ -114,7 +114,7 @@ def finished(turn: Turn) -> TurnResult:
 # -- running tools ------------------------------------------------------------------------
 
 
-async def run_tools(turn: Turn, response: ModelResponse | None, uses: list[Block]) -> Finished | Ran:
+async def run_tools(turn: Turn, response: ModelResponse | None, uses: list[ToolUseBlock]) -> Finished | Ran:
     """Persist the proposals, judge and act on each, persist the results. ``response``
     is ``None`` when repairing a history whose tool calls were never answered."""
     known = await _known(turn, response, uses)
@@ -167,7 +167,7 @@ async def run_tools(turn: Turn, response: ModelResponse | None, uses: list[Block
     return Finished() if done else Ran()
 
 
-async def _known(turn: Turn, response: ModelResponse | None, uses: list[Block]) -> dict[str, Proposal]:
+async def _known(turn: Turn, response: ModelResponse | None, uses: list[ToolUseBlock]) -> dict[str, Proposal]:
     """Only a repair (no fresh response) can meet proposals that already exist."""
     if response is not None:
         return {}
@@ -175,7 +175,7 @@ async def _known(turn: Turn, response: ModelResponse | None, uses: list[Block]) 
 
 
 async def handle(
-    turn: Turn, use: Block, proposal_id: str, *, repairing: bool = False
+    turn: Turn, use: ToolUseBlock, proposal_id: str, *, repairing: bool = False
 ) -> tuple[Any, bool, ProposalOutcome, AuditEvent]:
     """Judge one proposal and act on the decision; its outcome and its gate audit event."""
     name, args = str(use.get("name", "")), use.get("input")
@@ -357,7 +357,7 @@ async def repair(turn: Turn) -> None:
         return
     # The user may have written again before anyone repaired the turn.
     answered = {b.get("tool_use_id") for m in history[last + 1 :] for b in m.content if b.get("type") == "tool_result"}
-    uses = [b for b in history[last].content if b.get("type") == "tool_use" and b.get("id") not in answered]
+    uses = [b for b in blocks_of(history[last]) if is_tool_use(b) and b.get("id") not in answered]
     if uses:
         await run_tools(turn, None, uses)
 

@@ -168,7 +168,7 @@ class Turn:
             step.run_steps_delta = self.flush_steps(0)
         self._saved.update(state=state, groups=groups, pending=pending)
 
-    def ended(self, outcome: str) -> AuditEvent:
+    def ended(self, outcome: Outcome) -> AuditEvent:
         """The ``turn.ended`` audit event (outcome, iterations, tokens, latency)."""
         return self.event(
             "turn.ended",

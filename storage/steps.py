@@ -9,6 +9,7 @@ events describing them commit together: a crash leaves them consistent.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -90,7 +91,8 @@ class StepWrite:
 
     conversation_id: str
     run_id: str | None = None
-    messages: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)
+    #: ``(role, content blocks)``: JSON objects, stored as given.
+    messages: list[tuple[str, Sequence[Mapping[str, Any]]]] = field(default_factory=list)
     new_proposals: list[NewProposal] = field(default_factory=list)
     outcomes: list[ProposalOutcome] = field(default_factory=list)
     run_status: str | None = None

@@ -22,6 +22,7 @@ ReturnStatus = Literal["requested", "received", "refunded", "rejected"]
 MessageChannel = Literal["email", "sms"]
 KnowledgeKind = Literal["policy", "help"]
 RefundKind = Literal["refund", "cancellation"]
+ShipmentStatus = Literal["not_shipped", "in_transit", "delivered", "cancelled"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,7 +129,7 @@ class Invoice:
 @dataclass(frozen=True, kw_only=True)
 class Shipment:
     order_id: str
-    status: str  # not_shipped | in_transit | delivered | cancelled
+    status: ShipmentStatus
     carrier: str | None
     tracking_number: str | None
     shipped_at: datetime | None

@@ -13,6 +13,8 @@ from typing import Any, Literal, Protocol
 from tools.backend import CommerceBackend, KnowledgeHit
 
 PrincipalKind = Literal["customer", "rep", "supervisor", "system"]
+#: The staff roles that may act for a customer or decide an approval.
+StaffRole = Literal["rep", "supervisor"]
 ToolGroup = Literal["always", "account", "orders", "returns", "billing"]
 LOADABLE_GROUPS: tuple[ToolGroup, ...] = ("account", "orders", "returns", "billing")
 
