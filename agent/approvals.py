@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, cast
 
 from agent import continuation
@@ -88,16 +89,7 @@ async def decide(
     a = await s.approvals.get(approval_id)
     if a is None:
         raise DecisionError("not_found", "No such approval.")
-    if actor.kind not in s.policy.approvers.roles_that_may_approve or actor.kind != a.required_role:
-        raise DecisionError("forbidden", f"Only a {a.required_role} may decide this approval.")
-    if same_person(actor, a.requester):
-        raise DecisionError("own_request", "You cannot decide an approval you requested.")
-    if a.status == "expired":
-        raise DecisionError("expired", "This approval has expired.")
-    if a.status != "pending":
-        raise DecisionError("conflict", f"This approval is already {a.status}.")
-    if any(same_person(actor, d.actor) for d in a.decisions):
-        raise DecisionError("conflict", "You have already approved this; a different supervisor must decide.")
+    _check_decider(rt, a, actor)
     now = s.clock()
     if now >= a.expires_at:
         await _expire(rt, a)
@@ -108,6 +100,37 @@ async def decide(
         raise DecisionError("invalid", "A rejection needs a comment.")
     if edited_arguments is not None and decision == "approve":
         return await _approve_edited(rt, a, actor, comment, edited_arguments)
+    moved, final = await _record_decision(rt, a, actor, decision, comment, now)
+    if moved.status == "rejected":
+        await _spend_confirmation(rt, moved, actor)
+    result = None
+    if moved.status == "approved":
+        result = await execute_approved(rt, moved)
+        moved = await s.approvals.get(a.id) or moved
+    if final:
+        await _notify(rt, moved)
+    return DecideResult(approval=moved, result=result)
+
+
+def _check_decider(rt: Host, a: Approval, actor: Principal) -> None:
+    """Who may decide ``a`` now: its required role, never the requester, each person once, while pending."""
+    if actor.kind not in rt.s.policy.approvers.roles_that_may_approve or actor.kind != a.required_role:
+        raise DecisionError("forbidden", f"Only a {a.required_role} may decide this approval.")
+    if same_person(actor, a.requester):
+        raise DecisionError("own_request", "You cannot decide an approval you requested.")
+    if a.status == "expired":
+        raise DecisionError("expired", "This approval has expired.")
+    if a.status != "pending":
+        raise DecisionError("conflict", f"This approval is already {a.status}.")
+    if any(same_person(actor, d.actor) for d in a.decisions):
+        raise DecisionError("conflict", "You have already approved this; a different supervisor must decide.")
+
+
+async def _record_decision(
+    rt: Host, a: Approval, actor: Principal, decision: str, comment: str | None, now: datetime
+) -> tuple[Approval, bool]:
+    """Compare-and-set the decision onto ``a`` (final, with its resume job, once enough people approved
+    or anyone rejected): the moved approval and whether it is final."""
     entry = {"actor": actor.key, "decision": decision, "comment": comment, "at": now.isoformat()}
     decisions = [d.__dict__ for d in a.decisions] + [entry]
     final = decision == "reject" or len(decisions) >= a.approvals_required
@@ -122,24 +145,16 @@ async def decide(
     verdict = "approval.approved" if decision == "approve" else "approval.rejected"
     kind = verdict if final else "approval.partially_approved"
     job = (RESUME_JOB, {"approval_id": a.id}, f"resume:{a.id}", RESUME_DELAY_S) if final else None
-    moved = await s.approvals.transition(
+    moved = await rt.s.approvals.transition(
         a.id,
-        expected_version=expected_version,
+        expected_version=a.version,
         values=values,
         audit=[_event(rt, a, kind, actor, comment=bool(comment))],
         job=job,
     )
     if moved is None:
         raise DecisionError("conflict", "Someone else decided this approval first.")
-    if moved.status == "rejected":
-        await _spend_confirmation(rt, moved, actor)
-    result = None
-    if moved.status == "approved":
-        result = await execute_approved(rt, moved)
-        moved = await s.approvals.get(a.id) or moved
-    if final:
-        await _notify(rt, moved)
-    return DecideResult(approval=moved, result=result)
+    return moved, final
 
 
 def same_person(actor: Principal, key: str) -> bool:
