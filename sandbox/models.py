@@ -1,4 +1,4 @@
-"""ORM classes of the sandbox store (tables prefixed ``store_``). They never leave ``storage/``.
+"""ORM classes of the sandbox store (tables prefixed ``store_``). They never leave ``sandbox/``.
 
 The sandbox store is the demo shop's system of record behind
 :class:`sandbox.store.SandboxStore`. Every time is stored as UTC
