@@ -70,6 +70,7 @@ class Checkpoint:
     line: int = 0
 
     def to_line(self) -> str:
+        """The checkpoint as one JSON line (what the checkpoint file holds)."""
         body = {**_body(self.seq, self.hash, self.ts, self.key_id), "sig": self.sig}
         return json.dumps(body, sort_keys=True, separators=(",", ":")) + "\n"
 

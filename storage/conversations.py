@@ -35,6 +35,7 @@ from storage.steps import (
 
 
 def to_conversation(row: ConversationRow) -> Conversation:
+    """The frozen record of a conversation row."""
     return Conversation(
         id=row.id,
         channel=row.channel,
@@ -53,6 +54,7 @@ def to_conversation(row: ConversationRow) -> Conversation:
 
 
 def to_run(row: RunRow) -> Run:
+    """The frozen record of a run row."""
     return Run(
         id=row.id,
         conversation_id=row.conversation_id,
@@ -75,6 +77,7 @@ def _stale(row: RunRow, older_than: datetime) -> bool:
 
 
 def to_proposal(row: ProposalRow) -> Proposal:
+    """The frozen record of a proposal row."""
     return Proposal(
         id=row.id,
         run_id=row.run_id,
@@ -101,6 +104,8 @@ _RUNS: Table = RunRow.__table__  # type: ignore[assignment]
 
 @dataclass(frozen=True, kw_only=True)
 class TurnState:
+    """What a turn loads at once: the conversation, its latest run, history, proposals, tokens used."""
+
     history: list[StoredMessage]
     proposals: list[Proposal]
     tokens_used: int
@@ -159,11 +164,13 @@ class ConversationRepo:
         return to_conversation(row)
 
     async def get(self, conversation_id: str) -> Conversation | None:
+        """The conversation ``conversation_id``, if it exists."""
         async with self.db.reader() as s:
             row = await s.get(ConversationRow, conversation_id)
             return to_conversation(row) if row else None
 
     async def get_by_external_ref(self, external_ref: str) -> Conversation | None:
+        """The conversation bound to ``external_ref`` (a Slack thread, an email thread), if any."""
         async with self.db.reader() as s:
             row = (
                 await s.execute(select(ConversationRow).where(ConversationRow.external_ref == external_ref))
@@ -171,10 +178,12 @@ class ConversationRepo:
             return to_conversation(row) if row else None
 
     async def set_meta(self, conversation_id: str, meta: dict[str, Any]) -> None:
+        """Replace the conversation's ``meta``."""
         async with self.db.sessions() as s, s.begin():
             await s.execute(update(ConversationRow).where(ConversationRow.id == conversation_id).values(meta=meta))
 
     async def history(self, conversation_id: str) -> list[StoredMessage]:
+        """The conversation's messages in seq order."""
         async with self.db.reader() as s:
             rows = (
                 await s.execute(
@@ -213,6 +222,7 @@ class ConversationRepo:
         trace_id: str,
         audit: list[AuditEvent] | None = None,
     ) -> Run:
+        """Insert a running run of the conversation (with its audit events)."""
         now = self._clock()
         row = RunRow(
             id=id,
@@ -351,12 +361,14 @@ class ConversationRepo:
             return to_proposal(row) if row else None
 
     async def get_run(self, run_id: str) -> Run | None:
+        """The run ``run_id``, if it exists."""
         async with self.db.reader() as s:
             row = await s.get(RunRow, run_id)
             return to_run(row) if row else None
 
     # -- proposals -------------------------------------------------------------
     async def proposals(self, run_id: str) -> list[Proposal]:
+        """The run's proposals, oldest first."""
         async with self.db.reader() as s:
             rows = (
                 (
@@ -372,11 +384,13 @@ class ConversationRepo:
             return [to_proposal(r) for r in rows]
 
     async def get_proposal(self, proposal_id: str) -> Proposal | None:
+        """The proposal ``proposal_id``, if it exists."""
         async with self.db.reader() as s:
             row = await s.get(ProposalRow, proposal_id)
             return to_proposal(row) if row else None
 
     async def proposals_by_tool_use(self, conversation_id: str, tool_use_ids: list[str]) -> dict[str, Proposal]:
+        """The conversation's proposals for these tool_use ids, by tool_use id."""
         if not tool_use_ids:
             return {}
         async with self.db.reader() as s:
@@ -442,6 +456,7 @@ class ConversationRepo:
         audit: list[AuditEvent] | None = None,
         status: str | None = None,
     ) -> int:
+        """Append a case note (optionally setting the conversation's status); its id."""
         async with self.db.sessions() as s, s.begin():
             row = CaseNoteRow(
                 conversation_id=conversation_id,
@@ -461,6 +476,7 @@ class ConversationRepo:
             return row.id
 
     async def case_notes(self, conversation_id: str) -> list[tuple[str, str, str]]:
+        """The conversation's case notes as ``(kind, author, text)``, oldest first."""
         async with self.db.reader() as s:
             rows = (
                 await s.execute(

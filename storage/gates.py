@@ -45,6 +45,7 @@ def _at(ts: datetime) -> datetime:
 
 
 def to_confirmation(r: ConfirmationRow) -> Confirmation:
+    """The frozen record of a confirmation row."""
     return Confirmation(
         id=r.id,
         conversation_id=r.conversation_id,
@@ -69,6 +70,7 @@ def to_confirmation(r: ConfirmationRow) -> Confirmation:
 
 
 def to_approval(r: ApprovalRow) -> Approval:
+    """The frozen record of an approval row."""
     return Approval(
         id=r.id,
         proposal_id=r.proposal_id,
@@ -105,6 +107,8 @@ def to_approval(r: ApprovalRow) -> Approval:
 
 
 class ConfirmationRepo:
+    """Confirmations: pending, answered, superseded and consumed, each move compare-and-set."""
+
     def __init__(self, db: Database) -> None:
         self.db = db
 
@@ -162,11 +166,13 @@ class ConfirmationRepo:
         await _set_surface(self.db, ConfirmationRow, confirmation_id, surface, ref)
 
     async def get(self, confirmation_id: str) -> Confirmation | None:
+        """The confirmation ``confirmation_id``, if it exists."""
         async with self.db.reader() as s:
             r = await s.get(ConfirmationRow, confirmation_id)
             return to_confirmation(r) if r else None
 
     async def pending(self, conversation_id: str) -> list[Confirmation]:
+        """The conversation's pending confirmations."""
         async with self.db.reader() as s:
             rows = (
                 (
@@ -249,6 +255,8 @@ class ConfirmationRepo:
 
 
 class ApprovalRepo:
+    """Approvals: requested, decided (once per person), expired or superseded, compare-and-set on version."""
+
     def __init__(self, db: Database, jobs: JobQueue) -> None:
         self.db = db
         self.jobs = jobs
@@ -265,11 +273,13 @@ class ApprovalRepo:
         return to_approval(row)
 
     async def get(self, approval_id: str) -> Approval | None:
+        """The approval ``approval_id``, if it exists."""
         async with self.db.reader() as s:
             r = await s.get(ApprovalRow, approval_id)
             return to_approval(r) if r else None
 
     async def list_approvals(self, *, status: str | None = None, limit: int = 200) -> list[Approval]:
+        """Approvals, newest first, optionally of one ``status``."""
         async with self.db.reader() as s:
             q = select(ApprovalRow).order_by(ApprovalRow.created_at.desc()).limit(limit)
             if status:
@@ -277,6 +287,7 @@ class ApprovalRepo:
             return [to_approval(r) for r in (await s.execute(q)).scalars().all()]
 
     async def pending_for_customer(self, customer_id: str) -> list[Approval]:
+        """The customer's pending approvals (their money counts in every later aggregate)."""
         async with self.db.reader() as s:
             rows = (
                 (
@@ -292,6 +303,7 @@ class ApprovalRepo:
             return [to_approval(r) for r in rows]
 
     async def find_approved(self, run_id: str, tool: str, args_hash: str) -> Approval | None:
+        """The run's approved approval of exactly this call, if any."""
         async with self.db.reader() as s:
             r = (
                 await s.execute(
@@ -308,6 +320,7 @@ class ApprovalRepo:
             return to_approval(r) if r else None
 
     async def expired_pending(self, now: datetime, limit: int = 100) -> list[Approval]:
+        """Pending approvals whose ``expires_at`` is at or before ``now``."""
         async with self.db.reader() as s:
             rows = (
                 (
@@ -363,12 +376,14 @@ class ApprovalRepo:
             return to_approval(r)
 
     async def set_result(self, approval_id: str, result: Any, *, audit: Sequence[AuditEvent] = ()) -> None:
+        """Store what executing the approved action returned (with its audit events)."""
         async with self.db.sessions() as s, s.begin():
             await s.execute(update(ApprovalRow).where(ApprovalRow.id == approval_id).values(result=result))
             if audit:
                 await append_audit_many(s, list(audit))
 
     async def set_superseded_by(self, approval_id: str, new_id: str) -> None:
+        """Record the approval that replaced this one."""
         async with self.db.sessions() as s, s.begin():
             await s.execute(
                 update(ApprovalRow)

@@ -123,6 +123,7 @@ class Inbox:
         return Accepted(id=inbound_id, fresh=True)
 
     async def get(self, inbound_id: str) -> Inbound | None:
+        """The inbound item ``inbound_id``, if it exists."""
         async with self._db.reader() as s:
             row = await s.get(InboundRow, inbound_id)
             return _inbound(row) if row is not None else None
@@ -210,6 +211,7 @@ class Deliveries:
                 await s.delete(row)
 
     async def ref(self, key: str) -> dict[str, Any] | None:
+        """Where the message sent under ``key`` went, once sent."""
         async with self._db.reader() as s:
             row = await s.get(DeliveryRow, key)
             return dict(row.ref) if row is not None and row.ref is not None else None
@@ -233,6 +235,7 @@ class ThreadBindings:
         self._clock = clock or wall_clock
 
     async def bind(self, ref: str, *, customer_id: str, staff_id: str) -> ThreadBinding:
+        """Bind the thread ``ref`` to a customer's account for a staff member (replacing any binding)."""
         now = self._clock()
         async with self._db.sessions() as s, s.begin():
             row = await s.get(ThreadBindingRow, ref)
@@ -249,6 +252,7 @@ class ThreadBindings:
             )
 
     async def get(self, ref: str) -> ThreadBinding | None:
+        """The binding of thread ``ref``, if any."""
         async with self._db.reader() as s:
             row = await s.get(ThreadBindingRow, ref)
             if row is None:
@@ -261,6 +265,7 @@ class ThreadBindings:
             )
 
     async def of_staff(self, staff_id: str, *, limit: int = 50) -> list[ThreadBinding]:
+        """The staff member's bindings, most recent first."""
         async with self._db.reader() as s:
             rows = (
                 await s.execute(

@@ -71,6 +71,7 @@ class Ledger:
             return existing
 
     async def get(self, key: str) -> LedgerEntry | None:
+        """The entry under ``key``, if any."""
         async with self.db.reader() as s:
             r = (await s.execute(select(ToolExecutionRow).where(ToolExecutionRow.key == key))).scalar_one_or_none()
             return _entry(r) if r else None

@@ -31,6 +31,8 @@ LedgerStatus = Literal["executing", "succeeded", "failed", "needs_human"]
 
 @dataclass(frozen=True, kw_only=True)
 class Conversation:
+    """A conversation: who it is with, on which channel, and what it has loaded."""
+
     id: str
     channel: str
     external_ref: str | None
@@ -48,6 +50,8 @@ class Conversation:
 
 @dataclass(frozen=True, kw_only=True)
 class StoredMessage:
+    """One stored message of a conversation's history."""
+
     seq: int
     role: Literal["user", "assistant"]
     content: list[dict[str, Any]]
@@ -56,6 +60,8 @@ class StoredMessage:
 
 @dataclass(frozen=True, kw_only=True)
 class Run:
+    """One run of the agent: its status, steps, versions and what waits on a person."""
+
     id: str
     conversation_id: str
     status: RunStatus
@@ -71,6 +77,8 @@ class Run:
 
 @dataclass(frozen=True, kw_only=True)
 class Proposal:
+    """One proposed tool call and what the gate decided."""
+
     id: str
     run_id: str
     conversation_id: str
@@ -93,6 +101,8 @@ class Proposal:
 
 @dataclass(frozen=True, kw_only=True)
 class Confirmation:
+    """A confirmation of exact arguments asked of the acting person."""
+
     id: str
     conversation_id: str
     run_id: str
@@ -135,6 +145,8 @@ class NewConfirmation:
 
 @dataclass(frozen=True, kw_only=True)
 class Decision:
+    """One supervisor's decision on an approval."""
+
     actor: str
     decision: Literal["approve", "reject"]
     comment: str | None
@@ -143,6 +155,8 @@ class Decision:
 
 @dataclass(frozen=True, kw_only=True)
 class Approval:
+    """An approval asked of a supervisor, with its decisions and outcome."""
+
     id: str
     proposal_id: str
     run_id: str
@@ -241,6 +255,8 @@ class NewApproval:
 
 @dataclass(frozen=True, kw_only=True)
 class LedgerEntry:
+    """An idempotency-ledger entry: a key, its status and the result stored under it."""
+
     key: str
     tool: str
     status: LedgerStatus

@@ -33,6 +33,8 @@ _JOBS: Table = JobRow.__table__  # type: ignore[assignment]
 
 @dataclass(frozen=True, kw_only=True)
 class NewProposal:
+    """A proposal a step inserts."""
+
     id: str
     tool_use_id: str
     tool: str
@@ -68,6 +70,8 @@ class NewJob:
 
 @dataclass(frozen=True, kw_only=True)
 class ProposalOutcome:
+    """The gate's decision on a proposal and what came of it."""
+
     id: str
     decision: str
     reason: str | None
@@ -78,6 +82,8 @@ class ProposalOutcome:
 
 @dataclass(frozen=True, kw_only=True)
 class UsageWrite:
+    """The tokens a step's model call used."""
+
     model: str
     input_tokens: int
     output_tokens: int

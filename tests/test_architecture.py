@@ -303,3 +303,24 @@ def test_banned_imports_are_a_lint(filename: str, source: str, banned: bool) -> 
     )
     assert ("TID251" in run.stdout) is banned, run.stdout + run.stderr
     assert run.returncode == (1 if banned else 0)
+
+
+@pytest.mark.parametrize(
+    ("filename", "enforced"),
+    [("storage/x.py", True), ("tools/x.py", True), ("sandbox/x.py", True), ("agent/x.py", False)],
+)
+def test_public_functions_need_docstrings_in_storage_tools_and_sandbox(filename: str, enforced: bool) -> None:
+    """ruff D (google convention) refuses an undocumented public function where it is enforced."""
+    import subprocess
+    import sys
+
+    source = '"""A module."""\n\n\ndef public():\n    return 1\n'
+    run = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--stdin-filename", filename, "-"],
+        input=source,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert ("D103" in run.stdout) is enforced, run.stdout + run.stderr
