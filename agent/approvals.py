@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, cast
 
 from agent import continuation
+from agent.decisions import DecisionTag
 from agent.errors import DecisionError
 from agent.host import ApplyResult, Host
 from agent.notify import best_effort
@@ -45,6 +47,7 @@ def _event(rt: Host, a: Approval, kind: str, actor: Principal | None, **data: An
         idempotency_key=a.idempotency_key,
         policy_version=rt.s.policy.version,
         data={"approval_id": a.id, **data},
+        ts=rt.s.clock(),
     )
 
 
@@ -90,16 +93,7 @@ async def decide(
     a = await s.approvals.get(approval_id)
     if a is None:
         raise DecisionError("not_found", "No such approval.")
-    if actor.kind not in s.policy.approvers.roles_that_may_approve or actor.kind != a.required_role:
-        raise DecisionError("forbidden", f"Only a {a.required_role} may decide this approval.")
-    if same_person(actor, a.requester):
-        raise DecisionError("own_request", "You cannot decide an approval you requested.")
-    if a.status == "expired":
-        raise DecisionError("expired", "This approval has expired.")
-    if a.status != "pending":
-        raise DecisionError("conflict", f"This approval is already {a.status}.")
-    if any(same_person(actor, d.actor) for d in a.decisions):
-        raise DecisionError("conflict", "You have already approved this; a different supervisor must decide.")
+    _check_decider(rt, a, actor)
     now = s.clock()
     if now >= a.expires_at:
         await _expire(rt, a)
@@ -110,6 +104,43 @@ async def decide(
         raise DecisionError("invalid", "A rejection needs a comment.")
     if edited_arguments is not None and decision == "approve":
         return await _approve_edited(rt, a, actor, comment, edited_arguments)
+    moved, final = await _record_decision(rt, a, actor, decision, comment, now, via)
+    if moved.status == "rejected":
+        await _spend_confirmation(rt, moved, actor)
+    result = None
+    if moved.status == "approved":
+        result = await execute_approved(rt, moved)
+        moved = await s.approvals.get(a.id) or moved
+    if final:
+        await _notify(rt, moved)
+    return DecideResult(approval=moved, result=result)
+
+
+def _check_decider(rt: Host, a: Approval, actor: Principal) -> None:
+    """Who may decide ``a`` now: its required role, never the requester, each person once, while pending."""
+    if actor.kind not in rt.s.policy.approvers.roles_that_may_approve or actor.kind != a.required_role:
+        raise DecisionError("forbidden", f"Only a {a.required_role} may decide this approval.")
+    if same_person(actor, a.requester):
+        raise DecisionError("own_request", "You cannot decide an approval you requested.")
+    if a.status == "expired":
+        raise DecisionError("expired", "This approval has expired.")
+    if a.status != "pending":
+        raise DecisionError("conflict", f"This approval is already {a.status}.")
+    if any(same_person(actor, d.actor) for d in a.decisions):
+        raise DecisionError("conflict", "You have already approved this; a different supervisor must decide.")
+
+
+async def _record_decision(
+    rt: Host,
+    a: Approval,
+    actor: Principal,
+    decision: str,
+    comment: str | None,
+    now: datetime,
+    via: dict[str, str] | None = None,
+) -> tuple[Approval, bool]:
+    """Compare-and-set the decision onto ``a`` (final, with its resume job, once enough people approved
+    or anyone rejected): the moved approval and whether it is final."""
     entry = {"actor": actor.key, "decision": decision, "comment": comment, "at": now.isoformat()}
     decisions = [d.__dict__ for d in a.decisions] + [entry]
     final = decision == "reject" or len(decisions) >= a.approvals_required
@@ -124,24 +155,16 @@ async def decide(
     verdict = "approval.approved" if decision == "approve" else "approval.rejected"
     kind = verdict if final else "approval.partially_approved"
     job = (RESUME_JOB, {"approval_id": a.id}, f"resume:{a.id}", RESUME_DELAY_S) if final else None
-    moved = await s.approvals.transition(
+    moved = await rt.s.approvals.transition(
         a.id,
-        expected_version=expected_version,
+        expected_version=a.version,
         values=values,
         audit=[_event(rt, a, kind, actor, comment=bool(comment), **({"via": dict(via)} if via else {}))],
         job=job,
     )
     if moved is None:
         raise DecisionError("conflict", "Someone else decided this approval first.")
-    if moved.status == "rejected":
-        await _spend_confirmation(rt, moved, actor)
-    result = None
-    if moved.status == "approved":
-        result = await execute_approved(rt, moved)
-        moved = await s.approvals.get(a.id) or moved
-    if final:
-        await _notify(rt, moved)
-    return DecideResult(approval=moved, result=result)
+    return moved, final
 
 
 def same_person(actor: Principal, key: str) -> bool:
@@ -171,7 +194,7 @@ async def execute_approved(rt: Host, a: Approval) -> Any:
             raise DecisionError("conflict", "This approved action is still being carried out; the result follows.")
         prop = await rt.s.conversations.proposal_for_origin(f"approval:{a.id}")
         if prop is not None and prop.decision is not None:  # it ran before a crash: record that, never re-run it
-            result = _result_for_approver(a, _applied(prop))
+            result = _result_for_approver(rt, a, _applied(prop))
         else:
             turn = await rt.turn(conv, requester, run=run)
             applied = await rt.apply(
@@ -183,7 +206,7 @@ async def execute_approved(rt: Host, a: Approval) -> Any:
                 proposal_id=prop.id if prop else None,
                 key=a.idempotency_key,
             )
-            result = _result_for_approver(a, applied)
+            result = _result_for_approver(rt, a, applied)
             if applied.decision != "execute" or applied.is_error:
                 await _spend_confirmation(rt, a, None)  # refused at the re-check: never reusable later
         await rt.s.approvals.set_result(
@@ -193,14 +216,15 @@ async def execute_approved(rt: Host, a: Approval) -> Any:
 
 
 def _applied(prop: Proposal) -> ApplyResult:
-    return ApplyResult(decision=prop.decision or "reject", result=prop.result, is_error=prop.is_error, approval=None)
+    decision = cast(DecisionTag, prop.decision or "reject")  # a stored verdict: one of the gate's tags
+    return ApplyResult(decision=decision, result=prop.result, is_error=prop.is_error, approval=None)
 
 
-def _result_for_approver(a: Approval, applied: ApplyResult) -> dict[str, Any]:
-    tool = a.tool
+def _result_for_approver(rt: Host, a: Approval, applied: ApplyResult) -> dict[str, Any]:
     if applied.decision == "execute" and not applied.is_error:
         body = applied.result if isinstance(applied.result, dict) else {"result": applied.result}
-        return {"status": DONE_STATUS.get(tool, "DONE"), **body}
+        tool = rt.s.registry.get(a.tool)
+        return {"status": tool.done_status if tool is not None else "DONE", **body}
     if applied.decision == "approval":
         new_id = applied.approval.id if applied.approval is not None else (applied.result or {}).get("approval_id")
         return {
@@ -210,20 +234,6 @@ def _result_for_approver(a: Approval, applied: ApplyResult) -> dict[str, Any]:
         }
     reason = applied.result if isinstance(applied.result, dict) else {"detail": applied.result}
     return {"status": "FAILED", "reason": "A precondition no longer holds; nothing was done.", **reason}
-
-
-DONE_STATUS = {
-    "issue_refund": "REFUNDED",
-    "cancel_order": "CANCELLED",
-    "create_return": "RETURN_CREATED",
-    "update_contact_details": "UPDATED",
-    "update_shipping_address": "UPDATED",
-    "send_message": "SENT",
-    "send_password_reset": "SENT",
-    "send_payment_link": "SENT",
-    "create_reorder": "CREATED",
-    "retry_payment": "CHARGED",
-}
 
 
 async def _approve_edited(

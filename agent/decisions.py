@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tools.context import error_result
+from tools.context import StaffRole, error_result
+
+#: The gate's closed set of verdicts, as stored on a proposal and reported to a person.
+DecisionTag = Literal["execute", "reject", "intercept", "confirmation", "approval", "record"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +67,7 @@ class Routing:
 class NeedsApproval:
     tag: Literal["approval"] = "approval"
     summary: str
-    required_role: str
+    required_role: StaffRole
     approvals_required: int
     reason: str
     key: str | None
@@ -77,7 +80,7 @@ class Record:
 
     tag: Literal["record"] = "record"
     summary: str
-    would_need: str  # execute | confirmation | approval
+    would_need: Literal["execute", "confirmation", "approval"]
 
 
 Decision = Execute | Reject | Intercept | NeedsConfirmation | NeedsApproval | Record

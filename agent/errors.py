@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 
 class AgentError(Exception):
     """Base of every error that ends or aborts a run."""
@@ -33,9 +35,21 @@ class ConfigError(AgentError):
     """A setting or policy file is missing or malformed; the message names it."""
 
 
+class Busy(AgentError):
+    """Someone else is acting on this conversation, or on this customer's money, right now.
+
+    Nothing was decided or done; the caller may try again. Faces see this, never the
+    storage layer's own exceptions (the runtime translates them, see ``agent.boundary``).
+    """
+
+
+#: Why a decision cannot be taken; each maps to one HTTP status of the API.
+DecisionCode = Literal["not_found", "forbidden", "own_request", "conflict", "expired", "invalid"]
+
+
 class DecisionError(AgentError):
     """A decision that cannot be taken; ``code`` maps to the HTTP status the API answers."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: DecisionCode, message: str):
         super().__init__(message)
-        self.code = code  # not_found | forbidden | own_request | conflict | expired | invalid
+        self.code: DecisionCode = code

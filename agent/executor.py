@@ -39,16 +39,6 @@ class ExecOutcome:
     needs_human: bool = False
 
 
-def action_id_of(result: Any) -> str | None:
-    """The id an action returned (refund, return, message, order), for ``finish`` checks."""
-    if isinstance(result, dict):
-        for k in ("refund_id", "return_id", "message_id", "payment_id", "id", "order_id"):
-            v = result.get(k)
-            if isinstance(v, str):
-                return v
-    return None
-
-
 class Executor:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
@@ -80,7 +70,7 @@ class Executor:
                 key=key, tool=tool.name, arguments=args, proposal_id=proposal_id, run_id=run_id
             )
         if held is not None:
-            return self._already(held, proposal_id, start)
+            return self._already(held, tool, proposal_id, start)
         return await self._call_keyed(tool, args, replace(ctx, idempotency_key=key), key, start, audit)
 
     async def _call(self, tool: ToolDef, args: dict[str, Any], ctx: ToolContext, start: float) -> ExecOutcome:
@@ -129,11 +119,11 @@ class Executor:
                 raise
             return await self.reconcile(entry, tool, ctx, audit=audit, start=start)
         await self.ledger.settle(
-            key, status="succeeded", result=result, audit=[_executed(audit, key, result, start)] if audit else ()
+            key, status="succeeded", result=result, audit=[_executed(audit, tool, key, result, start)] if audit else ()
         )
         return ExecOutcome(result=result, is_error=False, latency_ms=_ms(start))
 
-    def _already(self, held: LedgerEntry, proposal_id: str | None, start: float) -> ExecOutcome:
+    def _already(self, held: LedgerEntry, tool: ToolDef, proposal_id: str | None, start: float) -> ExecOutcome:
         """The key is taken. Our own proposal's entry (a retry after a crash) answers with its
         result; an earlier operation's answers too, marked as a replay so no surface reports
         that something new happened."""
@@ -141,7 +131,7 @@ class Executor:
             if held.proposal_id is not None and held.proposal_id == proposal_id:
                 return ExecOutcome(result=held.result, is_error=False, latency_ms=_ms(start), deduplicated=True)
             return ExecOutcome(
-                result=replayed(held), is_error=False, latency_ms=_ms(start), deduplicated=True, replayed=True
+                result=replayed(held, tool), is_error=False, latency_ms=_ms(start), deduplicated=True, replayed=True
             )
         if held.status == "needs_human":
             return _needs_human(start)
@@ -171,7 +161,7 @@ class Executor:
                 entry.key,
                 status="succeeded",
                 result=result,
-                audit=[_executed(audit, entry.key, result, start)] if audit else (),
+                audit=[_executed(audit, tool, entry.key, result, start)] if audit else (),
             )
             return ExecOutcome(result=result, is_error=False, latency_ms=_ms(start), deduplicated=True)
         if tool.meta.retryable:
@@ -191,13 +181,13 @@ class Executor:
         return _needs_human(start)
 
 
-def replayed(held: LedgerEntry) -> dict[str, Any]:
+def replayed(held: LedgerEntry, tool: ToolDef) -> dict[str, Any]:
     """An earlier execution's result, saying plainly that it is one (the original id and time)."""
     body = held.result if isinstance(held.result, dict) else {"result": held.result}
     return {
         **body,
         "replayed": True,
-        "original_id": action_id_of(held.result),
+        "original_id": tool.action_id(held.result),
         "original_at": held.created_at.isoformat() if held.created_at else None,
         "message": "This was already done earlier with exactly these details; nothing new happened now.",
     }
@@ -216,13 +206,13 @@ def _needs_human(start: float) -> ExecOutcome:
     )
 
 
-def _executed(base: AuditEvent, key: str, result: Any, start: float) -> AuditEvent:
+def _executed(base: AuditEvent, tool: ToolDef, key: str, result: Any, start: float) -> AuditEvent:
     return replace(
         base,
         kind="execution.succeeded",
         idempotency_key=key,
         latency_ms=_ms(start),
-        data={**base.data, "action_id": action_id_of(result)},
+        data={**base.data, "action_id": tool.action_id(result)},
     )
 
 

@@ -151,28 +151,9 @@ class Gatekeeper:
         approval: Approval | None,
         pinned_key: str | None,
     ) -> Decision:
-        lim = self.policy.limits
-        if approval is None and facts.action_counts.total() >= lim.max_actions_per_run:
-            return Reject(
-                reason="run_action_limit_reached",
-                message="Too many actions in this conversation; escalate to a person.",
-            )
-        if facts.tool_counts[tool.name] >= lim.max_calls_per_tool_per_run:
-            return Reject(reason="tool_call_limit_reached", message="Escalate to a person.")
-        if tool.meta.requires_evidence:
-            cited = p.args.get("evidence") or []
-            if not cited:
-                return Reject(
-                    reason="evidence_required",
-                    message="Cite the evidence ids search_knowledge returned in this conversation.",
-                )
-            unknown = [e for e in cited if e not in facts.knowledge_ids]
-            if unknown:
-                return Reject(
-                    reason="evidence_not_retrieved",
-                    details={"unknown_evidence": unknown},
-                    message="Only evidence ids returned by search_knowledge in this run count.",
-                )
+        refusal = self._limits_and_evidence(tool, p, facts, approval)
+        if refusal is not None:
+            return refusal
         verdict = await self._approval_verdict(tool, p, facts, ctx)
         if isinstance(verdict, Reject):
             return verdict
@@ -203,6 +184,35 @@ class Gatekeeper:
                 routing=verdict.routing,
             )
         return Execute(key=key)
+
+    def _limits_and_evidence(
+        self, tool: ToolDef, p: Proposed, facts: RunFacts, approval: Approval | None
+    ) -> Reject | None:
+        """The run's action and per-tool caps, and the evidence an action must cite (retrieved in this run)."""
+        lim = self.policy.limits
+        if approval is None and facts.action_counts.total() >= lim.max_actions_per_run:
+            return Reject(
+                reason="run_action_limit_reached",
+                message="Too many actions in this conversation; escalate to a person.",
+            )
+        if facts.tool_counts[tool.name] >= lim.max_calls_per_tool_per_run:
+            return Reject(reason="tool_call_limit_reached", message="Escalate to a person.")
+        if not tool.meta.requires_evidence:
+            return None
+        cited = p.args.get("evidence") or []
+        if not cited:
+            return Reject(
+                reason="evidence_required",
+                message="Cite the evidence ids search_knowledge returned in this conversation.",
+            )
+        unknown = [e for e in cited if e not in facts.knowledge_ids]
+        if unknown:
+            return Reject(
+                reason="evidence_not_retrieved",
+                details={"unknown_evidence": unknown},
+                message="Only evidence ids returned by search_knowledge in this run count.",
+            )
+        return None
 
     async def _approval_verdict(
         self, tool: ToolDef, p: Proposed, facts: RunFacts, ctx: ToolContext

@@ -16,8 +16,7 @@ from agent.history import new_id
 from agent.notify import EscalationNotice, best_effort
 from agent.turn import Turn
 from storage.gates import ConfirmationCreated
-from storage.models import ApprovalRow, ConfirmationRow
-from storage.records import Approval, StoredMessage
+from storage.records import Approval, NewApproval, NewConfirmation, StoredMessage
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 
@@ -36,7 +35,7 @@ async def request_confirmation(
     for existing in await s.confirmations.pending(turn.conversation.id):
         if existing.tool == p.tool and existing.args_hash == p.hash and existing.principal == turn.principal.key:
             return ConfirmationCreated(confirmation=existing, superseded=())
-    row = ConfirmationRow(
+    new = NewConfirmation(
         id=new_id("cnf"),
         conversation_id=turn.conversation.id,
         run_id=turn.run.id,
@@ -47,8 +46,6 @@ async def request_confirmation(
         principal=turn.principal.key,
         code=confirmation_code(),
         summary=decision.summary,
-        status="pending",
-        version=1,
         target=decision.target,
         idempotency_key=decision.key,
         created_at=s.clock(),
@@ -58,9 +55,9 @@ async def request_confirmation(
         proposal_id=proposal_id,
         tool=p.tool,
         args_hash=p.hash,
-        data={"confirmation_id": row.id},
+        data={"confirmation_id": new.id},
     )
-    return await s.confirmations.create(row, audit=[event])
+    return await s.confirmations.create(new, audit=[event])
 
 
 async def consume_confirmation(turn: Turn, p: Proposed) -> None:
@@ -85,7 +82,7 @@ async def request_approval(
     s = turn.services
     now = s.clock()
     cited = p.args.get("evidence") or [] if isinstance(p.args, dict) else []
-    row = ApprovalRow(
+    new = NewApproval(
         id=new_id("apr"),
         proposal_id=proposal_id,
         run_id=turn.run.id,
@@ -95,14 +92,11 @@ async def request_approval(
         args_hash=p.hash,
         customer_id=turn.principal.customer_id,
         summary=decision.summary,
-        status="pending",
-        version=1,
         required_role=decision.required_role,
         approvals_required=decision.approvals_required,
-        decisions=[],
         requester=turn.principal.key,
         rationale=(turn.rationale or "")[:2000] or None,
-        evidence=[{"id": e, **turn.facts_notes().get(e, {})} for e in cited],
+        evidence=tuple({"id": e, **turn.facts_notes().get(e, {})} for e in cited),
         provenance=provenance(turn.history, p.args),
         idempotency_key=decision.key,
         policy_version=s.policy.version,
@@ -117,13 +111,13 @@ async def request_approval(
         args_hash=p.hash,
         idempotency_key=decision.key,
         data={
-            "approval_id": row.id,
+            "approval_id": new.id,
             "reason": decision.reason,
             "approvals_required": decision.approvals_required,
             **({"supersedes": supersedes.id} if supersedes else {}),
         },
     )
-    approval = await s.approvals.create(row, audit=[event])
+    approval = await s.approvals.create(new, audit=[event])
     await best_effort(s.notifier.approval_requested(approval))
     return approval
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from typing import Any
+from typing import Any, cast
 
-from agent.llm.base import Block, Message
+from agent.llm.base import Block, Message, TextBlock, ToolResultBlock
 from storage.records import StoredMessage
 
 EVENT_OPEN, EVENT_CLOSE = "<signoff_event>", "</signoff_event>"
@@ -31,15 +31,15 @@ def sanitize_user_text(text: str) -> str:
     return _FORGED_TAG.sub(lambda m: f"<{m.group(1)}signoff-event-quoted", text)
 
 
-def event_block(text: str) -> Block:
+def event_block(text: str) -> TextBlock:
     """A runtime event as the model reads it."""
     return {"type": "text", "text": f"{EVENT_OPEN}{text}{EVENT_CLOSE}"}
 
 
-def tool_result(tool_use_id: str, result: Any, is_error: bool) -> Block:
+def tool_result(tool_use_id: str, result: Any, is_error: bool) -> ToolResultBlock:
     """The ``tool_result`` block answering ``tool_use_id`` (JSON text; ``is_error`` when refused or failed)."""
     text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
-    block: Block = {"type": "tool_result", "tool_use_id": tool_use_id, "content": text}
+    block: ToolResultBlock = {"type": "tool_result", "tool_use_id": tool_use_id, "content": text}
     if is_error:
         block["is_error"] = True
     return block
@@ -50,13 +50,18 @@ def merged(history: list[StoredMessage]) -> list[Message]:
     out: list[Message] = []
     for m in history:
         if out and out[-1].role == m.role:
-            content = [*out[-1].content, *m.content]
+            content = [*out[-1].content, *blocks_of(m)]
             if m.role == "user":  # a repaired tool_result may follow newer user text; results go first
                 content.sort(key=lambda b: b.get("type") != "tool_result")
             out[-1] = Message(role=m.role, content=content)
         else:
-            out.append(Message(role=m.role, content=list(m.content)))
+            out.append(Message(role=m.role, content=blocks_of(m)))
     return out
+
+
+def blocks_of(m: StoredMessage) -> list[Block]:
+    """A stored message's content: blocks this runtime wrote (or a model adapter returned)."""
+    return cast(list[Block], list(m.content))
 
 
 __all__ = ["EVENT_CLOSE", "EVENT_OPEN", "event_block", "merged", "new_id", "sanitize_user_text", "tool_result"]

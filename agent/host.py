@@ -14,11 +14,13 @@ import uuid
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import structlog
 
 from agent import steps
+from agent.decisions import DecisionTag
 from agent.errors import DecisionError
 from agent.gatekeeper import Proposed, RunFacts, args_hash
 from agent.history import new_id
@@ -37,7 +39,7 @@ from tools.intent import classify
 class ApplyResult:
     """How the gate decided an action a person settled, and what came of it."""
 
-    decision: str
+    decision: DecisionTag
     result: Any
     is_error: bool
     approval: Approval | None
@@ -138,7 +140,7 @@ class Host:
                 prompt_version=PROMPT_VERSION,
                 policy_version=s.policy.version,
                 trace_id=uuid.uuid4().hex,
-                audit=[_run_event(run_id, principal, s.policy.version, s.model.model_name)],
+                audit=[_run_event(run_id, principal, s.policy.version, s.model.model_name, s.clock())],
             )
         # Every log line from here on carries the run's trace (structured JSON logs).
         structlog.contextvars.bind_contextvars(trace_id=run.trace_id, run_id=run.id, conversation_id=conv.id)
@@ -196,33 +198,8 @@ class Host:
         first judged; ``confirmation_id`` stores the outcome on that confirmation in the
         same transaction as the proposal's.
         """
-        s = self.s
         p = Proposed(tool=tool, args=args, hash=args_hash(tool, args))
-        prop_id = proposal_id or new_id("prop")
-        if proposal_id is None:
-            prop = NewProposal(
-                id=prop_id,
-                tool_use_id=f"runtime:{origin.partition(':')[2] or origin}",
-                origin=origin,
-                tool=tool,
-                arguments=args,
-                args_hash=p.hash,
-                principal=turn.principal.key,
-                step=turn.facts.step,
-                policy_version=s.policy.version,
-            )
-            await turn.commit(
-                StepWrite(
-                    conversation_id=turn.conversation.id,
-                    run_id=turn.run.id,
-                    new_proposals=[prop],
-                    audit=[
-                        turn.event(
-                            "proposal", proposal_id=prop_id, tool=tool, args_hash=p.hash, data={"origin": origin}
-                        )
-                    ],
-                )
-            )
+        prop_id = proposal_id or await _propose(turn, p, origin)
         ctx = steps.tool_context(turn, prop_id)
         async with steps.money_lock(turn, tool):
             decision = await steps.decide(
@@ -232,32 +209,26 @@ class Host:
         if is_error and isinstance(result, dict) and result.get("error") == "in_progress":
             # Another live process is carrying this very proposal out: its outcome will be recorded.
             raise DecisionError("conflict", "This action is being carried out right now; its outcome follows.")
-        new_approval = await s.approvals.get(turn.pending[-1].id) if decision.tag == "approval" else None
+        new_approval = await self.s.approvals.get(turn.pending[-1].id) if decision.tag == "approval" else None
         applied = ApplyResult(decision=decision.tag, result=result, is_error=is_error, approval=new_approval)
+        reason = getattr(decision, "reason", None)
+        outcome = ProposalOutcome(
+            id=prop_id, decision=decision.tag, reason=reason, result=result, is_error=is_error, idempotency_key=used_key
+        )
+        gate = turn.event(
+            f"gate.{decision.tag}",
+            proposal_id=prop_id,
+            tool=tool,
+            args_hash=p.hash,
+            idempotency_key=used_key,
+            data={"origin": origin, "is_error": is_error, "reason": reason},
+        )
         await turn.commit(
             StepWrite(
                 conversation_id=turn.conversation.id,
                 run_id=turn.run.id,
-                outcomes=[
-                    ProposalOutcome(
-                        id=prop_id,
-                        decision=decision.tag,
-                        reason=getattr(decision, "reason", None),
-                        result=result,
-                        is_error=is_error,
-                        idempotency_key=used_key,
-                    )
-                ],
-                audit=[
-                    turn.event(
-                        f"gate.{decision.tag}",
-                        proposal_id=prop_id,
-                        tool=tool,
-                        args_hash=p.hash,
-                        idempotency_key=used_key,
-                        data={"origin": origin, "is_error": is_error, "reason": getattr(decision, "reason", None)},
-                    )
-                ],
+                outcomes=[outcome],
+                audit=[gate],
                 run_state=turn.run_state(),
                 pending_ids=[x.id for x in turn.pending],
                 confirmation_outcome=(confirmation_id, applied.outcome()) if confirmation_id else None,
@@ -266,8 +237,30 @@ class Host:
         return applied
 
 
-def _run_event(run_id: str, principal: Principal, policy_version: str, model: str) -> AuditEvent:
+async def _propose(turn: Turn, p: Proposed, origin: str) -> str:
+    """Record a runtime proposal (what a person settled, re-judged now) with its audit event; its id."""
+    prop_id = new_id("prop")
+    prop = NewProposal(
+        id=prop_id,
+        tool_use_id=f"runtime:{origin.partition(':')[2] or origin}",
+        origin=origin,
+        tool=p.tool,
+        arguments=p.args,
+        args_hash=p.hash,
+        principal=turn.principal.key,
+        step=turn.facts.step,
+        policy_version=turn.services.policy.version,
+    )
+    event = turn.event("proposal", proposal_id=prop_id, tool=p.tool, args_hash=p.hash, data={"origin": origin})
+    await turn.commit(
+        StepWrite(conversation_id=turn.conversation.id, run_id=turn.run.id, new_proposals=[prop], audit=[event])
+    )
+    return prop_id
+
+
+def _run_event(run_id: str, principal: Principal, policy_version: str, model: str, at: datetime) -> AuditEvent:
     return AuditEvent(
+        ts=at,
         kind="run.started",
         run_id=run_id,
         principal=principal.key,

@@ -12,7 +12,7 @@ from typing import assert_never
 
 from agent import steps
 from agent.errors import BudgetExceeded, ModelUnavailable, StepLimitExceeded
-from agent.llm.base import Block, ModelResponse
+from agent.llm.base import ModelResponse, ToolUseBlock
 from agent.outcomes import TurnResult
 from agent.turn import Turn
 
@@ -25,7 +25,7 @@ class FinalAnswer:
 @dataclass(frozen=True, kw_only=True)
 class RunTools:
     response: ModelResponse
-    tool_uses: list[Block]
+    tool_uses: list[ToolUseBlock]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -96,7 +96,11 @@ class Metrics:
         self._tools = frozenset(known_tools)
         self._turn_cost: OrderedDict[str, float] = OrderedDict()
         self._requested: OrderedDict[str, datetime] = OrderedDict()
-        r = self.registry
+        self._outcome_metrics(self.registry)
+        self._gate_metrics(self.registry)
+        self._latency_and_cost_metrics(self.registry)
+
+    def _outcome_metrics(self, r: CollectorRegistry) -> None:
         self.conversations = Counter("signoff_conversations", "Conversations (agent runs) started.", registry=r)
         self.turns = Counter(
             "signoff_turns", "Turns ended, by outcome and channel.", ["outcome", "channel"], registry=r
@@ -105,6 +109,8 @@ class Metrics:
             "signoff_contained_turns", "Turns answered or finished without escalation.", ["channel"], registry=r
         )
         self.escalations = Counter("signoff_escalations", "Escalations to a person, by reason.", ["reason"], registry=r)
+
+    def _gate_metrics(self, r: CollectorRegistry) -> None:
         self.gate = Counter("signoff_gate_decisions", "Gate decisions, by decision.", ["decision"], registry=r)
         self.refusals = Counter("signoff_gate_refusals", "Gate rejections, by reason.", ["reason"], registry=r)
         self.intercepts = Counter("signoff_dedup_intercepts", "Repeated identical calls intercepted.", registry=r)
@@ -132,6 +138,8 @@ class Metrics:
             buckets=REFUND_BUCKETS,
             registry=r,
         )
+
+    def _latency_and_cost_metrics(self, r: CollectorRegistry) -> None:
         self.turn_latency = Histogram(
             "signoff_turn_latency_seconds", "Wall time of one turn.", ["channel"], buckets=LATENCY_BUCKETS, registry=r
         )

@@ -16,36 +16,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from agent.executor import action_id_of
 from agent.history import EVENT_CLOSE, EVENT_OPEN
 from agent.llm.base import Block, ModelRequest, ModelResponse
 from agent.llm.testing import make_response, text_block, tool_use_block
+from tools.catalogue import build_registry
+from tools.registry import Registry, ToolDef
 from tools.results import format_money
 
-GROUP_OF = {
-    "get_account": "account",
-    "list_payment_methods": "account",
-    "send_password_reset": "account",
-    "send_payment_link": "account",
-    "update_contact_details": "account",
-    "get_order": "orders",
-    "list_orders": "orders",
-    "track_shipment": "orders",
-    "cancel_order": "orders",
-    "update_shipping_address": "orders",
-    "create_reorder": "orders",
-    "send_message": "orders",
-    "get_return": "returns",
-    "list_returns": "returns",
-    "create_return": "returns",
-    "get_invoices": "billing",
-    "list_payments": "billing",
-    "issue_refund": "billing",
-    "retry_payment": "billing",
-}
 _ORDER_ID = re.compile(r"\bO-[0-9A-Za-z]{1,16}\b")
 _MONEY = re.compile(
     r"(?:[$€£]\s?(\d+(?:\.\d{1,2})?))|"
@@ -57,18 +37,6 @@ _STOP = frozenset(
     "where which who why to of in on for with and or it this that there have has about any if "
     "please hi hello thanks thank long take".split()
 )
-DONE_PHRASE = {
-    "issue_refund": "refunded {amount} on {order}",
-    "cancel_order": "cancelled order {order}",
-    "create_return": "opened return {id} for {order}",
-    "update_shipping_address": "updated the shipping address of {order}",
-    "retry_payment": "retried the payment on {order}",
-    "send_password_reset": "sent a password-reset link to the email on file",
-    "send_payment_link": "sent a payment link to the email on file",
-    "send_message": "sent the message to the contact on file",
-    "create_reorder": "placed a new order",
-    "update_contact_details": "updated the contact details",
-}
 Reply = list[Block] | str
 
 
@@ -100,6 +68,8 @@ class View:
     earlier_text: str
     past_events: tuple[str, ...]
     tools: frozenset[str]
+    #: What the planner knows of every tool (groups, result ids, how to say it was done).
+    catalogue: Registry = field(default_factory=build_registry)
 
     @property
     def low(self) -> str:
@@ -114,8 +84,10 @@ class View:
 
     def use(self, name: str, args: dict[str, Any], say: str = "") -> Reply:
         """Call ``name``, loading its group first when it is not offered."""
-        if name not in self.tools and name in GROUP_OF and not self.called("load_tools", group=GROUP_OF[name]):
-            return [tool_use_block("load_tools", {"group": GROUP_OF[name]})]
+        tool = self.catalogue.get(name)
+        group = tool.meta.group if tool is not None else "always"
+        if name not in self.tools and group != "always" and not self.called("load_tools", group=group):
+            return [tool_use_block("load_tools", {"group": group})]
         return ([text_block(say)] if say else []) + [tool_use_block(name, args)]
 
     def order_id(self) -> str | None:
@@ -156,7 +128,7 @@ def _calls(messages: list[Any]) -> list[Call]:
     return out
 
 
-def view_of(request: ModelRequest) -> View:
+def view_of(request: ModelRequest, catalogue: Registry | None = None) -> View:
     """Split the request into the trigger message (latest user text) and the turn's progress."""
     msgs = request.messages
     at = max(
@@ -176,18 +148,22 @@ def view_of(request: ModelRequest) -> View:
         earlier_text=" ".join(t for t in earlier if not t.startswith(EVENT_OPEN)),
         past_events=tuple(t for t in earlier if t.startswith(EVENT_OPEN)),
         tools=frozenset(t.name for t in request.tools),
+        catalogue=catalogue if catalogue is not None else build_registry(),
     )
 
 
 class DemoPlanner:
     """A deterministic ModelClient for ``signoff demo`` and ``serve`` without a key."""
 
+    def __init__(self, catalogue: Registry | None = None) -> None:
+        self.catalogue = catalogue if catalogue is not None else build_registry()
+
     @property
     def model_name(self) -> str:
         return "demo-planner"
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        return make_response(plan(view_of(request)), model=self.model_name, request=request)
+        return make_response(plan(view_of(request, self.catalogue)), model=self.model_name, request=request)
 
 
 # -- dispatch ------------------------------------------------------------------------------
@@ -312,22 +288,22 @@ def _done(v: View, summary: str, result: Any, *, approved: bool = False, call: C
     tool, args = (call.name, call.input) if call else ("", {})
     body = result if isinstance(result, dict) else {}
     amount = format_money(args["amount_minor"], args["currency"]) if "amount_minor" in args else ""
-    action = action_id_of(body)
+    known: ToolDef | None = v.catalogue.get(tool)
+    action = known.action_id(body) if known is not None else None
+    said = (known.done_phrase if known is not None else None) or "done it"
     if body.get("replayed"):  # the runtime says this had been done before: nothing new happened
         when = str(body.get("original_at") or "")[:10]
         return (
             f"That was already done earlier{' on ' + when if when else ''} (reference {action}), with exactly "
             "these details, so nothing new happened now."
         )
-    phrase = DONE_PHRASE.get(tool, "done it").format(amount=amount, order=args.get("order_id", ""), id=action)
+    phrase = said.format(amount=amount, order=args.get("order_id", ""), id=action)
     lead = "Good news: a supervisor approved it and I've " if approved else "Done — I've "
     ref = f" (reference {action})" if action and action not in phrase else ""
     say = f"{lead}{phrase}{ref}."
     if tool == "issue_refund":
         say += " It usually shows on your statement within 5–10 business days."
-    resolution = " ".join(
-        DONE_PHRASE.get(tool, "done it").format(amount=amount, order=args.get("order_id", ""), id="").split()
-    )
+    resolution = " ".join(said.format(amount=amount, order=args.get("order_id", ""), id="").split())
     finish = {
         "resolution": f"I {resolution}."[:1000],
         "action_ids": [action] if action else [],
@@ -404,7 +380,7 @@ def refund(v: View) -> Reply:
     if refundable <= 0:
         return f"Order {oid} has nothing left to refund: it was paid back in full earlier."
     evidence = _evidence(v, "refund window policy", "refund-policy@")
-    if not isinstance(evidence, tuple):
+    if not isinstance(evidence, Cited):
         return evidence
     amount = min(_amount(v) or refundable, refundable)
     args = {
@@ -412,7 +388,7 @@ def refund(v: View) -> Reply:
         "amount_minor": amount,
         "currency": order["currency"],
         "reason_code": _reason(v.low, _REFUND_REASONS, "customer_request"),
-        "evidence": list(evidence),
+        "evidence": list(evidence.ids),
     }
     return _act(v, "issue_refund", args)
 
@@ -432,14 +408,14 @@ def charged_twice(v: View) -> Reply:
             "statement is usually a temporary authorization hold that disappears within 3–5 business days."
         )
     evidence = _evidence(v, "duplicate charge", "double-charges@")
-    if not isinstance(evidence, tuple):
+    if not isinstance(evidence, Cited):
         return evidence
     args = {
         "order_id": dup[0]["order_id"],
         "amount_minor": dup[0]["amount_minor"],
         "currency": dup[0]["currency"],
         "reason_code": "duplicate_charge",
-        "evidence": list(evidence),
+        "evidence": list(evidence.ids),
     }
     return _act(v, "issue_refund", args)
 
@@ -466,14 +442,14 @@ def cancel(v: View) -> Reply:
             "it arrives I can start a return for you instead."
         )
     evidence = _evidence(v, "cancel order before shipping", "cancellations@")
-    if not isinstance(evidence, tuple):
+    if not isinstance(evidence, Cited):
         return evidence
     return _act(
         v,
         "cancel_order",
         {
             "order_id": order["order_id"],
-            "evidence": list(evidence),
+            "evidence": list(evidence.ids),
             "reason_code": _reason(v.low, _CANCEL_REASONS, "customer_request"),
         },
     )
@@ -597,12 +573,22 @@ def _order(v: View, *, prefer: tuple[str, ...]) -> dict[str, Any] | Reply:
     return dict(got.value)
 
 
-def _evidence(v: View, query: str, prefix: str) -> tuple[str, ...] | Reply:
+@dataclass(frozen=True, kw_only=True)
+class Cited:
+    """The knowledge an action cites (its evidence ids)."""
+
+    ids: tuple[str, ...]
+
+
+def _evidence(v: View, query: str, prefix: str) -> Cited | Reply:
+    """The evidence for an action, or the reply that fetches it (or says it is missing)."""
     search = v.called("search_knowledge", query=query)
     if search is None:
         return v.use("search_knowledge", {"query": query})
     ids = [h["evidence_id"] for h in _clean_hits(search.value) if h["evidence_id"].startswith(prefix)]
-    return tuple(ids[:1]) or "I couldn't find the policy that covers this, so I'll leave it for a colleague."
+    if not ids:
+        return "I couldn't find the policy that covers this, so I'll leave it for a colleague."
+    return Cited(ids=tuple(ids[:1]))
 
 
 def _clean_hits(value: Any) -> list[dict[str, Any]]:

@@ -14,10 +14,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.errors import ConfigError
-from tools.context import PrincipalKind, Rules
+from tools.context import PrincipalKind, Rules, StaffRole
 
 Stage = Literal["shadow", "assist", "reads", "actions", "full"]
-StaffRole = Literal["rep", "supervisor"]
 StagedKind = Literal["customer", "rep", "supervisor"]
 #: Amounts, counts and seconds in per-currency/per-tool tables: a negative one is a typo.
 NonNegative = Annotated[int, Field(ge=0)]

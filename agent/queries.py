@@ -19,7 +19,12 @@ from tools.context import Principal
 Role = Literal["user", "assistant", "event"]
 
 #: Tool-result statuses a person should see instead of a bare "ok".
-_STATUSES = {
+#: How one tool call ended, as a person reads it.
+CallOutcome = Literal[
+    "ok", "error", "confirmation_required", "pending_approval", "repeated", "recorded_not_executed", "unanswered"
+]
+
+_STATUSES: dict[str, CallOutcome] = {
     "CONFIRMATION_REQUIRED": "confirmation_required",
     "PENDING_APPROVAL": "pending_approval",
     "RECORDED_NOT_EXECUTED": "recorded_not_executed",
@@ -31,8 +36,7 @@ class ToolSummary:
     """One tool call as a person sees it: its name and how it ended."""
 
     name: str
-    #: ok | error | confirmation_required | pending_approval | repeated | recorded_not_executed | unanswered
-    outcome: str
+    outcome: CallOutcome
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,25 +117,34 @@ async def list_approvals(rt: Runtime, *, status: str | None, limit: int) -> list
 
 
 @dataclass
+class _Call:
+    """A tool call being rendered; its outcome is filled in when its result is read."""
+
+    id: str
+    name: str
+    outcome: CallOutcome = "unanswered"
+
+
+@dataclass
 class _Draft:
     seq: int
     role: Role
     text: str
-    tools: list[list[str]] = field(default_factory=list)  # [tool_use_id, name, outcome]
+    tools: list[_Call] = field(default_factory=list)
 
     def freeze(self) -> RenderedMessage:
         return RenderedMessage(
             seq=self.seq,
             role=self.role,
             text=self.text,
-            tools=tuple(ToolSummary(name=n, outcome=o) for _i, n, o in self.tools),
+            tools=tuple(ToolSummary(name=c.name, outcome=c.outcome) for c in self.tools),
         )
 
 
 def render_history(history: list[StoredMessage]) -> list[RenderedMessage]:
     """User and assistant text in order; runtime events apart; tool results folded into their calls."""
     drafts: list[_Draft] = []
-    calls: dict[str, list[str]] = {}
+    calls: dict[str, _Call] = {}
     for m in history:
         texts: list[str] = []
         for block in m.content:
@@ -143,15 +156,15 @@ def render_history(history: list[StoredMessage]) -> list[RenderedMessage]:
                 else:
                     texts.append(text)
             elif kind == "tool_use" and m.role == "assistant":
-                call = [str(block.get("id", "")), str(block.get("name", "")), "unanswered"]
-                calls[call[0]] = call
+                call = _Call(id=str(block.get("id", "")), name=str(block.get("name", "")))
+                calls[call.id] = call
                 if not drafts or drafts[-1].seq != m.seq or drafts[-1].role != "assistant":
                     drafts.append(_Draft(seq=m.seq, role="assistant", text=""))
                 drafts[-1].tools.append(call)
             elif kind == "tool_result":
                 answered = calls.get(str(block.get("tool_use_id", "")))
                 if answered is not None:
-                    answered[2] = _outcome(block)
+                    answered.outcome = _outcome(block)
         if texts:
             text = "\n".join(t for t in texts if t)
             if m.role == "assistant" and drafts and drafts[-1].seq == m.seq and drafts[-1].role == "assistant":
@@ -165,7 +178,7 @@ def _strip_event(text: str) -> str:
     return text.removeprefix(EVENT_OPEN).removesuffix(EVENT_CLOSE)
 
 
-def _outcome(block: dict[str, Any]) -> str:
+def _outcome(block: dict[str, Any]) -> CallOutcome:
     if block.get("is_error"):
         return "error"
     try:

@@ -66,7 +66,7 @@ class TurnControl:
             raise ToolFailure(
                 "unverified_sources", "search_knowledge did not return these ids.", unknown_sources=bad_sources
             )
-        claimed = claimed_actions(resolution)
+        claimed = claimed_actions(resolution, t.services.registry)
         missing = sorted(c for c in claimed if c not in {e["tool"] for e in done if not e.get("replayed")})
         if missing:
             replays = sorted({e["tool"] for e in done if e.get("replayed")} & set(missing))

@@ -10,6 +10,7 @@ from typing import Any
 
 from agent import approvals as approval_flow
 from agent import confirmations, continuation
+from agent.boundary import translated
 from agent.confirmations import Answer, AskWhich, ConfirmResult, Via
 from agent.errors import DecisionError
 from agent.history import event_block, sanitize_user_text
@@ -48,6 +49,7 @@ class Runtime(Host):
         assert result is not None  # without a message key every message is new
         return result
 
+    @translated
     async def take_message(
         self,
         *,
@@ -180,6 +182,7 @@ class Runtime(Host):
         )
 
     # -- confirmations ----------------------------------------------------------------
+    @translated
     async def confirm(
         self, confirmation_id: str, *, actor: Principal, accept: bool, via: Via = "api", deliver_later: bool = False
     ) -> ConfirmResult:
@@ -204,6 +207,7 @@ class Runtime(Host):
             await self.delivered(settled.turn)
         return settled
 
+    @translated
     async def carry_out_confirmation(self, confirmation_id: str, *, deliver: bool = False) -> TurnResult | None:
         """Finish an answered confirmation a crash interrupted (the worker's job); idempotent.
         With ``deliver``, the agent's answer goes to the conversation's face."""
@@ -218,6 +222,7 @@ class Runtime(Host):
         return reply
 
     # -- approvals (the one decision function lives in agent.approvals) -----------------
+    @translated
     async def decide(
         self,
         approval_id: str,
@@ -240,6 +245,7 @@ class Runtime(Host):
             via=via,
         )
 
+    @translated
     async def resume(self, approval_id: str) -> TurnResult | None:
         return await approval_flow.resume(self, approval_id)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from agent.executor import Executor
 from agent.gatekeeper import Gatekeeper
@@ -19,6 +19,8 @@ from storage.identities import IdentityLinks
 from storage.inbox import Deliveries, Inbox, ThreadBindings
 from storage.jobs import JobQueue
 from storage.ledger import Ledger
+from storage.locks import Locks
+from storage.records import wall_clock
 from tools.backend import CommerceBackend
 from tools.catalogue import build_registry
 from tools.registry import Registry
@@ -31,6 +33,8 @@ class Services:
     confirmations: ConfirmationRepo
     approvals: ApprovalRepo
     ledger: Ledger
+    #: Named locks (a customer's money actions one at a time).
+    locks: Locks
     jobs: JobQueue
     audit: AuditLog
     registry: Registry
@@ -58,19 +62,22 @@ def build_services(
     clock: Callable[[], datetime] | None = None,
 ) -> Services:
     """The runtime's collaborators over ``db`` and the shop's ``backend`` (the composition root chooses it)."""
-    clock = clock or (lambda: datetime.now(UTC))
+    clock = clock or wall_clock
     policy = policy or load_policy()
     registry = build_registry()
     jobs = JobQueue(db, clock=clock)
     confirmations = ConfirmationRepo(db)
     approvals = ApprovalRepo(db, jobs)
-    ledger = Ledger(db)
+    ledger = Ledger(db, clock=clock)
     return Services(
         db=db,
+        # Conversations, runs and proposals stay stamped with the real time: their rows are
+        # ordered by those stamps, which a frozen test clock would tie.
         conversations=ConversationRepo(db),
         confirmations=confirmations,
         approvals=approvals,
         ledger=ledger,
+        locks=Locks(db),
         jobs=jobs,
         audit=AuditLog(db),
         registry=registry,

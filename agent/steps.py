@@ -15,16 +15,16 @@ from typing import Any
 
 from agent import gates
 from agent.decisions import Decision, Execute, Intercept, NeedsApproval, NeedsConfirmation, Record, Reject
-from agent.executor import ExecOutcome, action_id_of
+from agent.executor import ExecOutcome
 from agent.gatekeeper import Proposed, args_hash
-from agent.history import new_id, tool_result
-from agent.llm.base import Block, ModelResponse
+from agent.history import blocks_of, new_id, tool_result
+from agent.llm.base import Block, ModelResponse, ToolUseBlock, is_tool_use
 from agent.outcomes import Pending, TurnResult
 from agent.run_control import TurnControl, TurnDesk
 from agent.turn import Turn
 from agent.wording import GIVE_UP_REPLY, REFUSAL_REPLY
 from storage.audit import AuditEvent
-from storage.ledger import LockBusy
+from storage.locks import LockBusy
 from storage.records import Approval, Proposal
 from storage.steps import ConcurrentTurn, LostRace, NewProposal, ProposalOutcome
 from tools.context import ToolContext
@@ -114,7 +114,7 @@ def finished(turn: Turn) -> TurnResult:
 # -- running tools ------------------------------------------------------------------------
 
 
-async def run_tools(turn: Turn, response: ModelResponse | None, uses: list[Block]) -> Finished | Ran:
+async def run_tools(turn: Turn, response: ModelResponse | None, uses: list[ToolUseBlock]) -> Finished | Ran:
     """Persist the proposals, judge and act on each, persist the results. ``response``
     is ``None`` when repairing a history whose tool calls were never answered."""
     known = await _known(turn, response, uses)
@@ -167,7 +167,7 @@ async def run_tools(turn: Turn, response: ModelResponse | None, uses: list[Block
     return Finished() if done else Ran()
 
 
-async def _known(turn: Turn, response: ModelResponse | None, uses: list[Block]) -> dict[str, Proposal]:
+async def _known(turn: Turn, response: ModelResponse | None, uses: list[ToolUseBlock]) -> dict[str, Proposal]:
     """Only a repair (no fresh response) can meet proposals that already exist."""
     if response is not None:
         return {}
@@ -175,7 +175,7 @@ async def _known(turn: Turn, response: ModelResponse | None, uses: list[Block]) 
 
 
 async def handle(
-    turn: Turn, use: Block, proposal_id: str, *, repairing: bool = False
+    turn: Turn, use: ToolUseBlock, proposal_id: str, *, repairing: bool = False
 ) -> tuple[Any, bool, ProposalOutcome, AuditEvent]:
     """Judge one proposal and act on the decision; its outcome and its gate audit event."""
     name, args = str(use.get("name", "")), use.get("input")
@@ -244,7 +244,7 @@ def money_lock(turn: Turn, tool: str) -> AbstractAsyncContextManager[None]:
     t = turn.services.registry.get(tool)
     if t is None or (t.money is None and t.money_at_stake is None) or not turn.principal.customer_id:
         return nullcontext()
-    return turn.services.ledger.exclusive(f"money:{turn.principal.customer_id}")
+    return turn.services.locks.exclusive(f"money:{turn.principal.customer_id}")
 
 
 async def act(
@@ -340,7 +340,7 @@ async def execute(turn: Turn, p: Proposed, proposal_id: str, ctx: ToolContext, k
             turn.facts.recent.clear()  # the world changed: earlier reads are not to be replayed
         if not outcome.is_error and tool.meta.needs_confirmation:
             await gates.consume_confirmation(turn, p)
-            done = {"tool": p.tool, "action_id": action_id_of(outcome.result), "proposal_id": proposal_id}
+            done = {"tool": p.tool, "action_id": tool.action_id(outcome.result), "proposal_id": proposal_id}
             turn.executed.append({**done, "replayed": True} if outcome.replayed else done)
     turn.facts.tool_counts[p.tool] += 1
     if outcome.needs_human:
@@ -357,7 +357,7 @@ async def repair(turn: Turn) -> None:
         return
     # The user may have written again before anyone repaired the turn.
     answered = {b.get("tool_use_id") for m in history[last + 1 :] for b in m.content if b.get("type") == "tool_result"}
-    uses = [b for b in history[last].content if b.get("type") == "tool_use" and b.get("id") not in answered]
+    uses = [b for b in blocks_of(history[last]) if is_tool_use(b) and b.get("id") not in answered]
     if uses:
         await run_tools(turn, None, uses)
 

@@ -168,7 +168,7 @@ class Turn:
             step.run_steps_delta = self.flush_steps(0)
         self._saved.update(state=state, groups=groups, pending=pending)
 
-    def ended(self, outcome: str) -> AuditEvent:
+    def ended(self, outcome: Outcome) -> AuditEvent:
         """The ``turn.ended`` audit event (outcome, iterations, tokens, latency)."""
         return self.event(
             "turn.ended",
@@ -186,6 +186,7 @@ class Turn:
     # -- the recorder --------------------------------------------------------------------
     def event(self, kind: str, **fields: Any) -> AuditEvent:
         """An audit event of this run, with its principal, model, prompt and policy versions."""
+        fields.setdefault("ts", self.services.clock())
         return AuditEvent(
             kind=kind,
             run_id=self.run.id,

@@ -31,6 +31,7 @@ from storage.checkpoints import Checkpoint
 from storage.db import Database, create_database
 from storage.inbox import INBOUND_JOB, Inbound
 from storage.jobs import Job
+from storage.records import wall_clock
 
 if TYPE_CHECKING:
     from bot.slack.face import SlackFace
@@ -51,7 +52,7 @@ def sandbox_services(
     clock: Callable[[], datetime] | None = None,
 ) -> Services:
     """The runtime's collaborators with the sandbox store as the shop (this deployment's choice)."""
-    clock = clock or (lambda: datetime.now(UTC))
+    clock = clock or wall_clock
     return build_services(
         db=db, model=model, backend=SandboxStore(db, clock=clock), policy=policy, notifier=notifier, clock=clock
     )
@@ -186,7 +187,8 @@ async def create_app(
     instrumented = TracedModel(
         InstrumentedModel(model or build_model(settings, metrics), metrics), provider=settings.provider
     )
-    backend = SandboxStore(db, clock=clock or (lambda: datetime.now(UTC)))
+    clock = clock or wall_clock  # the one clock of every timestamp: the shop's and the runtime's
+    backend = SandboxStore(db, clock=clock)
     mailer, faces = email_face(settings, backend)
     routed = RoutingNotifier(faces=faces, fallback=notifier or LogNotifier())
     services = build_services(db=db, model=instrumented, backend=backend, policy=policy, notifier=routed, clock=clock)

@@ -17,10 +17,8 @@ from aiohttp import web
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from agent.errors import DecisionError, ModelUnavailable
+from agent.errors import Busy, DecisionError, ModelUnavailable
 from bot.api import wording as say
-from storage.ledger import LockBusy
-from storage.steps import ConcurrentTurn
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +150,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = error_response(exc.code, exc.message)
     except DecisionError as exc:
         response = error_response(exc.code if exc.code in STATUS else "invalid", str(exc))
-    except (ConcurrentTurn, LockBusy):
+    except Busy:
         response = error_response("conflict", say.BUSY)
     except ModelUnavailable:
         response = error_response("unavailable", say.MODEL_UNAVAILABLE)

@@ -41,6 +41,7 @@ from tools.backend import (
     ReturnItem,
     ReturnStatus,
     Shipment,
+    ShipmentStatus,
     StaffMember,
 )
 
@@ -215,7 +216,7 @@ def decode(cls: type[T], data: dict[str, Any]) -> T:
 CARRIERS = ("UPS", "FedEx", "USPS", "DHL")
 SHIP_AFTER = timedelta(days=1)
 DELIVERY_ESTIMATE = timedelta(days=5)
-_SHIPMENT_STATUS = {
+_SHIPMENT_STATUS: dict[str, ShipmentStatus] = {
     "PENDING": "not_shipped",
     "PAID": "not_shipped",
     "SHIPPED": "in_transit",

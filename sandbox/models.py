@@ -1,4 +1,4 @@
-"""ORM classes of the sandbox store (tables prefixed ``store_``). They never leave ``storage/``.
+"""ORM classes of the sandbox store (tables prefixed ``store_``). They never leave ``sandbox/``.
 
 The sandbox store is the demo shop's system of record behind
 :class:`sandbox.store.SandboxStore`. Every time is stored as UTC
@@ -41,6 +41,7 @@ class UTCDateTime(TypeDecorator[datetime]):
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Store aware times as naive UTC."""
         if value is None:
             return None
         if value.tzinfo is None:
@@ -49,6 +50,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Read stored times back as aware UTC."""
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
@@ -62,6 +64,8 @@ def _autoinc() -> Any:
 
 
 class StoreCustomerRow(Base):
+    """A customer of the sandbox shop."""
+
     __tablename__ = "store_customers"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
@@ -81,6 +85,8 @@ Index("ix_store_customers_email_lower", func.lower(StoreCustomerRow.email))
 
 
 class StorePaymentMethodRow(Base):
+    """A saved card of a customer."""
+
     __tablename__ = "store_payment_methods"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
@@ -93,6 +99,8 @@ class StorePaymentMethodRow(Base):
 
 
 class StoreStaffRow(Base):
+    """A staff member (rep or supervisor)."""
+
     __tablename__ = "store_staff"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
@@ -102,6 +110,8 @@ class StoreStaffRow(Base):
 
 
 class StoreOrderRow(Base):
+    """An order."""
+
     __tablename__ = "store_orders"
     __table_args__ = (Index("ix_store_orders_customer_placed", "customer_id", "placed_at"),)
 
@@ -119,6 +129,8 @@ class StoreOrderRow(Base):
 
 
 class StoreOrderItemRow(Base):
+    """One line of an order."""
+
     __tablename__ = "store_order_items"
 
     id: Mapped[int] = mapped_column(_autoinc(), primary_key=True, autoincrement=True)
@@ -131,6 +143,8 @@ class StoreOrderItemRow(Base):
 
 
 class StorePaymentRow(Base):
+    """A payment on an order."""
+
     __tablename__ = "store_payments"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
@@ -142,6 +156,8 @@ class StorePaymentRow(Base):
 
 
 class StoreReturnRow(Base):
+    """A return on an order."""
+
     __tablename__ = "store_returns"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
@@ -154,6 +170,8 @@ class StoreReturnRow(Base):
 
 
 class StoreReturnItemRow(Base):
+    """One line of a return."""
+
     __tablename__ = "store_return_items"
 
     id: Mapped[int] = mapped_column(_autoinc(), primary_key=True, autoincrement=True)
@@ -164,6 +182,8 @@ class StoreReturnItemRow(Base):
 
 
 class StoreRefundRow(Base):
+    """A refund on an order."""
+
     __tablename__ = "store_refunds"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
@@ -178,6 +198,8 @@ class StoreRefundRow(Base):
 
 
 class StoreInvoiceRow(Base):
+    """An invoice of an order."""
+
     __tablename__ = "store_invoices"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
@@ -188,6 +210,8 @@ class StoreInvoiceRow(Base):
 
 
 class StoreKnowledgeDocRow(Base):
+    """A knowledge document (policy or help article)."""
+
     __tablename__ = "store_knowledge_docs"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
@@ -215,6 +239,8 @@ class StoreKnowledgeSectionRow(Base):
 
 
 class StoreOutboxRow(Base):
+    """A message the shop sent (email or SMS)."""
+
     __tablename__ = "store_outbox"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)

@@ -22,8 +22,10 @@ async def upgrade(url: str, revision: str = "heads") -> None:
 
 
 async def downgrade(url: str, revision: str) -> None:
+    """Migrate ``url`` down to ``revision`` (the runtime's revisions and the store's)."""
     await migrate.downgrade(url, revision, sources=[SOURCE])
 
 
 def heads() -> list[str]:
+    """The head revisions of the runtime's and the store's branches."""
     return migrate.heads([SOURCE])

@@ -12,7 +12,7 @@ key, rolls back its side effects and returns the winner's stored result.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import func, select
@@ -30,6 +30,7 @@ from sandbox.models import (
     StoreStaffRow,
 )
 from storage.db import Database
+from storage.records import wall_clock
 from tools.backend import (
     Address,
     BackendError,
@@ -53,10 +54,6 @@ from tools.backend import (
 T = TypeVar("T")
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 def _by_customer(customer_id: str) -> Any:
     return StoreOrderRow.customer_id == customer_id
 
@@ -66,7 +63,7 @@ class SandboxStore:
 
     def __init__(self, db: Database, *, clock: Callable[[], datetime] | None = None) -> None:
         self._db = db
-        self._clock = clock or _utcnow
+        self._clock = clock or wall_clock
 
     # -- identity and staff -------------------------------------------------
     async def _one(self, stmt: Any, convert: Callable[[Any], T]) -> T | None:

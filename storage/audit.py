@@ -39,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.db import Database
 from storage.models import AuditEventRow, AuditHeadRow
+from storage.records import wall_clock
 
 GENESIS_HASH = "0" * 64
 _HEAD_ID = 1
@@ -149,7 +150,8 @@ class AuditEvent:
     policy_version: str | None = None
     latency_ms: float | None = None
     data: dict[str, Any] = field(default_factory=dict)
-    ts: datetime = field(default_factory=lambda: datetime.now(UTC))
+    #: When it happened: the injected clock's time (``Services.clock``); the real time if none is given.
+    ts: datetime = field(default_factory=wall_clock)
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, str) or not self.kind:
@@ -376,49 +378,27 @@ class AuditLog:
                 f"the log ends at seq {bound}, before the checkpointed seq {last_seq}: rows deleted or the log wiped",
                 checkpoint_seq=last_seq,
             )
-        matched = last_seq
-        while last_seq < bound:
-            rows = await self._batch(last_seq, bound, batch)
+        walked = await self._walk(_Walked(seq=last_seq, hash=last_hash), bound, batch, anchors)
+        if isinstance(walked, VerifyResult):
+            return walked
+        return _check_end(head, anchors, walked)
+
+    async def _walk(self, start: _Walked, bound: int, batch: int, anchors: Mapping[int, str]) -> VerifyResult | _Walked:
+        """Check every row after ``start`` up to ``bound``: the first broken one, or where the walk ended."""
+        last, matched = start, start.seq
+        while last.seq < bound:
+            rows = await self._batch(last.seq, bound, batch)
             if not rows:
-                return _broken(last_seq + 1, f"deleted tail: the head is at seq {bound}")
+                return _broken(last.seq + 1, f"deleted tail: the head is at seq {bound}")
             for row in rows:
                 values = dict(row._mapping)
-                seq = values["seq"]
-                if seq != last_seq + 1:
-                    return _broken(last_seq + 1, f"missing row: next row is seq {seq}")
-                if values["prev_hash"] != last_hash:
-                    return _broken(seq, "prev_hash does not link to the previous row")
-                if chain_hash(last_hash, values) != values["hash"]:
-                    return _broken(seq, "hash does not match the row's contents")
-                signed = anchors.get(seq)
-                if signed is not None:
-                    if signed != values["hash"]:
-                        return _broken(
-                            seq,
-                            f"seq {seq} is not the row its checkpoint signed: history between "
-                            f"seq {matched + 1} and {seq} was rewritten and re-chained",
-                            checkpoint_seq=seq,
-                        )
-                    matched = seq
-                last_seq, last_hash = seq, values["hash"]
-        beyond = [seq for seq in anchors if seq > last_seq]
-        if beyond:
-            top = max(beyond)
-            return _broken(
-                last_seq + 1,
-                f"checkpointed seq {top} is gone: the log ends at seq {last_seq} "
-                "(rows deleted or the log wiped, the head rewritten to match)",
-                checkpoint_seq=top,
-            )
-        if head.seq is None:
-            if last_seq == 0:
-                return _ok(0, GENESIS_HASH)
-            return _broken(last_seq, "the audit head row is missing")
-        if head.hash != last_hash:
-            return _broken(last_seq, "the head hash does not match the last row")
-        if head.max_seq > head.seq:
-            return _broken(head.seq + 1, f"row beyond the head (seq {head.seq}): inserted")
-        return _ok(last_seq, last_hash)
+                broken = _check_row(values, last, anchors.get(values["seq"]), matched)
+                if broken is not None:
+                    return broken
+                if values["seq"] in anchors:
+                    matched = values["seq"]
+                last = _Walked(seq=values["seq"], hash=values["hash"])
+        return last
 
     async def _snapshot(self) -> _Snapshot:
         """Head and highest stored seq, read in one statement (one snapshot)."""
@@ -443,6 +423,55 @@ class _Snapshot:
     seq: int | None  # None: no head row
     hash: str | None
     max_seq: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Walked:
+    """The last row a walk checked (or the trusted start): its seq and hash."""
+
+    seq: int
+    hash: str
+
+
+def _check_row(values: dict[str, Any], last: _Walked, signed: str | None, matched: int) -> VerifyResult | None:
+    """The row after ``last``: linked, intact and, when checkpointed, the row the checkpoint signed."""
+    seq = values["seq"]
+    if seq != last.seq + 1:
+        return _broken(last.seq + 1, f"missing row: next row is seq {seq}")
+    if values["prev_hash"] != last.hash:
+        return _broken(seq, "prev_hash does not link to the previous row")
+    if chain_hash(last.hash, values) != values["hash"]:
+        return _broken(seq, "hash does not match the row's contents")
+    if signed is not None and signed != values["hash"]:
+        return _broken(
+            seq,
+            f"seq {seq} is not the row its checkpoint signed: history between "
+            f"seq {matched + 1} and {seq} was rewritten and re-chained",
+            checkpoint_seq=seq,
+        )
+    return None
+
+
+def _check_end(head: _Snapshot, anchors: Mapping[int, str], last: _Walked) -> VerifyResult:
+    """Where the walk ended against the checkpoints and the head row."""
+    beyond = [seq for seq in anchors if seq > last.seq]
+    if beyond:
+        top = max(beyond)
+        return _broken(
+            last.seq + 1,
+            f"checkpointed seq {top} is gone: the log ends at seq {last.seq} "
+            "(rows deleted or the log wiped, the head rewritten to match)",
+            checkpoint_seq=top,
+        )
+    if head.seq is None:
+        if last.seq == 0:
+            return _ok(0, GENESIS_HASH)
+        return _broken(last.seq, "the audit head row is missing")
+    if head.hash != last.hash:
+        return _broken(last.seq, "the head hash does not match the last row")
+    if head.max_seq > head.seq:
+        return _broken(head.seq + 1, f"row beyond the head (seq {head.seq}): inserted")
+    return _ok(last.seq, last.hash)
 
 
 def _ok(count: int, head_hash: str) -> VerifyResult:

@@ -42,6 +42,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from storage.audit import AuditLog, VerifyResult, canonical_json, iso_utc
+from storage.records import wall_clock
 
 DOMAIN = b"signoff/audit-checkpoint/v1\n"
 VERSION = 1
@@ -69,6 +70,7 @@ class Checkpoint:
     line: int = 0
 
     def to_line(self) -> str:
+        """The checkpoint as one JSON line (what the checkpoint file holds)."""
         body = {**_body(self.seq, self.hash, self.ts, self.key_id), "sig": self.sig}
         return json.dumps(body, sort_keys=True, separators=(",", ":")) + "\n"
 
@@ -150,7 +152,7 @@ def _load_pem(path: Path) -> object:
 
 def sign(key: Ed25519PrivateKey, *, seq: int, hash_: str, ts: datetime | None = None) -> Checkpoint:
     """A checkpoint of head ``(seq, hash_)`` at ``ts`` (default now), signed with ``key``."""
-    when = (ts or datetime.now(UTC)).astimezone(UTC)
+    when = (ts or wall_clock()).astimezone(UTC)
     when = datetime.fromisoformat(iso_utc(when).replace("Z", "+00:00"))  # what the file will hold
     kid = key_id(key.public_key())
     sig = key.sign(_message(seq, hash_, when, kid))

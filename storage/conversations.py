@@ -9,7 +9,7 @@ crash leaves history, proposals and audit consistent.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Table, func, insert, select, update
@@ -26,7 +26,7 @@ from storage.models import (
     RunRow,
     TokenUsageRow,
 )
-from storage.records import Conversation, Proposal, Run, StoredMessage, aware
+from storage.records import Clock, Conversation, Proposal, Run, StoredMessage, aware, wall_clock
 from storage.steps import (
     ConcurrentTurn,
     StepWrite,
@@ -34,11 +34,8 @@ from storage.steps import (
 )
 
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 def to_conversation(row: ConversationRow) -> Conversation:
+    """The frozen record of a conversation row."""
     return Conversation(
         id=row.id,
         channel=row.channel,
@@ -52,11 +49,12 @@ def to_conversation(row: ConversationRow) -> Conversation:
         prompt_version=row.prompt_version,
         next_seq=row.next_seq,
         meta=dict(row.meta or {}),
-        created_at=aware(row.created_at) or utcnow(),
+        created_at=aware(row.created_at) or wall_clock(),
     )
 
 
 def to_run(row: RunRow) -> Run:
+    """The frozen record of a run row."""
     return Run(
         id=row.id,
         conversation_id=row.conversation_id,
@@ -79,6 +77,7 @@ def _stale(row: RunRow, older_than: datetime) -> bool:
 
 
 def to_proposal(row: ProposalRow) -> Proposal:
+    """The frozen record of a proposal row."""
     return Proposal(
         id=row.id,
         run_id=row.run_id,
@@ -96,7 +95,7 @@ def to_proposal(row: ProposalRow) -> Proposal:
         result=row.result,
         is_error=row.is_error,
         policy_version=row.policy_version,
-        created_at=aware(row.created_at) or utcnow(),
+        created_at=aware(row.created_at) or wall_clock(),
     )
 
 
@@ -105,6 +104,8 @@ _RUNS: Table = RunRow.__table__  # type: ignore[assignment]
 
 @dataclass(frozen=True, kw_only=True)
 class TurnState:
+    """What a turn loads at once: the conversation, its latest run, history, proposals, tokens used."""
+
     history: list[StoredMessage]
     proposals: list[Proposal]
     tokens_used: int
@@ -113,8 +114,11 @@ class TurnState:
 class ConversationRepo:
     """Conversations, history, runs, proposals, usage and case notes."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, clock: Clock = wall_clock) -> None:
         self.db = db
+        #: Stamps rows that are ordered by time (runs, proposals, notes): the composition root
+        #: keeps the real time here, so a frozen clock cannot tie their order.
+        self._clock = clock
 
     async def create(
         self,
@@ -131,7 +135,7 @@ class ConversationRepo:
         meta: dict[str, Any] | None = None,
     ) -> Conversation:
         """Insert-if-absent on ``external_ref`` (a Slack thread, an email thread)."""
-        now = utcnow()
+        now = self._clock()
         row = ConversationRow(
             id=id,
             channel=channel,
@@ -160,11 +164,13 @@ class ConversationRepo:
         return to_conversation(row)
 
     async def get(self, conversation_id: str) -> Conversation | None:
+        """The conversation ``conversation_id``, if it exists."""
         async with self.db.reader() as s:
             row = await s.get(ConversationRow, conversation_id)
             return to_conversation(row) if row else None
 
     async def get_by_external_ref(self, external_ref: str) -> Conversation | None:
+        """The conversation bound to ``external_ref`` (a Slack thread, an email thread), if any."""
         async with self.db.reader() as s:
             row = (
                 await s.execute(select(ConversationRow).where(ConversationRow.external_ref == external_ref))
@@ -172,10 +178,12 @@ class ConversationRepo:
             return to_conversation(row) if row else None
 
     async def set_meta(self, conversation_id: str, meta: dict[str, Any]) -> None:
+        """Replace the conversation's ``meta``."""
         async with self.db.sessions() as s, s.begin():
             await s.execute(update(ConversationRow).where(ConversationRow.id == conversation_id).values(meta=meta))
 
     async def history(self, conversation_id: str) -> list[StoredMessage]:
+        """The conversation's messages in seq order."""
         async with self.db.reader() as s:
             rows = (
                 await s.execute(
@@ -214,7 +222,8 @@ class ConversationRepo:
         trace_id: str,
         audit: list[AuditEvent] | None = None,
     ) -> Run:
-        now = utcnow()
+        """Insert a running run of the conversation (with its audit events)."""
+        now = self._clock()
         row = RunRow(
             id=id,
             conversation_id=conversation_id,
@@ -307,7 +316,7 @@ class ConversationRepo:
             res = conn.execute(
                 update(_RUNS)
                 .where(RunRow.id == run.id, RunRow.status == "running", held)
-                .values(holder=process_id(), updated_at=utcnow())
+                .values(holder=process_id(), updated_at=self._clock())
             )
             return bool(res.rowcount == 1)
 
@@ -352,12 +361,14 @@ class ConversationRepo:
             return to_proposal(row) if row else None
 
     async def get_run(self, run_id: str) -> Run | None:
+        """The run ``run_id``, if it exists."""
         async with self.db.reader() as s:
             row = await s.get(RunRow, run_id)
             return to_run(row) if row else None
 
     # -- proposals -------------------------------------------------------------
     async def proposals(self, run_id: str) -> list[Proposal]:
+        """The run's proposals, oldest first."""
         async with self.db.reader() as s:
             rows = (
                 (
@@ -373,11 +384,13 @@ class ConversationRepo:
             return [to_proposal(r) for r in rows]
 
     async def get_proposal(self, proposal_id: str) -> Proposal | None:
+        """The proposal ``proposal_id``, if it exists."""
         async with self.db.reader() as s:
             row = await s.get(ProposalRow, proposal_id)
             return to_proposal(row) if row else None
 
     async def proposals_by_tool_use(self, conversation_id: str, tool_use_ids: list[str]) -> dict[str, Proposal]:
+        """The conversation's proposals for these tool_use ids, by tool_use id."""
         if not tool_use_ids:
             return {}
         async with self.db.reader() as s:
@@ -401,7 +414,7 @@ class ConversationRepo:
         step carries an ``event_key`` the conversation already holds (nothing was written).
 
         Raises :class:`~storage.steps.LostRace` when its confirmation move lost a race."""
-        now = utcnow()
+        now = self._clock()
         try:
             return await self.db.write(lambda conn, ctx: write_step(conn, ctx, step, now))
         except IntegrityError as exc:
@@ -443,13 +456,14 @@ class ConversationRepo:
         audit: list[AuditEvent] | None = None,
         status: str | None = None,
     ) -> int:
+        """Append a case note (optionally setting the conversation's status); its id."""
         async with self.db.sessions() as s, s.begin():
             row = CaseNoteRow(
                 conversation_id=conversation_id,
                 author=author,
                 kind=kind,
                 text=text,
-                created_at=utcnow(),
+                created_at=self._clock(),
             )
             s.add(row)
             if status is not None:
@@ -462,6 +476,7 @@ class ConversationRepo:
             return row.id
 
     async def case_notes(self, conversation_id: str) -> list[tuple[str, str, str]]:
+        """The conversation's case notes as ``(kind, author, text)``, oldest first."""
         async with self.db.reader() as s:
             rows = (
                 await s.execute(

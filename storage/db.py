@@ -80,6 +80,7 @@ class Database:
 
     @classmethod
     def of(cls, engine: AsyncEngine) -> Database:
+        """A Database over an engine built elsewhere."""
         observers: list[Observer] = []
         sessions = async_sessionmaker(
             engine,
@@ -124,9 +125,11 @@ class Database:
 
     @property
     def is_postgres(self) -> bool:
+        """Whether the engine is PostgreSQL (else SQLite)."""
         return self.engine.dialect.name == "postgresql"
 
     async def dispose(self) -> None:
+        """Close the engine's connections."""
         await self.engine.dispose()
         if self.sync_writer is not None:
             self.sync_writer.close()
@@ -154,6 +157,7 @@ class SyncWriter:
 
     @classmethod
     def for_url(cls, async_url: str) -> SyncWriter | None:
+        """A writer for a SQLite file at ``async_url``; ``None`` for an in-memory database."""
         url = make_url(async_url)
         if not url.database or url.database == ":memory:":
             return None  # an in-memory database is private to its connection
@@ -162,6 +166,7 @@ class SyncWriter:
         return cls(engine)
 
     async def run(self, fn: Callable[[Connection, WriteContext], T], ctx: WriteContext) -> T:
+        """Run ``fn`` in one write transaction on the writer's connection."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self._tx, fn, ctx)
 
@@ -170,11 +175,13 @@ class SyncWriter:
             return fn(conn, ctx)
 
     def close(self) -> None:
+        """Close the writer's connection."""
         self.engine.dispose()
         self._pool.shutdown(wait=False)
 
 
 def is_sqlite_url(url: str) -> bool:
+    """Whether ``url`` names a SQLite database."""
     return url.startswith("sqlite")
 
 

@@ -7,7 +7,7 @@ concurrent deliveries of the same id exactly one is told "first time".
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import cast
 
 from sqlalchemy import Table
@@ -15,6 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from storage.db import Database
 from storage.models import ProcessedEventRow
+from storage.records import wall_clock
 
 _EVENTS = cast(Table, ProcessedEventRow.__table__)
 #: The column's width; longer ids are refused by the caller (they hash them first).
@@ -28,7 +29,7 @@ async def first_time(db: Database, event_id: str, source: str, *, at: datetime |
     dialect = postgresql if db.is_postgres else sqlite
     stmt = (
         dialect.insert(_EVENTS)
-        .values(event_id=event_id, source=source[:16], received_at=at or datetime.now(UTC))
+        .values(event_id=event_id, source=source[:16], received_at=at or wall_clock())
         .on_conflict_do_nothing(index_elements=["event_id"])
         .returning(_EVENTS.c.event_id)
     )

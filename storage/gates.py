@@ -19,7 +19,16 @@ from storage.audit import AuditEvent, append_audit_many, utc
 from storage.db import Database
 from storage.jobs import JobQueue
 from storage.models import ApprovalRow, ConfirmationRow
-from storage.records import Approval, ApprovalStatus, Confirmation, ConfirmationStatus, Decision, aware
+from storage.records import (
+    Approval,
+    ApprovalStatus,
+    Confirmation,
+    ConfirmationStatus,
+    Decision,
+    NewApproval,
+    NewConfirmation,
+    aware,
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -36,6 +45,7 @@ def _at(ts: datetime) -> datetime:
 
 
 def to_confirmation(r: ConfirmationRow) -> Confirmation:
+    """The frozen record of a confirmation row."""
     return Confirmation(
         id=r.id,
         conversation_id=r.conversation_id,
@@ -60,6 +70,7 @@ def to_confirmation(r: ConfirmationRow) -> Confirmation:
 
 
 def to_approval(r: ApprovalRow) -> Approval:
+    """The frozen record of an approval row."""
     return Approval(
         id=r.id,
         proposal_id=r.proposal_id,
@@ -96,13 +107,16 @@ def to_approval(r: ApprovalRow) -> Approval:
 
 
 class ConfirmationRepo:
+    """Confirmations: pending, answered, superseded and consumed, each move compare-and-set."""
+
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    async def create(self, row: ConfirmationRow, *, audit: Sequence[AuditEvent] = ()) -> ConfirmationCreated:
+    async def create(self, new: NewConfirmation, *, audit: Sequence[AuditEvent] = ()) -> ConfirmationCreated:
         """Insert a pending confirmation. A pending one of the same principal for the same tool on
         the same target (same order, same account field) is superseded and that transition audited;
         confirmations of anything else stay pending beside it."""
+        row = ConfirmationRow(**_fields(new), status="pending", version=1)
         async with self.db.sessions() as s, s.begin():
             superseded = (
                 await s.execute(
@@ -152,11 +166,13 @@ class ConfirmationRepo:
         await _set_surface(self.db, ConfirmationRow, confirmation_id, surface, ref)
 
     async def get(self, confirmation_id: str) -> Confirmation | None:
+        """The confirmation ``confirmation_id``, if it exists."""
         async with self.db.reader() as s:
             r = await s.get(ConfirmationRow, confirmation_id)
             return to_confirmation(r) if r else None
 
     async def pending(self, conversation_id: str) -> list[Confirmation]:
+        """The conversation's pending confirmations."""
         async with self.db.reader() as s:
             rows = (
                 (
@@ -239,11 +255,16 @@ class ConfirmationRepo:
 
 
 class ApprovalRepo:
+    """Approvals: requested, decided (once per person), expired or superseded, compare-and-set on version."""
+
     def __init__(self, db: Database, jobs: JobQueue) -> None:
         self.db = db
         self.jobs = jobs
 
-    async def create(self, row: ApprovalRow, *, audit: Sequence[AuditEvent] = ()) -> Approval:
+    async def create(self, new: NewApproval, *, audit: Sequence[AuditEvent] = ()) -> Approval:
+        """Insert a pending approval (version 1, no decisions yet) with its audit events."""
+        fields = _fields(new)
+        row = ApprovalRow(**{**fields, "evidence": list(new.evidence)}, status="pending", version=1, decisions=[])
         async with self.db.sessions() as s, s.begin():
             s.add(row)
             await s.flush()
@@ -252,11 +273,13 @@ class ApprovalRepo:
         return to_approval(row)
 
     async def get(self, approval_id: str) -> Approval | None:
+        """The approval ``approval_id``, if it exists."""
         async with self.db.reader() as s:
             r = await s.get(ApprovalRow, approval_id)
             return to_approval(r) if r else None
 
     async def list_approvals(self, *, status: str | None = None, limit: int = 200) -> list[Approval]:
+        """Approvals, newest first, optionally of one ``status``."""
         async with self.db.reader() as s:
             q = select(ApprovalRow).order_by(ApprovalRow.created_at.desc()).limit(limit)
             if status:
@@ -264,6 +287,7 @@ class ApprovalRepo:
             return [to_approval(r) for r in (await s.execute(q)).scalars().all()]
 
     async def pending_for_customer(self, customer_id: str) -> list[Approval]:
+        """The customer's pending approvals (their money counts in every later aggregate)."""
         async with self.db.reader() as s:
             rows = (
                 (
@@ -279,6 +303,7 @@ class ApprovalRepo:
             return [to_approval(r) for r in rows]
 
     async def find_approved(self, run_id: str, tool: str, args_hash: str) -> Approval | None:
+        """The run's approved approval of exactly this call, if any."""
         async with self.db.reader() as s:
             r = (
                 await s.execute(
@@ -295,6 +320,7 @@ class ApprovalRepo:
             return to_approval(r) if r else None
 
     async def expired_pending(self, now: datetime, limit: int = 100) -> list[Approval]:
+        """Pending approvals whose ``expires_at`` is at or before ``now``."""
         async with self.db.reader() as s:
             rows = (
                 (
@@ -350,12 +376,14 @@ class ApprovalRepo:
             return to_approval(r)
 
     async def set_result(self, approval_id: str, result: Any, *, audit: Sequence[AuditEvent] = ()) -> None:
+        """Store what executing the approved action returned (with its audit events)."""
         async with self.db.sessions() as s, s.begin():
             await s.execute(update(ApprovalRow).where(ApprovalRow.id == approval_id).values(result=result))
             if audit:
                 await append_audit_many(s, list(audit))
 
     async def set_superseded_by(self, approval_id: str, new_id: str) -> None:
+        """Record the approval that replaced this one."""
         async with self.db.sessions() as s, s.begin():
             await s.execute(
                 update(ApprovalRow)
@@ -385,3 +413,8 @@ async def _set_surface(
         else:
             surfaces[surface] = ref
         row.surfaces = surfaces
+
+
+def _fields(new: NewConfirmation | NewApproval) -> dict[str, Any]:
+    """A new record's fields as column values (shallow: JSON values are stored as given)."""
+    return {f.name: getattr(new, f.name) for f in dataclasses.fields(new)}

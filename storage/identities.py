@@ -12,14 +12,14 @@ import hashlib
 import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Literal
 
 from sqlalchemy import select
 
 from storage.db import Database
 from storage.models import IdentityRow
-from storage.records import aware
+from storage.records import aware, wall_clock
 
 Clock = Callable[[], datetime]
 AttemptOutcome = Literal["linked", "wrong", "expired", "locked", "none"]
@@ -32,6 +32,8 @@ def code_hash(external_id: str, code: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class Attempt:
+    """What typing a code did, and the customer it linked (on ``linked``)."""
+
     outcome: AttemptOutcome
     customer_id: str | None = None
 
@@ -41,7 +43,7 @@ class IdentityLinks:
 
     def __init__(self, db: Database, *, clock: Clock | None = None, max_attempts: int = 5) -> None:
         self._db = db
-        self._clock = clock or (lambda: datetime.now(UTC))
+        self._clock = clock or wall_clock
         self.max_attempts = max_attempts
 
     async def linked(self, channel: str, external_id: str) -> str | None:

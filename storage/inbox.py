@@ -18,7 +18,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, cast
 
 from sqlalchemy import Table, select, update
@@ -29,7 +29,7 @@ from storage.db import Database
 from storage.holders import is_dead, process_id
 from storage.jobs import JobQueue
 from storage.models import DeliveryRow, InboundRow, ProcessedEventRow, ThreadBindingRow
-from storage.records import aware
+from storage.records import aware, wall_clock
 
 InboundStatus = Literal["queued", "answered", "delivered", "ignored", "failed"]
 Clock = Callable[[], datetime]
@@ -80,7 +80,7 @@ class Inbox:
     def __init__(self, db: Database, jobs: JobQueue, *, clock: Clock | None = None) -> None:
         self._db = db
         self._jobs = jobs
-        self._clock = clock or (lambda: datetime.now(UTC))
+        self._clock = clock or wall_clock
 
     async def accept(self, face: str, keys: Sequence[str], payload: dict[str, Any]) -> Accepted:
         """Record the message under all its ``keys`` and queue its turn, in one transaction;
@@ -123,6 +123,7 @@ class Inbox:
         return Accepted(id=inbound_id, fresh=True)
 
     async def get(self, inbound_id: str) -> Inbound | None:
+        """The inbound item ``inbound_id``, if it exists."""
         async with self._db.reader() as s:
             row = await s.get(InboundRow, inbound_id)
             return _inbound(row) if row is not None else None
@@ -163,7 +164,7 @@ class Deliveries:
 
     def __init__(self, db: Database, *, clock: Clock | None = None) -> None:
         self._db = db
-        self._clock = clock or (lambda: datetime.now(UTC))
+        self._clock = clock or wall_clock
 
     async def begin(self, key: str) -> DeliveryState:
         """``go``: this process now sends it; ``sent``: it went out before; ``busy``: a live
@@ -210,6 +211,7 @@ class Deliveries:
                 await s.delete(row)
 
     async def ref(self, key: str) -> dict[str, Any] | None:
+        """Where the message sent under ``key`` went, once sent."""
         async with self._db.reader() as s:
             row = await s.get(DeliveryRow, key)
             return dict(row.ref) if row is not None and row.ref is not None else None
@@ -230,9 +232,10 @@ class ThreadBindings:
 
     def __init__(self, db: Database, *, clock: Clock | None = None) -> None:
         self._db = db
-        self._clock = clock or (lambda: datetime.now(UTC))
+        self._clock = clock or wall_clock
 
     async def bind(self, ref: str, *, customer_id: str, staff_id: str) -> ThreadBinding:
+        """Bind the thread ``ref`` to a customer's account for a staff member (replacing any binding)."""
         now = self._clock()
         async with self._db.sessions() as s, s.begin():
             row = await s.get(ThreadBindingRow, ref)
@@ -249,6 +252,7 @@ class ThreadBindings:
             )
 
     async def get(self, ref: str) -> ThreadBinding | None:
+        """The binding of thread ``ref``, if any."""
         async with self._db.reader() as s:
             row = await s.get(ThreadBindingRow, ref)
             if row is None:
@@ -261,6 +265,7 @@ class ThreadBindings:
             )
 
     async def of_staff(self, staff_id: str, *, limit: int = 50) -> list[ThreadBinding]:
+        """The staff member's bindings, most recent first."""
         async with self._db.reader() as s:
             rows = (
                 await s.execute(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal, cast
 
 from sqlalchemy import ColumnElement, CursorResult, Table, and_, func, select, update
@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from storage.audit import utc
 from storage.db import Database
 from storage.models import JobRow
+from storage.records import wall_clock
 
 JobStatus = Literal["queued", "running", "done", "failed"]
 Clock = Callable[[], datetime]
@@ -71,7 +72,7 @@ class JobQueue:
 
     def __init__(self, db: Database, *, clock: Clock | None = None) -> None:
         self._db = db
-        self._clock = clock or (lambda: datetime.now(UTC))
+        self._clock = clock or wall_clock
 
     def _now(self) -> datetime:
         return utc(self._clock())

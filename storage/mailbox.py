@@ -10,7 +10,7 @@ a mail that went out always finds its thread.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import cast
 
 from sqlalchemy import Table, select
@@ -18,6 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from storage.db import Database
 from storage.models import SentMailRow
+from storage.records import wall_clock
 
 _SENT = cast(Table, SentMailRow.__table__)
 MAX_MESSAGE_ID = 255
@@ -28,7 +29,7 @@ class SentMail:
 
     def __init__(self, db: Database, *, clock: Callable[[], datetime] | None = None) -> None:
         self._db = db
-        self._clock = clock or (lambda: datetime.now(UTC))
+        self._clock = clock or wall_clock
 
     async def record(self, message_id: str, *, conversation_id: str, principal: str) -> None:
         """Remember that we sent ``message_id`` to ``principal`` in ``conversation_id`` (idempotent)."""

@@ -30,6 +30,7 @@ class MigrationSource:
 
 
 def alembic_config(url: str, sources: Sequence[MigrationSource] = ()) -> Config:
+    """The Alembic configuration for ``url`` over the runtime's and the given migration sources."""
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.set_main_option("sqlalchemy.url", url)
@@ -55,10 +56,12 @@ async def upgrade(url: str, revision: str = "heads", *, sources: Sequence[Migrat
 
 
 async def downgrade(url: str, revision: str, *, sources: Sequence[MigrationSource] = ()) -> None:
+    """Migrate down to ``revision``."""
     await asyncio.to_thread(command.downgrade, alembic_config(url, sources), revision)
 
 
 def heads(sources: Sequence[MigrationSource] = ()) -> list[str]:
+    """The head revisions of every migration source."""
     from alembic.script import ScriptDirectory
 
     return sorted(ScriptDirectory.from_config(alembic_config("sqlite://", sources)).get_heads())

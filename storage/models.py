@@ -29,6 +29,8 @@ TS = DateTime(timezone=True)
 
 
 class ConversationRow(Base):
+    """A conversation: its channel, principal, bound customer and loaded tool groups."""
+
     __tablename__ = "conversations"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -48,6 +50,8 @@ class ConversationRow(Base):
 
 
 class MessageRow(Base):
+    """One message of a conversation's history (content blocks as JSON)."""
+
     __tablename__ = "messages"
     __table_args__ = (
         UniqueConstraint("conversation_id", "seq", name="uq_messages_conv_seq"),
@@ -68,6 +72,8 @@ class MessageRow(Base):
 
 
 class RunRow(Base):
+    """One run of the agent in a conversation."""
+
     __tablename__ = "runs"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -87,6 +93,8 @@ class RunRow(Base):
 
 
 class ProposalRow(Base):
+    """One tool call the model (or the runtime) proposed, and the gate's decision on it."""
+
     __tablename__ = "proposals"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -110,6 +118,8 @@ class ProposalRow(Base):
 
 
 class ConfirmationRow(Base):
+    """A confirmation of exact arguments asked of the acting person."""
+
     __tablename__ = "confirmations"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -139,6 +149,8 @@ class ConfirmationRow(Base):
 
 
 class ApprovalRow(Base):
+    """An approval asked of a supervisor."""
+
     __tablename__ = "approvals"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -231,6 +243,8 @@ class AuditHeadRow(Base):
 
 
 class JobRow(Base):
+    """A durable job (resume, expiry, a face's inbound turn)."""
+
     __tablename__ = "jobs"
     __table_args__ = (Index("ix_jobs_claim", "status", "run_after"),)
 
@@ -248,6 +262,8 @@ class JobRow(Base):
 
 
 class IdentityRow(Base):
+    """An outside identity (a channel's user id) linked, or being linked by one-time code, to a principal."""
+
     __tablename__ = "identities"
     __table_args__ = (UniqueConstraint("channel", "external_id", name="uq_identities_channel_ext"),)
 
@@ -275,6 +291,8 @@ class ProcessedEventRow(Base):
 
 
 class TokenUsageRow(Base):
+    """The tokens one model call used."""
+
     __tablename__ = "token_usage"
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
@@ -289,6 +307,8 @@ class TokenUsageRow(Base):
 
 
 class CaseNoteRow(Base):
+    """A note on a conversation's case."""
+
     __tablename__ = "case_notes"
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
+
+#: Where every timestamp comes from: the composition root injects one (``Services.clock``).
+Clock = Callable[[], datetime]
+
+
+def wall_clock() -> datetime:
+    """The real time, aware UTC: the clock a repository uses when none is injected."""
+    return datetime.now(UTC)
 
 
 def aware(ts: datetime | None) -> datetime | None:
@@ -22,6 +31,8 @@ LedgerStatus = Literal["executing", "succeeded", "failed", "needs_human"]
 
 @dataclass(frozen=True, kw_only=True)
 class Conversation:
+    """A conversation: who it is with, on which channel, and what it has loaded."""
+
     id: str
     channel: str
     external_ref: str | None
@@ -39,6 +50,8 @@ class Conversation:
 
 @dataclass(frozen=True, kw_only=True)
 class StoredMessage:
+    """One stored message of a conversation's history."""
+
     seq: int
     role: Literal["user", "assistant"]
     content: list[dict[str, Any]]
@@ -47,6 +60,8 @@ class StoredMessage:
 
 @dataclass(frozen=True, kw_only=True)
 class Run:
+    """One run of the agent: its status, steps, versions and what waits on a person."""
+
     id: str
     conversation_id: str
     status: RunStatus
@@ -62,6 +77,8 @@ class Run:
 
 @dataclass(frozen=True, kw_only=True)
 class Proposal:
+    """One proposed tool call and what the gate decided."""
+
     id: str
     run_id: str
     conversation_id: str
@@ -84,6 +101,8 @@ class Proposal:
 
 @dataclass(frozen=True, kw_only=True)
 class Confirmation:
+    """A confirmation of exact arguments asked of the acting person."""
+
     id: str
     conversation_id: str
     run_id: str
@@ -106,7 +125,28 @@ class Confirmation:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NewConfirmation:
+    """What a turn asks to be confirmed; the repository makes it a pending confirmation (version 1)."""
+
+    id: str
+    conversation_id: str
+    run_id: str
+    proposal_id: str
+    tool: str
+    arguments: Any
+    args_hash: str
+    principal: str
+    code: str
+    summary: str
+    target: str | None
+    idempotency_key: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
 class Decision:
+    """One supervisor's decision on an approval."""
+
     actor: str
     decision: Literal["approve", "reject"]
     comment: str | None
@@ -115,6 +155,8 @@ class Decision:
 
 @dataclass(frozen=True, kw_only=True)
 class Approval:
+    """An approval asked of a supervisor, with its decisions and outcome."""
+
     id: str
     proposal_id: str
     run_id: str
@@ -184,7 +226,37 @@ class Approval:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NewApproval:
+    """What a turn asks a supervisor to approve; the repository makes it pending (version 1)."""
+
+    id: str
+    proposal_id: str
+    run_id: str
+    conversation_id: str
+    tool: str
+    arguments: Any
+    args_hash: str
+    customer_id: str | None
+    summary: str
+    required_role: str
+    approvals_required: int
+    requester: str
+    rationale: str | None
+    evidence: tuple[dict[str, Any], ...]
+    provenance: dict[str, Any]
+    idempotency_key: str | None
+    policy_version: str
+    expires_at: datetime
+    created_at: datetime
+    amount_minor: int | None = None
+    currency: str | None = None
+    routing: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class LedgerEntry:
+    """An idempotency-ledger entry: a key, its status and the result stored under it."""
+
     key: str
     tool: str
     status: LedgerStatus

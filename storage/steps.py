@@ -9,6 +9,7 @@ events describing them commit together: a crash leaves them consistent.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -32,6 +33,8 @@ _JOBS: Table = JobRow.__table__  # type: ignore[assignment]
 
 @dataclass(frozen=True, kw_only=True)
 class NewProposal:
+    """A proposal a step inserts."""
+
     id: str
     tool_use_id: str
     tool: str
@@ -67,6 +70,8 @@ class NewJob:
 
 @dataclass(frozen=True, kw_only=True)
 class ProposalOutcome:
+    """The gate's decision on a proposal and what came of it."""
+
     id: str
     decision: str
     reason: str | None
@@ -77,6 +82,8 @@ class ProposalOutcome:
 
 @dataclass(frozen=True, kw_only=True)
 class UsageWrite:
+    """The tokens a step's model call used."""
+
     model: str
     input_tokens: int
     output_tokens: int
@@ -90,7 +97,8 @@ class StepWrite:
 
     conversation_id: str
     run_id: str | None = None
-    messages: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)
+    #: ``(role, content blocks)``: JSON objects, stored as given.
+    messages: list[tuple[str, Sequence[Mapping[str, Any]]]] = field(default_factory=list)
     new_proposals: list[NewProposal] = field(default_factory=list)
     outcomes: list[ProposalOutcome] = field(default_factory=list)
     run_status: str | None = None
@@ -130,100 +138,17 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
         return None
     if step.confirmation_move is not None:
         _move_confirmation(conn, step.confirmation_move)
-    n = len(step.messages)
-    params: dict[str, Any] = {"c_id": step.conversation_id, "c_n": n, "c_now": now}
-    if step.loaded_groups is not None:
-        params["c_groups"] = step.loaded_groups
-    if step.conversation_status is not None:
-        params["c_status"] = step.conversation_status
-    if step.expect_seq is not None:
-        params["c_expect"] = step.expect_seq
-    next_seq = conn.execute(_conversation_update(frozenset(params)), params).scalar_one_or_none()
-    if next_seq is None:
-        raise ConcurrentTurn(f"conversation {step.conversation_id} moved on")
-    first = next_seq - n
+    next_seq = _advance_conversation(conn, step, now)
     if step.messages:
-        conn.execute(
-            _INSERT_MSG,
-            [
-                {
-                    "conversation_id": step.conversation_id,
-                    "seq": first + i,
-                    "role": role,
-                    "content": content,
-                    "run_id": step.run_id,
-                    "event_key": step.event_key if i == 0 else None,
-                    "created_at": now,
-                }
-                for i, (role, content) in enumerate(step.messages)
-            ],
-        )
+        _insert_messages(conn, step, next_seq - len(step.messages), now)
     if step.new_proposals:
-        conn.execute(
-            _INSERT_PROP,
-            [
-                {
-                    "id": p.id,
-                    "run_id": step.run_id,
-                    "conversation_id": step.conversation_id,
-                    "tool_use_id": p.tool_use_id,
-                    "tool": p.tool,
-                    "arguments": p.arguments,
-                    "args_hash": p.args_hash,
-                    "principal": p.principal,
-                    "step": p.step,
-                    "origin": p.origin,
-                    "policy_version": p.policy_version,
-                    "created_at": now,
-                    "is_error": False,
-                }
-                for p in step.new_proposals
-            ],
-        )
+        _insert_proposals(conn, step, now)
     if step.outcomes:
-        conn.execute(
-            _UPDATE_OUTCOME,
-            [
-                {
-                    "o_id": o.id,
-                    "o_decision": o.decision,
-                    "o_reason": o.reason,
-                    "o_result": o.result,
-                    "o_is_error": o.is_error,
-                    "o_key": o.idempotency_key,
-                }
-                for o in step.outcomes
-            ],
-        )
-    if step.run_id is not None and (
-        step.run_status or step.run_steps_delta or step.run_state is not None or step.pending_ids is not None
-    ):
-        run: dict[str, Any] = {"r_id": step.run_id, "r_now": now}
-        if step.run_status:
-            run["r_status"] = step.run_status
-            run["r_holder"] = process_id() if step.run_status == "running" else None
-        if step.run_steps_delta:
-            run["r_steps"] = step.run_steps_delta
-        if step.run_state is not None:
-            run["r_state"] = step.run_state
-        if step.pending_ids is not None:
-            run["r_pending"] = step.pending_ids
-        conn.execute(_run_update(frozenset(run)), run)
+        _record_outcomes(conn, step.outcomes)
+    if step.run_id is not None:
+        _update_run(conn, step, step.run_id, now)
     if step.usage is not None and step.run_id is not None:
-        u = step.usage
-        conn.execute(
-            _INSERT_USAGE,
-            {
-                "conversation_id": step.conversation_id,
-                "run_id": step.run_id,
-                "model": u.model,
-                "input_tokens": u.input_tokens,
-                "output_tokens": u.output_tokens,
-                "cache_creation_tokens": u.cache_creation_tokens,
-                "cache_read_tokens": u.cache_read_tokens,
-                "created_at": now,
-            },
-        )
+        _insert_usage(conn, step, step.usage, step.run_id, now)
     if step.confirmation_outcome is not None:
         cid, outcome = step.confirmation_outcome
         conn.execute(_SET_CONF_OUTCOME, {"cid": cid, "outcome": outcome})
@@ -233,6 +158,113 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
         append_audit_sync(conn, step.audit, ctx.audit_head)
         ctx.audit_events.extend(step.audit)
     return next_seq
+
+
+def _advance_conversation(conn: Connection, step: StepWrite, now: datetime) -> int:
+    """Reserve the step's message seqs (compare-and-set on ``expect_seq``); the next seq after them."""
+    params: dict[str, Any] = {"c_id": step.conversation_id, "c_n": len(step.messages), "c_now": now}
+    if step.loaded_groups is not None:
+        params["c_groups"] = step.loaded_groups
+    if step.conversation_status is not None:
+        params["c_status"] = step.conversation_status
+    if step.expect_seq is not None:
+        params["c_expect"] = step.expect_seq
+    next_seq = conn.execute(_conversation_update(frozenset(params)), params).scalar_one_or_none()
+    if next_seq is None:
+        raise ConcurrentTurn(f"conversation {step.conversation_id} moved on")
+    return int(next_seq)
+
+
+def _insert_messages(conn: Connection, step: StepWrite, first: int, now: datetime) -> None:
+    conn.execute(
+        _INSERT_MSG,
+        [
+            {
+                "conversation_id": step.conversation_id,
+                "seq": first + i,
+                "role": role,
+                "content": content,
+                "run_id": step.run_id,
+                "event_key": step.event_key if i == 0 else None,
+                "created_at": now,
+            }
+            for i, (role, content) in enumerate(step.messages)
+        ],
+    )
+
+
+def _insert_proposals(conn: Connection, step: StepWrite, now: datetime) -> None:
+    conn.execute(
+        _INSERT_PROP,
+        [
+            {
+                "id": p.id,
+                "run_id": step.run_id,
+                "conversation_id": step.conversation_id,
+                "tool_use_id": p.tool_use_id,
+                "tool": p.tool,
+                "arguments": p.arguments,
+                "args_hash": p.args_hash,
+                "principal": p.principal,
+                "step": p.step,
+                "origin": p.origin,
+                "policy_version": p.policy_version,
+                "created_at": now,
+                "is_error": False,
+            }
+            for p in step.new_proposals
+        ],
+    )
+
+
+def _record_outcomes(conn: Connection, outcomes: Sequence[ProposalOutcome]) -> None:
+    conn.execute(
+        _UPDATE_OUTCOME,
+        [
+            {
+                "o_id": o.id,
+                "o_decision": o.decision,
+                "o_reason": o.reason,
+                "o_result": o.result,
+                "o_is_error": o.is_error,
+                "o_key": o.idempotency_key,
+            }
+            for o in outcomes
+        ],
+    )
+
+
+def _update_run(conn: Connection, step: StepWrite, run_id: str, now: datetime) -> None:
+    """The run's status, holder, step count, state and pending ids, for those the step sets."""
+    if not (step.run_status or step.run_steps_delta or step.run_state is not None or step.pending_ids is not None):
+        return
+    run: dict[str, Any] = {"r_id": run_id, "r_now": now}
+    if step.run_status:
+        run["r_status"] = step.run_status
+        run["r_holder"] = process_id() if step.run_status == "running" else None
+    if step.run_steps_delta:
+        run["r_steps"] = step.run_steps_delta
+    if step.run_state is not None:
+        run["r_state"] = step.run_state
+    if step.pending_ids is not None:
+        run["r_pending"] = step.pending_ids
+    conn.execute(_run_update(frozenset(run)), run)
+
+
+def _insert_usage(conn: Connection, step: StepWrite, u: UsageWrite, run_id: str, now: datetime) -> None:
+    conn.execute(
+        _INSERT_USAGE,
+        {
+            "conversation_id": step.conversation_id,
+            "run_id": run_id,
+            "model": u.model,
+            "input_tokens": u.input_tokens,
+            "output_tokens": u.output_tokens,
+            "cache_creation_tokens": u.cache_creation_tokens,
+            "cache_read_tokens": u.cache_read_tokens,
+            "created_at": now,
+        },
+    )
 
 
 def _move_confirmation(conn: Connection, m: ConfirmationMove) -> None:

@@ -75,3 +75,253 @@ def test_no_environment_reads_below_the_composition_root() -> None:
             if "os.environ" in text or "getenv(" in text:
                 bad.append(str(path.relative_to(ROOT)))
     assert bad == []
+
+
+#: Where reading the real time is the point: the wall clock every repository defaults to, the
+#: composition root and CLI that choose the clock, the evaluation's own epoch, and protocol edges
+#: that must compare with other systems' real time (JWT lifetimes, an HTTP Retry-After date).
+REAL_TIME_ALLOWED = {
+    "storage/records.py",
+    "bot/app.py",
+    "bot/cli/commands.py",
+    "bot/cli/demo.py",
+    "agent/evaluation/runner.py",
+    "bot/api/auth.py",
+    "bot/teams/sender.py",
+    "bot/cli/slack_demo.py",  # signs requests as Slack does: its timestamp is the real time
+}
+_REAL_TIME = ("datetime.now(", "datetime.utcnow(", "time.time(", "date.today(")
+
+
+def _real_time_reads(paths: list[Path], root: Path = ROOT) -> list[str]:
+    return [
+        str(p.relative_to(root))
+        for p in paths
+        if any(call in p.read_text(encoding="utf-8") for call in _REAL_TIME)
+        and str(p.relative_to(root)) not in REAL_TIME_ALLOWED
+    ]
+
+
+def test_one_injected_clock_rules_every_timestamp() -> None:
+    """Timestamps come from the injected clock (``Services.clock``; repositories default to
+    ``storage.records.wall_clock``); nothing else reads the real time."""
+    paths = [p for pkg in PACKAGES for p in _modules(pkg) if "data" not in p.relative_to(ROOT).parts]
+    assert _real_time_reads(paths) == []
+
+
+def test_a_planted_real_time_read_is_caught(tmp_path: Path) -> None:
+    """The clock rule fails on a module that stamps its own time (and spares the wall clock)."""
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "storage").mkdir()
+    planted = tmp_path / "agent" / "stamp.py"
+    planted.write_text("from datetime import UTC, datetime\n\nSTAMP = datetime.now(UTC)\n", encoding="utf-8")
+    allowed = tmp_path / "storage" / "records.py"
+    allowed.write_text((ROOT / "storage" / "records.py").read_text(encoding="utf-8"), encoding="utf-8")
+    assert _real_time_reads([planted, allowed], tmp_path) == ["agent/stamp.py"]
+
+
+# -- no import cycles ------------------------------------------------------------------------
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _import_time_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Imports that run when the module is imported: not inside functions, not TYPE_CHECKING-only."""
+    out: list[ast.Import | ast.ImportFrom] = []
+    stack = list(ast.iter_child_nodes(tree))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """Module → the project modules it imports at import time (a package's ``__init__`` included)."""
+    files = {
+        _module_name(p, root): p for pkg in packages for p in (root / pkg).rglob("*.py") if "migrations" not in p.parts
+    }
+    graph: dict[str, set[str]] = {}
+    for mod, path in files.items():
+        edges: set[str] = set()
+        for node in _import_time_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    anchor = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+                    anchor = anchor[: len(anchor) - (node.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
+            for target in targets:
+                while target and target not in files:
+                    target = target.rpartition(".")[0]
+                if target and target != mod:
+                    edges.add(target)
+        graph[mod] = edges
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return cycles
+
+
+def test_no_import_cycles() -> None:
+    """No two modules of agent/, tools/, storage/, sandbox/, bot/ import each other, directly or
+    around a loop, when they are imported (lazy imports inside functions are not counted)."""
+    assert import_cycles(import_graph(ROOT, PACKAGES)) == []
+
+
+def test_a_planted_import_cycle_is_caught(tmp_path: Path) -> None:
+    """A three-module loop through a relative import and a package ``__init__`` is found; a lazy
+    import and a TYPE_CHECKING import are not cycles."""
+    pkg = tmp_path / "agent"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    (pkg / "sub" / "__init__.py").write_text("from agent.sub.c import C\n", encoding="utf-8")
+    (pkg / "a.py").write_text("from agent import b\n", encoding="utf-8")
+    (pkg / "b.py").write_text("from .sub import C\n", encoding="utf-8")
+    (pkg / "sub" / "c.py").write_text("import agent.a\nC = 1\n", encoding="utf-8")
+    (pkg / "lazy.py").write_text("def f():\n    import agent.quiet\n", encoding="utf-8")
+    (pkg / "quiet.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import agent.lazy\nimport agent.a\n", encoding="utf-8"
+    )
+    assert import_cycles(import_graph(tmp_path, ("agent",))) == [["agent.a", "agent.b", "agent.sub", "agent.sub.c"]]
+
+
+# -- small pieces --------------------------------------------------------------------------
+
+MAX_FUNCTION_LINES = 60
+
+
+def long_functions(paths: list[Path], root: Path = ROOT) -> list[str]:
+    out = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    out.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({length} lines)")
+    return out
+
+
+def test_no_function_is_over_sixty_lines() -> None:
+    """Outside migrations, every function fits on a screen (docstring included)."""
+    assert long_functions([p for pkg in PACKAGES for p in _modules(pkg)]) == []
+
+
+def test_a_planted_long_function_is_caught(tmp_path: Path) -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "long.py").write_text(f"def f():\n{body}\n\ndef g():\n    return 1\n", encoding="utf-8")
+    assert long_functions([tmp_path / "long.py"], tmp_path) == [f"long.py:1 f ({MAX_FUNCTION_LINES + 1} lines)"]
+
+
+# -- the layout as a lint (ruff TID251, configured in pyproject.toml) ------------------------
+
+
+@pytest.mark.parametrize(
+    ("filename", "source", "banned"),
+    [
+        ("agent/loop.py", "import os\n\nKEY = os.environ['X']\n", True),
+        ("bot/settings.py", "import os\n\nKEY = os.environ['X']\n", False),
+        ("tools/registry.py", "import anthropic\n", True),
+        ("agent/llm/anthropic.py", "import anthropic\n", False),
+        ("bot/api/routes.py", "from slack_sdk.web.async_client import AsyncWebClient\n", True),
+        ("bot/slack/sender.py", "from slack_sdk.web.async_client import AsyncWebClient\n", False),
+        ("bot/email/bridge.py", "import openai\n", True),
+    ],
+)
+def test_banned_imports_are_a_lint(filename: str, source: str, banned: bool) -> None:
+    """os.environ outside settings and the composition root, a vendor SDK outside agent/llm/, the
+    Slack SDKs outside bot/slack/: ruff refuses each (and allows each where it belongs)."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--select", "TID251", "--no-cache", "--stdin-filename", filename, "-"],
+        input=source,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert ("TID251" in run.stdout) is banned, run.stdout + run.stderr
+    assert run.returncode == (1 if banned else 0)
+
+
+@pytest.mark.parametrize(
+    ("filename", "enforced"),
+    [("storage/x.py", True), ("tools/x.py", True), ("sandbox/x.py", True), ("agent/x.py", False)],
+)
+def test_public_functions_need_docstrings_in_storage_tools_and_sandbox(filename: str, enforced: bool) -> None:
+    """ruff D (google convention) refuses an undocumented public function where it is enforced."""
+    import subprocess
+    import sys
+
+    source = '"""A module."""\n\n\ndef public():\n    return 1\n'
+    run = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--stdin-filename", filename, "-"],
+        input=source,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert ("D103" in run.stdout) is enforced, run.stdout + run.stderr

@@ -312,3 +312,59 @@ def test_every_free_text_argument_refuses_bidi_and_zero_width_controls() -> None
     from tools.schemas import NO_INVISIBLE_CONTROLS_PATTERN
 
     assert re.search(NO_INVISIBLE_CONTROLS_PATTERN, "Café — שלום, 東京 👍\nline two")
+
+
+# -- per-tool knowledge lives on the definition (adding a tool touches only the catalogue) ----
+
+
+def test_every_backend_action_says_how_it_is_reported() -> None:
+    """Each action that reaches the backend names the approver's status and the demo planner's
+    phrase on its own definition; reads and runtime tools name neither."""
+    for tool in TOOLS:
+        backend_action = tool.meta.kind == "action" and not tool.meta.runtime
+        assert (tool.done_status != "DONE") is backend_action, tool.name
+        assert (tool.done_phrase is not None) is backend_action, tool.name
+        if not backend_action:
+            assert tool.id_field is None and tool.claim is None, tool.name
+
+
+def test_action_id_reads_only_the_tools_own_field() -> None:
+    """A refund's id is its ``refund_id`` even though the result also names an order and a return;
+    a tool without an id field names nothing."""
+    refund = REG.tools["issue_refund"]
+    assert refund.action_id({"order_id": "O-1", "return_id": "R-1", "refund_id": "RF-9"}) == "RF-9"
+    assert refund.action_id({"order_id": "O-1"}) is None
+    assert refund.action_id({"refund_id": 7}) is None  # not a string: not an id
+    assert refund.action_id("RF-9") is None
+    assert REG.tools["update_contact_details"].action_id({"customer_id": "C-7", "id": "x"}) is None
+
+
+def test_a_new_tool_is_claimed_planned_and_reported_from_its_definition_alone() -> None:
+    """A tool that exists only in a custom registry is recognised in claims, loaded by the planner
+    from its own group and reported with its own status: nothing outside the catalogue knows it."""
+    from dataclasses import replace
+
+    from agent.claims import claimed_actions
+    from agent.planner import View
+    from tools.registry import Registry
+
+    base = REG.tools["retry_payment"]
+    gift = replace(
+        base,
+        name="send_gift_card",
+        done_status="GIFTED",
+        id_field="gift_id",
+        claim=r"\b(i|we)('ve| have)? sent (you )?a gift card\b",
+        done_phrase="sent a gift card",
+    )
+    reg = Registry.of([*TOOLS, gift], GROUP_BLURBS)
+    assert claimed_actions("Done: I've sent you a gift card.", reg) == {"send_gift_card"}
+    assert claimed_actions("I have not sent you a gift card yet.", reg) == set()
+    assert claimed_actions("Done: I've sent you a gift card.", REG) == set()
+    assert gift.action_id({"gift_id": "G-1", "payment_id": "P-1"}) == "G-1"
+    view = View(
+        text="", events=(), calls=(), history=(), earlier_text="", past_events=(), tools=frozenset(), catalogue=reg
+    )
+    (block,) = view.use("send_gift_card", {})
+    assert isinstance(block, dict)
+    assert (block["name"], block["input"]) == ("load_tools", {"group": "billing"})

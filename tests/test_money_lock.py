@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from sandbox.schema import upgrade
 from storage.db import Database, create_database
-from storage.ledger import Ledger, LockBusy
+from storage.locks import LockBusy, Locks
 from tests.conftest import PG_URL
 
 
@@ -26,17 +26,17 @@ async def test_two_processes_on_one_sqlite_file_take_turns(tmp_path: Path) -> No
         inside: list[str] = []
         overlaps = 0
 
-        async def hold(ledger: Ledger, who: str) -> None:
+        async def hold(locks: Locks, who: str) -> None:
             nonlocal overlaps
             for _ in range(5):
-                async with ledger.exclusive("money:C-7"):
+                async with locks.exclusive("money:C-7"):
                     if inside:
                         overlaps += 1
                     inside.append(who)
                     await asyncio.sleep(0.005)
                     inside.remove(who)
 
-        await asyncio.gather(hold(Ledger(a), "serve"), hold(Ledger(b), "worker"))
+        await asyncio.gather(hold(Locks(a), "serve"), hold(Locks(b), "worker"))
         assert overlaps == 0
     finally:
         await a.dispose()
@@ -48,12 +48,12 @@ async def test_a_dead_holders_lease_expires(tmp_path: Path) -> None:
     await upgrade(url)
     db = create_database(url)
     try:
-        ledger = Ledger(db)
-        dead = ledger._lease("money:C-8", lease_s=0.05)
+        locks = Locks(db)
+        dead = locks._lease("money:C-8", lease_s=0.05)
         await dead.__aenter__()  # taken and never released: the holder "died"
         await asyncio.sleep(0.1)
         async with asyncio.timeout(5):
-            async with ledger._lease("money:C-8", wait_s=2):
+            async with locks._lease("money:C-8", wait_s=2):
                 pass
     finally:
         await db.dispose()
@@ -86,7 +86,7 @@ async def test_a_killed_holders_lease_is_taken_over_at_once(tmp_path: Path) -> N
             )
         )
         async with asyncio.timeout(5):
-            async with Ledger(db)._lease("money:C-9", wait_s=1):
+            async with Locks(db)._lease("money:C-9", wait_s=1):
                 pass
     finally:
         await db.dispose()
@@ -104,7 +104,7 @@ def small_pool_db(pool_size: int = 5) -> Database:
     return Database.of(create_async_engine(PG_URL, pool_size=pool_size, max_overflow=0))
 
 
-async def fifty_for_one_customer_then_another(ledger: Ledger) -> tuple[list[str], int]:
+async def fifty_for_one_customer_then_another(locks: Locks) -> tuple[list[str], int]:
     """A0 holds C-A's lock while A1..A49 queue behind it; then C-B's lock is taken and released
     while A0 still holds. Returns the order things got the lock and the connections the pool had
     out while B held its lock."""
@@ -113,7 +113,7 @@ async def fifty_for_one_customer_then_another(ledger: Ledger) -> tuple[list[str]
     checked_out = -1
 
     async def a(i: int) -> None:
-        async with ledger.exclusive("money:C-A"):
+        async with locks.exclusive("money:C-A"):
             order.append(f"A{i}")
             if i == 0:
                 a0_in.set()
@@ -121,10 +121,10 @@ async def fifty_for_one_customer_then_another(ledger: Ledger) -> tuple[list[str]
 
     async def b() -> None:
         nonlocal checked_out
-        async with ledger.exclusive("money:C-B"):
+        async with locks.exclusive("money:C-B"):
             order.append("B")
-            if ledger.db.is_postgres:
-                checked_out = ledger.db.engine.pool.checkedout()  # type: ignore[attr-defined]
+            if locks.db.is_postgres:
+                checked_out = locks.db.engine.pool.checkedout()  # type: ignore[attr-defined]
         b_in.set()
 
     async with asyncio.timeout(GUARD_S):
@@ -145,7 +145,7 @@ async def test_fifty_waiters_for_one_customer_do_not_block_another_on_postgres()
     each), so C-B's lock is acquired while C-A's holder still works; C-A's run one at a time."""
     db = small_pool_db(5)
     try:
-        order, checked_out = await fifty_for_one_customer_then_another(Ledger(db))
+        order, checked_out = await fifty_for_one_customer_then_another(Locks(db))
         assert order[1] == "B" and sorted(order[2:], key=lambda x: int(x[1:])) == [f"A{i}" for i in range(1, 50)]
         assert checked_out == 2  # A0's connection and B's: the 49 waiters hold none
         assert db.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
@@ -159,7 +159,7 @@ async def test_fifty_waiters_for_one_customer_do_not_block_another_on_sqlite(tmp
     await upgrade(url)
     db = create_database(url)
     try:
-        order, _ = await fifty_for_one_customer_then_another(Ledger(db))
+        order, _ = await fifty_for_one_customer_then_another(Locks(db))
         assert order[:2] == ["A0", "B"] and len(order) == 51
     finally:
         await db.dispose()
@@ -173,7 +173,7 @@ async def test_the_lock_holds_across_replicas_and_a_bounded_wait_raises_lock_bus
         held, release = asyncio.Event(), asyncio.Event()
 
         async def holder() -> None:
-            async with Ledger(one).exclusive("money:C-7"):
+            async with Locks(one).exclusive("money:C-7"):
                 held.set()
                 await release.wait()
 
@@ -181,13 +181,13 @@ async def test_the_lock_holds_across_replicas_and_a_bounded_wait_raises_lock_bus
             task = asyncio.create_task(holder())
             await held.wait()
             with pytest.raises(LockBusy) as info:
-                async with Ledger(two, lock_wait_s=0.2).exclusive("money:C-7"):
+                async with Locks(two, lock_wait_s=0.2).exclusive("money:C-7"):
                     raise AssertionError("got a lock that another replica holds")
             assert isinstance(info.value, TimeoutError) and info.value.name == "money:C-7"
             assert two.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
             release.set()
             await task
-            async with Ledger(two, lock_wait_s=5).exclusive("money:C-7"):
+            async with Locks(two, lock_wait_s=5).exclusive("money:C-7"):
                 pass
     finally:
         await one.dispose()
@@ -202,7 +202,7 @@ async def test_a_cancelled_waiter_and_a_cancelled_holder_leak_neither_lock_nor_c
         held = asyncio.Event()
 
         async def hold_forever(db: Database) -> None:
-            async with Ledger(db).exclusive("money:C-9"):
+            async with Locks(db).exclusive("money:C-9"):
                 held.set()
                 await asyncio.Event().wait()
 
@@ -221,7 +221,7 @@ async def test_a_cancelled_waiter_and_a_cancelled_holder_leak_neither_lock_nor_c
             with pytest.raises(asyncio.CancelledError):
                 await holder
             assert one.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
-            async with Ledger(two, lock_wait_s=5).exclusive("money:C-9"):
+            async with Locks(two, lock_wait_s=5).exclusive("money:C-9"):
                 pass
     finally:
         await one.dispose()
@@ -232,12 +232,12 @@ async def test_an_error_inside_the_lock_releases_it(tmp_path: Path) -> None:
     """An exception in the locked block propagates and the lock is free afterwards."""
     db = small_pool_db(2)
     try:
-        ledger = Ledger(db, lock_wait_s=5)
+        locks = Locks(db, lock_wait_s=5)
         with pytest.raises(ZeroDivisionError):
-            async with ledger.exclusive("money:C-1"):
+            async with locks.exclusive("money:C-1"):
                 1 / 0  # noqa: B018
         async with asyncio.timeout(GUARD_S):
-            async with Ledger(small := small_pool_db(1), lock_wait_s=5).exclusive("money:C-1"):
+            async with Locks(small := small_pool_db(1), lock_wait_s=5).exclusive("money:C-1"):
                 pass
         await small.dispose()
     finally:

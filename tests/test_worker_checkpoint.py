@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from agent.errors import Busy
 from agent.llm.testing import ScriptedModel
 from agent.worker import Worker, WorkerConfig
 from bot.app import create_app
@@ -17,7 +18,8 @@ from bot.settings import DEFAULT_CHECKPOINT_EVERY_S, load_settings
 from sandbox.schema import upgrade
 from storage.audit import AuditEvent
 from storage.db import Database
-from storage.ledger import LockBusy
+from storage.locks import LockBusy
+from storage.steps import ConcurrentTurn
 from tests.api_kit import client_for
 from tests.support import seeded
 
@@ -99,11 +101,11 @@ def test_checkpoint_schedule_and_paths_defaults(tmp_path: Path, monkeypatch: pyt
 
 
 async def test_a_busy_money_lock_is_a_409_not_a_500(db: Database) -> None:
-    """LockBusy escaping a request becomes {"error": "conflict"} with the "try again" wording."""
+    """Busy escaping a request becomes {"error": "conflict"} with the "try again" wording."""
     h = await seeded(db, ScriptedModel([]))
 
     async def busy(_request: web.Request) -> web.Response:
-        raise LockBusy("money:C-7", 30)
+        raise Busy(str(LockBusy("money:C-7", 30)))
 
     async with client_for(h, extra_routes=[web.get("/api/busy", busy)]) as client:
         r = await client.get("/api/busy")
@@ -117,9 +119,35 @@ def test_the_cli_answers_a_busy_money_lock_with_one_line(
     import bot.cli.commands
 
     async def busy(_args: object) -> int:
-        raise LockBusy("money:C-7", 30)
+        raise Busy(str(LockBusy("money:C-7", 30)))
 
     monkeypatch.setattr(bot.cli.commands, "_dispatch", busy)
     assert bot.cli.commands.main(["audit", "verify"]) == 1
     err = capsys.readouterr().err
     assert "lock money:C-7 is busy" in err and "try again" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("fault", [LockBusy("money:C-7", 30), ConcurrentTurn("conversation c moved on")])
+async def test_the_runtime_hands_faces_busy_never_a_storage_exception(db: Database, fault: Exception) -> None:
+    """A storage fault under a runtime verb (confirm, decide, a message) reaches the face as the
+    agent's Busy, with the storage exception kept as its cause; nothing else about it changes."""
+    from tools.context import Principal
+
+    h = await seeded(db, ScriptedModel([]))
+
+    async def broken(*_a: object, **_k: object) -> None:
+        raise fault
+
+    customer = Principal(kind="customer", id="C-7", customer_id="C-7")
+    h.services.confirmations.get = broken  # type: ignore[method-assign]
+    h.services.approvals.get = broken  # type: ignore[method-assign]
+    h.services.conversations.get = broken  # type: ignore[method-assign]
+    calls = [
+        h.runtime.confirm("cnf_x", actor=customer, accept=True),
+        h.runtime.decide("apr_x", expected_version=1, decision="approve", actor=customer),
+        h.runtime.chat(principal=customer, channel="api", message="hi", conversation_id="c"),
+    ]
+    for call in calls:
+        with pytest.raises(Busy) as info:
+            await call
+        assert info.value.__cause__ is fault and str(info.value) == str(fault)

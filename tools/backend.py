@@ -22,10 +22,13 @@ ReturnStatus = Literal["requested", "received", "refunded", "rejected"]
 MessageChannel = Literal["email", "sms"]
 KnowledgeKind = Literal["policy", "help"]
 RefundKind = Literal["refund", "cancellation"]
+ShipmentStatus = Literal["not_shipped", "in_transit", "delivered", "cancelled"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Address:
+    """A postal address."""
+
     line1: str
     city: str
     postal_code: str
@@ -36,6 +39,8 @@ class Address:
 
 @dataclass(frozen=True, kw_only=True)
 class PaymentMethod:
+    """A saved card (brand, last four digits, expiry)."""
+
     id: str
     brand: str
     last4: str
@@ -45,6 +50,8 @@ class PaymentMethod:
 
 @dataclass(frozen=True, kw_only=True)
 class Customer:
+    """A customer account."""
+
     id: str
     name: str
     email: str
@@ -57,6 +64,8 @@ class Customer:
 
 @dataclass(frozen=True, kw_only=True)
 class OrderItem:
+    """One line of an order."""
+
     sku: str
     name: str
     qty: int
@@ -65,6 +74,8 @@ class OrderItem:
 
 @dataclass(frozen=True, kw_only=True)
 class Order:
+    """An order."""
+
     id: str
     customer_id: str
     status: OrderStatus
@@ -79,6 +90,8 @@ class Order:
 
 @dataclass(frozen=True, kw_only=True)
 class Payment:
+    """A payment on an order."""
+
     id: str
     order_id: str
     amount_minor: int
@@ -89,6 +102,8 @@ class Payment:
 
 @dataclass(frozen=True, kw_only=True)
 class Refund:
+    """A refund on an order."""
+
     id: str
     order_id: str
     amount_minor: int
@@ -102,12 +117,16 @@ class Refund:
 
 @dataclass(frozen=True, kw_only=True)
 class ReturnItem:
+    """One line of a return."""
+
     sku: str
     qty: int
 
 
 @dataclass(frozen=True, kw_only=True)
 class Return:
+    """A return on an order."""
+
     id: str
     order_id: str
     items: tuple[ReturnItem, ...]
@@ -118,6 +137,8 @@ class Return:
 
 @dataclass(frozen=True, kw_only=True)
 class Invoice:
+    """An invoice of an order."""
+
     id: str
     order_id: str
     amount_minor: int
@@ -127,8 +148,10 @@ class Invoice:
 
 @dataclass(frozen=True, kw_only=True)
 class Shipment:
+    """Where an order's shipment is."""
+
     order_id: str
-    status: str  # not_shipped | in_transit | delivered | cancelled
+    status: ShipmentStatus
     carrier: str | None
     tracking_number: str | None
     shipped_at: datetime | None
@@ -138,6 +161,8 @@ class Shipment:
 
 @dataclass(frozen=True, kw_only=True)
 class KnowledgeHit:
+    """One knowledge section that matched a search."""
+
     doc_id: str
     version: int
     section_id: str
@@ -147,11 +172,14 @@ class KnowledgeHit:
 
     @property
     def evidence_id(self) -> str:
+        """The id a citation uses: ``{doc_id}@{version}#{section_id}``."""
         return f"{self.doc_id}@{self.version}#{self.section_id}"
 
 
 @dataclass(frozen=True, kw_only=True)
 class OutboxMessage:
+    """A message the shop sent (email or SMS)."""
+
     id: str
     customer_id: str
     channel: MessageChannel
@@ -163,6 +191,8 @@ class OutboxMessage:
 
 @dataclass(frozen=True, kw_only=True)
 class StaffMember:
+    """A staff member (rep or supervisor)."""
+
     id: str
     name: str
     role: Literal["rep", "supervisor"]
@@ -195,29 +225,57 @@ class CommerceBackend(Protocol):
     """A shop's system of record. The sandbox store implements it over SQL."""
 
     # -- identity and staff -------------------------------------------------
-    async def get_customer(self, customer_id: str) -> Customer | None: ...
-    async def find_customer_by_slack_user(self, slack_user_id: str) -> Customer | None: ...
-    async def find_customer_by_email(self, email: str) -> Customer | None: ...
-    async def get_staff(self, staff_id: str) -> StaffMember | None: ...
-    async def find_staff_by_slack_user(self, slack_user_id: str) -> StaffMember | None: ...
+    async def get_customer(self, customer_id: str) -> Customer | None:
+        """The customer ``customer_id``, if any."""
+
+    async def find_customer_by_slack_user(self, slack_user_id: str) -> Customer | None:
+        """The customer with this Slack user id on file, if any."""
+
+    async def find_customer_by_email(self, email: str) -> Customer | None:
+        """The customer with this email on file, if any."""
+
+    async def get_staff(self, staff_id: str) -> StaffMember | None:
+        """The staff member ``staff_id``, if any."""
+
+    async def find_staff_by_slack_user(self, slack_user_id: str) -> StaffMember | None:
+        """The staff member with this Slack user id, if any."""
 
     # -- reads, always scoped to the bound customer -------------------------
-    async def list_orders(self, customer_id: str, *, status: OrderStatus | None = None) -> list[Order]: ...
-    async def get_order(self, customer_id: str, order_id: str) -> Order | None: ...
-    async def track_shipment(self, customer_id: str, order_id: str) -> Shipment | None: ...
-    async def list_payments(self, customer_id: str, *, order_id: str | None = None) -> list[Payment]: ...
-    async def list_refunds(self, customer_id: str, *, order_id: str | None = None) -> list[Refund]: ...
-    async def get_invoices(self, customer_id: str, *, invoice_id: str | None = None) -> list[Invoice]: ...
-    async def list_returns(self, customer_id: str) -> list[Return]: ...
-    async def get_return(self, customer_id: str, return_id: str) -> Return | None: ...
+    async def list_orders(self, customer_id: str, *, status: OrderStatus | None = None) -> list[Order]:
+        """The customer's orders, optionally of one status."""
+
+    async def get_order(self, customer_id: str, order_id: str) -> Order | None:
+        """The customer's order ``order_id`` (``None`` when missing or someone else's)."""
+
+    async def track_shipment(self, customer_id: str, order_id: str) -> Shipment | None:
+        """The shipment of the customer's order, if any."""
+
+    async def list_payments(self, customer_id: str, *, order_id: str | None = None) -> list[Payment]:
+        """The customer's payments, optionally of one order."""
+
+    async def list_refunds(self, customer_id: str, *, order_id: str | None = None) -> list[Refund]:
+        """The customer's refunds, optionally of one order."""
+
+    async def get_invoices(self, customer_id: str, *, invoice_id: str | None = None) -> list[Invoice]:
+        """The customer's invoices, or the one named."""
+
+    async def list_returns(self, customer_id: str) -> list[Return]:
+        """The customer's returns."""
+
+    async def get_return(self, customer_id: str, return_id: str) -> Return | None:
+        """The customer's return ``return_id``, if any."""
+
     async def refundable_minor(self, customer_id: str, order_id: str) -> int | None:
         """Captured minus refunded for an owned order; ``None`` if not owned/missing."""
         ...
 
-    async def refunds_since(self, customer_id: str, since: datetime) -> list[Refund]: ...
+    async def refunds_since(self, customer_id: str, since: datetime) -> list[Refund]:
+        """The customer's refunds since ``since`` (for per-day limits)."""
+
     async def search_knowledge(
         self, query: str, *, kind: KnowledgeKind | None = None, limit: int = 5
-    ) -> list[KnowledgeHit]: ...
+    ) -> list[KnowledgeHit]:
+        """Knowledge sections matching ``query``, best first."""
 
     # -- writes: idempotent by key; BackendError for business refusals -------
     async def issue_refund(
@@ -230,14 +288,20 @@ class CommerceBackend(Protocol):
         reason_code: str,
         return_id: str | None,
         idempotency_key: str,
-    ) -> Refund: ...
-    async def cancel_order(
-        self, customer_id: str, order_id: str, *, reason_code: str, idempotency_key: str
-    ) -> Order: ...
+    ) -> Refund:
+        """Refund money on the customer's order, once per ``idempotency_key``."""
+
+    async def cancel_order(self, customer_id: str, order_id: str, *, reason_code: str, idempotency_key: str) -> Order:
+        """Cancel the customer's order, once per ``idempotency_key``."""
+
     async def update_shipping_address(
         self, customer_id: str, order_id: str, *, address: Address, idempotency_key: str
-    ) -> Order: ...
-    async def create_reorder(self, customer_id: str, order_id: str, *, idempotency_key: str) -> Order: ...
+    ) -> Order:
+        """Change where the customer's order ships, once per ``idempotency_key``."""
+
+    async def create_reorder(self, customer_id: str, order_id: str, *, idempotency_key: str) -> Order:
+        """Place a new order like the customer's ``order_id``, once per ``idempotency_key``."""
+
     async def create_return(
         self,
         customer_id: str,
@@ -246,11 +310,17 @@ class CommerceBackend(Protocol):
         items: list[ReturnItem],
         reason_code: str,
         idempotency_key: str,
-    ) -> Return: ...
-    async def retry_payment(self, customer_id: str, order_id: str, *, idempotency_key: str) -> Payment: ...
+    ) -> Return:
+        """Open a return on the customer's order, once per ``idempotency_key``."""
+
+    async def retry_payment(self, customer_id: str, order_id: str, *, idempotency_key: str) -> Payment:
+        """Charge a failed payment again, once per ``idempotency_key``."""
+
     async def update_contact_details(
         self, customer_id: str, *, email: str | None, phone: str | None, idempotency_key: str
-    ) -> Customer: ...
+    ) -> Customer:
+        """Change the customer's email or phone on file, once per ``idempotency_key``."""
+
     async def send_message(
         self,
         customer_id: str,

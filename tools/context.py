@@ -13,6 +13,8 @@ from typing import Any, Literal, Protocol
 from tools.backend import CommerceBackend, KnowledgeHit
 
 PrincipalKind = Literal["customer", "rep", "supervisor", "system"]
+#: The staff roles that may act for a customer or decide an approval.
+StaffRole = Literal["rep", "supervisor"]
 ToolGroup = Literal["always", "account", "orders", "returns", "billing"]
 LOADABLE_GROUPS: tuple[ToolGroup, ...] = ("account", "orders", "returns", "billing")
 
@@ -27,6 +29,7 @@ class Principal:
 
     @property
     def key(self) -> str:
+        """``kind:id``: how the principal is named in records and audit events."""
         return f"{self.kind}:{self.id}"
 
     @classmethod
@@ -37,6 +40,7 @@ class Principal:
 
     @property
     def is_staff(self) -> bool:
+        """Whether the principal is a rep or a supervisor."""
         return self.kind in ("rep", "supervisor")
 
 
@@ -63,11 +67,14 @@ class ToolFailure(Exception):
         self.details = details
 
     def as_result(self) -> dict[str, Any]:
+        """The failure as the ``is_error`` tool result the model reads."""
         return error_result(self.code, self.message, self.details)
 
 
 @dataclass(frozen=True, kw_only=True)
 class CaseView:
+    """The case as ``get_case`` shows it."""
+
     conversation_id: str
     status: str
     customer_id: str | None
@@ -78,9 +85,14 @@ class CaseView:
 class CaseDesk(Protocol):
     """Case management for the current conversation (implemented by the runtime)."""
 
-    async def get_case(self) -> CaseView: ...
-    async def add_note(self, note: str) -> int: ...
-    async def escalate(self, reason: str, summary: str) -> dict[str, Any]: ...
+    async def get_case(self) -> CaseView:
+        """The case of this conversation."""
+
+    async def add_note(self, note: str) -> int:
+        """Add a note to the case; its id."""
+
+    async def escalate(self, reason: str, summary: str) -> dict[str, Any]:
+        """Hand the conversation to a person."""
 
 
 class RunControl(Protocol):
@@ -111,6 +123,8 @@ class Rules:
 
 @dataclass(frozen=True, kw_only=True)
 class ToolContext:
+    """What a tool handler gets besides its arguments: the bound customer, backend, clock, run controls."""
+
     principal: Principal
     backend: CommerceBackend
     case: CaseDesk

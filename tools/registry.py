@@ -36,6 +36,8 @@ class ToolSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class Money:
+    """An amount in minor units of a currency."""
+
     amount_minor: int
     currency: str
 
@@ -63,6 +65,8 @@ class ToolMeta:
 
 @dataclass(frozen=True, kw_only=True)
 class ToolDef:
+    """One tool: what the model sees, what the runtime knows, its handler and hooks."""
+
     name: str
     description: str
     input_schema: dict[str, Any]
@@ -79,15 +83,35 @@ class ToolDef:
     target: Callable[[dict[str, Any]], str] | None = None
     #: One line for the "other groups" listing and for approval cards.
     summary: Callable[[dict[str, Any]], str] | None = None
+    #: The status an approver is shown once the action ran (``REFUNDED``).
+    done_status: str = "DONE"
+    #: The result field naming what the action created or changed (``refund_id``): the id
+    #: ``finish`` may cite and the audit's ``action_id``. ``None``: the result names nothing.
+    id_field: str | None = None
+    #: A regex over the lower-cased reply matching a first-person, past-tense claim that this
+    #: action happened (``finish`` refuses unbacked claims; the evaluation judges with it).
+    claim: str | None = None
+    #: How the demo planner says it did this (``{amount}``, ``{order}``, ``{id}`` filled in).
+    done_phrase: str | None = None
 
     def spec(self) -> ToolSpec:
+        """What the model sees of this tool."""
         return ToolSpec(name=self.name, description=self.description, input_schema=self.input_schema)
 
     def target_of(self, args: dict[str, Any]) -> str:
         """The confirmation target of a call with ``args`` (see :attr:`target`)."""
         return self.target(args) if self.target is not None else "account"
 
+    def action_id(self, result: Any) -> str | None:
+        """The id this action's ``result`` names (see :attr:`id_field`), if it names one."""
+        if self.id_field is not None and isinstance(result, dict):
+            value = result.get(self.id_field)
+            if isinstance(value, str):
+                return value
+        return None
+
     def describe(self, args: dict[str, Any]) -> str:
+        """One line describing a call with ``args`` (approval cards, confirmations)."""
         if self.summary is not None:
             return self.summary(args)
         return f"{self.name}({', '.join(f'{k}={v!r}' for k, v in sorted(args.items()))})"
@@ -95,11 +119,14 @@ class ToolDef:
 
 @dataclass(frozen=True, kw_only=True)
 class Registry:
+    """Every tool by name, in the stable order the prompt cache relies on."""
+
     tools: Mapping[str, ToolDef]
     group_blurbs: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, tools: Iterable[ToolDef], group_blurbs: Mapping[str, str] | None = None) -> Registry:
+        """A registry of ``tools``; a name given twice is an error."""
         table: dict[str, ToolDef] = {}
         for tool in tools:
             if tool.name in table:
@@ -108,9 +135,11 @@ class Registry:
         return cls(tools=table, group_blurbs=dict(group_blurbs or {}))
 
     def get(self, name: str) -> ToolDef | None:
+        """The tool ``name``, if known."""
         return self.tools.get(name)
 
     def names_for(self, groups: Iterable[str]) -> list[str]:
+        """The names of the tools offered with these groups loaded (``always`` included)."""
         wanted = {"always", *groups}
         return [t.name for t in self.tools.values() if t.meta.group in wanted]
 
@@ -120,6 +149,7 @@ class Registry:
         return [t.spec() for t in self.tools.values() if t.meta.group in wanted]
 
     def unloaded_listing(self, groups: Iterable[str]) -> str:
+        """One line per loadable group not loaded yet, for the model."""
         loaded = set(groups)
         lines = [f"- {g}: {self.group_blurbs.get(g, '')}".rstrip() for g in LOADABLE_GROUPS if g not in loaded]
         return "\n".join(lines)

@@ -173,6 +173,7 @@ def order_line(order: Order) -> Result:
 
 
 def shipment_result(shipment: Shipment) -> Result:
+    """A shipment as the model sees it."""
     return {
         "order_id": shipment.order_id,
         "status": shipment.status,
@@ -185,6 +186,7 @@ def shipment_result(shipment: Shipment) -> Result:
 
 
 def payment_result(payment: Payment) -> Result:
+    """A payment as the model sees it."""
     return {
         "payment_id": payment.id,
         "order_id": payment.order_id,
@@ -197,6 +199,7 @@ def payment_result(payment: Payment) -> Result:
 
 
 def refund_result(refund: Refund) -> Result:
+    """A refund as the model sees it."""
     return {
         "refund_id": refund.id,
         "order_id": refund.order_id,
@@ -210,6 +213,7 @@ def refund_result(refund: Refund) -> Result:
 
 
 def return_result(ret: Return) -> Result:
+    """A return as the model sees it."""
     return {
         "return_id": ret.id,
         "order_id": ret.order_id,
@@ -221,6 +225,7 @@ def return_result(ret: Return) -> Result:
 
 
 def invoice_result(invoice: Invoice) -> Result:
+    """An invoice as the model sees it."""
     return {
         "invoice_id": invoice.id,
         "order_id": invoice.order_id,
@@ -245,6 +250,7 @@ def account_result(customer: Customer, *, limit: int) -> Result:
 
 
 def payment_method_result(method: PaymentMethod, *, now: datetime) -> Result:
+    """A saved card as the model sees it (whether it has expired, by ``now``)."""
     now = as_utc(now)
     return {
         "payment_method_id": method.id,

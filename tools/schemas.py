@@ -124,18 +124,22 @@ def pattern(regex: str, max_length: int, description: str) -> Schema:
 
 
 def order_id() -> Schema:
+    """An order id."""
     return pattern(ORDER_ID_PATTERN, 18, "Order id as shown to the customer, e.g. O-1042.")
 
 
 def return_id() -> Schema:
+    """A return id."""
     return pattern(RETURN_ID_PATTERN, 19, "Return id, e.g. RT-31.")
 
 
 def invoice_id() -> Schema:
+    """An invoice id."""
     return pattern(INVOICE_ID_PATTERN, 20, "Invoice id, e.g. INV-2001.")
 
 
 def evidence_id() -> Schema:
+    """An evidence id as ``search_knowledge`` returns it."""
     return pattern(
         EVIDENCE_ID_PATTERN,
         128,
@@ -157,6 +161,7 @@ def evidence() -> Schema:
 
 
 def amount_minor() -> Schema:
+    """A positive amount in minor units."""
     return {
         "type": "integer",
         "minimum": 1,
@@ -166,6 +171,7 @@ def amount_minor() -> Schema:
 
 
 def currency() -> Schema:
+    """An ISO 4217 currency code."""
     return pattern(r"^[A-Z]{3}$", 3, "ISO 4217 currency code of the order, e.g. USD.")
 
 
@@ -207,6 +213,7 @@ def return_items() -> Schema:
 
 
 def email() -> Schema:
+    """An email address."""
     return pattern(
         r"^[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(\.[A-Za-z0-9-]{1,63})*\.[A-Za-z]{2,24}$",
         254,
@@ -215,6 +222,7 @@ def email() -> Schema:
 
 
 def phone() -> Schema:
+    """A phone number."""
     return pattern(r"^\+[1-9][0-9]{6,14}$", 16, "Phone number in E.164 form, e.g. +14155550123.")
 
 

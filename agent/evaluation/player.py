@@ -62,7 +62,7 @@ class Observed:
 
     def model_proposals(self) -> list[Proposal]:
         """Proposals the model made (not the runtime re-judging a confirmed or approved action)."""
-        return [p for p in self.proposals if not p.tool_use_id.startswith("runtime:")]
+        return [p for p in self.proposals if p.origin is None]
 
 
 def principal_of(ident: str, *, customer: str | None, staff_roles: dict[str, str]) -> Principal:

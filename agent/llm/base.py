@@ -8,15 +8,56 @@ at their edge and never change what is stored.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NotRequired, Protocol, TypedDict, TypeGuard
 
 from tools.registry import ToolSpec  # what the model sees of a tool (defined with the registry)
 
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal", "pause_turn", "stop_sequence"]
 
-#: One Anthropic content block (``{"type": "text", "text": ...}``,
-#: ``{"type": "tool_use", "id", "name", "input"}``, ``{"type": "tool_result", ...}``).
-Block = dict[str, Any]
+
+class TextBlock(TypedDict):
+    """``{"type": "text", "text": ...}``: what the model or a person wrote, or a runtime event."""
+
+    type: Literal["text"]
+    text: str
+    cache_control: NotRequired[dict[str, str]]
+
+
+class ToolUseBlock(TypedDict):
+    """``{"type": "tool_use", "id", "name", "input"}``: a call the model proposes."""
+
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: Any
+    cache_control: NotRequired[dict[str, str]]
+
+
+class ToolResultBlock(TypedDict):
+    """``{"type": "tool_result", "tool_use_id", "content", "is_error"?}``: our answer to a call."""
+
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: Any
+    is_error: NotRequired[bool]
+    cache_control: NotRequired[dict[str, str]]
+
+
+#: One Anthropic content block, exactly as the Messages API takes and returns it; mypy checks
+#: each access against the block's type (narrow on ``block["type"]`` first).
+Block = TextBlock | ToolUseBlock | ToolResultBlock
+
+
+def is_text(block: Block) -> TypeGuard[TextBlock]:
+    return block.get("type") == "text"
+
+
+def is_tool_use(block: Block) -> TypeGuard[ToolUseBlock]:
+    return block.get("type") == "tool_use"
+
+
+def is_tool_result(block: Block) -> TypeGuard[ToolResultBlock]:
+    return block.get("type") == "tool_result"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,12 +108,12 @@ class ModelResponse:
     request_id: str | None = None
 
     @property
-    def tool_uses(self) -> list[Block]:
-        return [b for b in self.content if b.get("type") == "tool_use"]
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [b for b in self.content if is_tool_use(b)]
 
     @property
     def text(self) -> str:
-        return "".join(b.get("text", "") for b in self.content if b.get("type") == "text")
+        return "".join(b.get("text", "") for b in self.content if is_text(b))
 
 
 class ModelClient(Protocol):

@@ -21,7 +21,18 @@ from typing import Any
 import openai
 
 from agent.errors import ModelUnavailable
-from agent.llm.base import Block, Message, ModelRequest, ModelResponse, StopReason, ToolSpec, Usage
+from agent.llm.base import (
+    Block,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    StopReason,
+    ToolSpec,
+    Usage,
+    is_text,
+    is_tool_result,
+    is_tool_use,
+)
 from agent.llm.breaker import CircuitBreaker
 from agent.llm.sending import (
     attempts_made,
@@ -199,9 +210,9 @@ def _assistant_message(blocks: list[Block]) -> dict[str, Any]:
     calls: list[dict[str, Any]] = []
     for block in blocks:
         kind = block.get("type")
-        if kind == "text":
+        if is_text(block):
             texts.append(block["text"])
-        elif kind == "tool_use":
+        elif is_tool_use(block):
             calls.append(
                 {
                     "id": block["id"],
@@ -231,12 +242,12 @@ def _user_messages(blocks: list[Block]) -> list[dict[str, Any]]:
     texts: list[str] = []
     for block in blocks:
         kind = block.get("type")
-        if kind == "tool_result":
+        if is_tool_result(block):
             content = _result_text(block.get("content", ""))
             if block.get("is_error"):
                 content = f"ERROR: {content}"
             out.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": content})
-        elif kind == "text":
+        elif is_text(block):
             texts.append(block["text"])
         else:
             raise _untranslatable(kind, "user")

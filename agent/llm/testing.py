@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from agent.llm.base import Block, ModelRequest, ModelResponse, Usage
+from agent.llm.base import Block, ModelRequest, ModelResponse, ToolResultBlock, Usage, is_tool_use
 from agent.llm.sending import RealModelCallBlocked, is_loopback_url, outbound_loopback_only
 
 __all__ = [
@@ -58,11 +58,11 @@ def tool_use_block(name: str, input: dict[str, Any], id: str | None = None) -> B
 
 def tool_result_block(
     tool_use_id: str, content: str | list[Block] | dict[str, Any], *, is_error: bool = False
-) -> Block:
+) -> ToolResultBlock:
     """A ``tool_result`` block; a dict ``content`` is sent as its JSON text."""
     if isinstance(content, dict):
         content = json.dumps(content, ensure_ascii=False)
-    block: Block = {"type": "tool_result", "tool_use_id": tool_use_id, "content": content}
+    block: ToolResultBlock = {"type": "tool_result", "tool_use_id": tool_use_id, "content": content}
     if is_error:
         block["is_error"] = True
     return block
@@ -251,7 +251,7 @@ def issued_calls(request: ModelRequest) -> set[tuple[str, str]]:
         for m in request.messages
         if m.role == "assistant"
         for b in m.content
-        if isinstance(b, dict) and b.get("type") == "tool_use"
+        if is_tool_use(b)
     }
 
 

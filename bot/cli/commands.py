@@ -13,11 +13,13 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
-from agent.errors import ConfigError, DecisionError
+from agent.errors import Busy, ConfigError, DecisionError
 from bot.settings import Settings, load_settings
-from storage.ledger import LockBusy
+
+#: What ``add_subparsers`` returns (one per command group).
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,7 +27,16 @@ def _parser() -> argparse.ArgumentParser:
         prog="signoff", description="A support agent whose model proposes and whose code decides."
     )
     sub = p.add_subparsers(dest="command", required=True)
+    _run_commands(sub)
+    _data_commands(sub)
+    _approval_commands(sub)
+    _audit_commands(sub)
+    _tooling_commands(sub)
+    return p
 
+
+def _run_commands(sub: Subparsers) -> None:
+    """``demo``, ``serve``, ``worker``."""
     demo = sub.add_parser("demo", help="run the canonical scenarios on a temporary SQLite store")
     demo.add_argument("--live", action="store_true", help="drive the demo with the configured model")
     demo.add_argument(
@@ -45,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("worker", help="the resume/expiry worker alone")
     sub.add_parser("socket", help="the Slack app over Socket Mode (SLACK_APP_TOKEN), with the worker")
 
+
+def _data_commands(sub: Subparsers) -> None:
+    """``db upgrade``, ``store load|export``."""
     db = sub.add_parser("db", help="database migrations")
     db_sub = db.add_subparsers(dest="db_command", required=True)
     db_sub.add_parser(
@@ -65,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     export = store_sub.add_parser("export", help="the store's current state in the dataset format")
     export.add_argument("--out", type=Path)
 
+
+def _approval_commands(sub: Subparsers) -> None:
+    """``approvals list|show|approve|reject``."""
     ap = sub.add_parser("approvals", help="list, show and decide approvals")
     ap_sub = ap.add_subparsers(dest="approvals_command", required=True)
     ls = ap_sub.add_parser("list")
@@ -80,6 +97,9 @@ def _parser() -> argparse.ArgumentParser:
         d.add_argument("--comment")
         d.add_argument("--version", type=int, help="expected version (default: the current one)")
 
+
+def _audit_commands(sub: Subparsers) -> None:
+    """``audit verify|checkpoint``."""
     audit = sub.add_parser("audit", help="the audit chain")
     audit_sub = audit.add_subparsers(dest="audit_command", required=True)
     verify = audit_sub.add_parser(
@@ -97,6 +117,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     checkpoint.add_argument("--out", type=Path, help="checkpoint file (default: SIGNOFF_AUDIT_CHECKPOINT_FILE)")
 
+
+def _tooling_commands(sub: Subparsers) -> None:
+    """``eval``, ``token``."""
     ev = sub.add_parser("eval", help="run evaluation suites")
     ev.add_argument("suites", nargs="*")
     ev.add_argument("--model", default="scripted")
@@ -111,7 +134,6 @@ def _parser() -> argparse.ArgumentParser:
     tok.add_argument("--role", required=True, choices=["customer", "rep", "supervisor"])
     tok.add_argument("--customer")
     tok.add_argument("--ttl", type=int, default=3600, help="seconds (at most SIGNOFF_JWT_MAX_TTL_S)")
-    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -121,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"signoff: {exc}", file=sys.stderr)
         return 2
-    except LockBusy as exc:  # an approval's action waited too long for the customer's money lock
+    except Busy as exc:  # e.g. an approval's action waited too long for the customer's money lock
         print(f"signoff: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -60,10 +60,12 @@ class Shop:
         self._emails: set[str] = set()
 
     def price(self, sku: str, currency: str) -> int:
+        """The unit price of ``sku`` in ``currency``, in minor units."""
         usd = PRODUCT[sku][1]
         return usd if currency == "USD" else int(round(usd * FX[currency], -2)) - 1
 
     def address(self, country: str) -> Obj:
+        """A plausible address in ``country``."""
         place, rng = PLACES[country], self.rng
         city, region, postal = rng.choice(place.cities)
         street = f"{rng.choice(STREETS)} {place.street_suffix}"
@@ -93,6 +95,7 @@ class Shop:
         slack: str | None = None,
         email: str | None = None,
     ) -> None:
+        """Add a customer to the dataset being built."""
         rng = self.rng
         c: Obj = {"id": cid, "name": name, "email": email or self._email(name)}
         self._emails.add(c["email"].lower())
@@ -129,6 +132,7 @@ class Shop:
         pay: str = "auto",
         notes: str | None = None,
     ) -> Obj:
+        """Add an order (with its items and payment) to the dataset being built."""
         currency = PLACES[self.country[cid]].currency
         items: list[Obj] = [
             {"sku": s, "name": PRODUCT[s][0], "qty": q, "unit_minor": self.price(s, currency)} for s, q in lines
@@ -180,6 +184,7 @@ class Shop:
         self.invoices.append(self._money(o, f"INV-{o['id'][2:]}", o["total_minor"], issued_at=iso(at)))
 
     def refund(self, o: Obj, amount: int, at: datetime, reason: str, return_id: str | None = None) -> None:
+        """Add a refund of ``amount`` on order ``o``."""
         r = self._money(
             o,
             f"R-{3001 + len(self.refunds)}",
@@ -197,6 +202,7 @@ class Shop:
                 p["status"] = "refunded"
 
     def return_(self, o: Obj, status: str, at: datetime, reason: str, lines: Lines | None = None) -> None:
+        """Add a return on order ``o`` (all its lines unless ``lines`` names some)."""
         rid = f"RT-{2001 + len(self.returns)}"
         lines = lines or [(o["items"][0]["sku"], 1)]
         self.returns.append(
@@ -214,6 +220,7 @@ class Shop:
             self.refund(o, sum(unit[s] * q for s, q in lines), at + 4 * DAY, reason, rid)
 
     def message(self, o: Obj, template: str, at: datetime) -> None:
+        """Add an outbox message about order ``o``."""
         c = next(c for c in self.customers if c["id"] == o["customer_id"])
         self.outbox.append(
             {

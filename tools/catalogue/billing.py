@@ -222,6 +222,13 @@ TOOLS: tuple[ToolDef, ...] = (
             required=("order_id", "amount_minor", "currency", "reason_code"),
         ),
         meta=action_meta("billing", "billing:refund", 2, approval_expiry_s=DAY, timeout_s=20.0),
+        done_status="REFUNDED",
+        id_field="refund_id",
+        claim=(
+            r"\b(i|we)('ve| have)? (refunded|issued (a|the|your) refund)|\byour refund (has been|was) "
+            r"(issued|processed|sent)|\b(has|have) been refunded\b"
+        ),
+        done_phrase="refunded {amount} on {order}",
         handler=_issue_refund,
         check=_refund_check,
         key=_refund_key,
@@ -239,6 +246,9 @@ TOOLS: tuple[ToolDef, ...] = (
         ),
         input_schema=obj({"order_id": order_id()}, required=("order_id",)),
         meta=action_meta("billing", "billing:write", 1, timeout_s=30.0, retryable=False),
+        done_status="CHARGED",
+        id_field="payment_id",
+        done_phrase="retried the payment on {order}",
         handler=_retry_payment,
         check=_retry_check,
         key=_retry_key,

@@ -147,6 +147,13 @@ TOOLS: tuple[ToolDef, ...] = (
             required=("order_id", "items", "reason_code"),
         ),
         meta=action_meta("returns", "returns:write", 1),
+        done_status="RETURN_CREATED",
+        id_field="return_id",
+        claim=(
+            r"\b(i|we)('ve| have)? (opened|created|started) (a|the|your)? ?return\b|\breturn (has been|was) "
+            r"(created|opened)\b"
+        ),
+        done_phrase="opened return {id} for {order}",
         handler=_create_return,
         check=_return_check,
         key=_return_key,
