@@ -38,4 +38,13 @@ class DecisionError(AgentError):
 
     def __init__(self, code: str, message: str):
         super().__init__(message)
-        self.code = code  # not_found | forbidden | own_request | conflict | expired | invalid
+        self.code = code  # not_found | forbidden | own_request | conflict | expired | invalid | rate_limited
+
+
+class LimitExceeded(DecisionError):
+    """A per-principal limit of the policy (``limit`` names it) refuses this now; nothing was
+    stored for it. The HTTP API answers 429."""
+
+    def __init__(self, limit: str, message: str):
+        super().__init__("rate_limited", message)
+        self.limit = limit

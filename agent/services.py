@@ -19,6 +19,7 @@ from storage.identities import IdentityLinks
 from storage.inbox import Deliveries, Inbox, ThreadBindings
 from storage.jobs import JobQueue
 from storage.ledger import Ledger
+from storage.limits import UsageCounts
 from tools.backend import CommerceBackend
 from tools.catalogue import build_registry
 from tools.registry import Registry
@@ -46,6 +47,8 @@ class Services:
     deliveries: Deliveries
     bindings: ThreadBindings
     links: IdentityLinks
+    #: What each principal used across conversations (the per-principal limits).
+    usage: UsageCounts
 
 
 def build_services(
@@ -65,6 +68,7 @@ def build_services(
     confirmations = ConfirmationRepo(db)
     approvals = ApprovalRepo(db, jobs)
     ledger = Ledger(db)
+    usage = UsageCounts(db)
     return Services(
         db=db,
         conversations=ConversationRepo(db),
@@ -75,7 +79,9 @@ def build_services(
         audit=AuditLog(db),
         registry=registry,
         policy=policy,
-        gatekeeper=Gatekeeper(registry=registry, policy=policy, confirmations=confirmations, approvals=approvals),
+        gatekeeper=Gatekeeper(
+            registry=registry, policy=policy, confirmations=confirmations, approvals=approvals, usage=usage
+        ),
         executor=Executor(ledger),
         backend=backend,
         notifier=notifier or RecordingNotifier(),
@@ -85,4 +91,5 @@ def build_services(
         deliveries=Deliveries(db, clock=clock),
         bindings=ThreadBindings(db, clock=clock),
         links=IdentityLinks(db, clock=clock),
+        usage=usage,
     )
