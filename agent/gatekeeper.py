@@ -2,8 +2,10 @@
 
 Order: known & loaded tool → schema → repeat interception → scope → rollout
 stage → business rules (ownership included: someone else's order is
-``not_found``) → rate and budget limits (aggregate refunds per run and per day,
-so splitting does not dodge approval) → evidence (C11) → confirmation gate (C6)
+``not_found``) → who acts on whose account (no staff action on an account with
+their own email; a customer's actions per day across conversations) → rate and
+budget limits (aggregate refunds per run and per day, per customer and per staff
+member, so splitting does not dodge approval) → evidence (C11) → confirmation gate (C6)
 → approval routing (C7) → idempotency key. Execution itself is the executor's.
 """
 
