@@ -44,7 +44,7 @@ class Busy(AgentError):
 
 
 #: Why a decision cannot be taken; each maps to one HTTP status of the API.
-DecisionCode = Literal["not_found", "forbidden", "own_request", "conflict", "expired", "invalid"]
+DecisionCode = Literal["not_found", "forbidden", "own_request", "conflict", "expired", "invalid", "rate_limited"]
 
 
 class DecisionError(AgentError):
@@ -53,3 +53,12 @@ class DecisionError(AgentError):
     def __init__(self, code: DecisionCode, message: str):
         super().__init__(message)
         self.code: DecisionCode = code
+
+
+class LimitExceeded(DecisionError):
+    """A per-principal limit of the policy (``limit`` names it) refuses this now; nothing was
+    stored for it. The HTTP API answers 429."""
+
+    def __init__(self, limit: str, message: str):
+        super().__init__("rate_limited", message)
+        self.limit = limit

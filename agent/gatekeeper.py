@@ -2,8 +2,10 @@
 
 Order: known & loaded tool → schema → repeat interception → scope → rollout
 stage → business rules (ownership included: someone else's order is
-``not_found``) → rate and budget limits (aggregate refunds per run and per day,
-so splitting does not dodge approval) → evidence (C11) → confirmation gate (C6)
+``not_found``) → who acts on whose account (no staff action on an account with
+their own email; a customer's actions per day across conversations) → rate and
+budget limits (aggregate refunds per run and per day, per customer and per staff
+member, so splitting does not dodge approval) → evidence (C11) → confirmation gate (C6)
 → approval routing (C7) → idempotency key. Execution itself is the executor's.
 """
 
@@ -31,6 +33,7 @@ from agent.policy import Policy
 from agent.tracing import traced_judgement
 from storage.audit import canonical_json, sha256_hex
 from storage.gates import ApprovalRepo, ConfirmationRepo
+from storage.limits import UsageCounts
 from storage.records import Approval
 from tools.context import Principal, ToolContext, ToolFailure
 from tools.registry import Money, Registry, ToolDef
@@ -38,6 +41,7 @@ from tools.registry import Money, Registry, ToolDef
 log = logging.getLogger(__name__)
 
 DEDUP_WINDOW_STEPS = 5
+DAY = timedelta(hours=24)
 
 # JSON Schema counts 2000.0 as an integer; money and counts here are ints, one canonical form each
 # (the arguments hash, the idempotency key and the amount written downstream all depend on it).
@@ -91,12 +95,26 @@ class Gatekeeper:
     """Judges proposals; returns a :class:`Decision`. Has no side effects."""
 
     def __init__(
-        self, *, registry: Registry, policy: Policy, confirmations: ConfirmationRepo, approvals: ApprovalRepo
+        self,
+        *,
+        registry: Registry,
+        policy: Policy,
+        confirmations: ConfirmationRepo,
+        approvals: ApprovalRepo,
+        usage: UsageCounts,
     ) -> None:
         self.registry = registry
         self.policy = policy
         self.confirmations = confirmations
         self.approvals = approvals
+        self.usage = usage
+        #: What "an action" is for the per-customer daily count; refunds for the per-staff money.
+        self._actions = frozenset(
+            n for n, t in registry.tools.items() if t.meta.kind == "action" and not t.meta.runtime
+        )
+        self._refund_tools = {
+            n: t for n, t in registry.tools.items() if t.money is not None and t.money_kind == "refund"
+        }
         self._validators = {name: _StrictValidator(t.input_schema) for name, t in registry.tools.items()}
 
     @traced_judgement
@@ -151,6 +169,9 @@ class Gatekeeper:
         approval: Approval | None,
         pinned_key: str | None,
     ) -> Decision:
+        refusal = await self._principal_refusal(facts, ctx, approval)
+        if refusal is not None:
+            return refusal
         refusal = self._limits_and_evidence(tool, p, facts, approval)
         if refusal is not None:
             return refusal
@@ -214,6 +235,64 @@ class Gatekeeper:
             )
         return None
 
+    async def _principal_refusal(self, facts: RunFacts, ctx: ToolContext, approval: Approval | None) -> Reject | None:
+        """Who acts on whose account, across conversations: a rep never acts on an account
+        linked to their own email; a customer's actions per day are bounded (an approved
+        action was counted when it was requested and is not refused now)."""
+        who = facts.principal
+        customer = who.customer_id
+        if who.is_staff and customer:
+            staff = await ctx.backend.get_staff(who.id)
+            if staff is not None and staff.email:
+                account = await ctx.backend.get_customer(customer)
+                if account is not None and account.email.casefold() == staff.email.casefold():
+                    return Reject(
+                        reason="own_account",
+                        message="Staff cannot act on an account linked to their own email; a colleague must handle it.",
+                    )
+        if who.kind == "customer" and customer and approval is None:
+            limit = self.policy.customer.max_actions_per_day
+            if await self.usage.customer_actions(customer, DAY, self._actions) >= limit:
+                return Reject(
+                    reason="daily_action_limit_reached",
+                    details={"limit": "actions_per_day"},
+                    message="No more actions can be carried out on this account today; offer to escalate to a person.",
+                )
+        return None
+
+    async def _staff_verdict(self, money: Money, p: Proposed, facts: RunFacts) -> _Verdict | None:
+        """A staff member's refunds across all customers in the last 24 h, plus their refund
+        requests still pending and this one: above the policy's per-staff cap a supervisor
+        decides (routed to approval, not refused)."""
+        who = facts.principal
+        if not who.is_staff:
+            return None
+        moved = 0
+        for done in await self.usage.executed_by(who.key, DAY, self._refund_tools):
+            tool = self._refund_tools[done.tool]
+            m = tool.money(done.arguments) if tool.money and isinstance(done.arguments, dict) else None
+            if m is not None and m.currency == money.currency:
+                moved += m.amount_minor
+        pending = sum(
+            amount
+            for h, amount, currency in await self.usage.pending_requested_by(who.key, self._refund_tools)
+            if currency == money.currency and h != p.hash
+        )
+        aggregate = money.amount_minor + moved + pending
+        cap = self.policy.staff_daily_refund_cap(money.currency)
+        if aggregate <= cap:
+            return None
+        return _Verdict(
+            reason="staff_daily_over_cap",
+            approvers=1,
+            routing=Routing(
+                amount_minor=money.amount_minor,
+                currency=money.currency,
+                ceiling_minor=cap,
+                aggregate_minor=aggregate,
+            ),
+        )
+
     async def _approval_verdict(
         self, tool: ToolDef, p: Proposed, facts: RunFacts, ctx: ToolContext
     ) -> _Verdict | Reject | None:
@@ -246,7 +325,7 @@ class Gatekeeper:
             )
         ceiling = self.policy.ceiling(facts.principal.kind, money.currency)
         if aggregate <= ceiling:
-            return None
+            return await self._staff_verdict(money, p, facts)
         dual = self.policy.dual_threshold(money.currency)
         approvers = 2 if aggregate > dual else 1
         reason = "over_ceiling" if money.amount_minor > ceiling else "aggregate_over_ceiling"

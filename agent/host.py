@@ -14,14 +14,14 @@ import uuid
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
 
 from agent import steps
 from agent.decisions import DecisionTag
-from agent.errors import DecisionError
+from agent.errors import DecisionError, LimitExceeded
 from agent.gatekeeper import Proposed, RunFacts, args_hash
 from agent.history import new_id
 from agent.outcomes import TurnResult
@@ -33,6 +33,9 @@ from storage.records import Approval, Conversation, Run
 from storage.steps import NewProposal, ProposalOutcome, StepWrite
 from tools.context import Principal
 from tools.intent import classify
+
+HOUR = timedelta(hours=1)
+DAY = timedelta(hours=24)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +93,7 @@ class Host:
                 if not self.may_see(principal, conv):
                     raise DecisionError("not_found", "No such conversation.")
                 return conv
+        await self.check_new_conversation(principal)
         return await self.s.conversations.create(
             id=new_id("conv"),
             channel=channel,
@@ -101,6 +105,47 @@ class Host:
             prompt_version=PROMPT_VERSION,
             loaded_groups=[],
             meta=meta,
+        )
+
+    # -- per-customer limits across conversations (policy ``customer``) -----------------
+    async def check_new_conversation(self, principal: Principal) -> None:
+        """Refuse a customer's new conversation beyond the hourly limit (nothing is stored)."""
+        if principal.kind != "customer" or not principal.customer_id:
+            return
+        limit = self.s.policy.customer.max_new_conversations_per_hour
+        if await self.s.usage.customer_conversations(principal.customer_id, HOUR) >= limit:
+            self._refused(principal, "conversations_per_hour")
+            raise LimitExceeded(
+                "conversations_per_hour",
+                "Too many new conversations in the last hour; continue an open one or try again later.",
+            )
+
+    async def customer_tokens_today(self, principal: Principal) -> int | None:
+        """The model tokens of the customer's own conversations in the last 24 h (``None``: not a customer)."""
+        if principal.kind != "customer" or not principal.customer_id:
+            return None
+        return await self.s.usage.customer_tokens(principal.customer_id, DAY)
+
+    async def check_tokens_today(self, principal: Principal) -> None:
+        """Refuse a customer's turn once their day's model tokens are spent (before anything is stored)."""
+        used = await self.customer_tokens_today(principal)
+        if used is not None and used >= self.s.policy.customer.max_model_tokens_per_day:
+            self._refused(principal, "model_tokens_per_day")
+            raise LimitExceeded(
+                "model_tokens_per_day", "This account has used its assistant allowance for today; try again later."
+            )
+
+    def _refused(self, principal: Principal, limit: str) -> None:
+        # The refusal stores nothing; the metrics still count it.
+        self.s.db.announce(
+            [
+                AuditEvent(
+                    kind="limit.refused",
+                    principal=principal.key,
+                    policy_version=self.s.policy.version,
+                    data={"limit": limit},
+                )
+            ]
         )
 
     @staticmethod
@@ -174,6 +219,7 @@ class Host:
             facts=facts,
             now=s.clock(),
             tokens_before=state.tokens_used,
+            customer_tokens_before=await self.customer_tokens_today(principal),
         )
 
     # -- applying a decided-upon action outside a model step ---------------------------

@@ -42,6 +42,8 @@ DECISION_BUCKETS = (30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400
 COST_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 _FINAL_APPROVAL = frozenset({"approved", "rejected", "expired", "superseded"})
 BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
+#: Gate refusal reasons that are a per-principal limit, and the limit's name.
+GATE_LIMITS = {"daily_action_limit_reached": "actions_per_day"}
 _LABEL = re.compile(r"^[a-z][a-z0-9_.:-]{0,63}$")
 
 
@@ -113,6 +115,12 @@ class Metrics:
     def _gate_metrics(self, r: CollectorRegistry) -> None:
         self.gate = Counter("signoff_gate_decisions", "Gate decisions, by decision.", ["decision"], registry=r)
         self.refusals = Counter("signoff_gate_refusals", "Gate rejections, by reason.", ["reason"], registry=r)
+        self.limit_refusals = Counter(
+            "signoff_limit_refusals",
+            "Refusals by a per-principal limit of the policy, by the limit's name.",
+            ["limit"],
+            registry=r,
+        )
         self.intercepts = Counter("signoff_dedup_intercepts", "Repeated identical calls intercepted.", registry=r)
         self.confirmations = Counter("signoff_confirmations", "Confirmation transitions.", ["outcome"], registry=r)
         self.approvals = Counter("signoff_approvals", "Approval transitions.", ["outcome"], registry=r)
@@ -218,11 +226,17 @@ class Metrics:
         self.gate.labels(_label(decision)).inc()
         self.tool_calls.labels(tool).inc()
         if decision == "reject":
-            self.refusals.labels(_label(e.data.get("reason"))).inc()
+            reason = _label(e.data.get("reason"))
+            self.refusals.labels(reason).inc()
+            if reason in GATE_LIMITS:
+                self.limit_refusals.labels(GATE_LIMITS[reason]).inc()
         if decision == "intercept":
             self.intercepts.inc()
         if e.data.get("is_error"):
             self.tool_errors.labels(tool).inc()
+
+    def _on_limit(self, e: Any) -> None:
+        self.limit_refusals.labels(_label(e.data.get("limit"))).inc()
 
     def _on_execution(self, e: Any) -> None:
         self.executions.labels(self._tool(e.tool)).inc()
@@ -257,6 +271,7 @@ class Metrics:
         "escalation": _on_escalation,
         "execution.succeeded": _on_execution,
         "feedback": _on_feedback,
+        "limit.refused": _on_limit,
     }
 
     def _tool(self, name: str | None) -> str:

@@ -54,6 +54,19 @@ class Limits(_Strict):
     max_refund_minor_per_customer_per_day: dict[str, NonNegative]
     max_refund_minor_per_customer_per_day_default: int = Field(ge=0)
     untrusted_text_limit: int = Field(ge=50, le=10000)
+    #: Refund money one staff member (by staff id) may move per day across all customers;
+    #: above it the refund is routed to a supervisor (approval), never refused outright.
+    max_refund_minor_per_staff_per_day: dict[str, NonNegative]
+    max_refund_minor_per_staff_per_day_default: int = Field(ge=0)
+
+
+class PrincipalLimits(_Strict):
+    """Per-customer limits across all of the customer's conversations (rolling windows,
+    counted from the database so they hold across processes and restarts)."""
+
+    max_new_conversations_per_hour: int = Field(ge=1)
+    max_model_tokens_per_day: int = Field(ge=1000)
+    max_actions_per_day: int = Field(ge=1)
 
 
 class RunLimits(_Strict):
@@ -90,6 +103,7 @@ class Policy(_Strict):
     approval_expiry_s: dict[str, NonNegative]
     limits: Limits
     run: RunLimits
+    customer: PrincipalLimits
     rollout: Rollout
     cancellations: Cancellations = Field(default_factory=Cancellations)
 
@@ -115,6 +129,10 @@ class Policy(_Strict):
         return lim.max_refund_minor_per_customer_per_day.get(
             currency, lim.max_refund_minor_per_customer_per_day_default
         )
+
+    def staff_daily_refund_cap(self, currency: str) -> int:
+        lim = self.limits
+        return lim.max_refund_minor_per_staff_per_day.get(currency, lim.max_refund_minor_per_staff_per_day_default)
 
     def expiry_s(self, tool: str) -> int:
         return self.approval_expiry_s.get(tool, self.approval_expiry_s.get("default", 86400))

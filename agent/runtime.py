@@ -72,7 +72,12 @@ class Runtime(Host):
         ``message_key`` names the message once and for all (a face's inbound id): when the
         conversation already holds it, the message is not stored again and the answer owed to
         it is returned instead — finished now if the process that was answering died, rebuilt
-        from the history if it was answered, ``None`` if a live process is still on it."""
+        from the history if it was answered, ``None`` if a live process is still on it.
+
+        A customer over a per-customer limit of the policy (new conversations per hour, model
+        tokens per day) is refused with :class:`~agent.errors.LimitExceeded` before anything
+        is stored."""
+        await self.check_tokens_today(principal)
         conv = await self.open_conversation(
             principal=principal, channel=channel, conversation_id=conversation_id, external_ref=external_ref, meta=meta
         )

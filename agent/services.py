@@ -19,6 +19,7 @@ from storage.identities import IdentityLinks
 from storage.inbox import Deliveries, Inbox, ThreadBindings
 from storage.jobs import JobQueue
 from storage.ledger import Ledger
+from storage.limits import UsageCounts
 from storage.locks import Locks
 from storage.records import wall_clock
 from tools.backend import CommerceBackend
@@ -50,6 +51,8 @@ class Services:
     deliveries: Deliveries
     bindings: ThreadBindings
     links: IdentityLinks
+    #: What each principal used across conversations (the per-principal limits).
+    usage: UsageCounts
 
 
 def build_services(
@@ -69,6 +72,7 @@ def build_services(
     confirmations = ConfirmationRepo(db)
     approvals = ApprovalRepo(db, jobs)
     ledger = Ledger(db, clock=clock)
+    usage = UsageCounts(db)
     return Services(
         db=db,
         # Conversations, runs and proposals stay stamped with the real time: their rows are
@@ -82,7 +86,9 @@ def build_services(
         audit=AuditLog(db),
         registry=registry,
         policy=policy,
-        gatekeeper=Gatekeeper(registry=registry, policy=policy, confirmations=confirmations, approvals=approvals),
+        gatekeeper=Gatekeeper(
+            registry=registry, policy=policy, confirmations=confirmations, approvals=approvals, usage=usage
+        ),
         executor=Executor(ledger),
         backend=backend,
         notifier=notifier or RecordingNotifier(),
@@ -92,4 +98,5 @@ def build_services(
         deliveries=Deliveries(db, clock=clock),
         bindings=ThreadBindings(db, clock=clock),
         links=IdentityLinks(db, clock=clock),
+        usage=usage,
     )

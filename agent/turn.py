@@ -44,6 +44,8 @@ class Turn:
     input_tokens: int = 0
     output_tokens: int = 0
     tokens_before: int = 0
+    #: The customer's model tokens in the last 24 h across conversations (``None``: staff).
+    customer_tokens_before: int | None = None
     started: float = field(default_factory=time.monotonic)
     replies: list[str] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
@@ -83,6 +85,12 @@ class Turn:
             raise StepLimitExceeded(f"{self.iterations} steps without an answer")
         if self.tokens_before + self.input_tokens + self.output_tokens >= limits.max_tokens_per_conversation:
             raise BudgetExceeded("token budget for this conversation is spent")
+        spent = self.input_tokens + self.output_tokens
+        if (
+            self.customer_tokens_before is not None
+            and self.customer_tokens_before + spent >= self.services.policy.customer.max_model_tokens_per_day
+        ):
+            raise BudgetExceeded("the customer's model tokens for today are spent")
         if time.monotonic() - self.started > limits.max_seconds_per_turn:
             raise BudgetExceeded("wall-time cap for this turn reached")
 

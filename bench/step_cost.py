@@ -99,7 +99,10 @@ async def run(steps: int, action: bool) -> None:
         update={
             "limits": services.policy.limits.model_copy(
                 update={"max_actions_per_run": 10**9, "max_calls_per_tool_per_run": 10**9}
-            )
+            ),
+            "customer": services.policy.customer.model_copy(
+                update={"max_actions_per_day": 10**9, "max_model_tokens_per_day": 10**12}
+            ),
         }
     )
     services = replace(
@@ -107,7 +110,11 @@ async def run(steps: int, action: bool) -> None:
         registry=registry,
         policy=policy,
         gatekeeper=Gatekeeper(
-            registry=registry, policy=policy, confirmations=services.confirmations, approvals=services.approvals
+            registry=registry,
+            policy=policy,
+            confirmations=services.confirmations,
+            approvals=services.approvals,
+            usage=services.usage,
         ),
         executor=Executor(services.ledger),
     )

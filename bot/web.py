@@ -37,6 +37,7 @@ STATUS: dict[str, int] = {
     "too_large": 413,
     "unsupported_media_type": 415,
     "invalid": 422,
+    "rate_limited": 429,
     "internal": 500,
     "unavailable": 503,
 }
@@ -138,6 +139,7 @@ _HTTP_CODES = {
     413: "too_large",
     415: "unsupported_media_type",
     422: "invalid",
+    429: "rate_limited",
 }
 
 

@@ -89,7 +89,7 @@ def customer(row: StoreCustomerRow) -> Customer:
 def staff(row: StoreStaffRow) -> StaffMember:
     """The domain view of a staff row."""
     role: Literal["rep", "supervisor"] = "supervisor" if row.role == "supervisor" else "rep"
-    return StaffMember(id=row.id, name=row.name, role=role, slack_user_id=row.slack_user_id)
+    return StaffMember(id=row.id, name=row.name, role=role, slack_user_id=row.slack_user_id, email=row.email)
 
 
 def order(row: StoreOrderRow) -> Order:

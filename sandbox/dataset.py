@@ -220,6 +220,8 @@ class StaffRecord(_Strict):
     slack_user_id: SlackUserId | None = None
     name: Text
     role: Literal["rep", "supervisor"]
+    #: Their own email, if they have one: they never act on a customer account with it.
+    email: Email | None = None
 
 
 class OutboxRecord(_Strict):

@@ -99,6 +99,14 @@ def _unique_contacts(ds: Dataset) -> list[str]:
         if key in emails:
             errors.append(f"customers[{i}].email: duplicate email {c.email!r} (first at customers[{emails[key]}])")
         emails.setdefault(key, i)
+    staff_emails: dict[str, int] = {}
+    for i, m in enumerate(ds.staff):
+        if m.email is None:
+            continue
+        key = m.email.lower()
+        if key in staff_emails:
+            errors.append(f"staff[{i}].email: duplicate email {m.email!r} (first at staff[{staff_emails[key]}])")
+        staff_emails.setdefault(key, i)
     people: list[tuple[str, Sequence[_HasSlackUser]]] = [
         ("customers", ds.customers),
         ("staff", ds.staff),

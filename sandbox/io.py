@@ -244,7 +244,7 @@ _EXPORT: tuple[tuple[str, type[Any], Callable[[Any], dict[str, Any]]], ...] = (
     ("returns", StoreReturnRow, _return),
     ("invoices", StoreInvoiceRow, _fields("id order_id amount_minor currency issued_at")),
     ("knowledge", StoreKnowledgeDocRow, _doc),
-    ("staff", StoreStaffRow, _fields("id slack_user_id name role")),
+    ("staff", StoreStaffRow, _fields("id slack_user_id name role email")),
     ("outbox", StoreOutboxRow, _fields("id customer_id channel to template body sent_at")),
 )
 

@@ -107,6 +107,7 @@ class StoreStaffRow(Base):
     name: Mapped[str] = mapped_column(String(255))
     role: Mapped[str] = mapped_column(String(16))  # rep | supervisor
     slack_user_id: Mapped[str | None] = mapped_column(String(32), unique=True)
+    email: Mapped[str | None] = mapped_column(String(320))
 
 
 class StoreOrderRow(Base):

@@ -123,6 +123,15 @@ class Database:
         """Call ``observer(events)`` after each commit that appended audit events."""
         self.observers.append(observer)
 
+    def announce(self, events: list[Any]) -> None:
+        """Tell the observers about events that are deliberately *not* stored (a refusal that
+        changes nothing still counts in the metrics)."""
+        for observer in self.observers:
+            try:
+                observer(events)
+            except Exception:  # an observer never breaks the caller
+                log.exception("audit observer failed")
+
     @property
     def is_postgres(self) -> bool:
         """Whether the engine is PostgreSQL (else SQLite)."""

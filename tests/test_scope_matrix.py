@@ -30,6 +30,7 @@ from tests.gatekeeper_kit import (
     gate_turn,
     judge,
     make_env,
+    policy_with,
     refund,
     retrieve,
 )
@@ -89,9 +90,10 @@ CASES = [(who, tool, tool in MAY[who]) for who in PRINCIPALS for tool in CALLS]
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Env]:
-    """One store for the whole matrix: judging has no side effects on it."""
+    """One store for the whole matrix: judging has no side effects on it. Each case opens a
+    conversation, so the per-customer hourly limit is lifted here (it has its own tests)."""
     db = await make_sqlite(Path(tmp_path_factory.mktemp("scope")) / "scope.db")
-    yield await make_env(db)
+    yield await make_env(db, policy=policy_with(customer={"max_new_conversations_per_hour": 100_000}))
     await db.dispose()
 
 

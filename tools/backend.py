@@ -197,6 +197,8 @@ class StaffMember:
     name: str
     role: Literal["rep", "supervisor"]
     slack_user_id: str | None = None
+    #: The person's own email: an account with this email is theirs, and they never act on it.
+    email: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -230,8 +230,9 @@ OPERATIONS: tuple[Operation, ...] = (
         operation_id="chat",
         request="ChatRequest",
         response="ChatResponse",
-        errors=(400, 401, 403, 404, 409, 413, 415, 422),
-        summary="Send a message; starts a conversation when conversationId is null.",
+        errors=(400, 401, 403, 404, 409, 413, 415, 422, 429),
+        summary="Send a message; starts a conversation when conversationId is null. 429 (rate_limited): "
+        "a per-customer limit of the policy (new conversations per hour, model tokens per day).",
     ),
     Operation(
         method="post",

@@ -14,7 +14,7 @@ import re
 import secrets
 from typing import Any
 
-from agent.errors import DecisionError
+from agent.errors import DecisionError, LimitExceeded
 from agent.outcomes import Pending, TurnResult
 from bot.slack import blocks, clicks, wording
 from bot.slack.face import CHANNEL, Person, SlackFace, thread_ref
@@ -78,15 +78,23 @@ async def on_message(face: SlackFace, item: Inbound) -> None:
         return
     principal = person.principal(binding.customer_id if binding is not None and person.is_staff else None)
     await _status(face, where, on=True)
-    result = await face.runtime.take_message(
-        principal=principal,
-        channel=CHANNEL,
-        message=text,
-        external_ref=f"{ref}:{principal.key}:{principal.customer_id or '-'}",
-        deliver_later=True,
-        message_key=f"inbound:{item.id}",
-        meta={"slack": {"user": p["user"], "team": p["actor_team"], "external": person.external}},
-    )
+    try:
+        result = await face.runtime.take_message(
+            principal=principal,
+            channel=CHANNEL,
+            message=text,
+            external_ref=f"{ref}:{principal.key}:{principal.customer_id or '-'}",
+            deliver_later=True,
+            message_key=f"inbound:{item.id}",
+            meta={"slack": {"user": p["user"], "team": p["actor_team"], "external": person.external}},
+        )
+    except LimitExceeded:
+        # A per-principal limit: nothing was stored for this message; say so once, do not retry.
+        await post_once(
+            face, f"slack:inbound:{item.id}", where.channel, plain(face, wording.LIMIT_REACHED), where.thread_ts
+        )
+        await _status(face, where, on=False)
+        return
     if result is None:
         return  # a live process is answering this message; it delivers
     if person.kind == "stranger" and not person.is_staff:

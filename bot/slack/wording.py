@@ -211,4 +211,7 @@ ASSIST_STAFF_ONLY = "Only support staff can start an assist thread."
 
 # -- errors --------------------------------------------------------------------------------
 GENERIC_ERROR = "Sorry — something went wrong on our side and I couldn't finish that. A person has been told."
+LIMIT_REACHED = (
+    "Sorry — this account has reached today's limit for the assistant. A person can still help: ask for one here."
+)
 TRY_AGAIN = "Sorry — I couldn't do that just now. Please try again in a minute."

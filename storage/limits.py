@@ -1,0 +1,116 @@
+"""What a principal used in a rolling window, counted from the database.
+
+The per-principal limits (new conversations per hour, model tokens and actions per day, a
+staff member's refund money per day) are checked against these counts, so they hold across
+processes and restarts. Windows are measured on the wall clock, like every ``created_at``
+the repositories write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+
+from storage.db import Database
+from storage.models import ApprovalRow, ConversationRow, ProposalRow, TokenUsageRow, ToolExecutionRow
+
+#: Ledger entries that moved (or may have moved) something: only ``failed`` is left out.
+_COUNTED = ("executing", "succeeded", "needs_human")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Executed:
+    """One action in the ledger: its tool and the arguments it was carried out with."""
+
+    tool: str
+    arguments: Any
+
+
+def _since(window: timedelta) -> datetime:
+    return datetime.now(UTC) - window
+
+
+class UsageCounts:
+    """Counts behind the per-principal limits, read from the database (they hold across processes)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def customer_conversations(self, customer_id: str, window: timedelta) -> int:
+        """Conversations the customer themself opened in the window (staff ones not counted)."""
+        q = select(func.count(ConversationRow.id)).where(
+            ConversationRow.customer_id == customer_id,
+            ConversationRow.principal_kind == "customer",
+            ConversationRow.created_at >= _since(window),
+        )
+        async with self.db.reader() as s:
+            return int((await s.execute(q)).scalar_one())
+
+    async def customer_tokens(self, customer_id: str, window: timedelta) -> int:
+        """Model tokens (input, output and cache) used in the customer's own conversations."""
+        total = (
+            TokenUsageRow.input_tokens
+            + TokenUsageRow.output_tokens
+            + TokenUsageRow.cache_creation_tokens
+            + TokenUsageRow.cache_read_tokens
+        )
+        q = (
+            select(func.coalesce(func.sum(total), 0))
+            .join(ConversationRow, ConversationRow.id == TokenUsageRow.conversation_id)
+            .where(
+                ConversationRow.customer_id == customer_id,
+                ConversationRow.principal_kind == "customer",
+                TokenUsageRow.created_at >= _since(window),
+            )
+        )
+        async with self.db.reader() as s:
+            return int((await s.execute(q)).scalar_one())
+
+    async def customer_actions(self, customer_id: str, window: timedelta, tools: Collection[str]) -> int:
+        """Actions of ``tools`` carried out (ledger entries not ``failed``) in the window in
+        the customer's own conversations."""
+        q = (
+            select(func.count(ToolExecutionRow.id))
+            .join(ProposalRow, ProposalRow.id == ToolExecutionRow.proposal_id)
+            .join(ConversationRow, ConversationRow.id == ProposalRow.conversation_id)
+            .where(
+                ConversationRow.customer_id == customer_id,
+                ConversationRow.principal_kind == "customer",
+                ToolExecutionRow.tool.in_(list(tools)),
+                ToolExecutionRow.status.in_(_COUNTED),
+                ToolExecutionRow.created_at >= _since(window),
+            )
+        )
+        async with self.db.reader() as s:
+            return int((await s.execute(q)).scalar_one())
+
+    async def executed_by(self, principal: str, window: timedelta, tools: Collection[str]) -> list[Executed]:
+        """Actions of ``tools`` that ``principal`` (``rep:ID``) carried out in the window, across
+        every customer (an approved request counts for the one who requested it)."""
+        q = (
+            select(ToolExecutionRow.tool, ToolExecutionRow.arguments)
+            .join(ProposalRow, ProposalRow.id == ToolExecutionRow.proposal_id)
+            .where(
+                ProposalRow.principal == principal,
+                ToolExecutionRow.tool.in_(list(tools)),
+                ToolExecutionRow.status.in_(_COUNTED),
+                ToolExecutionRow.created_at >= _since(window),
+            )
+        )
+        async with self.db.reader() as s:
+            return [Executed(tool=t, arguments=a) for t, a in (await s.execute(q)).all()]
+
+    async def pending_requested_by(self, principal: str, tools: Collection[str]) -> list[tuple[str, int, str]]:
+        """``(args_hash, amount_minor, currency)`` of every approval ``principal`` requested for
+        ``tools`` that is still pending (if approved, that money moves too)."""
+        q = select(ApprovalRow.args_hash, ApprovalRow.amount_minor, ApprovalRow.currency).where(
+            ApprovalRow.requester == principal,
+            ApprovalRow.status == "pending",
+            ApprovalRow.tool.in_(list(tools)),
+        )
+        async with self.db.reader() as s:
+            return [(h, int(a or 0), c or "") for h, a, c in (await s.execute(q)).all()]
