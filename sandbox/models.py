@@ -70,6 +70,8 @@ class StoreCustomerRow(Base):
     phone: Mapped[str | None] = mapped_column(String(32))
     address: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     slack_user_id: Mapped[str | None] = mapped_column(String(32), unique=True)
+    #: Unique through ``uq_…_teams_user_id`` (an index: SQLite cannot add a constraint in place).
+    teams_user_id: Mapped[str | None] = mapped_column(String(36))
     created_at: Mapped[datetime | None] = mapped_column(TS)
 
     payment_methods: Mapped[list[StorePaymentMethodRow]] = relationship(
@@ -78,6 +80,7 @@ class StoreCustomerRow(Base):
 
 
 Index("ix_store_customers_email_lower", func.lower(StoreCustomerRow.email))
+Index("uq_store_customers_teams_user_id", StoreCustomerRow.teams_user_id, unique=True)
 
 
 class StorePaymentMethodRow(Base):
@@ -99,6 +102,11 @@ class StoreStaffRow(Base):
     name: Mapped[str] = mapped_column(String(255))
     role: Mapped[str] = mapped_column(String(16))  # rep | supervisor
     slack_user_id: Mapped[str | None] = mapped_column(String(32), unique=True)
+    #: Unique through ``uq_…_teams_user_id`` (an index: SQLite cannot add a constraint in place).
+    teams_user_id: Mapped[str | None] = mapped_column(String(36))
+
+
+Index("uq_store_staff_teams_user_id", StoreStaffRow.teams_user_id, unique=True)
 
 
 class StoreOrderRow(Base):

@@ -51,6 +51,8 @@ class Customer:
     phone: str | None = None
     address: Address | None = None
     slack_user_id: str | None = None
+    #: The Entra (AAD) object id of the customer's Teams user, lower-case.
+    teams_user_id: str | None = None
     created_at: datetime | None = None
     payment_methods: tuple[PaymentMethod, ...] = ()
 
@@ -167,6 +169,8 @@ class StaffMember:
     name: str
     role: Literal["rep", "supervisor"]
     slack_user_id: str | None = None
+    #: The Entra (AAD) object id of the staff member's Teams user, lower-case.
+    teams_user_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,6 +204,8 @@ class CommerceBackend(Protocol):
     async def find_customer_by_email(self, email: str) -> Customer | None: ...
     async def get_staff(self, staff_id: str) -> StaffMember | None: ...
     async def find_staff_by_slack_user(self, slack_user_id: str) -> StaffMember | None: ...
+    async def find_customer_by_teams_user(self, aad_object_id: str) -> Customer | None: ...
+    async def find_staff_by_teams_user(self, aad_object_id: str) -> StaffMember | None: ...
 
     # -- reads, always scoped to the bound customer -------------------------
     async def list_orders(self, customer_id: str, *, status: OrderStatus | None = None) -> list[Order]: ...
