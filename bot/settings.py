@@ -316,7 +316,16 @@ def teams_config_of(s: Settings) -> TeamsConfig | None:
             entra_jwks_url=jwks,
         )
     except TeamsConfigError as exc:
-        raise ValueError(str(exc)) from None
+        raise ValueError(_named(str(exc))) from None
+
+
+def _named(message: str) -> str:
+    """``SIGNOFF_X must …`` → ``SIGNOFF_X: must …``, so the line starts with the variable."""
+    head, _, rest = message.partition(" ")
+    if head.startswith("SIGNOFF_"):
+        return message if head.endswith(":") else f"{head}: {rest}"
+    name = next((w.strip(",") for w in message.split() if w.startswith("SIGNOFF_")), "SIGNOFF_TEAMS")
+    return f"{name}: {message}"
 
 
 def load_settings(env: dict[str, str] | None = None) -> Settings:
