@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from aiohttp import web
 
 from agent.errors import ConfigError
 from agent.llm.base import ModelClient
@@ -125,6 +127,8 @@ class App:
     inbound: Mapping[str, InboundHandler] = field(default_factory=dict)
     #: The Slack face, when SLACK_BOT_TOKEN (or the OAuth client) is set.
     slack: SlackFace | None = None
+    #: HTTP routes the faces built (Teams: ``POST /teams/messages``); the server mounts them.
+    http_routes: tuple[web.AbstractRouteDef, ...] = ()
 
     async def close(self) -> None:
         if self.slack is not None:
@@ -190,7 +194,12 @@ async def create_app(
     clock = clock or wall_clock  # the one clock of every timestamp: the shop's and the runtime's
     backend = SandboxStore(db, clock=clock)
     mailer, faces = email_face(settings, backend)
-    routed = RoutingNotifier(faces=faces, fallback=notifier or LogNotifier())
+    teams = teams_face(settings, backend, clock=clock)
+    staff: list[Notifier] = []
+    if teams is not None:
+        faces["teams"], teams_staff = teams.notifiers()
+        staff += teams_staff
+    routed = RoutingNotifier(faces=faces, staff=staff, fallback=notifier or LogNotifier())
     services = build_services(db=db, model=instrumented, backend=backend, policy=policy, notifier=routed, clock=clock)
     attach_metrics(services, metrics)
     if seed:
@@ -202,6 +211,11 @@ async def create_app(
         await slack[0].start()
         routed.add("slack", slack[1], staff=True)
         inbound["slack"] = slack[2]
+    routes: list[web.AbstractRouteDef] = []
+    if teams is not None:
+        teams.face.attach(runtime)
+        inbound["teams"] = teams.face.handle
+        routes += teams.face.routes()
     return App(
         settings=settings,
         db=db,
@@ -213,6 +227,7 @@ async def create_app(
         mailer=mailer,
         inbound=inbound,
         slack=slack[0] if slack is not None else None,
+        http_routes=tuple(routes),
     )
 
 
@@ -245,6 +260,49 @@ def email_inbound(settings: Settings, runtime: Runtime, mailer: Mailer | None) -
     cfg = smtp_config(settings)
     shop = cfg.from_address if cfg is not None else None
     return {FACE: EmailTurns(runtime=runtime, mailer=mailer, from_address=shop, sent=SentMail(runtime.s.db))}
+
+
+class Face(Protocol):
+    """A face that needs the runtime after it is built (its notifier is one of the runtime's
+    collaborators), works accepted messages in the worker and serves its own HTTP routes."""
+
+    def attach(self, runtime: Runtime) -> None: ...
+    async def handle(self, item: Inbound) -> None: ...
+    def routes(self) -> list[web.RouteDef]: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeamsWiring:
+    """The Teams face and its notifier (follow-ups; approval cards when a conversation is set)."""
+
+    face: Face
+    notifier: Notifier
+    staff_surface: bool
+
+    def notifiers(self) -> tuple[Notifier, list[Notifier]]:
+        return self.notifier, [self.notifier] if self.staff_surface else []
+
+
+def teams_face(
+    settings: Settings, backend: SandboxStore, *, clock: Callable[[], datetime] | None = None
+) -> TeamsWiring | None:
+    """The Teams face when ``SIGNOFF_TEAMS_APP_ID``/``_TENANT_ID`` are set (imported only then:
+    the Agents SDK is a second's import). Outbound tokens: MSAL client credentials, or the
+    development token (loopback connectors only)."""
+    config = settings.teams_config()
+    if config is None:
+        return None
+    from bot.teams.face import TeamsFace, approvals_reference
+    from bot.teams.notifier import TeamsNotifier
+    from bot.teams.sender import TeamsSender, dev_token_connections, msal_connections
+
+    dev_token = settings.signoff_teams_dev_outbound_token
+    connections = dev_token_connections(config, dev_token) if dev_token else msal_connections(config)
+    sender = TeamsSender(config, connections=connections, loopback_only=dev_token is not None)
+    conversation, service_url = settings.signoff_teams_approvals_conversation, settings.signoff_teams_service_url
+    ref = approvals_reference(config, conversation, service_url) if conversation and service_url else None
+    face = TeamsFace(config, sender=sender, backend=backend, approvals_reference=ref, clock=clock)
+    return TeamsWiring(face=face, notifier=TeamsNotifier(face), staff_surface=ref is not None)
 
 
 def email_face(settings: Settings, backend: SandboxStore) -> tuple[Mailer | None, dict[str, Notifier]]:

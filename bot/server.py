@@ -1,4 +1,5 @@
-"""The aiohttp server: ``/healthz``, ``/metrics``, ``/api/*``, ``/email/inbound`` (and any extra routes).
+"""The aiohttp server: ``/healthz``, ``/metrics``, ``/api/*``, ``/email/inbound``, the faces' own
+routes (``/teams/messages`` when Teams is configured) and any extra routes.
 
 Every error is JSON ``{"error", "message"}``; a client mistake is never a 5xx.
 ``serve`` runs the site and, unless told not to, the resume/expiry worker as an
@@ -67,7 +68,8 @@ def make_web_app(
         from bot.slack.bolt import routes as slack_routes
 
         web_app.router.add_routes(slack_routes(build_bolt(app.slack)))
-    web_app.router.add_routes(list(extra_routes))
+    # The faces' own endpoints, when configured (Teams: POST /teams/messages).
+    web_app.router.add_routes([*app.http_routes, *extra_routes])
     return web_app
 
 

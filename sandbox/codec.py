@@ -78,6 +78,7 @@ def customer(row: StoreCustomerRow) -> Customer:
         phone=row.phone,
         address=address_from_json(row.address),
         slack_user_id=row.slack_user_id,
+        teams_user_id=row.teams_user_id,
         created_at=row.created_at,
         payment_methods=tuple(
             PaymentMethod(id=m.id, brand=m.brand, last4=m.last4, exp_month=m.exp_month, exp_year=m.exp_year)
@@ -89,7 +90,14 @@ def customer(row: StoreCustomerRow) -> Customer:
 def staff(row: StoreStaffRow) -> StaffMember:
     """The domain view of a staff row."""
     role: Literal["rep", "supervisor"] = "supervisor" if row.role == "supervisor" else "rep"
-    return StaffMember(id=row.id, name=row.name, role=role, slack_user_id=row.slack_user_id, email=row.email)
+    return StaffMember(
+        id=row.id,
+        name=row.name,
+        role=role,
+        slack_user_id=row.slack_user_id,
+        teams_user_id=row.teams_user_id,
+        email=row.email,
+    )
 
 
 def order(row: StoreOrderRow) -> Order:

@@ -78,6 +78,12 @@ Country = Annotated[str, StringConstraints(pattern=r"^[A-Z]{2}$"), AfterValidato
 Email = Annotated[str, StringConstraints(max_length=320, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")]
 Phone = Annotated[str, StringConstraints(pattern=r"^\+?[0-9][0-9 ().-]{5,24}$")]
 SlackUserId = Annotated[str, StringConstraints(pattern=r"^[UW][A-Z0-9]{2,20}$")]
+#: An Entra (AAD) object id: a GUID, stored lower-case.
+TeamsUserId = Annotated[
+    str,
+    StringConstraints(pattern=r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"),
+    AfterValidator(str.lower),
+]
 Code = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z0-9_]+$")]
 
 
@@ -107,7 +113,7 @@ class PaymentMethodRecord(_Strict):
 
 
 class CustomerRecord(_Strict):
-    """A shop customer; ``slack_user_id`` makes a Slack user this customer."""
+    """A shop customer; ``slack_user_id`` / ``teams_user_id`` make a Slack or Teams user this customer."""
 
     id: Id
     name: Text
@@ -115,6 +121,7 @@ class CustomerRecord(_Strict):
     phone: Phone | None = None
     address: AddressRecord | None = None
     slack_user_id: SlackUserId | None = None
+    teams_user_id: TeamsUserId | None = None
     created_at: UtcTime | None = None
     payment_methods: list[PaymentMethodRecord] = Field(default_factory=list)
 
@@ -218,6 +225,7 @@ class StaffRecord(_Strict):
 
     id: Id
     slack_user_id: SlackUserId | None = None
+    teams_user_id: TeamsUserId | None = None
     name: Text
     role: Literal["rep", "supervisor"]
     #: Their own email, if they have one: they never act on a customer account with it.

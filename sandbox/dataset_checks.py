@@ -40,6 +40,8 @@ class _HasId(Protocol):
 class _HasSlackUser(Protocol):
     @property
     def slack_user_id(self) -> str | None: ...
+    @property
+    def teams_user_id(self) -> str | None: ...
 
 
 class _OrderMoney(Protocol):
@@ -121,6 +123,17 @@ def _unique_contacts(ds: Dataset) -> list[str]:
                     f"{path}: duplicate Slack user {row.slack_user_id!r} (first at {slack[row.slack_user_id]})"
                 )
             slack.setdefault(row.slack_user_id, path)
+    teams: dict[str, str] = {}
+    for name, rows in people:
+        for i, row in enumerate(rows):
+            if row.teams_user_id is None:
+                continue
+            path = f"{name}[{i}].teams_user_id"
+            if row.teams_user_id in teams:
+                errors.append(
+                    f"{path}: duplicate Teams user {row.teams_user_id!r} (first at {teams[row.teams_user_id]})"
+                )
+            teams.setdefault(row.teams_user_id, path)
     return errors
 
 

@@ -202,7 +202,7 @@ def _pick(row: object, names: str, **extra: object) -> dict[str, Any]:
 
 def _customer(c: StoreCustomerRow) -> dict[str, Any]:
     cards = [_pick(m, "id brand last4 exp_month exp_year") for m in c.payment_methods]
-    return _pick(c, "id name email phone address slack_user_id created_at", payment_methods=cards)
+    return _pick(c, "id name email phone address slack_user_id teams_user_id created_at", payment_methods=cards)
 
 
 def _order(o: StoreOrderRow) -> dict[str, Any]:
@@ -244,7 +244,7 @@ _EXPORT: tuple[tuple[str, type[Any], Callable[[Any], dict[str, Any]]], ...] = (
     ("returns", StoreReturnRow, _return),
     ("invoices", StoreInvoiceRow, _fields("id order_id amount_minor currency issued_at")),
     ("knowledge", StoreKnowledgeDocRow, _doc),
-    ("staff", StoreStaffRow, _fields("id slack_user_id name role email")),
+    ("staff", StoreStaffRow, _fields("id slack_user_id teams_user_id name role email")),
     ("outbox", StoreOutboxRow, _fields("id customer_id channel to template body sent_at")),
 )
 

@@ -74,6 +74,8 @@ class StoreCustomerRow(Base):
     phone: Mapped[str | None] = mapped_column(String(32))
     address: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     slack_user_id: Mapped[str | None] = mapped_column(String(32), unique=True)
+    #: Unique through ``uq_…_teams_user_id`` (an index: SQLite cannot add a constraint in place).
+    teams_user_id: Mapped[str | None] = mapped_column(String(36))
     created_at: Mapped[datetime | None] = mapped_column(TS)
 
     payment_methods: Mapped[list[StorePaymentMethodRow]] = relationship(
@@ -82,6 +84,7 @@ class StoreCustomerRow(Base):
 
 
 Index("ix_store_customers_email_lower", func.lower(StoreCustomerRow.email))
+Index("uq_store_customers_teams_user_id", StoreCustomerRow.teams_user_id, unique=True)
 
 
 class StorePaymentMethodRow(Base):
@@ -108,6 +111,11 @@ class StoreStaffRow(Base):
     role: Mapped[str] = mapped_column(String(16))  # rep | supervisor
     slack_user_id: Mapped[str | None] = mapped_column(String(32), unique=True)
     email: Mapped[str | None] = mapped_column(String(320))
+    #: Unique through ``uq_…_teams_user_id`` (an index: SQLite cannot add a constraint in place).
+    teams_user_id: Mapped[str | None] = mapped_column(String(36))
+
+
+Index("uq_store_staff_teams_user_id", StoreStaffRow.teams_user_id, unique=True)
 
 
 class StoreOrderRow(Base):

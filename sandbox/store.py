@@ -98,6 +98,16 @@ class SandboxStore:
         stmt = select(StoreStaffRow).where(StoreStaffRow.slack_user_id == slack_user_id)
         return await self._one(stmt, codec.staff)
 
+    async def find_customer_by_teams_user(self, aad_object_id: str) -> Customer | None:
+        """The customer a Teams user (Entra object id, any case) is listed on."""
+        stmt = select(StoreCustomerRow).where(StoreCustomerRow.teams_user_id == aad_object_id.strip().lower())
+        return await self._one(stmt, codec.customer)
+
+    async def find_staff_by_teams_user(self, aad_object_id: str) -> StaffMember | None:
+        """The staff member a Teams user (Entra object id, any case) belongs to."""
+        stmt = select(StoreStaffRow).where(StoreStaffRow.teams_user_id == aad_object_id.strip().lower())
+        return await self._one(stmt, codec.staff)
+
     # -- reads, scoped to the bound customer ----------------------------------
     async def list_orders(self, customer_id: str, *, status: OrderStatus | None = None) -> list[Order]:
         """The customer's orders, newest first, optionally of one status."""

@@ -380,3 +380,49 @@ def test_demo_generator_is_deterministic() -> None:
 
     committed = json.loads(DEMO_DATASET_PATH.read_text(encoding="utf-8"))
     assert build() == committed
+
+
+AAD = "11111111-2222-4333-8444-555555555555"
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "message_part"),
+    [
+        ("customers", "not-a-guid", "customers[0].teams_user_id"),
+        ("staff", "29:1user-channel-id", "staff[0].teams_user_id"),
+    ],
+)
+def test_a_teams_user_id_must_be_an_entra_object_id(where: str, value: str, message_part: str) -> None:
+    data = copy.deepcopy(BASE)
+    data[where][0]["teams_user_id"] = value
+    with pytest.raises(DatasetError) as info:
+        parse_dataset(data)
+    assert any(message_part in e for e in info.value.errors), info.value.errors
+
+
+def test_one_teams_user_is_one_person_across_customers_and_staff() -> None:
+    data = copy.deepcopy(BASE)
+    data["customers"][0]["teams_user_id"] = AAD
+    data["staff"][0]["teams_user_id"] = AAD.upper()  # the same object id in another case
+    with pytest.raises(DatasetError) as info:
+        parse_dataset(data)
+    assert any("staff[0].teams_user_id: duplicate Teams user" in e for e in info.value.errors), info.value.errors
+
+
+async def test_teams_users_load_lower_cased_are_found_in_any_case_and_export(db: Database) -> None:
+    from sandbox.io import export_dataset
+    from sandbox.store import SandboxStore
+
+    data = copy.deepcopy(BASE)
+    data["customers"][1]["teams_user_id"] = AAD.upper()
+    data["staff"][0]["teams_user_id"] = "aaaaaaaa-2222-4333-8444-555555555555"
+    await load_dataset(db, parse_dataset(data))
+    store = SandboxStore(db)
+    customer = await store.find_customer_by_teams_user(AAD)
+    assert customer is not None and customer.id == "C-2" and customer.teams_user_id == AAD
+    staff = await store.find_staff_by_teams_user("AAAAAAAA-2222-4333-8444-555555555555")
+    assert staff is not None and staff.id == "S-1"
+    assert await store.find_customer_by_teams_user("99999999-2222-4333-8444-555555555555") is None
+    exported = await export_dataset(db)
+    assert exported["customers"][1]["teams_user_id"] == AAD
+    assert exported["staff"][0]["teams_user_id"] == "aaaaaaaa-2222-4333-8444-555555555555"

@@ -645,7 +645,7 @@ async def test_ensure_fts_rebuilds_a_missing_index_over_existing_sections(
 
 
 #: The revisions that build the sandbox store's tables, in order.
-STORE_REVISIONS = ("0002_store", "s0002_refund_kind", "s0003_staff_email")
+STORE_REVISIONS = ("0002_store", "s0002_refund_kind", "s0003_staff_email", "s0004_teams_user")
 
 
 def _revision(name: str) -> ModuleType:

@@ -118,3 +118,42 @@ def test_invalid_settings_are_refused_naming_the_field(tmp_path: Path, change: d
     with pytest.raises(ManifestError, match=says):
         build_package(replace(CONFIG, **change), tmp_path / "p.zip")  # type: ignore[arg-type]
     assert not (tmp_path / "p.zip").exists()
+
+
+def test_the_cli_writes_the_package_into_a_directory_or_to_a_named_zip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bot.cli.commands import main
+
+    for name in [k for k in __import__("os").environ if k.startswith("SIGNOFF_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    args = ["teams", "manifest", "--app-id", APP_ID, "--endpoint", "https://bot.shop.example/teams/messages"]
+    assert main([*args, "--out", str(tmp_path / "dist")]) == 0
+    with zipfile.ZipFile(tmp_path / "dist" / "signoff-teams.zip") as z:
+        doc = json.loads(z.read("manifest.json"))
+    assert doc["bots"][0]["botId"] == APP_ID and doc["validDomains"] == ["bot.shop.example"]
+    assert doc["developer"]["websiteUrl"] == "https://bot.shop.example"
+    assert main([*args, "--out", str(tmp_path / "named.zip")]) == 0 and (tmp_path / "named.zip").is_file()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--endpoint", "https://bot.shop.example/teams/messages"], "SIGNOFF_TEAMS_APP_ID"),
+        (["--app-id", APP_ID], "SIGNOFF_TEAMS_MESSAGING_ENDPOINT"),
+        (["--app-id", "not-a-guid", "--endpoint", "https://bot.shop.example/teams/messages"], "GUID"),
+        (["--app-id", APP_ID, "--endpoint", "http://bot.shop.example/teams/messages"], "https"),
+    ],
+)
+def test_the_cli_refuses_a_missing_or_bad_setting_in_one_line_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    from bot.cli.commands import main
+
+    for name in [k for k in __import__("os").environ if k.startswith("SIGNOFF_")]:
+        monkeypatch.delenv(name)
+    assert main(["teams", "manifest", "--out", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
+    assert list(tmp_path.iterdir()) == []

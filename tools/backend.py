@@ -58,6 +58,8 @@ class Customer:
     phone: str | None = None
     address: Address | None = None
     slack_user_id: str | None = None
+    #: The Entra (AAD) object id of the customer's Teams user, lower-case.
+    teams_user_id: str | None = None
     created_at: datetime | None = None
     payment_methods: tuple[PaymentMethod, ...] = ()
 
@@ -199,6 +201,8 @@ class StaffMember:
     slack_user_id: str | None = None
     #: The person's own email: an account with this email is theirs, and they never act on it.
     email: str | None = None
+    #: The Entra (AAD) object id of the staff member's Teams user, lower-case.
+    teams_user_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -241,6 +245,12 @@ class CommerceBackend(Protocol):
 
     async def find_staff_by_slack_user(self, slack_user_id: str) -> StaffMember | None:
         """The staff member with this Slack user id, if any."""
+
+    async def find_customer_by_teams_user(self, aad_object_id: str) -> Customer | None:
+        """The customer with this Teams (Entra) user id on file, if any."""
+
+    async def find_staff_by_teams_user(self, aad_object_id: str) -> StaffMember | None:
+        """The staff member with this Teams (Entra) user id, if any."""
 
     # -- reads, always scoped to the bound customer -------------------------
     async def list_orders(self, customer_id: str, *, status: OrderStatus | None = None) -> list[Order]:

@@ -129,6 +129,10 @@ def _tooling_commands(sub: Subparsers) -> None:
     ev.add_argument("--record", type=Path, help="write this run's tool selections as JSON lines")
     ev.add_argument("--workers", type=int, help="worker processes for offline models (default: CPUs, max 4)")
 
+    from bot.cli import teams
+
+    teams.add_parser(sub)
+
     tok = sub.add_parser("token", help="a development JWT (HS256 with SIGNOFF_JWT_SECRET) for a person in the store")
     tok.add_argument("--sub", required=True)
     tok.add_argument("--role", required=True, choices=["customer", "rep", "supervisor"])
@@ -173,6 +177,10 @@ async def _dispatch(args: argparse.Namespace) -> int:
             return await _audit_verify(settings, args.checkpoint)
         case "token":
             return await _token(settings, args)
+        case "teams":
+            from bot.cli import teams
+
+            return teams.manifest(settings, args)
         case "serve":
             settings.require_model("serve")
             return await _serve(settings, args)

@@ -19,7 +19,8 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit
 
 import aiohttp
 from microsoft_agents.activity import (
@@ -46,7 +47,7 @@ from pydantic import ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
 from bot.teams.auth import ServiceUrlPolicy
-from bot.teams.config import TeamsConfig
+from bot.teams.config import TeamsConfig, is_loopback_host
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,31 @@ def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> fl
     return max(0.0, (at - (now or datetime.now(UTC))).total_seconds())
 
 
+class DevToken:
+    """Outbound tokens for local development against a connector on this machine (the Bot
+    Framework Emulator, a fake): one fixed token. A sender using it sends to loopback service
+    URLs only, so the token never leaves the machine."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+        self.configuration: AgentAuthConfiguration | None = None
+
+    def __call__(self, configuration: AgentAuthConfiguration) -> DevToken:
+        self.configuration = configuration
+        return self
+
+    async def get_access_token(self, resource_url: str, scopes: list[str], force_refresh: bool = False) -> str:
+        return self._token
+
+    def get_token_credential(self) -> Any:
+        raise NotImplementedError("the connector client asks for tokens only")
+
+
+def dev_token_connections(config: TeamsConfig, token: str) -> Connections:
+    """The connection manager around a :class:`DevToken`."""
+    return connections_with(config, cast(Callable[[AgentAuthConfiguration], AccessTokenProviderBase], DevToken(token)))
+
+
 async def _raise(context: TurnContext, error: Exception) -> None:
     # The SDK's default turn-error handler posts "Exception caught: …" into the chat; never that.
     raise error
@@ -149,8 +175,10 @@ class TeamsSender:
         connections: Connections,
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        loopback_only: bool = False,
     ) -> None:
         self.config = config
+        self.loopback_only = loopback_only
         self.retry = retry or RetryPolicy()
         self._policy = ServiceUrlPolicy(config)
         self._sleep = sleep
@@ -312,6 +340,8 @@ class TeamsSender:
     def _check_url(self, service_url: str | None) -> None:
         if not service_url or not self._policy.allows(service_url):
             raise TeamsDeliveryError("the conversation's service URL is not allowed")
+        if self.loopback_only and not is_loopback_host(urlsplit(service_url).hostname or ""):
+            raise TeamsDeliveryError("a development token is sent to loopback service URLs only")
 
 
 def _ops(context: TurnContext) -> ConversationsBase:

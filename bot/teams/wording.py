@@ -67,3 +67,24 @@ NO_TRACE = "No tool calls."
 
 NOT_ALLOWED = "You can't decide this one."
 STALE = "This card is out of date; it has been refreshed."
+
+# -- conversation replies (bot/teams/face.py) ------------------------------------------
+NOT_LINKED = (
+    "I can't tell which customer account is yours from this Teams account, so I can't look anything up. "
+    "Please contact support through the shop's website or email."
+)
+ASSIST_HINT = "Write `assist C-7` to bind this thread to a customer account; then I work on that account with you."
+ASSIST_BOUND = "This thread now works on account {customer} ({name}). Ask away."
+ASSIST_UNKNOWN = "There is no customer account {customer}."
+QUEUE_EMPTY = "No approvals are waiting."
+QUEUE_HEAD = "Approvals waiting ({count}):"
+QUEUE_LINE = "- {id} (v{version}, needs {role}): {summary}"
+QUEUE_SUPERVISORS_ONLY = "Only supervisors decide approvals."
+EMPTY_MESSAGE = "I got an empty message. What can I help with?"
+
+# -- clicks (bot/teams/clicks.py) ------------------------------------------------------
+NOT_FOUND = "This card is no longer valid."
+OWN_REQUEST = "You asked for this yourself; someone else has to decide it."
+WRONG_ROLE = "Deciding this needs the {role} role."
+ALREADY = "This was already decided; the card shows where it stands."
+EXPIRED = "This request expired; nothing was done."

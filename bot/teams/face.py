@@ -1,0 +1,239 @@
+"""The Teams face wired to the runtime: what ``POST /teams/messages`` accepts, and the
+worker's turn for each accepted message.
+
+A message (or the bot being added) is recorded with ``Inbox.accept("teams", keys, payload)``
+— its keys are the activity's (conversation, id) and (tenant, sender, id) — before the
+route answers 202; a redelivery writes nothing. The worker then calls :meth:`TeamsFace.handle`
+(``App.inbound["teams"]``): who the sender is (``teams_user_id`` in the dataset), the turn
+(``Runtime.take_message`` keyed ``inbound:<id>``, so a retry returns the answer owed instead
+of asking twice), the answer stored (``Inbox.answered``), posted once per key, ``delivered``.
+Card clicks are decided synchronously (:mod:`bot.teams.clicks`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from agent.runtime import Runtime
+from bot.teams import wording as say
+from bot.teams.auth import InboundAuthenticator
+from bot.teams.clicks import Clicks
+from bot.teams.config import TeamsConfig
+from bot.teams.delivery import Poster, Reply, reply_of
+from bot.teams.inbound import TeamsActivity, TeamsBotAdded, TeamsCardAction, TeamsMessage, TeamsUser
+from bot.teams.invoke import InvokeReply
+from bot.teams.people import identify
+from bot.teams.routes import teams_routes
+from bot.teams.sender import TeamsSender
+from storage.inbox import Inbound
+from tools.backend import CommerceBackend, StaffMember
+from tools.context import Principal
+
+FACE = "teams"
+CHANNEL = "teams"
+
+
+class TurnInProgress(Exception):
+    """A live process is still answering this message; the job is retried later."""
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:40]
+
+
+def inbound_keys(activity: TeamsActivity) -> list[str]:
+    """The delivery keys of an activity: Teams redelivers with the same ids."""
+    place = activity.place
+    return [activity.dedup_key, f"teams:act:{_digest(place.tenant_id or '', activity.sender.id, activity.activity_id)}"]
+
+
+def thread_ref(conversation_id: str) -> str:
+    """The assist binding's key of a Teams conversation (a channel thread, a chat)."""
+    return f"teams:{_digest(conversation_id)}"
+
+
+class TeamsFace:
+    """The Teams face of one process. Built by the composition root before the runtime exists
+    (its notifier is one of the runtime's collaborators); :meth:`attach` hands it the runtime."""
+
+    def __init__(
+        self,
+        config: TeamsConfig,
+        *,
+        sender: TeamsSender,
+        backend: CommerceBackend,
+        approvals_reference: Mapping[str, Any] | None = None,
+        invoke_budget_s: float = 4.0,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.config = config
+        self.sender = sender
+        self.backend = backend
+        self.auth = InboundAuthenticator(config)
+        self.approvals_reference = dict(approvals_reference) if approvals_reference else None
+        self.invoke_budget_s = invoke_budget_s
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self._runtime: Runtime | None = None
+        self._poster: Poster | None = None
+        self._clicks: Clicks | None = None
+
+    def attach(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._poster = Poster(runtime=runtime, sender=self.sender)
+        self._clicks = Clicks(
+            runtime=runtime,
+            backend=self.backend,
+            sender=self.sender,
+            poster=self._poster,
+            clock=self.clock,
+            budget_s=self.invoke_budget_s,
+        )
+
+    @property
+    def runtime(self) -> Runtime:
+        if self._runtime is None:
+            raise RuntimeError("the Teams face was not attached to a runtime")
+        return self._runtime
+
+    @property
+    def poster(self) -> Poster:
+        if self._poster is None:
+            raise RuntimeError("the Teams face was not attached to a runtime")
+        return self._poster
+
+    @property
+    def clicks(self) -> Clicks:
+        if self._clicks is None:
+            raise RuntimeError("the Teams face was not attached to a runtime")
+        return self._clicks
+
+    def routes(self) -> list[web.RouteDef]:
+        """``POST /teams/messages``."""
+        return teams_routes(self.accept, auth=self.auth)
+
+    # -- the route's door -------------------------------------------------------------
+    async def accept(
+        self, activity: TeamsActivity, raw: dict[str, Any], reference: dict[str, Any]
+    ) -> InvokeReply | None:
+        """Persist a message before the 202; decide a click now (Teams waits for its card)."""
+        if isinstance(activity, TeamsCardAction):
+            return await self.clicks.handle(activity, reference)
+        if isinstance(activity, TeamsMessage | TeamsBotAdded):
+            await self.runtime.s.inbox.accept(FACE, inbound_keys(activity), _payload(activity, reference))
+        return None
+
+    # -- the worker's turn ------------------------------------------------------------
+    async def handle(self, item: Inbound) -> None:
+        """Answer one accepted message and post the answer once (``App.inbound["teams"]``)."""
+        inbox = self.runtime.s.inbox
+        if item.status == "answered" and item.result:
+            reply = Reply.from_dict(item.result)
+        else:
+            answer = await self._answer(item)
+            if answer is None:
+                raise TurnInProgress(item.id)
+            reply = answer
+            await inbox.answered(item.id, reply.as_dict())
+        await self.poster.post(reply, item.payload["reference"])
+        await inbox.finish(item.id, "delivered")
+
+    async def _answer(self, item: Inbound) -> Reply | None:
+        payload = item.payload
+        person = await identify(self.backend, TeamsUser(**payload["sender"]))
+        key = f"teams:inbound:{item.id}"
+        if payload["kind"] == "welcome":
+            staff = person is not None and person.staff is not None
+            return Reply(key=key, text=f"{say.WELCOME}\n\n{say.WELCOME_STAFF_HINT}" if staff else say.WELCOME)
+        if person is None:
+            return Reply(key=key, text=say.NOT_LINKED)
+        text = str(payload.get("text") or "").strip()
+        if not text:
+            return Reply(key=key, text=say.EMPTY_MESSAGE)
+        if person.staff is not None:
+            return await self._staff(item, person.staff, text)
+        return await self._turn(item, person.principal, text)
+
+    async def _staff(self, item: Inbound, staff: StaffMember, text: str) -> Reply | None:
+        key = f"teams:inbound:{item.id}"
+        words = text.split()
+        conversation_id = item.payload["conversation_id"]
+        if len(words) == 2 and words[0].lower() == "assist":
+            customer = await self.backend.get_customer(words[1])
+            if customer is None:
+                return Reply(key=key, text=say.ASSIST_UNKNOWN.format(customer=words[1][:64]))
+            await self.runtime.s.bindings.bind(thread_ref(conversation_id), customer_id=customer.id, staff_id=staff.id)
+            return Reply(key=key, text=say.ASSIST_BOUND.format(customer=customer.id, name=customer.name))
+        if text.lower() == "queue":
+            return Reply(key=key, text=await self._queue(staff))
+        binding = await self.runtime.s.bindings.get(thread_ref(conversation_id))
+        if binding is None:
+            return Reply(key=key, text=say.ASSIST_HINT)
+        principal = Principal(kind=staff.role, id=staff.id, customer_id=binding.customer_id)
+        return await self._turn(item, principal, text)
+
+    async def _queue(self, staff: StaffMember) -> str:
+        if staff.role != "supervisor":
+            return say.QUEUE_SUPERVISORS_ONLY
+        waiting = await self.runtime.s.approvals.list_approvals(status="pending", limit=20)
+        if not waiting:
+            return say.QUEUE_EMPTY
+        lines = [
+            say.QUEUE_LINE.format(id=a.id, version=a.version, role=a.required_role, summary=a.summary[:200])
+            for a in waiting
+        ]
+        return "\n".join([say.QUEUE_HEAD.format(count=len(waiting)), *lines])
+
+    async def _turn(self, item: Inbound, principal: Principal, text: str) -> Reply | None:
+        reference = item.payload["reference"]
+        conversation_id = item.payload["conversation_id"]
+        external = f"teams:{_digest(conversation_id, principal.key, principal.customer_id or '')}"
+        result = await self.runtime.take_message(
+            principal=principal,
+            channel=CHANNEL,
+            message=text,
+            external_ref=external,
+            deliver_later=True,
+            message_key=f"inbound:{item.id}",
+            meta={"teams": {"reference": reference}},
+        )
+        if result is None:
+            return None
+        await self.remember(result.conversation_id, reference)
+        return reply_of(result)
+
+    async def remember(self, conversation_id: str, reference: Mapping[str, Any]) -> None:
+        """Keep the conversation's latest Teams reference (follow-ups are posted with it)."""
+        conversations = self.runtime.s.conversations
+        conv = await conversations.get(conversation_id)
+        if conv is not None and (conv.meta.get("teams") or {}).get("reference") != dict(reference):
+            await conversations.set_meta(conversation_id, {**conv.meta, "teams": {"reference": dict(reference)}})
+
+
+def _payload(activity: TeamsMessage | TeamsBotAdded, reference: dict[str, Any]) -> dict[str, Any]:
+    """What the worker needs, as JSON: no raw activity (its text is kept once, mention removed)."""
+    return {
+        "kind": "message" if isinstance(activity, TeamsMessage) else "welcome",
+        "activity_id": activity.activity_id,
+        "conversation_id": activity.place.conversation_id,
+        "conversation_type": activity.place.conversation_type,
+        "tenant_id": activity.place.tenant_id,
+        "sender": asdict(activity.sender),
+        "text": activity.text if isinstance(activity, TeamsMessage) else None,
+        "reference": reference,
+    }
+
+
+def approvals_reference(config: TeamsConfig, conversation_id: str, service_url: str) -> dict[str, Any]:
+    """A conversation reference for posting into the configured approvals channel."""
+    return {
+        "channelId": "msteams",
+        "serviceUrl": service_url,
+        "bot": {"id": f"28:{config.app_id}"},
+        "conversation": {"id": conversation_id, "conversationType": "channel", "tenantId": config.tenant_id},
+    }

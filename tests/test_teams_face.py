@@ -1,0 +1,257 @@
+"""The Teams face wired to the runtime, in process: a signed activity is stored before the
+202 and answered once by the worker through the fake Bot Connector; confirmation and
+approval cards are decided by the right people only, redrawn from the database, and a
+replayed click runs nothing twice."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from sqlalchemy import func, select
+
+from agent.llm.base import ModelRequest
+from agent.llm.testing import FunctionModel, Reply, tool_use_block
+from bot.app import App, create_app
+from bot.server import make_web_app
+from bot.settings import load_settings
+from bot.teams import wording as say
+from sandbox.dataset import load_dataset_file
+from sandbox.io import load_dataset
+from sandbox.models import StoreRefundRow
+from sandbox.schema import upgrade
+from storage.models import InboundRow, ProcessedEventRow
+from tests.fakes.bot_connector import FakeBotConnector, TokenIssuer, bearer
+from tests.teams_kit import (
+    APPROVALS,
+    C7,
+    C8,
+    DEV_TOKEN,
+    NOBODY,
+    PERSONAL,
+    REP,
+    SUP,
+    click,
+    dataset_file,
+    message,
+    planner_reply,
+    teams_env,
+    token,
+)
+
+
+def plan(request: ModelRequest) -> Reply:
+    step = planner_reply([{"role": m.role, "content": m.content} for m in request.messages])
+    if isinstance(step, str):
+        return step
+    return [tool_use_block(*step)]
+
+
+class Clock:
+    """Real time plus what the test skipped ahead (jobs run after their delays without waiting)."""
+
+    def __init__(self) -> None:
+        self.skipped = timedelta()
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.skipped
+
+
+@dataclass
+class Rig:
+    app: App
+    clock: Clock
+    url: str
+    http: aiohttp.ClientSession
+    issuer: TokenIssuer
+    connector: FakeBotConnector
+
+    async def post(self, activity: dict[str, Any], *, signed: bool = True, **mint: Any) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {token(self.issuer, self.connector.base_url, **mint)}"} if signed else {}
+        async with self.http.post(self.url, json=activity, headers=headers) as resp:
+            text = await resp.text()
+            return resp.status, json.loads(text) if text else None
+
+    async def work(self) -> None:
+        """Run the worker until no job is due."""
+        worker = self.app.worker()
+        for _ in range(20):
+            self.clock.skipped += timedelta(seconds=30)
+            if await worker.run_once() == 0:
+                return
+
+    def said(self, conversation: str = PERSONAL) -> list[Any]:
+        return self.connector.visible(conversation)
+
+    async def count(self, model: Any) -> int:
+        async with self.app.db.reader() as s:
+            return int(await s.scalar(select(func.count()).select_from(model)) or 0)
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'teams.db'}"
+    await upgrade(url)
+    async with TokenIssuer() as issuer, FakeBotConnector(accept_token=lambda t: t == DEV_TOKEN) as connector:
+        connector.open_conversation(PERSONAL)
+        connector.open_conversation(APPROVALS)
+        env = {"SIGNOFF_DATABASE_URL": url, **teams_env(issuer=issuer, connector_url=connector.base_url)}
+        clock = Clock()
+        app = await create_app(load_settings(env), model=FunctionModel(plan), seed=False, clock=clock)
+        await load_dataset(app.db, load_dataset_file(dataset_file(tmp_path)), rebase_to=datetime.now(UTC))
+        runner = web.AppRunner(make_web_app(app), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        try:
+            async with aiohttp.ClientSession() as http:
+                yield Rig(
+                    app=app,
+                    clock=clock,
+                    url=f"http://127.0.0.1:{runner.addresses[0][1]}/teams/messages",
+                    http=http,
+                    issuer=issuer,
+                    connector=connector,
+                )
+        finally:
+            await runner.cleanup()
+            await app.close()
+
+
+async def test_a_signed_message_is_stored_before_the_202_and_answered_once_by_the_worker(rig: Rig) -> None:
+    status, _ = await rig.post(message(rig.connector.base_url))
+    assert status == 202
+    assert await rig.count(InboundRow) == 1 and rig.said() == []  # stored; nothing said yet
+    await rig.work()
+    text, card = rig.said()
+    assert text.text == "I have asked for that refund; please confirm it."
+    assert card.card is not None and [a["verb"] for a in card.card["actions"]] == ["signoff.confirm", "signoff.decline"]
+    assert all(bearer(r) == DEV_TOKEN for r in rig.connector.calls("POST"))
+    await rig.work()
+    assert len(rig.said()) == 2  # nothing more
+
+
+async def test_the_same_activity_twice_is_one_turn_and_one_reply(rig: Rig) -> None:
+    first = message(rig.connector.base_url, text="hello")
+    assert (await rig.post(first))[0] == 202
+    assert (await rig.post(first))[0] == 202
+    await rig.work()
+    assert (await rig.post(first))[0] == 202  # a redelivery after the answer: still nothing new
+    await rig.work()
+    assert await rig.count(InboundRow) == 1
+    assert len(rig.said()) == 2  # the answer and its one confirmation card
+
+
+@pytest.mark.parametrize("case", ["missing", "rogue", "audience", "expired"])
+async def test_a_bad_token_is_401_and_stores_nothing(rig: Rig, case: str) -> None:
+    mint: dict[str, Any] = {
+        "rogue": {"rogue": True},
+        "audience": {"audience": "00000000-0000-4000-8000-000000000000"},
+        "expired": {"expires_in": -3600},
+    }.get(case, {})
+    status, body = await rig.post(message(rig.connector.base_url), signed=case != "missing", **mint)
+    assert status == 401 and set(body) == {"error", "message"}
+    await rig.work()
+    assert await rig.count(InboundRow) == 0 and await rig.count(ProcessedEventRow) == 0
+    assert rig.connector.calls() == []
+
+
+async def test_someone_on_no_list_is_told_so_and_nothing_is_read(rig: Rig) -> None:
+    assert (await rig.post(message(rig.connector.base_url, aad=NOBODY)))[0] == 202
+    await rig.work()
+    (only,) = rig.said()
+    assert only.text == say.NOT_LINKED
+
+
+async def _to_approval(rig: Rig) -> tuple[Any, str]:
+    """The customer asks, confirms by card; the approval card appears in the approvals channel."""
+    base = rig.connector.base_url
+    await rig.post(message(base))
+    await rig.work()
+    _, card = rig.said()
+    conf = card.card["actions"][0]["data"]
+    status, answer = await rig.post(
+        click(
+            base, aad=C7, verb="signoff.confirm", target=conf["id"], version=conf["version"], card_activity_id=card.id
+        )
+    )
+    assert status == 200 and answer["type"] == "application/vnd.microsoft.card.adaptive", answer
+    assert "actions" not in answer["value"]
+    (shown,) = [a for a in rig.said() if a.id == card.id]
+    assert shown.updates == 1 and shown.card == answer["value"]  # everyone's copy, not only the clicker's
+    await rig.work()
+    (approval_msg,) = rig.said(APPROVALS)
+    return approval_msg, conf["id"]
+
+
+async def test_only_the_customer_confirms_their_card_and_a_replayed_confirm_runs_nothing_twice(rig: Rig) -> None:
+    base = rig.connector.base_url
+    await rig.post(message(base))
+    await rig.work()
+    _, card = rig.said()
+    data = card.card["actions"][0]["data"]
+    for aad in (C8, NOBODY, REP):
+        status, answer = await rig.post(
+            click(
+                base,
+                aad=aad,
+                verb="signoff.confirm",
+                target=data["id"],
+                version=data["version"],
+                card_activity_id=card.id,
+            )
+        )
+        assert status == 200 and answer["statusCode"] == 200
+        assert "signoff.confirm" not in json.dumps(answer.get("value", {})) or aad == REP
+        conf = await rig.app.runtime.s.confirmations.get(data["id"])
+        assert conf is not None and conf.status == "pending"
+    assert rig.said(APPROVALS) == []
+    good = click(
+        base, aad=C7, verb="signoff.confirm", target=data["id"], version=data["version"], card_activity_id=card.id
+    )
+    assert (await rig.post(good))[0] == 200
+    assert (await rig.post(good))[0] == 200  # the same invoke again
+    await rig.work()
+    assert len(rig.said(APPROVALS)) == 1  # one approval, one card
+    assert len(await rig.app.runtime.s.approvals.list_approvals(status="pending")) == 1
+
+
+async def test_a_supervisor_approves_by_card_the_requester_and_others_cannot(rig: Rig) -> None:
+    base = rig.connector.base_url
+    approval_msg, _ = await _to_approval(rig)
+    data = next(a["data"] for a in approval_msg.card["actions"] if a["verb"] == "signoff.approve")
+    approve = {
+        "verb": "signoff.approve",
+        "target": data["id"],
+        "version": data["version"],
+        "card_activity_id": approval_msg.id,
+        "conversation_id": APPROVALS,
+    }
+    refunds = await rig.count(StoreRefundRow)
+    for aad, why in ((C7, say.NOT_ALLOWED), (NOBODY, say.NOT_ALLOWED), (REP, "supervisor")):
+        status, answer = await rig.post(click(base, aad=aad, **approve))
+        assert status == 200 and why in json.dumps(answer), answer
+        a = await rig.app.runtime.s.approvals.get(data["id"])
+        assert a is not None and a.status == "pending" and a.version == data["version"]
+    if_not_staff = json.dumps((await rig.post(click(base, aad=C7, **approve)))[1])
+    assert "O-1042" not in if_not_staff  # a non-staff click is not shown the card's contents
+    status, answer = await rig.post(click(base, aad=SUP, invoke_id="f:invoke-sup", **approve))
+    assert status == 200 and "actions" not in answer["value"], answer
+    assert "Approved" in json.dumps(answer["value"])
+    (shown,) = rig.said(APPROVALS)
+    assert shown.updates >= 1 and "actions" not in shown.card and "Grace Liu" in json.dumps(shown.card)
+    await rig.work()
+    assert await rig.count(StoreRefundRow) == refunds + 1
+    assert rig.said()[-1].text == "The refund went through.", [(a.text, a.card is not None) for a in rig.said()]
+    # The same approve again (replayed invoke): refused as decided, nothing runs twice.
+    status, answer = await rig.post(click(base, aad=SUP, invoke_id="f:invoke-sup", **approve))
+    assert status == 200 and "actions" not in json.dumps(answer.get("value", {}))
+    await rig.work()
+    assert await rig.count(StoreRefundRow) == refunds + 1
+    assert [a.text for a in rig.said()].count("The refund went through.") == 1
