@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -299,7 +300,7 @@ def _csv(value: str | None) -> tuple[str, ...]:
     return tuple(x.strip() for x in (value or "").split(",") if x.strip())
 
 
-def _teams_dev_checks(s: Settings, named: dict[str, object]) -> None:
+def _teams_dev_checks(s: Settings, named: Mapping[str, object]) -> None:
     """The development-only Teams settings: never in production, never beside real credentials."""
     for name in ("SIGNOFF_TEAMS_DEV_JWKS_URL", "SIGNOFF_TEAMS_DEV_OUTBOUND_TOKEN"):
         if named[name] and s.is_production:
