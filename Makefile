@@ -22,7 +22,7 @@ demo: $(VENV)/.project
 	$(BIN)/signoff demo
 
 test: $(VENV)/.project
-	$(BIN)/pytest -q $(ARGS)
+	$(BIN)/pytest -q -n 3 --dist loadfile $(ARGS)
 
 # A changed lock rebuilds the environment from scratch, so it holds exactly what is locked.
 $(VENV)/.locked: requirements.lock

@@ -102,19 +102,24 @@ class Runtime(Host):
             )
             if not stored and message_key is not None:
                 return await self._answer_owed(conv, acting, message_key)
-            waiting = [c for c in await self.s.confirmations.pending(conv.id) if c.principal == acting.key]
-            codes_only = conv.channel in confirmations.CODE_ONLY_CHANNELS
-            match confirmations.read_reply(message, waiting, codes_only=codes_only):
-                case Answer(confirmation=conf, accept=accept, via=via):
-                    settled = await confirmations.answer(self, conv, acting, conf, accept, via=via)
-                    result = settled.turn or await run_loop(await self.turn(conv, acting))
-                case AskWhich(waiting=several):
-                    result = await self._ask_which(turn, message, list(several))
-                case None:
-                    result = await run_loop(turn)
+            result = await self._respond(conv, acting, turn, message)
         if not deliver_later:
             await self.delivered(result)
         return result
+
+    async def _respond(self, conv: Conversation, acting: Principal, turn: Turn, message: str) -> TurnResult:
+        """The stored message's answer: a typed answer to a waiting confirmation is settled by the
+        runtime (or, ambiguous, the runtime asks which); anything else goes to the agent."""
+        waiting = [c for c in await self.s.confirmations.pending(conv.id) if c.principal == acting.key]
+        codes_only = conv.channel in confirmations.CODE_ONLY_CHANNELS
+        match confirmations.read_reply(message, waiting, codes_only=codes_only):
+            case Answer(confirmation=conf, accept=accept, via=via):
+                settled = await confirmations.answer(self, conv, acting, conf, accept, via=via)
+                return settled.turn or await run_loop(await self.turn(conv, acting))
+            case AskWhich(waiting=several):
+                return await self._ask_which(turn, message, list(several))
+            case None:
+                return await run_loop(turn)
 
     async def _answer_owed(self, conv: Conversation, acting: Principal, message_key: str) -> TurnResult | None:
         """The answer to a message the conversation already holds (see :meth:`chat`)."""

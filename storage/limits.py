@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
 
 from storage.db import Database
 from storage.models import ApprovalRow, ConversationRow, ProposalRow, TokenUsageRow, ToolExecutionRow
+from storage.records import wall_clock
 
 #: Ledger entries that moved (or may have moved) something: only ``failed`` is left out.
 _COUNTED = ("executing", "succeeded", "needs_human")
@@ -31,7 +32,7 @@ class Executed:
 
 
 def _since(window: timedelta) -> datetime:
-    return datetime.now(UTC) - window
+    return wall_clock() - window
 
 
 class UsageCounts:

@@ -60,7 +60,13 @@ class Slack:
 
     async def event(self, event: dict[str, Any]) -> int:
         self._n += 1
-        body = {"type": "event_callback", "team_id": TEAM_ID, "event_id": f"Ev{self._n:06d}", "event": event}
+        body = {
+            "type": "event_callback",
+            "team_id": TEAM_ID,
+            "event_id": f"Ev{self._n:06d}",
+            "event": event,
+            "authorizations": [{"team_id": TEAM_ID, "user_id": BOT_USER_ID, "is_bot": True}],
+        }
         return await self.post(json.dumps(body), "application/json")
 
     async def click(self, user: str, action_id: str, value: str, channel: str, message_ts: str) -> int:

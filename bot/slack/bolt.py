@@ -183,6 +183,9 @@ class Acceptor:
         # Our bot user: known from auth.test once the worker asked, else from Slack's own envelope.
         auths = body.get("authorizations") or [{}]
         bot = context.bot_user_id or (auths[0].get("user_id") if isinstance(auths[0], dict) else None)
+        bot = bot or self.face.bot_user_id
+        if mentioned and not bot and (lead := _MENTION.match(text.lstrip())):
+            bot = lead.group(1)  # an app_mention names us first
         if mentioned is None:
             mentioned = bool(bot) and any(m == bot for m in _MENTION.findall(text))
         thread_ts = str(event.get("thread_ts") or ts)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from aiohttp import web
@@ -32,6 +32,7 @@ from bot.teams.people import identify
 from bot.teams.routes import teams_routes
 from bot.teams.sender import TeamsSender
 from storage.inbox import Inbound
+from storage.records import wall_clock
 from tools.backend import CommerceBackend, StaffMember
 from tools.context import Principal
 
@@ -78,7 +79,7 @@ class TeamsFace:
         self.auth = InboundAuthenticator(config)
         self.approvals_reference = dict(approvals_reference) if approvals_reference else None
         self.invoke_budget_s = invoke_budget_s
-        self.clock = clock or (lambda: datetime.now(UTC))
+        self.clock = clock or wall_clock
         self._runtime: Runtime | None = None
         self._poster: Poster | None = None
         self._clicks: Clicks | None = None
