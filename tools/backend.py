@@ -227,10 +227,12 @@ class BackendError(Exception):
         self.details = details
 
 
-class CommerceBackend(Protocol):
-    """A shop's system of record. The sandbox store implements it over SQL."""
+class IdentityDirectory(Protocol):
+    """Who someone is, by the identifiers the faces see: a Slack or Teams user, an email.
 
-    # -- identity and staff -------------------------------------------------
+    The faces resolve people through this alone; the sandbox store implements it, and a real
+    shop's adapter would (from its CRM or staff directory)."""
+
     async def get_customer(self, customer_id: str) -> Customer | None:
         """The customer ``customer_id``, if any."""
 
@@ -251,6 +253,10 @@ class CommerceBackend(Protocol):
 
     async def find_staff_by_teams_user(self, aad_object_id: str) -> StaffMember | None:
         """The staff member with this Teams (Entra) user id, if any."""
+
+
+class CommerceBackend(IdentityDirectory, Protocol):
+    """A shop's system of record (its identity look-ups included). The sandbox store implements it over SQL."""
 
     # -- reads, always scoped to the bound customer -------------------------
     async def list_orders(self, customer_id: str, *, status: OrderStatus | None = None) -> list[Order]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from bot.teams.inbound import TeamsUser
 from bot.teams.views import People
 from storage.records import Approval
-from tools.backend import CommerceBackend, Customer, StaffMember
+from tools.backend import Customer, IdentityDirectory, StaffMember
 from tools.context import Principal
 
 
@@ -36,7 +36,7 @@ class Person:
         return self.staff.name if self.staff is not None else self.customer.name if self.customer else "someone"
 
 
-async def identify(backend: CommerceBackend, user: TeamsUser) -> Person | None:
+async def identify(backend: IdentityDirectory, user: TeamsUser) -> Person | None:
     """The staff member or customer the Teams user is listed as, or ``None``."""
     if not user.aad_object_id:
         return None
@@ -47,7 +47,7 @@ async def identify(backend: CommerceBackend, user: TeamsUser) -> Person | None:
     return Person(customer=customer) if customer is not None else None
 
 
-async def names_for(backend: CommerceBackend, approval: Approval) -> People:
+async def names_for(backend: IdentityDirectory, approval: Approval) -> People:
     """Display names for the requester and deciders of an approval (unknown keys stay as they are)."""
     keys = {approval.requester, *(d.actor for d in approval.decisions)}
     names: dict[str, str] = {}
