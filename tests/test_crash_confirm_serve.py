@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import sqlite3
 import sys
 from collections.abc import AsyncIterator
@@ -30,7 +29,8 @@ import pytest_asyncio
 
 from bot.api.auth import make_token
 from tests.fakes.anthropic_api import FakeAnthropicAPI, text_turn, tool_turn
-from tests.test_api_serve import free_port
+from tests.slack_kit import Serve as Server
+from tests.slack_kit import run_cli as _run
 
 SIGNOFF = Path(sys.executable).with_name("signoff")
 DEMO = Path(__file__).resolve().parents[1] / "sandbox" / "data" / "demo.json"
@@ -83,57 +83,6 @@ def _env(db: Path, api: FakeAnthropicAPI) -> dict[str, str]:
         "ANTHROPIC_BASE_URL": api.base_url,
         "SIGNOFF_JWT_SECRET": SECRET,
     }
-
-
-async def _run(env: dict[str, str], *args: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        str(SIGNOFF), *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), timeout=120)
-    return proc.returncode or 0, out.decode()
-
-
-class Server:
-    """One ``signoff serve`` subprocess on its own port."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.env, self.port = env, free_port()
-        self.proc: asyncio.subprocess.Process | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        self.proc = await asyncio.create_subprocess_exec(
-            str(SIGNOFF),
-            "serve",
-            "--port",
-            str(self.port),
-            env=self.env,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        async with aiohttp.ClientSession() as session:
-            for _ in range(400):  # an external process gives no signal but its port
-                try:
-                    async with session.get(f"{self.url}/healthz") as r:
-                        if r.status == 200:
-                            return
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.05)
-        raise AssertionError("signoff serve did not come up")
-
-    async def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        await self.proc.wait()
-
-    async def stop(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(self.proc.wait(), timeout=20)
 
 
 def _auth() -> dict[str, str]:

@@ -36,8 +36,9 @@ class RecordedRequest:
     status: int
 
 
-class _LocalServer:
-    """An aiohttp app on 127.0.0.1, port 0, used as an async context manager."""
+class LocalServer:
+    """An aiohttp app on 127.0.0.1, port 0, used as an async context manager; it records every
+    request and wakes :meth:`wait_for_requests` (the tests' fakes are built on it too)."""
 
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
@@ -46,6 +47,7 @@ class _LocalServer:
         self._arrived = asyncio.Event()
 
     def routes(self) -> list[web.RouteDef]:
+        """The server's routes (each subclass gives its own)."""
         raise NotImplementedError
 
     def url_prefix(self) -> str:
@@ -445,7 +447,7 @@ class SeenMessage:
         return "\n".join(p for p in parts if p)
 
 
-class FakeSlackApi(_LocalServer):
+class FakeSlackApi(LocalServer):
     """The fake Web API. Configure users, channels and user groups; queue faults with :meth:`fail`;
     expire streams with :meth:`expire_stream` (or ``stream_ttl_s`` against ``clock``)."""
 

@@ -3,13 +3,14 @@ every request, and signals arrivals with events, never sleeps."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Self, TypeAlias
+from typing import Any, TypeAlias
 
 from aiohttp import web
+
+from bot.slack.recording import LocalServer
 
 #: A responder's answer: a (partial) success body, or ``(status, headers, body)``.
 Reply: TypeAlias = dict[str, Any] | tuple[int, dict[str, str], Any]
@@ -55,51 +56,10 @@ async def call_responder(responder: Responder, body: dict[str, Any]) -> Reply:
     return reply
 
 
-class FakeServer:
-    """Base of the fakes: an aiohttp app on 127.0.0.1:0 used as an async context manager."""
-
-    def __init__(self) -> None:
-        self.requests: list[RecordedRequest] = []
-        self.base_url = ""
-        self._runner: web.AppRunner | None = None
-        self._arrived = asyncio.Event()
-
-    def routes(self) -> list[web.RouteDef]:
-        """The fake's routes (subclasses)."""
-        raise NotImplementedError
-
-    def url_prefix(self) -> str:
-        """What follows ``http://127.0.0.1:port`` in :attr:`base_url`."""
-        return ""
-
-    async def __aenter__(self) -> Self:
-        app = web.Application()
-        app.add_routes(self.routes())
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = self._runner.addresses[0][1]
-        self.base_url = f"http://127.0.0.1:{port}{self.url_prefix()}"
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    def record(self, request: RecordedRequest) -> None:
-        """Store a request and wake anyone waiting in :meth:`wait_for_requests`."""
-        self.requests.append(request)
-        self._arrived.set()
-
-    async def wait_for_requests(self, count: int, within_s: float = 5.0) -> list[RecordedRequest]:
-        """Wait until at least ``count`` requests arrived (event-driven)."""
-        async with asyncio.timeout(within_s):
-            while len(self.requests) < count:
-                self._arrived.clear()
-                await self._arrived.wait()
-        return self.requests
+class FakeServer(LocalServer):
+    """Base of the fakes: an aiohttp app on 127.0.0.1:0 used as an async context manager
+    (the product's own local server, which ``signoff demo --slack`` runs its Slack API on).
+    Subclasses give :meth:`routes` and, when they need one, :meth:`url_prefix`."""
 
 
 def json_response(status: int, body: Any, headers: dict[str, str]) -> web.Response:
