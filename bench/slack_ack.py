@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from bench.common import environment, summary, write_result  # noqa: E402
 from bot.slack.recording import FakeSlackApi  # noqa: E402
 from tests.fakes.anthropic_api import FakeAnthropicAPI, text_turn  # noqa: E402
-from tests.slack_kit import DEMO, Serve, env_for, event_body, run_cli, signed_headers  # noqa: E402
+from tests.slack_kit import DEMO, SIGNOFF, Serve, env_for, event_body, run_cli, signed_headers  # noqa: E402
 
 MAYA = "U07MAYA"
 
@@ -60,8 +60,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             env = env_for(tmp / "ack.db", anthropic=model.base_url, slack=slack.base_url)
             assert (await run_cli(env, "db", "upgrade"))[0] == 0
             assert (await run_cli(env, "store", "load", str(DEMO), "--rebase-to-now"))[0] == 0
-            server = Serve(env)
+            server = Serve(env, args=("--no-worker",) if args.worker == "process" else ())
             await server.start()
+            worker = None
+            if args.worker == "process":
+                worker = await asyncio.create_subprocess_exec(
+                    str(SIGNOFF), "worker", env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+                )
             n = int(args.rate * args.seconds)
             statuses: list[int] = []
             try:
@@ -103,10 +108,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     await asyncio.sleep(2)  # anything late would be a duplicate
             finally:
                 await server.stop()
+                if worker is not None:
+                    worker.terminate()
+                    await worker.wait()
             replied, duplicated = _replied(slack, n)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return {
+        "worker": args.worker,
         "rate_per_s": args.rate,
         "events": n,
         "model_s": args.model_s,
@@ -132,7 +141,10 @@ def _replied(slack: FakeSlackApi, n: int) -> tuple[int, int]:
 
 def report(f: dict[str, Any]) -> None:
     a, h = f["ack_ms"], f["floor_healthz_ms"]
-    print(f"slack ack: {f['events']} signed events at {f['rate_per_s']}/s, model {f['model_s']} s")
+    print(
+        f"slack ack: {f['events']} signed events at {f['rate_per_s']}/s, model {f['model_s']} s,"
+        f" worker {f['worker']}"
+    )
     print(
         f"  ack      p50 {a['median']:.1f} ms  p95 {a['p95']:.1f} ms"
         f"  p99 {f['ack_p99_ms']:.1f} ms  max {a['max']:.1f} ms"
@@ -147,6 +159,12 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=50.0)
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--model-s", type=float, default=5.0)
+    p.add_argument(
+        "--worker",
+        choices=("in-process", "process"),
+        default="in-process",
+        help="the worker inside signoff serve (the default) or as its own `signoff worker` process",
+    )
     args = p.parse_args()
     figures = asyncio.run(run(args))
     figures["environment"] = environment()

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sqlite3
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,6 +24,7 @@ from sqlalchemy import JSON, Connection, Engine, MetaData, create_engine, event,
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Session
+from sqlalchemy.util import await_only
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +82,8 @@ class Database:
     readers: async_sessionmaker[AsyncSession] | None = None
     #: SQLite only: the stdlib-driver writer behind :meth:`write`.
     sync_writer: SyncWriter | None = None
+    #: SQLite only: one write transaction at a time among this process's connections.
+    write_gate: WriteGate | None = None
 
     @classmethod
     def of(cls, engine: AsyncEngine) -> Database:
@@ -89,8 +96,13 @@ class Database:
             info={"observers": observers, "audit_head": {}},
         )
         readers = async_sessionmaker(engine.execution_options(signoff_readonly=True), expire_on_commit=False)
-        writer = SyncWriter.for_url(str(engine.url)) if engine.dialect.name == "sqlite" else None
-        return cls(engine=engine, sessions=sessions, observers=observers, readers=readers, sync_writer=writer)
+        sqlite = engine.dialect.name == "sqlite"
+        writer = SyncWriter.for_url(str(engine.url)) if sqlite else None
+        database = engine.url.database if sqlite else None
+        gate = gate_for(database) if database and database != ":memory:" else None
+        return cls(
+            engine=engine, sessions=sessions, observers=observers, readers=readers, sync_writer=writer, write_gate=gate
+        )
 
     def reader(self) -> AsyncSession:
         """A session for reads (never write through it)."""
@@ -160,8 +172,9 @@ class WriteContext:
 class SyncWriter:
     """A stdlib ``sqlite3`` engine on one dedicated thread, for :meth:`Database.write`."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, gate: WriteGate) -> None:
         self.engine = engine
+        self.gate = gate
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="signoff-sqlite-writer")
 
     @classmethod
@@ -172,7 +185,7 @@ class SyncWriter:
             return None  # an in-memory database is private to its connection
         engine = create_engine(url.set(drivername="sqlite"), connect_args={"timeout": 30, "check_same_thread": False})
         _sqlite_pragmas(engine)
-        return cls(engine)
+        return cls(engine, gate_for(url.database))
 
     async def run(self, fn: Callable[[Connection, WriteContext], T], ctx: WriteContext) -> T:
         """Run ``fn`` in one write transaction on the writer's connection."""
@@ -180,13 +193,115 @@ class SyncWriter:
         return await loop.run_in_executor(self._pool, self._tx, fn, ctx)
 
     def _tx(self, fn: Callable[[Connection, WriteContext], T], ctx: WriteContext) -> T:
-        with self.engine.begin() as conn:
-            return fn(conn, ctx)
+        self.gate.take()
+        try:
+            with self.engine.begin() as conn:
+                return fn(conn, ctx)
+        finally:
+            self.gate.give_back()
 
     def close(self) -> None:
         """Close the writer's connection."""
         self.engine.dispose()
         self._pool.shutdown(wait=False)
+
+
+class WriteGate:
+    """One write transaction at a time among one process's connections to a SQLite file.
+
+    SQLite lets one writer in at a time; a second ``BEGIN IMMEDIATE`` waits in SQLite's
+    busy handler, which polls in sleeps of up to 100 ms, so our own writers contending
+    added up to seconds to two-millisecond transactions (Slack's acknowledgement waited
+    behind the worker's turns). Queued on this lock instead, the next writer starts the
+    moment the last one ends. The wait happens on a connection's own thread (the
+    writer's thread, or aiosqlite's thread for that connection), never on the event loop.
+    Other processes sharing the file still meet SQLite's lock and busy timeout.
+    """
+
+    def __init__(self, wait_s: float = 30.0) -> None:
+        self.wait_s = wait_s
+        self._lock = threading.Lock()
+        #: The driver connection whose transaction holds the gate (async engine writers).
+        self.holder: Any = None
+
+    def try_take(self) -> bool:
+        """Take the gate if it is free, without waiting."""
+        return self._lock.acquire(blocking=False)
+
+    def take(self) -> None:
+        """Wait for the gate (at most ``wait_s``, as SQLite's busy timeout would); blocks the caller's thread."""
+        if not self._lock.acquire(timeout=self.wait_s):
+            raise sqlite3.OperationalError(f"database is locked (no write slot within {self.wait_s:g}s)")
+
+    def give_back(self) -> None:
+        """Give the gate back."""
+        self.holder = None
+        self._lock.release()
+
+
+#: One gate per SQLite file in this process (every engine on that file shares it).
+_GATES: dict[str, WriteGate] = {}
+_GATES_LOCK = threading.Lock()
+
+
+def gate_for(path: str) -> WriteGate:
+    """The process's write gate for the SQLite file at ``path``."""
+    key = os.path.realpath(path)
+    with _GATES_LOCK:
+        gate = _GATES.get(key)
+        if gate is None:
+            gate = _GATES[key] = WriteGate()
+        return gate
+
+
+def _gate_async_writers(sync_engine: Engine, gate: WriteGate) -> None:
+    """Queue the async engine's write transactions on ``gate`` (see :class:`WriteGate`).
+
+    Taken at ``BEGIN IMMEDIATE`` (at once when free; else waited for on the connection's own
+    aiosqlite thread); given back once the transaction has really ended (after the driver's
+    commit or rollback, not before), or when its connection goes back to the pool or is
+    dropped mid-transaction (its owner was cancelled).
+    """
+    dialect = sync_engine.dialect
+    commit, rollback = dialect.do_commit, dialect.do_rollback
+
+    def ended(dbapi_conn: Any) -> None:
+        if gate.holder is not None and gate.holder is dbapi_conn:
+            gate.give_back()
+
+    def do_commit(dbapi_conn: Any) -> None:
+        try:
+            commit(dbapi_conn)
+        finally:
+            ended(dbapi_conn)
+
+    def do_rollback(dbapi_conn: Any) -> None:
+        try:
+            rollback(dbapi_conn)
+        finally:
+            ended(dbapi_conn)
+
+    dialect.do_commit = do_commit  # type: ignore[method-assign,assignment]
+    dialect.do_rollback = do_rollback  # type: ignore[method-assign,assignment]
+    for name in ("checkin", "invalidate", "close"):
+        event.listen(sync_engine.pool, name, lambda dbapi_conn, *_: ended(dbapi_conn))
+
+    def acquire(conn: Any) -> None:
+        dbapi_conn = conn.connection.dbapi_connection
+        if gate.holder is dbapi_conn:
+            return  # this connection holds it still (a COMMIT the driver did not see, e.g. Alembic's)
+        if not gate.try_take():
+            # Inside SQLAlchemy's greenlet on the event loop: wait on this connection's own thread.
+            await_only(dbapi_conn._connection._execute(gate.take))
+        gate.holder = dbapi_conn
+
+    _ACQUIRE[sync_engine] = (acquire, lambda conn: ended(conn.connection.dbapi_connection))
+
+
+#: Each async SQLite engine's (take the gate, give it back on a failed BEGIN) pair.
+_ACQUIRE: weakref.WeakKeyDictionary[Engine, tuple[Callable[[Any], None], Callable[[Any], None]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def is_sqlite_url(url: str) -> bool:
@@ -225,8 +340,16 @@ def _sqlite_pragmas(engine: AsyncEngine | Engine) -> None:
         # Readers take no write lock (WAL lets them run beside the one writer).
         if conn.get_execution_options().get("signoff_readonly"):
             conn.exec_driver_sql("BEGIN")
-        else:
+            return
+        gate = _ACQUIRE.get(sync_engine)
+        if gate is not None:
+            gate[0](conn)
+        try:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
+        except BaseException:
+            if gate is not None:
+                gate[1](conn)
+            raise
 
 
 def create_database(url: str, *, echo: bool = False, pool_size: int = 10) -> Database:
@@ -241,4 +364,7 @@ def create_database(url: str, *, echo: bool = False, pool_size: int = 10) -> Dat
     engine = create_async_engine(url, **kwargs)
     if is_sqlite_url(url):
         _sqlite_pragmas(engine)
+        database = make_url(url).database
+        if database and database != ":memory:":
+            _gate_async_writers(engine.sync_engine, gate_for(database))
     return Database.of(engine)

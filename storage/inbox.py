@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, cast
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Connection, Table, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from storage.db import Database
+from storage.db import Database, WriteContext
 from storage.holders import is_dead, process_id
 from storage.jobs import JobQueue
 from storage.models import DeliveryRow, InboundRow, ProcessedEventRow, ThreadBindingRow
@@ -36,6 +36,7 @@ Clock = Callable[[], datetime]
 INBOUND_JOB = "inbound"
 _KEYS = cast(Table, ProcessedEventRow.__table__)
 _DELIVERIES = cast(Table, DeliveryRow.__table__)
+_INBOUND = cast(Table, InboundRow.__table__)
 MAX_KEY = 255
 
 
@@ -74,6 +75,14 @@ def _dialect(session: AsyncSession) -> Any:
     return postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
 
 
+def _dialect_of(conn: Connection) -> Any:
+    return postgresql if conn.dialect.name == "postgresql" else sqlite
+
+
+class _Known(Exception):
+    """A key was recorded by a concurrent delivery: roll the whole acceptance back."""
+
+
 class Inbox:
     """Repository over ``inbound`` (with ``processed_events`` for its keys and ``jobs``)."""
 
@@ -89,24 +98,27 @@ class Inbox:
             raise ValueError(f"inbound keys must be 1..{MAX_KEY} characters")
         now = self._clock()
         inbound_id = f"in_{uuid.uuid4().hex[:20]}"
-        async with self._db.sessions() as s, s.begin():
-            known = (await s.execute(select(_KEYS.c.event_id).where(_KEYS.c.event_id.in_(list(keys))))).first()
+        jobs = self._jobs
+
+        def write(conn: Connection, _ctx: WriteContext) -> Accepted:
+            # One transaction in one hop (the writer's thread on SQLite): the ack never waits on a
+            # busy event loop between its statements while it holds SQLite's write lock.
+            known = conn.execute(select(_KEYS.c.event_id).where(_KEYS.c.event_id.in_(list(keys)))).first()
             if known is not None:
                 return Accepted(id=None, fresh=False)
+            insert = _dialect_of(conn).insert
             for key in dict.fromkeys(keys):
                 stmt = (
-                    _dialect(s)
-                    .insert(_KEYS)
+                    insert(_KEYS)
                     .values(event_id=key, source=face[:16], received_at=now)
                     .on_conflict_do_nothing(index_elements=["event_id"])
                     .returning(_KEYS.c.event_id)
                 )
-                if (await s.execute(stmt)).scalar_one_or_none() is None:
+                if conn.execute(stmt).scalar_one_or_none() is None:
                     # A concurrent delivery recorded it first: let ours leave no trace.
-                    await s.rollback()
-                    return Accepted(id=None, fresh=False)
-            s.add(
-                InboundRow(
+                    raise _Known
+            conn.execute(
+                insert(_INBOUND).values(
                     id=inbound_id,
                     face=face,
                     status="queued",
@@ -116,11 +128,13 @@ class Inbox:
                     updated_at=now,
                 )
             )
-            await s.flush()
-            await self._jobs.enqueue(
-                INBOUND_JOB, {"inbound_id": inbound_id}, dedup_key=f"inbound:{inbound_id}", session=s
-            )
-        return Accepted(id=inbound_id, fresh=True)
+            jobs.insert(conn, INBOUND_JOB, {"inbound_id": inbound_id}, dedup_key=f"inbound:{inbound_id}")
+            return Accepted(id=inbound_id, fresh=True)
+
+        try:
+            return await self._db.write(write)
+        except _Known:
+            return Accepted(id=None, fresh=False)
 
     async def get(self, inbound_id: str) -> Inbound | None:
         """The inbound item ``inbound_id``, if it exists."""

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, cast
 
-from sqlalchemy import ColumnElement, CursorResult, Table, and_, func, select, update
+from sqlalchemy import ColumnElement, Connection, CursorResult, Table, and_, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.audit import utc
-from storage.db import Database
+from storage.db import Database, WriteContext
 from storage.models import JobRow
 from storage.records import wall_clock
 
@@ -104,9 +104,28 @@ class JobQueue:
         dedup_key: str | None,
         run_after: datetime | None,
     ) -> int | None:
+        stmt = self._insert_stmt(session.get_bind().dialect.name, kind, payload, dedup_key, run_after)
+        return (await session.execute(stmt)).scalar_one_or_none()
+
+    def insert(
+        self,
+        conn: Connection,
+        kind: str,
+        payload: dict[str, Any],
+        *,
+        dedup_key: str | None = None,
+        run_after: datetime | None = None,
+    ) -> int | None:
+        """:meth:`enqueue` inside a :meth:`~storage.db.Database.write` transaction (``conn``)."""
+        stmt = self._insert_stmt(conn.dialect.name, kind, payload, dedup_key, run_after)
+        return conn.execute(stmt).scalar_one_or_none()
+
+    def _insert_stmt(
+        self, dialect_name: str, kind: str, payload: dict[str, Any], dedup_key: str | None, run_after: datetime | None
+    ) -> Any:
         now = self._now()
-        dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-        stmt = (
+        dialect = postgresql if dialect_name == "postgresql" else sqlite
+        return (
             dialect.insert(_JOBS)
             .values(
                 kind=kind,
@@ -120,7 +139,6 @@ class JobQueue:
             .on_conflict_do_nothing(index_elements=["dedup_key"])
             .returning(_JOBS.c.id)
         )
-        return (await session.execute(stmt)).scalar_one_or_none()
 
     async def claim(
         self,
@@ -148,32 +166,21 @@ class JobQueue:
             "run_after": now + timedelta(seconds=lease_s),
             "attempts": _JOBS.c.attempts + 1,
         }
-        async with self._db.sessions() as s, s.begin():
-            if self._db.is_postgres:
-                target = await self._lock_due_pg(s, due, limit, max_attempts)
+        postgres = self._db.is_postgres
+
+        def write(conn: Connection, _ctx: WriteContext) -> list[Any]:
+            if postgres:
+                target = _lock_due_pg(conn, due, limit, max_attempts)
                 if target is None:
                     return []
             else:
-                await s.execute(_exhausted(due, max_attempts))
+                conn.execute(_exhausted(due, max_attempts))
                 target = _JOBS.c.id.in_(_oldest(due, limit).scalar_subquery())
-            stmt = update(_JOBS).where(target).values(**claimed).returning(*_JOBS.c)
-            rows = (await s.execute(stmt)).all()
+            return list(conn.execute(update(_JOBS).where(target).values(**claimed).returning(*_JOBS.c)).all())
+
+        # One hop: the claim never holds SQLite's write lock across event-loop turns.
+        rows = await self._db.write(write)
         return sorted((_job(r) for r in rows), key=lambda j: j.id)
-
-    async def _lock_due_pg(
-        self, s: AsyncSession, due: ColumnElement[bool], limit: int, max_attempts: int
-    ) -> ColumnElement[bool] | None:
-        """Lock due rows other claimers are not holding; fail the exhausted ones.
-
-        Returns the condition selecting the rows to claim, or ``None``.
-        """
-        picked = _oldest(due, limit).add_columns(_JOBS.c.status, _JOBS.c.attempts)
-        rows = (await s.execute(picked.with_for_update(skip_locked=True))).all()
-        dead = [r.id for r in rows if r.status == "running" and r.attempts >= max_attempts]
-        if dead:
-            await s.execute(_exhausted(_JOBS.c.id.in_(dead), max_attempts))
-        ids = [r.id for r in rows if r.id not in dead]
-        return _JOBS.c.id.in_(ids) if ids else None
 
     async def release_abandoned(self, is_dead: Callable[[str], bool]) -> int:
         """Make ``running`` jobs whose holder is known dead due now (a crashed process's
@@ -194,8 +201,8 @@ class JobQueue:
         stmt = update(_JOBS).where(_JOBS.c.id == job_id, _JOBS.c.status == "running")
         if worker_id is not None:
             stmt = stmt.where(_JOBS.c.locked_by == worker_id)
-        async with self._db.sessions() as s, s.begin():
-            result = await s.execute(stmt.values(status="done", last_error=None))
+        done = stmt.values(status="done", last_error=None)
+        result = await self._db.write(lambda conn, _ctx: conn.execute(done))
         return bool(cast(CursorResult[Any], result).rowcount)
 
     async def fail(
@@ -215,8 +222,9 @@ class JobQueue:
         find = select(_JOBS.c.attempts).where(_JOBS.c.id == job_id, _JOBS.c.status == "running")
         if worker_id is not None:
             find = find.where(_JOBS.c.locked_by == worker_id)
-        async with self._db.sessions() as s, s.begin():
-            attempts = (await s.execute(find.with_for_update())).scalar_one_or_none()
+
+        def write(conn: Connection, _ctx: WriteContext) -> JobStatus | None:
+            attempts = conn.execute(find.with_for_update()).scalar_one_or_none()
             if attempts is None:
                 return None
             status: JobStatus = "failed" if attempts >= max_attempts else "queued"
@@ -224,7 +232,10 @@ class JobQueue:
             if status == "queued":
                 delay = default_backoff(attempts) if retry_in_s is None else retry_in_s
                 values["run_after"] = now + timedelta(seconds=delay)
-            await s.execute(update(_JOBS).where(_JOBS.c.id == job_id).values(**values))
+            conn.execute(update(_JOBS).where(_JOBS.c.id == job_id).values(**values))
+            return status
+
+        status = await self._db.write(write)
         return status
 
     async def pending_count(self, *, kinds: Sequence[str] | None = None) -> int:
@@ -240,6 +251,22 @@ class JobQueue:
         async with self._db.sessions() as s, s.begin():
             row = (await s.execute(select(_JOBS).where(_JOBS.c.id == job_id))).first()
         return None if row is None else _job(row)
+
+
+def _lock_due_pg(
+    conn: Connection, due: ColumnElement[bool], limit: int, max_attempts: int
+) -> ColumnElement[bool] | None:
+    """Lock due rows other claimers are not holding; fail the exhausted ones.
+
+    Returns the condition selecting the rows to claim, or ``None``.
+    """
+    picked = _oldest(due, limit).add_columns(_JOBS.c.status, _JOBS.c.attempts)
+    rows = conn.execute(picked.with_for_update(skip_locked=True)).all()
+    dead = [r.id for r in rows if r.status == "running" and r.attempts >= max_attempts]
+    if dead:
+        conn.execute(_exhausted(_JOBS.c.id.in_(dead), max_attempts))
+    ids = [r.id for r in rows if r.id not in dead]
+    return _JOBS.c.id.in_(ids) if ids else None
 
 
 def _oldest(due: ColumnElement[bool], limit: int) -> Any:

@@ -226,8 +226,8 @@ async def run_cli(env: dict[str, str], *args: str) -> tuple[int, str]:
 class Serve:
     """One ``signoff serve`` subprocess on its own port."""
 
-    def __init__(self, env: dict[str, str]) -> None:
-        self.env, self.port = env, free_port()
+    def __init__(self, env: dict[str, str], *, args: tuple[str, ...] = ()) -> None:
+        self.env, self.port, self.args = env, free_port(), args
         self.proc: asyncio.subprocess.Process | None = None
 
     @property
@@ -245,7 +245,7 @@ class Serve:
     async def start(self) -> None:
         log = self._open_log()
         self.proc = await asyncio.create_subprocess_exec(
-            str(SIGNOFF), "serve", "--port", str(self.port), env=self.env, stdout=log, stderr=log
+            str(SIGNOFF), "serve", "--port", str(self.port), *self.args, env=self.env, stdout=log, stderr=log
         )
         log.close()  # the child holds its own copy
         async with aiohttp.ClientSession() as session:
