@@ -6,12 +6,9 @@ server answers once); a supervisor approves by card, the requester and a strange
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import signal
 import sqlite3
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +19,7 @@ import pytest
 
 from tests.fakes.anthropic_api import FakeAnthropicAPI, text_turn, tool_turn
 from tests.fakes.bot_connector import FakeBotConnector, TokenIssuer, bearer
+from tests.slack_kit import SIGNOFF, Serve, run_cli
 from tests.teams_kit import (
     APPROVALS,
     C7,
@@ -36,61 +34,13 @@ from tests.teams_kit import (
     teams_env,
     token,
 )
-from tests.test_api_serve import free_port
 
-SIGNOFF = Path(sys.executable).with_name("signoff")
 pytestmark = pytest.mark.skipif(not SIGNOFF.exists(), reason="the signoff console script is not installed")
 
 
 def planner(body: dict[str, Any]) -> dict[str, Any]:
     step = planner_reply(body["messages"])
     return text_turn(step) if isinstance(step, str) else tool_turn(*step)
-
-
-async def _run(env: dict[str, str], *args: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        str(SIGNOFF), *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), timeout=120)
-    return proc.returncode or 0, out.decode()
-
-
-class Server:
-    """One ``signoff serve`` subprocess on its own port."""
-
-    def __init__(self, env: dict[str, str], *, worker: bool = True) -> None:
-        self.env, self.port, self.worker = env, free_port(), worker
-        self.proc: asyncio.subprocess.Process | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        args = ["serve", "--port", str(self.port), *([] if self.worker else ["--no-worker"])]
-        self.proc = await asyncio.create_subprocess_exec(
-            str(SIGNOFF), *args, env=self.env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
-        )
-        async with aiohttp.ClientSession() as session:
-            for _ in range(400):  # an external process gives no signal but its port
-                try:
-                    async with session.get(f"{self.url}/healthz") as r:
-                        if r.status == 200:
-                            return
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.05)
-        raise AssertionError("signoff serve did not come up")
-
-    async def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        await self.proc.wait()
-
-    async def stop(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(self.proc.wait(), timeout=20)
 
 
 @dataclass
@@ -100,7 +50,7 @@ class World:
     issuer: TokenIssuer
     connector: FakeBotConnector
 
-    async def post(self, server: Server, activity: dict[str, Any], *, auth: str | None = "good") -> tuple[int, Any]:
+    async def post(self, server: Serve, activity: dict[str, Any], *, auth: str | None = "good") -> tuple[int, Any]:
         headers = {}
         if auth == "good":
             headers["Authorization"] = f"Bearer {token(self.issuer, self.connector.base_url)}"
@@ -148,14 +98,14 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
             "ANTHROPIC_BASE_URL": api.base_url,
             **teams_env(issuer=issuer, connector_url=connector.base_url),
         }
-        assert (await _run(env, "db", "upgrade"))[0] == 0
-        code, out = await _run(env, "store", "load", str(dataset_file(tmp_path)), "--rebase-to-now")
+        assert (await run_cli(env, "db", "upgrade"))[0] == 0
+        code, out = await run_cli(env, "store", "load", str(dataset_file(tmp_path)), "--rebase-to-now")
         assert code == 0, out
         yield World(env=env, db=db, issuer=issuer, connector=connector)
 
 
 async def test_a_signed_message_is_answered_once_and_a_bad_token_stores_nothing(world: World) -> None:
-    server = Server(world.env)
+    server = Serve(world.env)
     await server.start()
     try:
         for auth in (None, "rogue"):
@@ -177,13 +127,13 @@ async def test_a_signed_message_is_answered_once_and_a_bad_token_stores_nothing(
 
 
 async def test_a_sigkill_right_after_the_202_loses_nothing_and_the_restart_answers_once(world: World) -> None:
-    first = Server(world.env, worker=False)  # the turn cannot have started: only the 202 was given
+    first = Serve(world.env, args=("--no-worker",))  # the turn cannot have started: only the 202 was given
     await first.start()
     assert (await world.post(first, message(world.connector.base_url)))[0] == 202
     await first.kill()
     assert world.rows("SELECT count(*) FROM inbound WHERE status = 'queued'") == 1
     assert world.connector.visible(PERSONAL) == []
-    second = Server(world.env)
+    second = Serve(world.env)
     await second.start()
     try:
         await world.until(PERSONAL, 2)
@@ -195,7 +145,7 @@ async def test_a_sigkill_right_after_the_202_loses_nothing_and_the_restart_answe
 
 async def test_a_supervisor_approves_by_card_the_requester_and_a_stranger_cannot(world: World) -> None:
     base = world.connector.base_url
-    server = Server(world.env)
+    server = Serve(world.env)
     await server.start()
     try:
         await world.post(server, message(base))
@@ -234,5 +184,5 @@ async def test_a_supervisor_approves_by_card_the_requester_and_a_stranger_cannot
     assert world.texts().count("The refund went through.") == 1
     (shown,) = world.connector.visible(APPROVALS)
     assert "actions" not in shown.card and shown.updates >= 1  # redrawn for everyone
-    code, out = await _run(world.env, "audit", "verify")
+    code, out = await run_cli(world.env, "audit", "verify")
     assert code == 0, out
