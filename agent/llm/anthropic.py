@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 import anthropic
+import httpx2
 
 from agent.errors import ModelUnavailable
 from agent.llm.base import Block, ModelRequest, ModelResponse, StopReason, Usage
@@ -39,7 +40,10 @@ class AnthropicConfig:
 
     ``timeout_s`` bounds one HTTP attempt, ``max_retries`` is the SDK's retry count,
     ``deadline_s`` bounds the whole call with its retries and waits. ``max_tokens``
-    is a ceiling: a request asking for more is clamped to it.
+    is a ceiling: a request asking for more is clamped to it. ``max_connections`` sizes
+    the one connection pool every conversation of the process shares: that many calls in
+    flight at once, each kept alive for the next step (the SDK's default keeps 100 alive,
+    so a busier process reconnects on every call beyond them).
     """
 
     model: str
@@ -49,6 +53,7 @@ class AnthropicConfig:
     max_retries: int = 4
     deadline_s: float = 120
     max_tokens: int = 1024
+    max_connections: int = 512
 
 
 class AnthropicClient:
@@ -68,6 +73,11 @@ class AnthropicClient:
             base_url=config.base_url,
             timeout=config.timeout_s,
             max_retries=config.max_retries,
+            http_client=anthropic.DefaultAsyncHttpxClient(
+                limits=httpx2.Limits(
+                    max_connections=config.max_connections, max_keepalive_connections=config.max_connections
+                )
+            ),
         )
         self._breaker = breaker or CircuitBreaker(name=f"anthropic:{config.model}")
 
