@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 import anthropic
-import httpx2
 
 from agent.errors import ModelUnavailable
 from agent.llm.base import Block, ModelRequest, ModelResponse, StopReason, Usage
@@ -77,7 +76,7 @@ class AnthropicClient:
             timeout=config.timeout_s,
             max_retries=config.max_retries,
             http_client=anthropic.DefaultAsyncHttpxClient(
-                limits=httpx2.Limits(
+                limits=type(anthropic.DEFAULT_CONNECTION_LIMITS)(
                     max_connections=config.max_connections, max_keepalive_connections=config.max_connections
                 )
             ),
