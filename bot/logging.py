@@ -17,6 +17,11 @@ import structlog
 #: Marks the handler this module installs, so a second call replaces it instead of stacking.
 _HANDLER_NAME = "signoff.structlog"
 
+#: HTTP client libraries that log every request at INFO ("HTTP Request: POST …"): one line per
+#: model step is a formatted JSON write on the hot path and says nothing the runtime's own
+#: events do not. Their warnings and errors still come through.
+_CHATTY = ("httpx", "httpx2", "httpcore", "httpcore2")
+
 
 def _processors() -> list[Any]:
     return [
@@ -63,6 +68,8 @@ def configure_logging(json: bool = True, level: str | int = "INFO", *, stream: T
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level if isinstance(level, int) else level.upper())
+    for name in _CHATTY:
+        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
 
 
 def get_logger(name: str | None = None) -> Any:

@@ -56,7 +56,8 @@ def client_for(api: FakeAnthropicAPI, **overrides: Any) -> AnthropicClient:
 
 async def test_request_shape_caches_tools_then_system_and_keeps_tool_order() -> None:
     """The body carries model, max_tokens, tools in order (name/description/schema only),
-    then ``system`` as one text block with ephemeral cache_control, then the messages."""
+    then ``system`` as one text block with ephemeral cache_control, then the messages, whose
+    last block carries the second breakpoint (the conversation so far)."""
     async with FakeAnthropicAPI() as api:
         client = client_for(api)
         await client.complete(opening())
@@ -75,7 +76,12 @@ async def test_request_shape_caches_tools_then_system_and_keeps_tool_order() -> 
         "description": "Look up one order.",
         "input_schema": TOOLS[0].input_schema,
     }
-    assert sent.body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "Where is my order A1?"}]}]
+    assert sent.body["messages"] == [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Where is my order A1?", "cache_control": {"type": "ephemeral"}}],
+        }
+    ]
 
 
 async def test_max_tokens_is_clamped_to_the_config_ceiling() -> None:
@@ -266,12 +272,15 @@ async def test_two_turns_share_a_byte_identical_cached_prefix() -> None:
         second = await client.complete(follow_up)
         await client.aclose()
     one, two = api.requests
-    assert one.prefix_hash is not None and one.prefix_hash == two.prefix_hash
+    assert one.prefix_hashes[0] == two.prefix_hashes[0]  # tools + system
+    assert one.prefix_hash != two.prefix_hash  # the conversation breakpoint moved on
     assert json.dumps([one.body["tools"], one.body["system"]]) == json.dumps([two.body["tools"], two.body["system"]])
     assert first.usage.cache_creation_input_tokens > 0
     assert first.usage.cache_read_input_tokens == 0
+    # The second request reads all the first one wrote (its whole prompt) and writes only the new turn.
     assert second.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
-    assert second.usage.cache_creation_input_tokens == 0
+    assert 0 < second.usage.cache_creation_input_tokens < first.usage.cache_creation_input_tokens
+    assert second.usage.input_tokens == 0
 
 
 async def test_base_url_none_honours_anthropic_base_url(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -350,3 +359,16 @@ def test_fake_rejects_what_the_api_rejects(mutate: Any, message: str) -> None:
     mutate(body)
     with pytest.raises(Invalid, match=message):
         validate_body(body)
+
+
+def test_the_conversation_breakpoint_is_a_copy_and_can_be_turned_off() -> None:
+    """build_params marks a copy of the last block (the stored history keeps no marker), and
+    with ``cache=False`` sends no cache_control at all."""
+    from agent.llm.anthropic import build_params
+
+    request = opening()
+    params = build_params(request, model="m", max_tokens=100)
+    assert params["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert "cache_control" not in request.messages[-1].content[-1]
+    plain = build_params(request, model="m", max_tokens=100, cache=False)
+    assert "cache_control" not in json.dumps(plain)

@@ -85,8 +85,9 @@ async def test_canonical_conversation_through_the_anthropic_sdk_has_zero_protoco
 
 
 async def test_second_request_reuses_the_cached_prefix_and_reports_cache_reads(db: Database) -> None:
-    """Tools then system carry the cache breakpoint: every request of the conversation has the
-    same prefix hash, byte-identical tools and system, and the second one reads the cache."""
+    """Tools then system carry the first cache breakpoint: every request of the conversation has
+    the same hash there, byte-identical tools and system; the conversation's last block carries
+    the second, so each request reads what the one before it wrote and writes only what is new."""
     responder = scripted(
         tool_turn("get_order", {"order_id": "O-1042"}),
         tool_turn("search_knowledge", SEARCH),
@@ -100,8 +101,8 @@ async def test_second_request_reuses_the_cached_prefix_and_reports_cache_reads(d
         h = await seeded(db, client)
         await _canonical(h)
         await client.aclose()
-    hashes = {r.prefix_hash for r in api.requests}
-    assert len(hashes) == 1 and None not in hashes
+    hashes = {r.prefix_hashes[0] for r in api.requests}
+    assert len(hashes) == 1 and all(len(r.prefix_hashes) == 2 for r in api.requests)
     tools = {json.dumps(r.body["tools"], sort_keys=False) for r in api.requests}
     systems = {json.dumps(r.body["system"]) for r in api.requests}
     assert len(tools) == 1 and len(systems) == 1
@@ -110,9 +111,9 @@ async def test_second_request_reuses_the_cached_prefix_and_reports_cache_reads(d
         usage = (await s.execute(select(TokenUsageRow).order_by(TokenUsageRow.id))).scalars().all()
     assert len(usage) == 6
     assert usage[0].cache_creation_tokens > 0 and usage[0].cache_read_tokens == 0
-    assert usage[1].cache_read_tokens == usage[0].cache_creation_tokens
-    assert usage[1].cache_creation_tokens == 0
-    assert all(u.cache_read_tokens > 0 for u in usage[1:])
+    for before, after in zip(usage, usage[1:], strict=False):
+        assert after.cache_read_tokens == before.cache_read_tokens + before.cache_creation_tokens
+    assert all(u.cache_read_tokens > 0 and u.input_tokens == 0 for u in usage[1:])
 
 
 async def test_canonical_conversation_through_an_openai_compatible_server(db: Database) -> None:

@@ -39,7 +39,10 @@ class AnthropicConfig:
 
     ``timeout_s`` bounds one HTTP attempt, ``max_retries`` is the SDK's retry count,
     ``deadline_s`` bounds the whole call with its retries and waits. ``max_tokens``
-    is a ceiling: a request asking for more is clamped to it.
+    is a ceiling: a request asking for more is clamped to it. ``max_connections`` sizes
+    the one connection pool every conversation of the process shares: that many calls in
+    flight at once, each kept alive for the next step (the SDK's default keeps 100 alive,
+    so a busier process reconnects on every call beyond them).
     """
 
     model: str
@@ -49,13 +52,17 @@ class AnthropicConfig:
     max_retries: int = 4
     deadline_s: float = 120
     max_tokens: int = 1024
+    max_connections: int = 512
+    #: Mark the prompt-cache breakpoints (see :func:`build_params`); off only to measure without.
+    prompt_cache: bool = True
 
 
 class AnthropicClient:
     """A :class:`~agent.llm.base.ModelClient` on the official ``AsyncAnthropic`` SDK.
 
-    Sends ``system`` as one text block carrying ``cache_control`` so that the
-    tools followed by the system prompt form the cached prefix. Raises
+    Marks two prompt-cache breakpoints (:func:`build_params`): the system block, so the
+    tools followed by the system prompt form one cached prefix, and the conversation's
+    last block, so each step reads the conversation so far from the cache. Raises
     :class:`ModelUnavailable` with reason ``unavailable`` (the SDK's retries
     spent, or the deadline passed), ``bad_request`` (a 4xx: our bug, logged with
     the request id, not retried), ``bad_response`` or ``circuit_open``.
@@ -68,6 +75,11 @@ class AnthropicClient:
             base_url=config.base_url,
             timeout=config.timeout_s,
             max_retries=config.max_retries,
+            http_client=anthropic.DefaultAsyncHttpxClient(
+                limits=type(anthropic.DEFAULT_CONNECTION_LIMITS)(
+                    max_connections=config.max_connections, max_keepalive_connections=config.max_connections
+                )
+            ),
         )
         self._breaker = breaker or CircuitBreaker(name=f"anthropic:{config.model}")
 
@@ -89,7 +101,9 @@ class AnthropicClient:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send one Messages API request; see the class docstring for failures."""
         check_outbound(self.base_url, client="AnthropicClient")
-        params = build_params(request, model=self._config.model, max_tokens=self._config.max_tokens)
+        params = build_params(
+            request, model=self._config.model, max_tokens=self._config.max_tokens, cache=self._config.prompt_cache
+        )
         return await self._breaker.call(lambda: self._send(params, request), is_failure=counts_against_provider)
 
     async def aclose(self) -> None:
@@ -121,15 +135,33 @@ class AnthropicClient:
         return response
 
 
-def build_params(request: ModelRequest, *, model: str, max_tokens: int) -> dict[str, Any]:
-    """The Messages API body for ``request``: tools in the given order, then a cached system."""
+_EPHEMERAL = {"type": "ephemeral"}
+
+
+def build_params(request: ModelRequest, *, model: str, max_tokens: int, cache: bool = True) -> dict[str, Any]:
+    """The Messages API body for ``request``: tools in the given order, the system, the messages.
+
+    With ``cache``, two ``cache_control`` breakpoints (of the API's four): on the system block
+    (tools + system, the prefix every request of every conversation with the same tools
+    shares) and on the last block of the last message (the conversation so far: the next
+    step's request finds it within the API's 20-block lookback and pays only for what is
+    new). The last block is copied, never marked in place: history stays as stored.
+    """
+    messages = [message.as_api() for message in request.messages]
+    if cache and messages and messages[-1]["content"]:
+        last = messages[-1]
+        content = last["content"]
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        last["content"] = [*content[:-1], {**content[-1], "cache_control": _EPHEMERAL}]
     params: dict[str, Any] = {
         "model": model,
         "max_tokens": min(request.max_tokens, max_tokens),
-        "messages": [message.as_api() for message in request.messages],
+        "messages": messages,
     }
     if request.system:
-        params["system"] = [{"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}]
+        system: dict[str, Any] = {"type": "text", "text": request.system}
+        params["system"] = [{**system, "cache_control": _EPHEMERAL} if cache else system]
     if request.tools:
         params["tools"] = [
             {"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in request.tools

@@ -28,6 +28,8 @@ class RecordedRequest:
     status: int
     #: Anthropic fake only: sha256 of the canonical cached prefix (None without cache_control).
     prefix_hash: str | None = None
+    #: Anthropic fake only: the prefix hash at each cache breakpoint, in prompt order.
+    prefix_hashes: tuple[str, ...] = ()
 
 
 def scripted(*replies: Reply | Responder) -> Responder:

@@ -3,8 +3,20 @@
 It rejects, with the real API's 400 ``invalid_request_error`` shape, anything
 the real API would reject that our code could plausibly send — and a little
 more (a ``tool_use`` for a tool not offered in this request). Model turns come
-from a pluggable responder; prompt-cache figures are computed honestly from a
-hash of the canonical cached prefix.
+from a pluggable responder.
+
+Prompt caching is accounted as the API does it (docs: "Prompt caching"): the prompt is
+read in the order tools, system, messages; a ``cache_control`` breakpoint (at most 4)
+makes the prefix up to and including its block cacheable — written to the cache when
+it is at least the model's minimum cacheable length, and never when shorter. A request
+reads the longest prefix already cached that ends at one of its breakpoints or at any of
+the 20 block boundaries before each (the API's lookback), so a breakpoint that moves to
+the end of a growing conversation still hits what the previous request wrote. The
+marker itself is not part of the cached content (a block hashes the same with or without
+``cache_control``). An entry lives 5 minutes from its last write or read. Usage is then
+``cache_read_input_tokens`` (the prefix read), ``cache_creation_input_tokens`` (from there
+to the last cacheable breakpoint) and ``input_tokens`` (the rest), over the fake's
+tokenizer: four bytes of canonical JSON a token.
 """
 
 from __future__ import annotations
@@ -12,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +36,23 @@ from tests.fakes import FakeServer, RecordedRequest, Reply, Responder, call_resp
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 TOOL_USE_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 MAX_CACHE_BREAKPOINTS = 4
+#: How many block boundaries before a breakpoint the API checks for an earlier cache entry.
+CACHE_LOOKBACK_BLOCKS = 20
+#: An entry's life after its last write or read (the default ``ephemeral`` TTL).
+CACHE_TTL_S = 300.0
+
+
+def min_cacheable_tokens(model: str) -> int:
+    """The API's minimum cacheable prompt length for ``model`` (docs' table): 4096 for the
+    Opus 4.5 / Haiku 4.5 generation, 2048 for older Haiku, 1024 for the rest (Sonnet, Opus 4/4.1)."""
+    m = model.lower()
+    if "haiku-4-5" in m or "opus-4-5" in m:
+        return 4096
+    if "haiku" in m:
+        return 2048
+    return 1024
+
+
 RESULT_BLOCK_TYPES = {"text", "image", "document"}
 BLOCK_TYPES = RESULT_BLOCK_TYPES | {"tool_use", "tool_result", "thinking", "redacted_thinking"}
 
@@ -259,6 +289,14 @@ def canonical(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def _unmarked(item: dict[str, Any]) -> dict[str, Any]:
+    """``item`` with its block's ``cache_control`` removed: the marker is not content."""
+    block = item.get("block")
+    if isinstance(block, dict) and "cache_control" in block:
+        return {**item, "block": {k: v for k, v in block.items() if k != "cache_control"}}
+    return item
+
+
 def tokens(data: bytes) -> int:
     """The fake's tokenizer: four bytes a token."""
     return len(data) // 4
@@ -272,14 +310,18 @@ class FakeAnthropicAPI(FakeServer):
 
     ``responder(body)`` returns ``{"content": [...], "stop_reason"?: ..., "usage"?: ...}``
     (the fake fills in id, model, stop_reason and usage) or ``(status, headers, body)``.
-    ``min_cacheable_tokens`` mimics the API's minimum cacheable prefix length.
+    ``min_cacheable_tokens`` is the shortest prefix the cache keeps: 0 (the default, so the
+    tests' small prompts cache), a number, or ``None`` for the API's figure for the request's
+    model (:func:`min_cacheable_tokens`).
     """
 
-    def __init__(self, responder: Responder | None = None, *, min_cacheable_tokens: int = 0) -> None:
+    def __init__(self, responder: Responder | None = None, *, min_cacheable_tokens: int | None = 0) -> None:
         super().__init__()
         self.responder: Responder = responder or (lambda body: text_turn("ok"))
         self.min_cacheable_tokens = min_cacheable_tokens
-        self.cache: dict[str, int] = {}  # prefix hash -> prefix tokens
+        self.cache: dict[str, tuple[int, float]] = {}  # prefix hash -> (prefix tokens, expires at)
+        self.clock = time.monotonic
+        self.last_prefix_hashes: tuple[str, ...] = ()
 
     def routes(self) -> list[web.RouteDef]:
         return [web.post("/v1/messages", self._messages)]
@@ -304,6 +346,7 @@ class FakeAnthropicAPI(FakeServer):
                 path=request.path,
                 status=status,
                 prefix_hash=prefix_hash,
+                prefix_hashes=self.last_prefix_hashes if prefix_hash else (),
                 headers={k.lower(): v for k, v in request.headers.items()},
                 body=body,
             )
@@ -320,21 +363,31 @@ class FakeAnthropicAPI(FakeServer):
         return 200, {}, self._message(body, reply, usage), prefix_hash
 
     def _usage(self, body: dict[str, Any], reply: dict[str, Any]) -> tuple[str | None, dict[str, int]]:
-        items = prompt_items(body)
-        prefixes = [canonical(items[: i + 1]) for i in _cache_controls(body)]
-        prefixes = [p for p in prefixes if tokens(p) >= self.min_cacheable_tokens]
-        hashes = [hashlib.sha256(p).hexdigest() for p in prefixes]
-        read = max((self.cache[h] for h in hashes if h in self.cache), default=0)
-        written = tokens(prefixes[-1]) - read if prefixes and hashes[-1] not in self.cache else 0
-        for h, p in zip(hashes, prefixes, strict=True):
-            self.cache[h] = tokens(p)
+        items = [_unmarked(i) for i in prompt_items(body)]
+        now, floor = self.clock(), self.min_cacheable_tokens
+        if floor is None:
+            floor = min_cacheable_tokens(str(body.get("model", "")))
+        prefix = _Prefixes(items)
+        points = list(_cache_controls(body))
+        read = 0
+        for end in {e for b in points for e in range(max(0, b - CACHE_LOOKBACK_BLOCKS), b + 1)}:
+            entry = self.cache.get(prefix.hash(end))
+            if entry is not None and entry[1] > now:
+                read = max(read, entry[0])
+                self.cache[prefix.hash(end)] = (entry[0], now + CACHE_TTL_S)
+        cacheable = [b for b in points if prefix.tokens(b) >= floor]
+        written = max(prefix.tokens(cacheable[-1]) - read, 0) if cacheable else 0
+        for b in cacheable:
+            self.cache[prefix.hash(b)] = (prefix.tokens(b), now + CACHE_TTL_S)
         usage = {
             "input_tokens": max(tokens(canonical(items)) - read - written, 0),
             "output_tokens": max(tokens(canonical(reply["content"])), 1),
             "cache_creation_input_tokens": written,
             "cache_read_input_tokens": read,
         }
-        return (hashes[-1] if hashes else None), {**usage, **reply.get("usage", {})}
+        self.last_prefix_hashes = tuple(prefix.hash(b) for b in points)
+        last = prefix.hash(points[-1]) if points else None
+        return last, {**usage, **reply.get("usage", {})}
 
     @staticmethod
     def _message(body: dict[str, Any], reply: dict[str, Any], usage: dict[str, int]) -> dict[str, Any]:
@@ -350,6 +403,26 @@ class FakeAnthropicAPI(FakeServer):
             "stop_sequence": None,
             "usage": usage,
         }
+
+
+class _Prefixes:
+    """Hash and token count of each prefix ``items[: end + 1]`` (computed once, on demand)."""
+
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        self.items = items
+        self._memo: dict[int, tuple[str, int]] = {}
+
+    def _of(self, end: int) -> tuple[str, int]:
+        if end not in self._memo:
+            data = canonical(self.items[: end + 1])
+            self._memo[end] = (hashlib.sha256(data).hexdigest(), tokens(data))
+        return self._memo[end]
+
+    def hash(self, end: int) -> str:
+        return self._of(end)[0]
+
+    def tokens(self, end: int) -> int:
+        return self._of(end)[1]
 
 
 def _check_headers(request: web.Request) -> None:
