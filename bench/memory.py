@@ -5,7 +5,8 @@
    model the real Anthropic client (pointed at the local fake, never called). RSS read from
    ``/proc/<pid>/status`` once ``/healthz`` answers and the process has settled. The floor,
    in the same run: a bare ``python -c "import aiohttp"`` process (the interpreter and the
-   web server library alone). Target: idle RSS at most 100 MB.
+   web server library alone), and one that imports only the libraries the contract names
+   (the official anthropic SDK alone is about 75 MB of it). Target: idle RSS at most 100 MB.
 2. Growth: ``--conversations`` conversations (one customer message, one model step each)
    driven in-process through :class:`agent.runtime.Runtime` on SQLite with a zero-latency
    model, RSS sampled every ``--every``. What grows with data (the database file, SQLite's
@@ -75,7 +76,21 @@ async def idle(tmp: Path, settle_s: float) -> dict[str, Any]:
     await asyncio.sleep(2)
     figures["floor_python_aiohttp_rss_mb"] = rss_mb(proc.pid)
     await proc.wait()
+    # The second floor: the libraries the contract names (the official anthropic SDK, Bolt and
+    # the Slack SDK, async SQLAlchemy with both drivers, aiohttp), imported and nothing else.
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", f"{LIBRARIES}; import time; time.sleep(4)", stdout=asyncio.subprocess.DEVNULL
+    )
+    await asyncio.sleep(3)
+    figures["floor_libraries_rss_mb"] = rss_mb(proc.pid)
+    await proc.wait()
     return figures
+
+
+LIBRARIES = (
+    "import anthropic, aiohttp, slack_bolt.async_app, slack_sdk.web.async_client,"
+    " sqlalchemy.ext.asyncio, aiosqlite, asyncpg"
+)
 
 
 async def _route_exists(url: str, path: str) -> bool:
@@ -144,7 +159,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         i = figures["idle"]
         print(
             f"idle signoff serve (api, slack, email, worker): RSS {i['serve_idle_rss_mb']:.1f} MB"
-            f" (target <= 100 MB); floor python+aiohttp {i['floor_python_aiohttp_rss_mb']:.1f} MB"
+            f" (target <= 100 MB); floor python+aiohttp {i['floor_python_aiohttp_rss_mb']:.1f} MB;"
+            f" the required libraries alone {i['floor_libraries_rss_mb']:.1f} MB"
         )
         if not args.skip_growth:
             figures["growth"] = await growth(tmp, args.conversations, args.every)
