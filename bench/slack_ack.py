@@ -65,7 +65,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             worker = None
             if args.worker == "process":
                 worker = await asyncio.create_subprocess_exec(
-                    str(SIGNOFF), "worker", env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+                    str(SIGNOFF),
+                    "worker",
+                    env=env,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL,
                 )
             n = int(args.rate * args.seconds)
             statuses: list[int] = []
@@ -142,8 +146,7 @@ def _replied(slack: FakeSlackApi, n: int) -> tuple[int, int]:
 def report(f: dict[str, Any]) -> None:
     a, h = f["ack_ms"], f["floor_healthz_ms"]
     print(
-        f"slack ack: {f['events']} signed events at {f['rate_per_s']}/s, model {f['model_s']} s,"
-        f" worker {f['worker']}"
+        f"slack ack: {f['events']} signed events at {f['rate_per_s']}/s, model {f['model_s']} s, worker {f['worker']}"
     )
     print(
         f"  ack      p50 {a['median']:.1f} ms  p95 {a['p95']:.1f} ms"
