@@ -202,7 +202,8 @@ def parse_policy(text: str, *, source: str = "policy", setting: str = "SIGNOFF_P
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        # An unknown key first: a misspelt section also shows up as the real one missing.
+        err = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
         where = ".".join(str(p) for p in err["loc"])
         raise ConfigError(f"{lead}: {where}: {err['msg']}") from None
 

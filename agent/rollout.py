@@ -251,12 +251,17 @@ def as_json(report: Report) -> dict[str, Any]:
     }
 
 
-_HEAD = "proposed staff did same args agreement"
+_COLUMNS = (("proposed", 8), ("staff did", 10), ("same args", 10), ("agreement", 10))
+
+
+def _head(title: str, width: int) -> str:
+    return f"{title:<{width + 2}}" + "".join(f"{name:>{w}}" for name, w in _COLUMNS)
 
 
 def _line(label: str, f: Figures, width: int) -> str:
     rate = _pct(f.agreement) if f.agreement is not None else "-"
-    return f"  {label:<{width}} {f.proposed:>8} {f.staff_did:>9} {f.same_args:>9} {rate:>9}"
+    cells = (f.proposed, f.staff_did, f.same_args, rate)
+    return f"  {label:<{width}}" + "".join(f"{c:>{w}}" for c, (_, w) in zip(cells, _COLUMNS, strict=True))
 
 
 def render(report: Report) -> str:
@@ -267,7 +272,7 @@ def render(report: Report) -> str:
         f"advance when: at least {report.min_samples} samples and agreement >= {_pct(report.min_agreement)} "
         "(staff executed the same tool on the same target with the same arguments, afterwards)",
         "",
-        f"{'by intent':<29}{_HEAD}",
+        _head("by intent", 26),
     ]
     if not report.intents:
         out.append("  (no shadow proposals in the window)")
@@ -275,7 +280,7 @@ def render(report: Report) -> str:
         out.append(_line(name, f, 26))
     out += [
         "",
-        "by tool (channel/kind tool)" + " " * 15 + "proposed  staff did  same args  agreement  stage     verdict",
+        _head("by tool (channel/kind tool)", 40) + f"  {'stage':<9} verdict",
     ]
     for r in report.tools:
         label = f"{r.channel}/{r.kind} {r.tool}"

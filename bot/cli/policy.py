@@ -80,8 +80,12 @@ async def _show(versions: PolicyVersions, active: ActivePolicy, *, full: bool) -
     print(f"active policy: version {active.policy.version}")
     print(f"  source: {_describe(active)}")
     print(f"  sha256: {active.sha256}")
-    stages = ", ".join(f"{ch}: {kinds}" for ch, kinds in sorted(active.policy.rollout.channels.items()))
-    print(f"  rollout: default {active.policy.rollout.default}; {stages}")
+    rollout = active.policy.rollout
+    print(f"  rollout: default {rollout.default}")
+    for channel, kinds in sorted(rollout.channels.items()):
+        print(f"    {channel}: " + " ".join(f"{kind}={stage}" for kind, stage in kinds.items()))
+    adv = rollout.advance
+    print(f"  advance: min_samples {adv.min_samples}, min_agreement {adv.min_agreement}")
     history = await versions.history(limit=10)
     if history:
         print("applied versions (newest first):")
