@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 from agent.errors import ConfigError
@@ -23,6 +22,7 @@ from agent.policy_store import (
 from bot.settings import Settings
 from storage.db import Database, create_database
 from storage.policies import NewPolicyVersion, PolicyMoved, PolicyVersions
+from storage.records import wall_clock
 
 #: Who may apply a policy (a staff member in the store with this role).
 APPLIER_ROLE = "supervisor"
@@ -161,7 +161,7 @@ async def rollout_command(settings: Settings, args: argparse.Namespace) -> int:
     from storage.rollout import RolloutFacts
     from tools.catalogue import build_registry
 
-    now = datetime.now(UTC)
+    now = wall_clock()
     since = parse_since(args.since, now)
     db = create_database(settings.signoff_database_url)
     try:
