@@ -1,14 +1,16 @@
 """The versioned policy: ceilings, tiers, limits, approvers, expiries, rollout.
 
-Read once from YAML (the bundled default or ``SIGNOFF_POLICY_FILE``), validated
-strictly, and then only consulted as data. The model never sees these numbers.
+YAML, validated strictly (unknown keys, wrong types and duplicate keys are refused), then
+only consulted as data. The model never sees these numbers. The active policy is the
+newest version applied to the database (``signoff policy apply``, :mod:`storage.policies`),
+else ``SIGNOFF_POLICY_FILE``, else the bundled default (:func:`active_policy`).
 """
 
 from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -86,10 +88,20 @@ class Cancellations(_Strict):
     approval_above: dict[str, NonNegative] = Field(default_factory=dict)
 
 
+class Advance(_Strict):
+    """When ``signoff rollout report`` calls a tool ready for the next stage: at least
+    ``min_samples`` shadow proposals in the window, and at least ``min_agreement`` of them
+    matched by what staff actually did (the same tool, target and arguments)."""
+
+    min_samples: int = Field(default=50, ge=1, strict=True)
+    min_agreement: float = Field(default=0.95, ge=0, le=1, strict=True)
+
+
 class Rollout(_Strict):
     default: Stage
     channels: dict[str, dict[StagedKind, Stage]]
     enabled_actions: frozenset[str]
+    advance: Advance = Field(default_factory=Advance)
 
 
 class Policy(_Strict):
@@ -152,32 +164,61 @@ class Policy(_Strict):
         )
 
 
-def parse_policy(text: str, *, source: str = "policy") -> Policy:
-    """Parse and validate policy YAML; errors name the file and the field."""
+#: The stages in the order a rollout moves through them (C16).
+STAGES: tuple[Stage, ...] = ("shadow", "assist", "reads", "actions", "full")
+
+
+def next_stage(stage: Stage) -> Stage | None:
+    """The stage after ``stage``; ``None`` at the last one."""
+    i = STAGES.index(stage)
+    return STAGES[i + 1] if i + 1 < len(STAGES) else None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping naming one key twice (the second would win silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_policy(text: str, *, source: str = "policy", setting: str = "SIGNOFF_POLICY_FILE") -> Policy:
+    """Parse and validate policy YAML; errors name the file (after ``setting``, when given) and the field."""
+    lead = f"{setting}: {source}" if setting else source
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
         problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
-        raise ConfigError(f"SIGNOFF_POLICY_FILE: {source}: not valid YAML{at}: {problem}") from None
+        raise ConfigError(f"{lead}: not valid YAML{at}: {problem}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"SIGNOFF_POLICY_FILE: {source}: must be a mapping")
+        raise ConfigError(f"{lead}: must be a mapping")
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        # An unknown key first: a misspelt section also shows up as the real one missing.
+        err = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
         where = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"SIGNOFF_POLICY_FILE: {source}: {where}: {err['msg']}") from None
+        raise ConfigError(f"{lead}: {where}: {err['msg']}") from None
+
+
+def read_policy_text(path: Path | None = None) -> tuple[str, str]:
+    """The YAML text at ``path`` (or the bundled default's) and how to name where it came from."""
+    if path is None:
+        return resources.files("agent").joinpath("data/policy.yaml").read_text(encoding="utf-8"), "bundled default"
+    try:
+        return path.read_text(encoding="utf-8"), str(path)
+    except OSError as exc:
+        raise ConfigError(f"SIGNOFF_POLICY_FILE: cannot read {path}: {exc.strerror}") from None
 
 
 def load_policy(path: Path | None = None) -> Policy:
     """The policy at ``path``, or the bundled default."""
-    if path is None:
-        text = resources.files("agent").joinpath("data/policy.yaml").read_text(encoding="utf-8")
-        return parse_policy(text, source="bundled default")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"SIGNOFF_POLICY_FILE: cannot read {path}: {exc.strerror}") from None
-    return parse_policy(text, source=str(path))
+    text, source = read_policy_text(path)
+    return parse_policy(text, source=source)

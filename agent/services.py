@@ -54,6 +54,13 @@ class Services:
     #: What each principal used across conversations (the per-principal limits).
     usage: UsageCounts
 
+    def use_policy(self, policy: Policy) -> None:
+        """Put ``policy`` in force (a newly applied version, ``agent.policy_store.PolicyRefresher``):
+        every later decision and audit event reads it; a step already judged keeps its verdict.
+        The one field that changes after start, swapped together with the gatekeeper's."""
+        object.__setattr__(self, "policy", policy)
+        self.gatekeeper.policy = policy
+
 
 def build_services(
     *,

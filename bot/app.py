@@ -17,7 +17,8 @@ from agent.errors import ConfigError
 from agent.llm.base import ModelClient
 from agent.metrics import InstrumentedModel, Metrics, attach_metrics
 from agent.notify import LogNotifier, Notifier, RoutingNotifier
-from agent.policy import Policy, load_policy
+from agent.policy import Policy
+from agent.policy_store import REFRESH_EVERY_S, ActivePolicy, PolicyRefresher, active_policy
 from agent.runtime import Runtime
 from agent.services import Services, build_services
 from agent.tracing import TracedModel
@@ -33,6 +34,7 @@ from storage.checkpoints import Checkpoint
 from storage.db import Database, create_database
 from storage.inbox import INBOUND_JOB, Inbound
 from storage.jobs import Job
+from storage.policies import PolicyVersions
 from storage.records import wall_clock
 
 if TYPE_CHECKING:
@@ -129,6 +131,9 @@ class App:
     slack: SlackFace | None = None
     #: HTTP routes the faces built (Teams: ``POST /teams/messages``); the server mounts them.
     http_routes: tuple[web.AbstractRouteDef, ...] = ()
+    #: The policy in force at start and where it came from (the database's newest applied
+    #: version wins over the file); :meth:`policy_refresher` picks up later applies.
+    policy: ActivePolicy | None = None
 
     async def close(self) -> None:
         if self.slack is not None:
@@ -145,6 +150,17 @@ class App:
             key_file=self.settings.audit_key_path,
             checkpoint_file=self.settings.audit_checkpoint_path,
             skip_if_unchanged=skip_if_unchanged,
+        )
+
+    def policy_refresher(self, every_s: float = REFRESH_EVERY_S) -> PolicyRefresher:
+        """What keeps a long-running process (serve, worker, socket) on the newest applied policy:
+        run it beside the process (``await refresher.run(stop)``)."""
+        row = self.policy.row if self.policy is not None else None
+        return PolicyRefresher(
+            PolicyVersions(self.db),
+            self.runtime.s.use_policy,
+            seen_id=row.id if row is not None else None,
+            every_s=every_s,
         )
 
     def worker(self) -> Worker:
@@ -186,7 +202,9 @@ async def create_app(
     db = create_database(settings.signoff_database_url)
     # OTEL_* are the OpenTelemetry SDK's own variables; this root only asks whether to export.
     tracing = install_tracing(os.environ, db)
-    policy = load_policy(settings.signoff_policy_file)
+    active = await active_policy(PolicyVersions(db), settings.signoff_policy_file)
+    log.info("policy %s from %s (%s)", active.policy.version, active.where, active.source)
+    policy = active.policy
     metrics = Metrics(known_tools=build_registry().tools)
     instrumented = TracedModel(
         InstrumentedModel(model or build_model(settings, metrics), metrics), provider=settings.provider
@@ -228,6 +246,7 @@ async def create_app(
         inbound=inbound,
         slack=slack[0] if slack is not None else None,
         http_routes=tuple(routes),
+        policy=active,
     )
 
 

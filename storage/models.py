@@ -386,3 +386,23 @@ class SentMailRow(Base):
     conversation_id: Mapped[str] = mapped_column(String(64))
     principal: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class PolicyVersionRow(Base):
+    """One applied policy (``signoff policy apply``): its YAML text exactly as applied, who applied
+    it and what it replaced. The newest row (highest ``id``) is the active policy; rows are
+    only ever added (a rollback is a new row carrying the older text)."""
+
+    __tablename__ = "policy_versions"
+
+    #: 1, 2, 3, …: each apply takes the next id, so two concurrent applies cannot both win.
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    version: Mapped[str] = mapped_column(String(32), index=True)
+    yaml: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(String(64))
+    applied_at: Mapped[datetime] = mapped_column(TS)
+    #: The supervisor's staff id (``--as``) and the operating-system user who ran the command.
+    applied_by: Mapped[str] = mapped_column(String(64))
+    operator: Mapped[str] = mapped_column(String(64))
+    #: The version it replaced (``None``: the first applied; the file/bundled one was active before).
+    previous_version: Mapped[str | None] = mapped_column(String(32))

@@ -31,6 +31,9 @@ def _parser() -> argparse.ArgumentParser:
     _data_commands(sub)
     _approval_commands(sub)
     _audit_commands(sub)
+    from bot.cli import policy
+
+    policy.add_parsers(sub)
     _tooling_commands(sub)
     return p
 
@@ -177,6 +180,10 @@ async def _dispatch(args: argparse.Namespace) -> int:
             return await _audit_verify(settings, args.checkpoint)
         case "token":
             return await _token(settings, args)
+        case "policy" | "rollout":
+            from bot.cli.policy import policy_command, rollout_command
+
+            return await (policy_command if args.command == "policy" else rollout_command)(settings, args)
         case "teams":
             from bot.cli import teams
 
@@ -458,6 +465,8 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> int:
     configure_logging(json=True)
     listen = (args.host, args.metrics_port) if args.metrics_port else settings.metrics_listen
     app = await create_app(settings)
+    stop = asyncio.Event()
+    refresher = asyncio.create_task(app.policy_refresher().run(stop), name="signoff-policy")
     try:
         await serve(
             app,
@@ -466,8 +475,11 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> int:
             worker=not args.no_worker,
             metrics_render=app.metrics.render if app.metrics else None,
             metrics_listen=listen,
+            stop=stop,
         )
     finally:
+        stop.set()
+        await refresher
         await app.close()
     return 0
 
@@ -482,9 +494,13 @@ async def _socket(settings: Settings) -> int:
     settings.require_model("socket")
     configure_logging(json=True)
     app = await create_app(settings)
+    stop = asyncio.Event()
+    refresher = asyncio.create_task(app.policy_refresher().run(stop), name="signoff-policy")
     try:
         await run_socket(app)
     finally:
+        stop.set()
+        await refresher
         await app.close()
     return 0
 
@@ -501,9 +517,12 @@ async def _worker(settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    refresher = asyncio.create_task(app.policy_refresher().run(stop), name="signoff-policy")
     try:
         await app.worker().run_forever(stop)
     finally:
+        stop.set()
+        await refresher
         await app.close()
     return 0
 

@@ -1,0 +1,178 @@
+"""``signoff policy show|diff|apply`` (the versioned, audited policy) and ``signoff rollout report``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from agent.errors import ConfigError
+from agent.policy import parse_policy
+from agent.policy_store import (
+    REFRESH_EVERY_S,
+    ActivePolicy,
+    PolicyRefused,
+    active_policy,
+    apply_policy,
+    changes,
+    refusal,
+    unified_diff,
+)
+from bot.settings import Settings
+from storage.db import Database, create_database
+from storage.policies import NewPolicyVersion, PolicyMoved, PolicyVersions
+from storage.records import wall_clock
+
+#: Who may apply a policy (a staff member in the store with this role).
+APPLIER_ROLE = "supervisor"
+
+
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``policy show|diff|apply`` and ``rollout report``."""
+    pol = sub.add_parser("policy", help="the versioned policy: show the active one, diff or apply a file (audited)")
+    pol_sub = pol.add_subparsers(dest="policy_command", required=True)
+    show = pol_sub.add_parser("show", help="the active policy: version, source, applied at/by, recent versions")
+    show.add_argument("--yaml", action="store_true", help="print the active policy's full YAML text")
+    diff = pol_sub.add_parser("diff", help="validate FILE and print what it changes against the active policy")
+    diff.add_argument("file", type=Path)
+    apply = pol_sub.add_parser("apply", help="validate FILE and make it the active policy (a supervisor; audited)")
+    apply.add_argument("file", type=Path)
+    apply.add_argument("--as", dest="staff_id", required=True, help="the applying supervisor's staff id")
+
+    rollout = sub.add_parser("rollout", help="rollout stages (C16)")
+    rollout_sub = rollout.add_subparsers(dest="rollout_command", required=True)
+    report = rollout_sub.add_parser(
+        "report", help="shadow proposals vs what staff did, per intent and tool, and the stage thresholds"
+    )
+    report.add_argument("--since", default="30d", help="a duration (90m, 24h, 7d, 2w) or an ISO date/time; default 30d")
+    report.add_argument("--json", action="store_true", help="the report as JSON")
+
+
+async def policy_command(settings: Settings, args: argparse.Namespace) -> int:
+    db = create_database(settings.signoff_database_url)
+    try:
+        versions = PolicyVersions(db)
+        active = await active_policy(versions, settings.signoff_policy_file)
+        if args.policy_command == "show":
+            return await _show(versions, active, full=args.yaml)
+        if args.policy_command == "diff":
+            return _diff(active, args.file)
+        return await _apply(db, versions, active, args.file, args.staff_id)
+    finally:
+        await db.dispose()
+
+
+def _describe(active: ActivePolicy) -> str:
+    if active.row is None:
+        return f"{active.where} (no version applied to the database yet)"
+    r = active.row
+    return (
+        f"database, {active.where}: applied {r.applied_at:%Y-%m-%d %H:%M:%S}Z by {r.applied_by} "
+        f"(os user {r.operator}), replacing {r.previous_version or 'the file/bundled policy'}"
+    )
+
+
+async def _show(versions: PolicyVersions, active: ActivePolicy, *, full: bool) -> int:
+    if full:
+        sys.stdout.write(active.yaml if active.yaml.endswith("\n") else active.yaml + "\n")
+        return 0
+    print(f"active policy: version {active.policy.version}")
+    print(f"  source: {_describe(active)}")
+    print(f"  sha256: {active.sha256}")
+    rollout = active.policy.rollout
+    print(f"  rollout: default {rollout.default}")
+    for channel, kinds in sorted(rollout.channels.items()):
+        print(f"    {channel}: " + " ".join(f"{kind}={stage}" for kind, stage in kinds.items()))
+    adv = rollout.advance
+    print(f"  advance: min_samples {adv.min_samples}, min_agreement {adv.min_agreement}")
+    history = await versions.history(limit=10)
+    if history:
+        print("applied versions (newest first):")
+        for r in history:
+            at = f"{r.applied_at:%Y-%m-%d %H:%M:%S}Z"
+            print(f"  #{r.id}  {r.version:<12} {at}  by {r.applied_by} ({r.operator})  sha256 {r.sha256[:12]}")
+    return 0
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _diff(active: ActivePolicy, path: Path) -> int:
+    text = _read(path)
+    new = parse_policy(text, source=str(path), setting="")
+    delta = changes(active.policy, new)
+    print(f"{path}: version {new.version} against the active {active.policy.version} ({active.where})")
+    if not delta:
+        print("no setting changes" + ("" if text == active.yaml else " (the text differs: comments or layout)"))
+    for c in delta:
+        print(f"  {c.line()}")
+    why = refusal(active, new, text, [])
+    if why is not None:
+        print(f"apply would be refused: {why}")
+    patch = unified_diff(active.yaml, text, old_name=f"active ({active.where})", new_name=str(path))
+    if patch:
+        print()
+        sys.stdout.write(patch if patch.endswith("\n") else patch + "\n")
+    return 0
+
+
+async def _apply(db: Database, versions: PolicyVersions, active: ActivePolicy, path: Path, staff_id: str) -> int:
+    from bot.cli.commands import _operator
+    from sandbox.store import SandboxStore
+
+    text = _read(path)
+    new = parse_policy(text, source=str(path), setting="")  # a bad file: exit 2, before anything else
+    staff = await SandboxStore(db).get_staff(staff_id)
+    if staff is None:
+        print(f"signoff: no staff member {staff_id} in the store; nothing applied", file=sys.stderr)
+        return 1
+    if staff.role != APPLIER_ROLE:
+        print(
+            f"signoff: {staff_id} is a {staff.role}; only a {APPLIER_ROLE} may apply a policy; nothing applied",
+            file=sys.stderr,
+        )
+        return 1
+    pending = NewPolicyVersion(version=new.version, yaml=text, applied_by=staff.id, operator=_operator())
+    try:
+        row, delta = await apply_policy(versions, active, pending, source=str(path))
+    except (PolicyRefused, PolicyMoved) as exc:
+        print(f"signoff: {path}: refused: {exc}; nothing applied", file=sys.stderr)
+        return 1
+    print(
+        f"applied policy {row.version} as policy_versions #{row.id} (sha256 {row.sha256[:12]}…), "
+        f"replacing {active.policy.version} ({active.where})"
+    )
+    for c in delta:
+        print(f"  {c.line()}")
+    print(
+        f"audit event policy.applied appended (by {row.applied_by}, os user {row.operator}); "
+        f"running serve/worker processes take it within {REFRESH_EVERY_S:.0f} s"
+    )
+    return 0
+
+
+async def rollout_command(settings: Settings, args: argparse.Namespace) -> int:
+    from agent.rollout import as_json, build_report, parse_since, render
+    from storage.rollout import RolloutFacts
+    from tools.catalogue import build_registry
+
+    now = wall_clock()
+    since = parse_since(args.since, now)
+    db = create_database(settings.signoff_database_url)
+    try:
+        active = await active_policy(PolicyVersions(db), settings.signoff_policy_file)
+        report = await build_report(
+            RolloutFacts(db), registry=build_registry(), policy=active.policy, since=since, until=now
+        )
+    finally:
+        await db.dispose()
+    if args.json:
+        print(json.dumps(as_json(report), indent=2))
+    else:
+        sys.stdout.write(render(report))
+    return 0

@@ -1,0 +1,132 @@
+"""What ``signoff rollout report`` compares: the shadow stage's recorded proposals and what
+staff actually executed, read from ``proposals`` with their conversations (read-only).
+
+A shadow proposal is one the gate decided ``record`` (everything checked out; recorded, not
+executed). A staff action is a proposal a rep or supervisor's run executed without error
+(``execute``), whether the model proposed it or the runtime did after a confirmation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Table, func, or_, select
+
+from storage.audit import utc
+from storage.db import Database
+from storage.models import ConversationRow, MessageRow, ProposalRow
+
+_P = cast(Table, ProposalRow.__table__)
+_C = cast(Table, ConversationRow.__table__)
+_M = cast(Table, MessageRow.__table__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShadowProposal:
+    """An action the agent proposed in the shadow stage (recorded, not executed)."""
+
+    id: str
+    conversation_id: str
+    tool: str
+    arguments: Any
+    created_at: datetime
+    channel: str
+    principal_kind: str
+    customer_id: str | None
+    policy_version: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StaffAction:
+    """An action a rep or supervisor executed (it succeeded)."""
+
+    proposal_id: str
+    tool: str
+    arguments: Any
+    created_at: datetime
+    principal: str
+    customer_id: str | None
+
+
+class RolloutFacts:
+    """Read-only queries over proposals for the rollout report."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def shadow_proposals(self, *, since: datetime, until: datetime) -> list[ShadowProposal]:
+        """Every ``record`` decision in ``[since, until]``, oldest first."""
+        stmt = (
+            select(
+                _P.c.id,
+                _P.c.conversation_id,
+                _P.c.tool,
+                _P.c.arguments,
+                _P.c.created_at,
+                _P.c.policy_version,
+                _C.c.channel,
+                _C.c.principal_kind,
+                _C.c.customer_id,
+            )  # fmt: skip
+            .join(_C, _C.c.id == _P.c.conversation_id)
+            .where(_P.c.decision == "record", _P.c.created_at >= since, _P.c.created_at <= until)
+            .order_by(_P.c.created_at, _P.c.id)
+        )
+        async with self._db.reader() as s:
+            rows = (await s.execute(stmt)).all()
+        return [ShadowProposal(**{**r._mapping, "created_at": utc(r.created_at)}) for r in rows]
+
+    async def staff_actions(self, tools: Iterable[str], *, since: datetime, until: datetime) -> list[StaffAction]:
+        """Every action of ``tools`` a rep or supervisor executed without error in ``[since, until]``, oldest first."""
+        names = sorted(set(tools))
+        if not names:
+            return []
+        stmt = (
+            select(
+                _P.c.id.label("proposal_id"),
+                _P.c.tool,
+                _P.c.arguments,
+                _P.c.created_at,
+                _P.c.principal,
+                _C.c.customer_id,
+            )
+            .join(_C, _C.c.id == _P.c.conversation_id)
+            .where(
+                _P.c.decision == "execute",
+                _P.c.is_error.is_(False),
+                _P.c.tool.in_(names),
+                or_(_P.c.principal.like("rep:%"), _P.c.principal.like("supervisor:%")),
+                _P.c.created_at >= since,
+                _P.c.created_at <= until,
+            )
+            .order_by(_P.c.created_at, _P.c.id)
+        )
+        async with self._db.reader() as s:
+            rows = (await s.execute(stmt)).all()
+        return [StaffAction(**{**r._mapping, "created_at": utc(r.created_at)}) for r in rows]
+
+    async def opening_messages(self, conversation_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        """Each conversation's first user message (its content blocks), by conversation id."""
+        ids = sorted(set(conversation_ids))
+        out: dict[str, list[dict[str, Any]]] = {}
+        for at in range(0, len(ids), 500):
+            chunk = ids[at : at + 500]
+            first = (
+                select(_M.c.conversation_id, func.min(_M.c.seq).label("seq"))
+                .where(_M.c.conversation_id.in_(chunk), _M.c.role == "user")
+                .group_by(_M.c.conversation_id)
+                .subquery()
+            )
+            stmt = select(_M.c.conversation_id, _M.c.content).join(
+                first, (first.c.conversation_id == _M.c.conversation_id) & (first.c.seq == _M.c.seq)
+            )
+            async with self._db.reader() as s:
+                for r in (await s.execute(stmt)).all():
+                    out[r.conversation_id] = r.content if isinstance(r.content, list) else []
+        return out
+
+
+__all__ = ["RolloutFacts", "ShadowProposal", "StaffAction"]
