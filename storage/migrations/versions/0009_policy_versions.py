@@ -1,6 +1,6 @@
 """Applied policy versions (``signoff policy apply``): the YAML, its sha256, who applied it, what it replaced.
 
-Revision ID: 0010_policy_versions
+Revision ID: 0009_policy_versions
 Revises: 0008_sent_mail
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010_policy_versions"
+revision = "0009_policy_versions"
 down_revision = "0008_sent_mail"
 branch_labels = None
 depends_on = None
