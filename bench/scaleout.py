@@ -505,11 +505,41 @@ async def duplicates(admin: AsyncEngine, t0: Any) -> dict[str, Any]:
 
 
 # -- one configuration ---------------------------------------------------------------------------
-async def peak_connections(admin: AsyncEngine, stop: asyncio.Event, seen: list[int]) -> None:
+@dataclass
+class DbSamples:
+    """What the database's sessions were doing, sampled every 250 ms (where the time goes)."""
+
+    connections: list[int] = field(default_factory=list)
+    holding_money_lock: list[int] = field(default_factory=list)
+    waiting_on_a_lock: list[int] = field(default_factory=list)
+    waiting_on_audit_head: list[int] = field(default_factory=list)
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "pg_connections_peak": max(self.connections, default=0),
+            "money_locks_held": summary([float(x) for x in self.holding_money_lock]),
+            "sessions_waiting_on_a_lock": summary([float(x) for x in self.waiting_on_a_lock]),
+            "of_which_on_the_audit_head": summary([float(x) for x in self.waiting_on_audit_head]),
+        }
+
+
+SAMPLE_SQL = text(
+    "SELECT count(*),"
+    " count(*) FILTER (WHERE state = 'idle in transaction' AND query LIKE '%pg_advisory_xact_lock%'),"
+    " count(*) FILTER (WHERE wait_event_type = 'Lock'),"
+    " count(*) FILTER (WHERE wait_event_type = 'Lock' AND query LIKE '%audit_head%')"
+    " FROM pg_stat_activity WHERE datname = current_database()"
+)
+
+
+async def sample_database(admin: AsyncEngine, stop: asyncio.Event, seen: DbSamples) -> None:
     while not stop.is_set():
         async with admin.connect() as conn:
-            q = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            seen.append(int((await conn.execute(text(q))).scalar() or 0))
+            total, money, waiting, head = (await conn.execute(SAMPLE_SQL)).one()
+        seen.connections.append(int(total))
+        seen.holding_money_lock.append(int(money))
+        seen.waiting_on_a_lock.append(int(waiting))
+        seen.waiting_on_audit_head.append(int(head))
         try:
             await asyncio.wait_for(stop.wait(), 0.25)
         except TimeoutError:
@@ -530,9 +560,10 @@ async def configuration(
         await asyncio.gather(*(p.start() for p in procs))
         async with admin.connect() as conn:
             t0 = (await conn.execute(text("SELECT now()"))).scalar()
-        conns: list[int] = []
+        samples = DbSamples()
         stop = asyncio.Event()
-        watcher = asyncio.create_task(peak_connections(admin, stop, conns))
+        watcher = asyncio.create_task(sample_database(admin, stop, samples))
+        calls0 = args.model_calls[0]
         cpu0 = [p.cpu_s() for p in procs]
         self0 = resource.getrusage(resource.RUSAGE_SELF)
         connector = aiohttp.TCPConnector(limit=0)
@@ -543,10 +574,11 @@ async def configuration(
             await drive(driver, load, args.clients)
             empty = await drained(admin)
             wall = time.perf_counter() - start
+            calls = args.model_calls[0] - calls0
+            stop.set()
             cpu = [p.cpu_s() - c for p, c in zip(procs, cpu0, strict=True)]
             self1 = resource.getrusage(resource.RUSAGE_SELF)
             lease = await lease_pairs(driver, admin, args.pairs) if n > 1 else None
-        stop.set()
         await watcher
         dup = await duplicates(admin, t0)
     finally:
@@ -571,7 +603,11 @@ async def configuration(
             **{f"worker{k}": round(c, 2) for k, c in enumerate(cpu[n:])},
             "driver_and_fakes": round(self1.ru_utime + self1.ru_stime - self0.ru_utime - self0.ru_stime, 2),
         },
-        "pg_connections_peak": max(conns, default=0),
+        **samples.figures(),
+        "model_calls": calls,
+        # The floor: the same load if nothing but the model's latency counted (every client
+        # always waiting on a model call): conversations / (calls x latency / clients).
+        "model_bound_per_s": len(load) / (calls * args.model_ms / 1000 / args.clients) if calls else None,
         "duplicates": dup,
         "lease_across_replicas": lease,
     }
@@ -583,7 +619,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"{PG_URL_ENV} is not set (a PostgreSQL database of the benchmark's own)")
     load = build_load(args.queries, args.cancels, args.slack, args.refunds)
 
+    args.model_calls = [0]
+
     async def model_call(body: dict[str, Any]) -> dict[str, Any]:
+        args.model_calls[0] += 1
         await asyncio.sleep(args.model_ms / 1000)
         return planner(body)
 
@@ -625,7 +664,7 @@ def summarize(args: argparse.Namespace, load: list[Item], rounds: dict[int, list
         "throughput_one_replica_per_s": over_rounds(one),
         "throughput_two_replicas_per_s": over_rounds(two),
         "ratio_two_over_one": over_rounds([b / a for a, b in zip(one, two, strict=True)]),
-        # The floor: what the same load would take if nothing but the model's latency counted.
+        "model_bound_per_s": over_rounds([f["model_bound_per_s"] for f in rounds[1] + rounds[2]]),
         "failed": sum(sum(f["failed"].values()) for f in rounds[1] + rounds[2]),
         "duplicates_total": dict(dup_total),
         "lease_overlapping_turns": sum(x["overlapping_turns"] for x in leases),
@@ -641,12 +680,21 @@ def report(f: dict[str, Any]) -> None:
     print(f"  1 replica + 1 worker   {one['median']:.2f} conversations/s (min {one['min']:.2f}, max {one['max']:.2f})")
     print(f"  2 replicas + 2 workers {two['median']:.2f} conversations/s (min {two['min']:.2f}, max {two['max']:.2f})")
     print(f"  ratio                  {ratio['median']:.2f}x (min {ratio['min']:.2f}, max {ratio['max']:.2f})")
+    bound = f["model_bound_per_s"]
+    print(
+        f"  floor: model-bound     {bound['median']:.2f} conversations/s"
+        " (the same load if only the model's latency counted)"
+    )
     for n in (1, 2):
         for k, r in enumerate(f["rounds"][n]):
             print(
                 f"  [{n}x{n} round {k + 1}] wall {r['wall_s']:.1f} s, cpu {r['cpu_s']},"
                 f" latency p50 {r['conversation_latency_s'].get('median', 0):.2f} s,"
-                f" approve races {r['approve_races']}, failed {r['failed']}, pg conns peak {r['pg_connections_peak']}"
+                f" approve races {r['approve_races']}, failed {r['failed']}, pg conns peak {r['pg_connections_peak']},"
+                f" money locks held p50 {r['money_locks_held'].get('median', 0):.0f}"
+                f" (max {r['money_locks_held'].get('max', 0):.0f}),"
+                f" sessions waiting on a lock mean {r['sessions_waiting_on_a_lock'].get('mean', 0):.1f}"
+                f" (on the audit head {r['of_which_on_the_audit_head'].get('mean', 0):.1f})"
             )
             for e in r["errors"][:5]:
                 print(f"      error: {e}")

@@ -29,9 +29,8 @@ import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import asyncpg
 from sqlalchemy import Connection, CursorResult, Table, delete, event, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -40,6 +39,9 @@ from storage.holders import is_dead, process_id
 from storage.locks import LockBusy
 from storage.models import LockRow
 from storage.records import wall_clock
+
+if TYPE_CHECKING:
+    import asyncpg
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +151,7 @@ class _Renewal:
     turn shorter than that costs one timer handle)."""
 
     def __init__(self, db: Database, name: str, holder: str, lease_s: float) -> None:
-        self.db, self.name, self.holder, self.lease_s = db, name, holder, lease_s
+        self.db, self.lease, self.holder, self.lease_s = db, name, holder, lease_s
         self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
@@ -162,15 +164,15 @@ class _Renewal:
     async def _renew(self) -> None:
         expires = wall_clock() + timedelta(seconds=self.lease_s)
         renew = (
-            update(_LOCKS).where(_LOCKS.c.name == self.name, _LOCKS.c.holder == self.holder).values(expires_at=expires)
+            update(_LOCKS).where(_LOCKS.c.name == self.lease, _LOCKS.c.holder == self.holder).values(expires_at=expires)
         )
         try:
             kept = await self.db.write(lambda conn, _ctx: cast(CursorResult[Any], conn.execute(renew)).rowcount)
         except Exception:
-            log.exception("renewing lease %s failed", self.name)
+            log.exception("renewing lease %s failed", self.lease)
             kept = 1  # try again at the next tick: the lease may still be ours
         if not kept:
-            log.error("lease %s was lost while its turn still ran (expired and taken over)", self.name)
+            log.error("lease %s was lost while its turn still ran (expired and taken over)", self.lease)
         elif not self._stopped:
             self._timer = self._loop.call_later(self.lease_s / 3, self._fire)
 
@@ -210,6 +212,8 @@ class _PgSession:
 
     async def _call(self, sql: str, key: int) -> tuple[bool, int]:
         """``sql``'s boolean answer for ``key`` and the session generation it ran on."""
+        import asyncpg  # here, not at import: a SQLite deployment never loads the driver
+
         async with self._serial:
             for attempt in (1, 2):
                 if self._conn is None or self._conn.is_closed():

@@ -225,14 +225,17 @@ async def test_a_holder_killed_mid_turn_is_taken_over(shared: Shared) -> None:
 async def test_a_long_turn_keeps_its_lease(shared: Shared) -> None:
     """A turn that outlives the lease's own life (a slow model) keeps it: SQLite renews the
     row; PostgreSQL's lock lives with the session."""
-    holder, contender = Leases(shared.a, lease_s=0.6), Leases(shared.b, lease_s=0.6)
+    # Renewed every third of its life: the holder's loop may stall for two thirds (a busy machine)
+    # before a contender could see it expired.
+    lease_s = 1.5
+    holder, contender = Leases(shared.a, lease_s=lease_s), Leases(shared.b, lease_s=lease_s)
     order: list[str] = []
     inside = asyncio.Event()
 
     async def hold() -> None:
         async with holder.hold("conv_long"):
             inside.set()
-            await asyncio.sleep(2.5)  # more than four lease lives
+            await asyncio.sleep(3.5 * lease_s)  # several lease lives, the contender polling throughout
             order.append("holder out")
 
     async def contend() -> None:
