@@ -275,3 +275,25 @@ async def test_cancelled_waiters_and_holders_leak_no_lease(shared: Shared) -> No
             pass
         async with leases.hold("conv_c", wait_s=GUARD_S / 2):
             pass
+
+
+async def test_recovery_skips_a_run_whose_conversation_another_replica_holds(shared: Shared) -> None:
+    """A worker starting up while another replica is mid-turn in a conversation with a
+    ``running`` run does not die on the busy lease: it leaves that run to its holder."""
+    from agent.worker import recover
+
+    spans: list[tuple[str, float, float]] = []
+    a, _ra, b, rb = await two_replicas(shared, spans)
+    b._leases.wait_s = 0.2
+    conv = await a.open_conversation(principal=C7, channel="api")
+    run = (await a.turn(conv, C7)).run
+    assert run.status == "running"
+    async with asyncio.timeout(GUARD_S):
+        async with a._leases.hold(conv.id):
+            await recover(b, orphan_after_s=0)
+            fresh = await b.s.conversations.get_run(run.id)
+            assert fresh is not None and fresh.status == "running" and not rb.entered.is_set()
+        # Once the holder let go, recovery finishes the run.
+        await recover(b, orphan_after_s=0)
+    done = await b.s.conversations.get_run(run.id)
+    assert done is not None and done.status != "running" and rb.entered.is_set()
