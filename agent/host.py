@@ -1,7 +1,7 @@
 """What every continuation of a conversation needs from the runtime.
 
 Opening a conversation and its run into a :class:`~agent.turn.Turn`, the
-per-conversation lock, applying an action a person settled (the whole gate again),
+per-conversation lease (across replicas), applying an action a person settled (the whole gate again),
 and recording that a reply reached its person. :class:`~agent.runtime.Runtime`
 adds the verbs the faces call; confirmations, approvals and the worker's
 continuations are written against this class alone.
@@ -9,10 +9,9 @@ continuations are written against this class alone.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-import weakref
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,6 +28,7 @@ from agent.prompt import PROMPT_VERSION
 from agent.services import Services
 from agent.turn import Turn
 from storage.audit import AuditEvent
+from storage.leases import Leases
 from storage.records import Approval, Conversation, Run
 from storage.steps import NewProposal, ProposalOutcome, StepWrite
 from tools.context import Principal
@@ -62,14 +62,12 @@ class Host:
 
     def __init__(self, services: Services) -> None:
         self.s = services
-        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._leases = Leases(services.db)
 
-    def lock(self, conversation_id: str) -> asyncio.Lock:
-        lock = self._locks.get(conversation_id)
-        if lock is None:
-            lock = asyncio.Lock()
-            self._locks[conversation_id] = lock
-        return lock
+    def lock(self, conversation_id: str) -> AbstractAsyncContextManager[None]:
+        """One turn of this conversation at a time, across replicas and workers (a lease, see
+        :mod:`storage.leases`); a wait that runs out raises ``LockBusy`` (faces see ``Busy``)."""
+        return self._leases.hold(conversation_id)
 
     # -- conversations ---------------------------------------------------------------
     async def open_conversation(

@@ -17,10 +17,12 @@ from agent import continuation, gates, steps
 from agent.approvals import RESUME_JOB
 from agent.confirmations import CONFIRM_JOB
 from agent.loop import run_loop
+from agent.outcomes import TurnResult
 from agent.runtime import Runtime
 from storage.holders import is_dead, process_id
 from storage.jobs import Job
-from storage.records import Conversation, LedgerEntry, Proposal
+from storage.locks import LockBusy
+from storage.records import Conversation, LedgerEntry, Proposal, Run
 from tools.context import Principal
 
 log = logging.getLogger(__name__)
@@ -165,15 +167,24 @@ async def recover(rt: Runtime, *, orphan_after_s: float = 60.0) -> int:
         conv = await s.conversations.get(run.conversation_id)
         if conv is None:
             continue
-        principal = _principal(conv)
-        async with rt.lock(conv.id):
-            if not await s.conversations.take_over_run(run):
-                continue  # finished meanwhile, or another process took it over
-            fresh = await s.conversations.get_run(run.id) or run
-            turn = await rt.turn(conv, principal, run=fresh)
-            reply = await run_loop(turn)
-        await continuation.deliver(rt, conv, reply)
+        try:
+            reply = await _finish_run(rt, conv, run)
+        except LockBusy:
+            continue  # another replica holds the conversation right now: its turn is not ours to finish
+        if reply is not None:
+            await continuation.deliver(rt, conv, reply)
     return settled
+
+
+async def _finish_run(rt: Runtime, conv: Conversation, run: Run) -> TurnResult | None:
+    """Take over a run a crash left ``running`` and let the agent complete its reply."""
+    s = rt.s
+    async with rt.lock(conv.id):
+        if not await s.conversations.take_over_run(run):
+            return None  # finished meanwhile, or another process took it over
+        fresh = await s.conversations.get_run(run.id) or run
+        turn = await rt.turn(conv, _principal(conv), run=fresh)
+        return await run_loop(turn)
 
 
 async def _finish_settled(rt: Runtime, prop: Proposal) -> None:
