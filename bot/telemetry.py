@@ -105,7 +105,7 @@ def install_tracing(env: Mapping[str, str], db: Database) -> Tracing | None:
 def _engines(db: Database) -> list[Any]:
     engines: list[Any] = [db.engine.sync_engine]
     if db.sync_writer is not None:
-        engines.append(db.sync_writer.engine)
+        engines.extend(db.sync_writer.engines)
     return engines
 
 

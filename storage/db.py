@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,8 +19,12 @@ from typing import Any, TypeVar
 
 from sqlalchemy import JSON, Connection, Engine, MetaData, create_engine, event, make_url
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Session
+
+from storage.fastsql import FastConnection
+from storage.inline import inline_connect, is_busy
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +124,18 @@ class Database:
                     log.exception("audit observer failed")
         return result
 
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn(connection)`` in one read-only transaction, in one hop.
+
+        On a SQLite file it runs on the event loop's thread with the stdlib driver
+        (prepared statements straight on the cursor, see :mod:`storage.fastsql`); on
+        PostgreSQL through the async engine's ``run_sync``. Never write through it."""
+        if self.sync_writer is not None:
+            return await self.sync_writer.read(fn)
+        engine = self.engine.execution_options(signoff_readonly=True) if not self.is_postgres else self.engine
+        async with engine.connect() as conn:
+            return await conn.run_sync(fn)
+
     def observe(self, observer: Observer) -> None:
         """Call ``observer(events)`` after each commit that appended audit events."""
         self.observers.append(observer)
@@ -158,11 +175,25 @@ class WriteContext:
 
 
 class SyncWriter:
-    """A stdlib ``sqlite3`` engine on one dedicated thread, for :meth:`Database.write`."""
+    """The stdlib ``sqlite3`` engines behind :meth:`Database.write`.
 
-    def __init__(self, engine: Engine) -> None:
+    A step's transaction runs on the event loop's thread when ``BEGIN IMMEDIATE`` gets the
+    write lock at once (busy timeout zero: a WAL commit with ``synchronous=NORMAL`` takes
+    tens of microseconds); when another connection holds the lock it runs instead on one
+    dedicated thread with the long busy timeout, so the loop never waits for a lock."""
+
+    def __init__(self, engine: Engine, inline: Engine | None = None) -> None:
         self.engine = engine
+        #: The loop-thread engine (busy timeout zero); ``None``: every write on the thread.
+        self.inline = inline
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="signoff-sqlite-writer")
+        #: Writes that found the lock held and went to the thread (tests and benchmarks read it).
+        self.handoffs = 0
+
+    @property
+    def engines(self) -> list[Engine]:
+        """Every engine the writer runs statements on (for instrumentation)."""
+        return [self.engine] + ([self.inline] if self.inline is not None else [])
 
     @classmethod
     def for_url(cls, async_url: str) -> SyncWriter | None:
@@ -170,22 +201,65 @@ class SyncWriter:
         url = make_url(async_url)
         if not url.database or url.database == ":memory:":
             return None  # an in-memory database is private to its connection
-        engine = create_engine(url.set(drivername="sqlite"), connect_args={"timeout": 30, "check_same_thread": False})
+        sync_url = url.set(drivername="sqlite")
+        engine = create_engine(sync_url, connect_args={"timeout": 30, "check_same_thread": False})
         _sqlite_pragmas(engine)
-        return cls(engine)
+        inline = create_engine(sync_url, connect_args={"timeout": 0, "check_same_thread": False}, pool_size=1)
+        _sqlite_pragmas(inline, busy_ms=0)
+        return cls(engine, inline)
 
     async def run(self, fn: Callable[[Connection, WriteContext], T], ctx: WriteContext) -> T:
-        """Run ``fn`` in one write transaction on the writer's connection."""
+        """Run ``fn`` in one write transaction: inline if the lock is free, else on the writer thread."""
+        if self.inline is not None:
+            ran, result = self._inline_tx(fn, ctx)
+            if ran:
+                return result  # type: ignore[return-value]
+            self.handoffs += 1
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self._tx, fn, ctx)
 
+    def _inline_tx(self, fn: Callable[[Connection, WriteContext], T], ctx: WriteContext) -> tuple[bool, T | None]:
+        assert self.inline is not None
+        with self.inline.connect() as conn:
+            try:
+                tx = conn.begin()  # BEGIN IMMEDIATE (see _sqlite_pragmas)
+            except OperationalError as exc:
+                if is_busy(exc.orig):
+                    return False, None  # nothing ran: the thread waits for the lock instead
+                raise
+            with tx:
+                return True, fn(FastConnection(conn), ctx)  # type: ignore[arg-type]
+
     def _tx(self, fn: Callable[[Connection, WriteContext], T], ctx: WriteContext) -> T:
         with self.engine.begin() as conn:
-            return fn(conn, ctx)
+            return fn(FastConnection(conn), ctx)  # type: ignore[arg-type]
+
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` in one read transaction (``BEGIN`` deferred: no write lock), inline; on the
+        rare ``SQLITE_BUSY`` a WAL reader can meet, again on a thread with the long timeout."""
+        if self.inline is not None:
+            try:
+                with self.inline.connect().execution_options(signoff_readonly=True) as conn, conn.begin():
+                    return fn(FastConnection(conn))  # type: ignore[arg-type]
+            except OperationalError as exc:
+                if not is_busy(exc.orig):
+                    raise
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise
+            self.handoffs += 1
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self._read_tx, fn)
+
+    def _read_tx(self, fn: Callable[[Connection], T]) -> T:
+        with self.engine.connect().execution_options(signoff_readonly=True) as conn, conn.begin():
+            return fn(FastConnection(conn))  # type: ignore[arg-type]
 
     def close(self) -> None:
-        """Close the writer's connection."""
+        """Close the writer's connections."""
         self.engine.dispose()
+        if self.inline is not None:
+            self.inline.dispose()
         self._pool.shutdown(wait=False)
 
 
@@ -194,15 +268,18 @@ def is_sqlite_url(url: str) -> bool:
     return url.startswith("sqlite")
 
 
-def _sqlite_pragmas(engine: AsyncEngine | Engine) -> None:
+def _sqlite_pragmas(engine: AsyncEngine | Engine, *, busy_ms: int = 30_000) -> None:
+    """WAL, ``synchronous=NORMAL``, foreign keys and ``BEGIN IMMEDIATE`` on every connection;
+    ``busy_ms`` is the busy timeout (zero on connections used on the event loop's thread)."""
     sync_engine = engine.sync_engine if isinstance(engine, AsyncEngine) else engine
 
     @event.listens_for(sync_engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Let SQLAlchemy, not the driver, decide when transactions start.
-        dbapi_conn.isolation_level = None
+        if dbapi_conn.isolation_level is not None:
+            dbapi_conn.isolation_level = None
         cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         # Switching to WAL needs an exclusive lock and fails at once if another process holds
         # one; the mode is persistent, so only the first connection ever has to switch.
         for attempt in range(200):
@@ -234,11 +311,15 @@ def create_database(url: str, *, echo: bool = False, pool_size: int = 10) -> Dat
     kwargs: dict[str, Any] = {"echo": echo}
     if is_sqlite_url(url):
         kwargs["connect_args"] = {"timeout": 30}
+        path = make_url(url).database
+        if path and path != ":memory:" and not path.startswith("file:"):
+            # Statements run on the loop's thread; a busy file sends the call to a thread.
+            kwargs["async_creator"] = lambda: inline_connect(path)
     else:
         kwargs["pool_size"] = pool_size
         kwargs["max_overflow"] = pool_size
         kwargs["pool_pre_ping"] = True
     engine = create_async_engine(url, **kwargs)
     if is_sqlite_url(url):
-        _sqlite_pragmas(engine)
+        _sqlite_pragmas(engine, busy_ms=0 if "async_creator" in kwargs else 30_000)
     return Database.of(engine)
