@@ -185,7 +185,7 @@ class Counters:
     def sql(self, statement: str) -> None:
         head = statement.lstrip()[:8].upper()
         if head.startswith("BEGIN"):
-            self.c["transactions"] += 1
+            pass  # transactions are counted by the engines' begin events
         elif head.startswith("COMMIT"):
             self.c["commits"] += 1
         elif head.startswith("ROLLBACK"):
@@ -209,8 +209,8 @@ class Counters:
                 self.c["round_trips"] += 1
 
         def on_begin(conn: Any) -> None:
+            self.c["transactions"] += 1
             if pg:
-                self.c["transactions"] += 1
                 self.c["round_trips"] += 1
 
         def on_commit(conn: Any) -> None:
@@ -224,7 +224,6 @@ class Counters:
                 self.c["round_trips"] += 1
 
         for engine in engines:
-            # SQLite's BEGIN is a statement we emit (counted in on_exec); its COMMIT is the driver's.
             hooks: list[tuple[str, Any]] = [("before_cursor_execute", on_exec), ("begin", on_begin)]
             hooks += [("commit", on_commit if pg else self._sqlite_commit), ("rollback", on_rollback)]
             for name, fn in hooks:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import JSON, Connection, Engine, MetaData, create_engine, event, make_url
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Session
 
@@ -299,11 +299,16 @@ def _sqlite_pragmas(engine: AsyncEngine | Engine, *, busy_ms: int = 30_000) -> N
 
     @event.listens_for(sync_engine, "begin")
     def _on_begin(conn: Any) -> None:
-        # Readers take no write lock (WAL lets them run beside the one writer).
-        if conn.get_execution_options().get("signoff_readonly"):
-            conn.exec_driver_sql("BEGIN")
-        else:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # Readers take no write lock (WAL lets them run beside the one writer). Straight on
+        # the DBAPI cursor: this runs once per transaction, several times per agent step.
+        sql = "BEGIN" if conn.get_execution_options().get("signoff_readonly") else "BEGIN IMMEDIATE"
+        cursor = conn.connection.dbapi_connection.cursor()
+        try:
+            cursor.execute(sql)
+        except Exception as exc:
+            raise DBAPIError.instance(sql, (), exc, sqlite3.Error) from exc
+        finally:
+            cursor.close()
 
 
 def create_database(url: str, *, echo: bool = False, pool_size: int = 10) -> Database:

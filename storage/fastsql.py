@@ -16,11 +16,13 @@ On PostgreSQL functions get the SQLAlchemy connection itself.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.base import Executable
 
 S = TypeVar("S", bound=Executable)
@@ -194,11 +196,16 @@ class FastConnection:
         for trace in TRACE:
             trace(plan.sql)
         cur = self._cursor
-        if many:
-            cur.executemany(plan.sql, [plan.args(p) for p in params])
-            return FastResult([], cur.rowcount)
-        cur.execute(plan.sql, plan.args(params or {}))
-        if plan.results is None:
+        args: Any = [plan.args(p) for p in params] if many else plan.args(params or {})
+        try:
+            if many:
+                cur.executemany(plan.sql, args)
+            else:
+                cur.execute(plan.sql, args)
+        except sqlite3.Error as exc:
+            # The same exceptions SQLAlchemy raises (IntegrityError, OperationalError, ...).
+            raise DBAPIError.instance(plan.sql, args, exc, sqlite3.Error) from exc
+        if many or plan.results is None:
             return FastResult([], cur.rowcount)
         rows = plan.rows(cur.fetchall())
         return FastResult(rows, cur.rowcount)
