@@ -245,8 +245,8 @@ class SandboxStore:
         terms = search.query_terms(query)
         if not terms or limit < 1:
             return []
-        stmt = search.search_statement(self._db.engine.dialect.name, terms, kind=kind, limit=min(limit, 50))
-        rows = await self._db.read(lambda conn: conn.execute(stmt).all())
+        stmt, params = search.search_query(self._db.engine.dialect.name, terms, kind=kind, limit=min(limit, 50))
+        rows = await self._db.read(lambda conn: conn.execute(stmt, params).all())
         return [
             KnowledgeHit(doc_id=r[0], version=r[1], section_id=r[2], kind=r[3], title=r[4], text=r[5]) for r in rows
         ]

@@ -16,6 +16,7 @@ On PostgreSQL functions get the SQLAlchemy connection itself.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,6 +61,11 @@ class _Row(tuple):  # type: ignore[type-arg]
         return self._mapping
 
 
+@functools.cache
+def _row_type(fields: tuple[str, ...]) -> type[_Row]:
+    return type("Row", (_Row,), {"__slots__": (), "_fields": fields})
+
+
 @dataclass(frozen=True)
 class _Plan:
     sql: str
@@ -100,7 +106,7 @@ def _plan(stmt: Executable, keys: tuple[str, ...], conn: Connection) -> _Plan | 
     columns = compiled._result_columns
     if columns:
         results = tuple(c[3]._cached_result_processor(dialect, None) for c in columns)
-        row = type("Row", (_Row,), {"__slots__": (), "_fields": tuple(c[0] for c in columns)})
+        row = _row_type(tuple(c[0] for c in columns))
     return _Plan(
         sql=compiled.string,
         names=names,
@@ -205,10 +211,12 @@ class FastConnection:
         except sqlite3.Error as exc:
             # The same exceptions SQLAlchemy raises (IntegrityError, OperationalError, ...).
             raise DBAPIError.instance(plan.sql, args, exc, sqlite3.Error) from exc
-        if many or plan.results is None:
+        if many or cur.description is None:
             return FastResult([], cur.rowcount)
-        rows = plan.rows(cur.fetchall())
-        return FastResult(rows, cur.rowcount)
+        if plan.results is None:  # textual SQL: the columns the cursor names, unprocessed
+            row = _row_type(tuple(d[0] for d in cur.description))
+            return FastResult([row(r) for r in cur.fetchall()], cur.rowcount)
+        return FastResult(plan.rows(cur.fetchall()), cur.rowcount)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.sa, name)

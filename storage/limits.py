@@ -8,6 +8,7 @@ the repositories write.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -66,6 +67,23 @@ _TOKENS = prepared(
 )
 
 
+@functools.cache
+def _actions_query(tools: tuple[str, ...]) -> Any:
+    """The count behind the per-day action limit, built once per set of tools (few per process)."""
+    return prepared(
+        select(func.count(ToolExecutionRow.id))
+        .join(ProposalRow, ProposalRow.id == ToolExecutionRow.proposal_id)
+        .join(ConversationRow, ConversationRow.id == ProposalRow.conversation_id)
+        .where(
+            ConversationRow.customer_id == bindparam("c"),
+            ConversationRow.principal_kind == "customer",
+            ToolExecutionRow.tool.in_(tools),
+            ToolExecutionRow.status.in_(_COUNTED),
+            ToolExecutionRow.created_at >= bindparam("since", type_=ToolExecutionRow.__table__.c.created_at.type),
+        )
+    )
+
+
 class UsageCounts:
     """Counts behind the per-principal limits, read from the database (they hold across processes)."""
 
@@ -85,19 +103,9 @@ class UsageCounts:
     async def customer_actions(self, customer_id: str, window: timedelta, tools: Collection[str]) -> int:
         """Actions of ``tools`` carried out (ledger entries not ``failed``) in the window in
         the customer's own conversations."""
-        q = (
-            select(func.count(ToolExecutionRow.id))
-            .join(ProposalRow, ProposalRow.id == ToolExecutionRow.proposal_id)
-            .join(ConversationRow, ConversationRow.id == ProposalRow.conversation_id)
-            .where(
-                ConversationRow.customer_id == customer_id,
-                ConversationRow.principal_kind == "customer",
-                ToolExecutionRow.tool.in_(list(tools)),
-                ToolExecutionRow.status.in_(_COUNTED),
-                ToolExecutionRow.created_at >= _since(window),
-            )
-        )
-        return int(await self.db.read(lambda conn: conn.execute(q).scalar_one()))
+        params = {"c": customer_id, "since": _since(window)}
+        q = _actions_query(tuple(sorted(tools)))
+        return int(await self.db.read(lambda conn: conn.execute(q, params).scalar_one()))
 
     async def executed_by(self, principal: str, window: timedelta, tools: Collection[str]) -> list[Executed]:
         """Actions of ``tools`` that ``principal`` (``rep:ID``) carried out in the window, across
