@@ -272,8 +272,15 @@ class Counters:
             from storage import fastsql
         except ImportError:
             return []
-        fastsql.TRACE.append(self.sql)
-        return [lambda: fastsql.TRACE.remove(self.sql)]
+        fastsql.TRACE.append(self.raw_sql)
+        return [lambda: fastsql.TRACE.remove(self.raw_sql)]
+
+    def raw_sql(self, statement: str) -> None:
+        """A statement on the stdlib cursor: BEGIN and COMMIT there are SQLAlchemy-free too."""
+        if statement.startswith("BEGIN"):
+            self.c["transactions"] += 1
+        else:
+            self.sql(statement)
 
 
 # -- the runtime under test --------------------------------------------------------------------

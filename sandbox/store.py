@@ -33,7 +33,7 @@ from sandbox.models import (
     StoreStaffRow,
 )
 from storage.db import Database
-from storage.fastsql import prepared
+from storage.fastsql import one_of, prepared
 from storage.records import wall_clock
 from tools.backend import (
     Address,
@@ -74,7 +74,7 @@ _OWNED_ORDER = prepared(select(_ORD).where(_ORD.c.id == bindparam("o"), _ORD.c.c
 _ORDER_ITEMS = prepared(select(_ITEM).where(_ITEM.c.order_id == bindparam("o")).order_by(_ITEM.c.position))
 _CAPTURED = prepared(
     select(func.coalesce(func.sum(_PAY.c.amount_minor), 0)).where(
-        _PAY.c.order_id == bindparam("o"), _PAY.c.status.in_(("captured", "refunded"))
+        _PAY.c.order_id == bindparam("o"), one_of(_PAY.c.status, ("captured", "refunded"))
     )
 )
 _REFUNDED = prepared(select(func.coalesce(func.sum(_REF.c.amount_minor), 0)).where(_REF.c.order_id == bindparam("o")))

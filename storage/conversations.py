@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 
 from storage.audit import AuditEvent, append_audit_many, append_audit_sync
 from storage.db import Database, WriteContext
-from storage.fastsql import prepared
+from storage.fastsql import one_of, prepared
 from storage.holders import is_dead, process_id
 from storage.models import (
     CaseNoteRow,
@@ -117,7 +117,7 @@ _INSERT_RUN = prepared(insert(_RUNS))
 _GET_CONV = prepared(select(_CONVS).where(_CONVS.c.id == bindparam("id")))
 _OPEN_RUN = prepared(
     select(_RUNS)
-    .where(_RUNS.c.conversation_id == bindparam("c"), _RUNS.c.status.in_(("running", "waiting")))
+    .where(_RUNS.c.conversation_id == bindparam("c"), one_of(_RUNS.c.status, ("running", "waiting")))
     .order_by(_RUNS.c.created_at.desc())
     .limit(1)
 )

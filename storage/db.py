@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase, Session
 
 from storage.fastsql import FastConnection
-from storage.inline import inline_connect, is_busy
+from storage.inline import NOT_RUN, RawPath, inline_connect, is_busy
 
 log = logging.getLogger(__name__)
 
@@ -184,11 +184,20 @@ class SyncWriter:
 
     def __init__(self, engine: Engine, inline: Engine | None = None) -> None:
         self.engine = engine
+        self._held: list[Any] = []
         #: The loop-thread engine (busy timeout zero); ``None``: every write on the thread.
         self.inline = inline
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="signoff-sqlite-writer")
         #: Writes that found the lock held and went to the thread (tests and benchmarks read it).
         self.handoffs = 0
+        #: Prepared statements only, straight on a stdlib connection (else the inline engine).
+        self.raw = RawPath(self._connect_raw, inline.dialect) if inline is not None else None
+
+    def _connect_raw(self) -> sqlite3.Connection:
+        assert self.inline is not None
+        pooled = self.inline.raw_connection()  # the connect listener's pragmas, busy timeout zero
+        self._held.append(pooled)  # never returned to the pool: this thread's own connection
+        return pooled.driver_connection  # type: ignore[return-value]
 
     @property
     def engines(self) -> list[Engine]:
@@ -219,7 +228,10 @@ class SyncWriter:
         return await loop.run_in_executor(self._pool, self._tx, fn, ctx)
 
     def _inline_tx(self, fn: Callable[[Connection, WriteContext], T], ctx: WriteContext) -> tuple[bool, T | None]:
-        assert self.inline is not None
+        assert self.inline is not None and self.raw is not None
+        done = self.raw.write(fn, ctx)
+        if done is not NOT_RUN:
+            return True, done
         with self.inline.connect() as conn:
             try:
                 tx = conn.begin()  # BEGIN IMMEDIATE (see _sqlite_pragmas)
@@ -237,7 +249,10 @@ class SyncWriter:
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` in one read transaction (``BEGIN`` deferred: no write lock), inline; on the
         rare ``SQLITE_BUSY`` a WAL reader can meet, again on a thread with the long timeout."""
-        if self.inline is not None:
+        if self.inline is not None and self.raw is not None:
+            done = self.raw.read(fn)
+            if done is not NOT_RUN:
+                return done  # type: ignore[no-any-return]
             try:
                 with self.inline.connect().execution_options(signoff_readonly=True) as conn, conn.begin():
                     return fn(FastConnection(conn))  # type: ignore[arg-type]
@@ -257,6 +272,11 @@ class SyncWriter:
 
     def close(self) -> None:
         """Close the writer's connections."""
+        if self.raw is not None:
+            self.raw.close()
+        for pooled in self._held:
+            pooled.invalidate()
+        self._held.clear()
         self.engine.dispose()
         if self.inline is not None:
             self.inline.dispose()

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, literal
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.base import Executable
 
@@ -33,6 +33,18 @@ _PLANS: dict[tuple[int, tuple[str, ...]], _Plan | None] = {}
 
 #: Optional observer of each statement run on the raw cursor (benchmarks count them).
 TRACE: list[Callable[[str], None]] = []
+
+
+def one_of(column: Any, values: Sequence[Any]) -> Any:
+    """``column IN (v1, v2, ...)`` with one bound parameter per value, so a statement built once
+    with it needs no expansion at run time (``in_`` on a list expands on every execution)."""
+    return column.in_([literal(v, type_=column.type) for v in values])
+
+
+class Unsupported(Exception):
+    """A statement the raw cursor path cannot run as it is: the caller runs the whole
+    function again through SQLAlchemy (reads have no effect; a write's transaction was
+    rolled back first)."""
 
 
 def prepared(stmt: S) -> S:
@@ -88,8 +100,7 @@ class _Plan:
         return [row(v if p is None or v is None else p(v) for p, v in zip(procs, r, strict=True)) for r in raw]
 
 
-def _plan(stmt: Executable, keys: tuple[str, ...], conn: Connection) -> _Plan | None:
-    dialect = conn.dialect
+def _plan(stmt: Executable, keys: tuple[str, ...], dialect: Any) -> _Plan | None:
     compiled = stmt.compile(dialect=dialect, column_keys=list(keys) or None)  # type: ignore[attr-defined]
     if compiled.insert_prefetch or compiled.update_prefetch or "POSTCOMPILE" in compiled.string:
         return None  # Python-side defaults or expanding IN: SQLAlchemy does those
@@ -117,7 +128,7 @@ def _plan(stmt: Executable, keys: tuple[str, ...], conn: Connection) -> _Plan | 
     )
 
 
-def plan_for(stmt: Executable, params: Mapping[str, Any] | None, conn: Connection) -> _Plan | None:
+def plan_for(stmt: Executable, params: Mapping[str, Any] | None, dialect: Any) -> _Plan | None:
     """The compiled plan for a prepared ``stmt`` with these parameter keys, or ``None``."""
     sid = id(stmt)
     if _PREPARED.get(sid) is not stmt:
@@ -126,8 +137,30 @@ def plan_for(stmt: Executable, params: Mapping[str, Any] | None, conn: Connectio
     try:
         return _PLANS[key]
     except KeyError:
-        plan = _PLANS[key] = _plan(stmt, key[1], conn)
+        plan = _PLANS[key] = _plan(stmt, key[1], dialect)
         return plan
+
+
+def _run(cur: Any, plan: _Plan, params: Any) -> FastResult:
+    """Execute ``plan`` on the DBAPI cursor (``params`` a list: executemany)."""
+    many = isinstance(params, list)
+    for trace in TRACE:
+        trace(plan.sql)
+    args: Any = [plan.args(p) for p in params] if many else plan.args(params or {})
+    try:
+        if many:
+            cur.executemany(plan.sql, args)
+        else:
+            cur.execute(plan.sql, args)
+    except sqlite3.Error as exc:
+        # The same exceptions SQLAlchemy raises (IntegrityError, OperationalError, ...).
+        raise DBAPIError.instance(plan.sql, args, exc, sqlite3.Error) from exc
+    if many or cur.description is None:
+        return FastResult([], cur.rowcount)
+    if plan.results is None:  # textual SQL: the columns the cursor names, unprocessed
+        row = _row_type(tuple(d[0] for d in cur.description))
+        return FastResult([row(r) for r in cur.fetchall()], cur.rowcount)
+    return FastResult(plan.rows(cur.fetchall()), cur.rowcount)
 
 
 class FastResult:
@@ -194,32 +227,37 @@ class FastConnection:
 
     def execute(self, stmt: Any, params: Any = None) -> Any:
         """Run ``stmt``; a prepared one on the cursor, anything else through SQLAlchemy."""
-        many = isinstance(params, list)
-        first = params[0] if many and params else params
-        plan = plan_for(stmt, first, self.sa)
-        if plan is None or (many and not params):
+        first = params[0] if isinstance(params, list) and params else params
+        plan = plan_for(stmt, first, self.dialect)
+        if plan is None or params == []:
             return self.sa.execute(stmt, params)
-        for trace in TRACE:
-            trace(plan.sql)
-        cur = self._cursor
-        args: Any = [plan.args(p) for p in params] if many else plan.args(params or {})
-        try:
-            if many:
-                cur.executemany(plan.sql, args)
-            else:
-                cur.execute(plan.sql, args)
-        except sqlite3.Error as exc:
-            # The same exceptions SQLAlchemy raises (IntegrityError, OperationalError, ...).
-            raise DBAPIError.instance(plan.sql, args, exc, sqlite3.Error) from exc
-        if many or cur.description is None:
-            return FastResult([], cur.rowcount)
-        if plan.results is None:  # textual SQL: the columns the cursor names, unprocessed
-            row = _row_type(tuple(d[0] for d in cur.description))
-            return FastResult([row(r) for r in cur.fetchall()], cur.rowcount)
-        return FastResult(plan.rows(cur.fetchall()), cur.rowcount)
+        return _run(self._cursor, plan, params)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.sa, name)
 
 
-__all__ = ["FastConnection", "FastResult", "plan_for", "prepared"]
+class RawConnection:
+    """A stdlib sqlite3 connection inside a transaction the caller opened, for functions
+    written against SQLAlchemy's ``Connection`` that run only prepared statements.
+
+    Anything else raises :class:`Unsupported` (the caller then runs the function through
+    SQLAlchemy): an unprepared statement, or any other ``Connection`` API."""
+
+    def __init__(self, raw: sqlite3.Connection, dialect: Any) -> None:
+        self.dialect = dialect
+        self._cursor = raw.cursor()
+
+    def execute(self, stmt: Any, params: Any = None) -> Any:
+        """Run a prepared ``stmt`` on the cursor."""
+        first = params[0] if isinstance(params, list) and params else params
+        plan = plan_for(stmt, first, self.dialect)
+        if plan is None or params == []:
+            raise Unsupported(type(stmt).__name__)
+        return _run(self._cursor, plan, params)
+
+    def __getattr__(self, name: str) -> Any:
+        raise Unsupported(name)
+
+
+__all__ = ["FastConnection", "FastResult", "RawConnection", "Unsupported", "one_of", "plan_for", "prepared"]

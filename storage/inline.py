@@ -18,12 +18,15 @@ lock at once, else on the writer thread.
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import aiosqlite
 import aiosqlite.core
+
+from storage import fastsql
 
 #: The long busy timeout (ms), used only off the event loop's thread.
 PATIENT_MS = 30_000
@@ -80,6 +83,88 @@ class InlineConnection(aiosqlite.Connection):
         return await super()._execute(_patiently, conn, partial(fn, *args, **kwargs))
 
 
+#: What :class:`RawPath` returns when it did not run the function (busy, or unsupported).
+NOT_RUN: Any = object()
+
+
+class RawPath:
+    """Transactions straight on a stdlib sqlite3 connection on the caller's thread.
+
+    For functions written against SQLAlchemy's ``Connection`` whose statements are all
+    prepared (:mod:`storage.fastsql`): no pool, no SQLAlchemy transaction, no thread hop.
+    Returns :data:`NOT_RUN` when it did not run the function to the end: ``BEGIN IMMEDIATE``
+    (or a read) found the file busy, or the function met something only SQLAlchemy runs
+    (its transaction is rolled back first) — the caller then takes the slower path.
+    One connection per thread, opened on first use with ``connect()``."""
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection], dialect: Any) -> None:
+        self._connect = connect
+        self._dialect = dialect
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+
+    def _raw(self) -> sqlite3.Connection:
+        raw: sqlite3.Connection | None = getattr(self._local, "raw", None)
+        if raw is None:
+            raw = self._local.raw = self._connect()
+            self._all.append(raw)
+        elif raw.in_transaction:  # only after a failure to roll back: start clean
+            raw.rollback()
+        return raw
+
+    def write(self, fn: Callable[[Any, Any], Any], ctx: Any) -> Any:
+        """``fn(connection, ctx)`` in one ``BEGIN IMMEDIATE`` transaction, or :data:`NOT_RUN`."""
+        raw = self._raw()
+        try:
+            raw.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if is_busy(exc):
+                return NOT_RUN  # nothing ran: the caller waits for the lock off the loop
+            raise
+        _trace("BEGIN IMMEDIATE")
+        try:
+            result = fn(fastsql.RawConnection(raw, self._dialect), ctx)
+        except fastsql.Unsupported:
+            raw.rollback()
+            ctx.audit_events.clear()  # the caller runs fn again from the start
+            return NOT_RUN
+        except BaseException:
+            raw.rollback()
+            raise
+        raw.execute("COMMIT")
+        _trace("COMMIT")
+        return result
+
+    def read(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(connection)`` in one read transaction (``BEGIN``: no write lock), or :data:`NOT_RUN`."""
+        raw = self._raw()
+        raw.execute("BEGIN")
+        _trace("BEGIN")
+        try:
+            return fn(fastsql.RawConnection(raw, self._dialect))
+        except fastsql.Unsupported:
+            return NOT_RUN
+        except Exception as exc:
+            if is_busy(exc) or is_busy(getattr(exc, "orig", None)):
+                return NOT_RUN  # the rare busy a WAL reader meets: again, patiently, off the loop
+            raise
+        finally:
+            raw.rollback()  # a read: nothing to keep
+            _trace("COMMIT")
+
+    def close(self) -> None:
+        """Close every thread's connection."""
+        for raw in self._all:
+            raw.close()
+        self._all.clear()
+        self._local = threading.local()
+
+
+def _trace(sql: str) -> None:
+    for trace in fastsql.TRACE:
+        trace(sql)
+
+
 def inline_connect(database: str) -> InlineConnection:
     """An :class:`InlineConnection` to the SQLite file ``database`` (awaitable, like aiosqlite's)."""
 
@@ -91,4 +176,4 @@ def inline_connect(database: str) -> InlineConnection:
     return conn
 
 
-__all__ = ["PATIENT_MS", "InlineConnection", "inline_connect", "is_busy"]
+__all__ = ["NOT_RUN", "PATIENT_MS", "InlineConnection", "RawPath", "inline_connect", "is_busy"]

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import bindparam, func, select
 
 from storage.db import Database
-from storage.fastsql import prepared
+from storage.fastsql import one_of, prepared
 from storage.models import ApprovalRow, ConversationRow, ProposalRow, TokenUsageRow, ToolExecutionRow
 from storage.records import wall_clock
 
@@ -77,8 +77,8 @@ def _actions_query(tools: tuple[str, ...]) -> Any:
         .where(
             ConversationRow.customer_id == bindparam("c"),
             ConversationRow.principal_kind == "customer",
-            ToolExecutionRow.tool.in_(tools),
-            ToolExecutionRow.status.in_(_COUNTED),
+            one_of(ToolExecutionRow.tool, tools),
+            one_of(ToolExecutionRow.status, _COUNTED),
             ToolExecutionRow.created_at >= bindparam("since", type_=ToolExecutionRow.__table__.c.created_at.type),
         )
     )
