@@ -671,7 +671,7 @@ async def main_async(args: argparse.Namespace) -> None:
     for k, v in targets.items():
         print(f"  {k:30s} measured {v['measured']:9.1f}  target {v['target']}")
     write_result(
-        "overhead",
+        args.name,
         {
             "conversations": args.conversations,
             "rounds": args.rounds,
@@ -689,6 +689,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--profile", type=int, default=200, help="conversations under cProfile (0: none)")
     p.add_argument("--no-pg", action="store_true", help=f"skip PostgreSQL even when {PG_URL_ENV} is set")
+    p.add_argument("--name", default="overhead", help="bench/results/<name>.json (default overhead)")
     asyncio.run(main_async(p.parse_args()))
 
 

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase, Session
 
 from storage.fastsql import FastConnection
-from storage.inline import NOT_RUN, RawPath, inline_connect, is_busy
+from storage.inline import BUSY, NOT_RUN, RawPath, inline_connect, is_busy
 
 log = logging.getLogger(__name__)
 
@@ -230,6 +230,8 @@ class SyncWriter:
     def _inline_tx(self, fn: Callable[[Connection, WriteContext], T], ctx: WriteContext) -> tuple[bool, T | None]:
         assert self.inline is not None and self.raw is not None
         done = self.raw.write(fn, ctx)
+        if done is BUSY:
+            return False, None
         if done is not NOT_RUN:
             return True, done
         with self.inline.connect() as conn:
@@ -251,20 +253,26 @@ class SyncWriter:
         rare ``SQLITE_BUSY`` a WAL reader can meet, again on a thread with the long timeout."""
         if self.inline is not None and self.raw is not None:
             done = self.raw.read(fn)
-            if done is not NOT_RUN:
+            if done is NOT_RUN:
+                done = self._inline_read(fn)
+            if done is not BUSY:
                 return done  # type: ignore[no-any-return]
-            try:
-                with self.inline.connect().execution_options(signoff_readonly=True) as conn, conn.begin():
-                    return fn(FastConnection(conn))  # type: ignore[arg-type]
-            except OperationalError as exc:
-                if not is_busy(exc.orig):
-                    raise
-            except sqlite3.OperationalError as exc:
-                if not is_busy(exc):
-                    raise
             self.handoffs += 1
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, self._read_tx, fn)
+
+    def _inline_read(self, fn: Callable[[Connection], T]) -> T | Any:
+        assert self.inline is not None
+        try:
+            with self.inline.connect().execution_options(signoff_readonly=True) as conn, conn.begin():
+                return fn(FastConnection(conn))  # type: ignore[arg-type]
+        except OperationalError as exc:
+            if not is_busy(exc.orig):
+                raise
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+        return BUSY
 
     def _read_tx(self, fn: Callable[[Connection], T]) -> T:
         with self.engine.connect().execution_options(signoff_readonly=True) as conn, conn.begin():

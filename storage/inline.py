@@ -83,8 +83,10 @@ class InlineConnection(aiosqlite.Connection):
         return await super()._execute(_patiently, conn, partial(fn, *args, **kwargs))
 
 
-#: What :class:`RawPath` returns when it did not run the function (busy, or unsupported).
+#: What :class:`RawPath` returns when it did not run the function: something only SQLAlchemy runs.
 NOT_RUN: Any = object()
+#: What :class:`RawPath` returns when SQLite was busy: nothing ran, wait for the lock off the loop.
+BUSY: Any = object()
 
 
 class RawPath:
@@ -92,9 +94,9 @@ class RawPath:
 
     For functions written against SQLAlchemy's ``Connection`` whose statements are all
     prepared (:mod:`storage.fastsql`): no pool, no SQLAlchemy transaction, no thread hop.
-    Returns :data:`NOT_RUN` when it did not run the function to the end: ``BEGIN IMMEDIATE``
-    (or a read) found the file busy, or the function met something only SQLAlchemy runs
-    (its transaction is rolled back first) — the caller then takes the slower path.
+    Returns :data:`BUSY` when ``BEGIN IMMEDIATE`` (or a read) found the file busy, and
+    :data:`NOT_RUN` when the function met something only SQLAlchemy runs (its transaction is
+    rolled back first): the caller then takes the slower path.
     One connection per thread, opened on first use with ``connect()``."""
 
     def __init__(self, connect: Callable[[], sqlite3.Connection], dialect: Any) -> None:
@@ -119,7 +121,7 @@ class RawPath:
             raw.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             if is_busy(exc):
-                return NOT_RUN  # nothing ran: the caller waits for the lock off the loop
+                return BUSY  # nothing ran: the caller waits for the lock off the loop
             raise
         _trace("BEGIN IMMEDIATE")
         try:
@@ -146,7 +148,7 @@ class RawPath:
             return NOT_RUN
         except Exception as exc:
             if is_busy(exc) or is_busy(getattr(exc, "orig", None)):
-                return NOT_RUN  # the rare busy a WAL reader meets: again, patiently, off the loop
+                return BUSY  # the rare busy a WAL reader meets: again, patiently, off the loop
             raise
         finally:
             raw.rollback()  # a read: nothing to keep
@@ -176,4 +178,4 @@ def inline_connect(database: str) -> InlineConnection:
     return conn
 
 
-__all__ = ["NOT_RUN", "PATIENT_MS", "InlineConnection", "RawPath", "inline_connect", "is_busy"]
+__all__ = ["BUSY", "NOT_RUN", "PATIENT_MS", "InlineConnection", "RawPath", "inline_connect", "is_busy"]
