@@ -31,9 +31,6 @@ from storage import fastsql
 #: The long busy timeout (ms), used only off the event loop's thread.
 PATIENT_MS = 30_000
 
-#: Optional observer of inline calls (benchmarks count statements and hand-offs with it).
-Tracer = Callable[[str], None]
-
 
 def is_busy(exc: BaseException | None) -> bool:
     """Whether ``exc`` is SQLite's ``SQLITE_BUSY`` (the lock is held elsewhere)."""
@@ -63,8 +60,6 @@ class InlineConnection(aiosqlite.Connection):
 
     #: Calls that went to the thread because SQLite was busy (for tests and benchmarks).
     handoffs = 0
-    #: Called with ``"handoff"`` on each fall-back (benchmarks count round trips with it).
-    tracer: Tracer | None = None
 
     async def _execute(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         conn = self._connection
@@ -78,8 +73,6 @@ class InlineConnection(aiosqlite.Connection):
             if not is_busy(exc) or (many and was_in_tx):
                 raise
         InlineConnection.handoffs += 1
-        if InlineConnection.tracer is not None:
-            InlineConnection.tracer("handoff")
         return await super()._execute(_patiently, conn, partial(fn, *args, **kwargs))
 
 
