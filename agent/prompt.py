@@ -6,6 +6,8 @@ policy, which the model is not told.
 
 from __future__ import annotations
 
+import functools
+
 PROMPT_VERSION = "p2026.11.1"
 
 _SYSTEM = """\
@@ -38,6 +40,7 @@ $189.00.
 """
 
 
+@functools.lru_cache(maxsize=4096)  # one per customer at most; the text is fixed per process
 def system_prompt(*, principal_kind: str, customer_id: str | None) -> str:
     """The system prompt for a conversation; stable within it so the cache prefix holds."""
     who = "a customer" if principal_kind == "customer" else "a support rep working on a customer's account"

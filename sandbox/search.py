@@ -19,11 +19,14 @@ and ``near``.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
 from sqlalchemy import Connection, Table, TextClause, event, text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from storage.fastsql import prepared
 
 SECTIONS = "store_knowledge_sections"
 DOCS = "store_knowledge_docs"
@@ -145,12 +148,26 @@ def query_terms(query: str) -> list[str]:
 
 def search_statement(dialect: str, terms: list[str], *, kind: str | None, limit: int) -> TextClause:
     """A bound query returning ``doc_id, version, section_id, kind, title, text`` best first."""
-    kind_filter = " AND d.kind = :kind" if kind is not None else ""
-    params: dict[str, object] = {"limit": limit}
+    stmt, params = search_query(dialect, terms, kind=kind, limit=limit)
+    return stmt.bindparams(**params)
+
+
+def search_query(dialect: str, terms: list[str], *, kind: str | None, limit: int) -> tuple[TextClause, dict[str, Any]]:
+    """The search as a statement built once per shape (see :mod:`storage.fastsql`) and its parameters."""
+    params: dict[str, Any] = {"limit": limit}
     if kind is not None:
         params["kind"] = kind
     if dialect == "postgresql":
         params["tsq"] = " | ".join(terms)
+    else:
+        params["match"] = " OR ".join(f'"{t}"' for t in terms)
+    return _search_text(dialect, kind is not None), params
+
+
+@functools.cache
+def _search_text(dialect: str, with_kind: bool) -> TextClause:
+    kind_filter = " AND d.kind = :kind" if with_kind else ""
+    if dialect == "postgresql":
         sql = (
             f"SELECT s.doc_id, d.version, s.section_id, d.kind, d.title, s.text "
             f"FROM {SECTIONS} AS s JOIN {DOCS} AS d ON d.id = s.doc_id, "
@@ -159,7 +176,6 @@ def search_statement(dialect: str, terms: list[str], *, kind: str | None, limit:
             f"ORDER BY ts_rank(s.{PG_COLUMN}, q) DESC, s.doc_id, s.position LIMIT :limit"
         )
     else:
-        params["match"] = " OR ".join(f'"{t}"' for t in terms)
         sql = (
             f"SELECT s.doc_id, d.version, s.section_id, d.kind, d.title, s.text "
             f"FROM {FTS_TABLE} JOIN {SECTIONS} AS s ON s.id = {FTS_TABLE}.rowid "
@@ -167,4 +183,4 @@ def search_statement(dialect: str, terms: list[str], *, kind: str | None, limit:
             f"WHERE {FTS_TABLE} MATCH :match{kind_filter} "
             f"ORDER BY bm25({FTS_TABLE}, 2.0, 1.0), s.doc_id, s.position LIMIT :limit"
         )
-    return text(sql).bindparams(**params)
+    return prepared(text(sql))

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, Table, bindparam, func, select
 
 from sandbox import codec, search
 from sandbox import idempotency as ledger
@@ -23,17 +24,19 @@ from sandbox import writes as w
 from sandbox.models import (
     StoreCustomerRow,
     StoreInvoiceRow,
+    StoreOrderItemRow,
     StoreOrderRow,
     StorePaymentRow,
     StoreRefundRow,
+    StoreReturnItemRow,
     StoreReturnRow,
     StoreStaffRow,
 )
 from storage.db import Database
+from storage.fastsql import one_of, prepared
 from storage.records import wall_clock
 from tools.backend import (
     Address,
-    BackendError,
     Customer,
     Invoice,
     KnowledgeHit,
@@ -56,6 +59,63 @@ T = TypeVar("T")
 
 def _by_customer(customer_id: str) -> Any:
     return StoreOrderRow.customer_id == customer_id
+
+
+# The reads a tool step makes, as Core statements built once (the agent loop's hot path:
+# run on the event loop's thread on SQLite, see storage.fastsql); rows reach the codec
+# as plain objects with the ORM rows' attributes.
+_ORD: Table = StoreOrderRow.__table__  # type: ignore[assignment]
+_ITEM: Table = StoreOrderItemRow.__table__  # type: ignore[assignment]
+_PAY: Table = StorePaymentRow.__table__  # type: ignore[assignment]
+_REF: Table = StoreRefundRow.__table__  # type: ignore[assignment]
+_RET: Table = StoreReturnRow.__table__  # type: ignore[assignment]
+_RET_ITEM: Table = StoreReturnItemRow.__table__  # type: ignore[assignment]
+_OWNED_ORDER = prepared(select(_ORD).where(_ORD.c.id == bindparam("o"), _ORD.c.customer_id == bindparam("c")))
+_ORDER_ITEMS = prepared(select(_ITEM).where(_ITEM.c.order_id == bindparam("o")).order_by(_ITEM.c.position))
+_CAPTURED = prepared(
+    select(func.coalesce(func.sum(_PAY.c.amount_minor), 0)).where(
+        _PAY.c.order_id == bindparam("o"), one_of(_PAY.c.status, ("captured", "refunded"))
+    )
+)
+_REFUNDED = prepared(select(func.coalesce(func.sum(_REF.c.amount_minor), 0)).where(_REF.c.order_id == bindparam("o")))
+_REFUNDS_SINCE = prepared(
+    select(_REF)
+    .join(_ORD, _ORD.c.id == _REF.c.order_id)
+    .where(_ORD.c.customer_id == bindparam("c"), _REF.c.created_at >= bindparam("since", type_=_REF.c.created_at.type))
+    .order_by(_REF.c.created_at, _REF.c.id)
+)
+_OWNED_RETURN = prepared(
+    select(_RET)
+    .join(_ORD, _ORD.c.id == _RET.c.order_id)
+    .where(_RET.c.id == bindparam("r"), _ORD.c.customer_id == bindparam("c"))
+)
+_RETURN_ITEMS = prepared(
+    select(_RET_ITEM).where(_RET_ITEM.c.return_id == bindparam("r")).order_by(_RET_ITEM.c.position)
+)
+
+
+def _owned_order(conn: Connection, customer_id: str, order_id: str) -> Any:
+    """The customer's order row with its items (as the codec reads them), or ``None``."""
+    row = conn.execute(_OWNED_ORDER, {"o": order_id, "c": customer_id}).first()
+    if row is None:
+        return None
+    return SimpleNamespace(**row._mapping, items=conn.execute(_ORDER_ITEMS, {"o": order_id}).all())
+
+
+def _refundable(conn: Connection, customer_id: str, order_id: str) -> int | None:
+    """Captured minus refunded on an owned order; ``None`` if not owned or missing."""
+    if conn.execute(_OWNED_ORDER, {"o": order_id, "c": customer_id}).first() is None:
+        return None
+    captured = int(conn.execute(_CAPTURED, {"o": order_id}).scalar() or 0)
+    refunded = int(conn.execute(_REFUNDED, {"o": order_id}).scalar() or 0)
+    return max(0, captured - refunded)
+
+
+def _owned_return(conn: Connection, customer_id: str, return_id: str) -> Any:
+    row = conn.execute(_OWNED_RETURN, {"r": return_id, "c": customer_id}).first()
+    if row is None:
+        return None
+    return SimpleNamespace(**row._mapping, items=conn.execute(_RETURN_ITEMS, {"r": return_id}).all())
 
 
 class SandboxStore:
@@ -119,8 +179,8 @@ class SandboxStore:
 
     async def get_order(self, customer_id: str, order_id: str) -> Order | None:
         """One of the customer's orders; ``None`` if missing or not theirs."""
-        stmt = select(StoreOrderRow).where(StoreOrderRow.id == order_id, _by_customer(customer_id))
-        return await self._one(stmt, codec.order)
+        row = await self._db.read(lambda conn: _owned_order(conn, customer_id, order_id))
+        return None if row is None else codec.order(row)
 
     async def track_shipment(self, customer_id: str, order_id: str) -> Shipment | None:
         """Where the order is, derived deterministically from the order itself."""
@@ -163,30 +223,17 @@ class SandboxStore:
 
     async def get_return(self, customer_id: str, return_id: str) -> Return | None:
         """One of the customer's returns; ``None`` if missing or not theirs."""
-        stmt = (
-            select(StoreReturnRow).join(StoreOrderRow).where(StoreReturnRow.id == return_id, _by_customer(customer_id))
-        )
-        return await self._one(stmt, codec.return_)
+        row = await self._db.read(lambda conn: _owned_return(conn, customer_id, return_id))
+        return None if row is None else codec.return_(row)
 
     async def refundable_minor(self, customer_id: str, order_id: str) -> int | None:
         """Captured minus refunded for an owned order; ``None`` if not owned/missing."""
-        async with self._db.reader() as s, s.begin():
-            try:
-                order = await w.owned_order(s, customer_id, order_id, lock=False)
-            except BackendError:
-                return None
-            captured, refunded = await w.money_on(s, order.id)
-            return max(0, captured - refunded)
+        return await self._db.read(lambda conn: _refundable(conn, customer_id, order_id))
 
     async def refunds_since(self, customer_id: str, since: datetime) -> list[Refund]:
         """The customer's refunds created at or after ``since`` (for per-day limits)."""
-        stmt = (
-            select(StoreRefundRow)
-            .join(StoreOrderRow)
-            .where(_by_customer(customer_id), StoreRefundRow.created_at >= since)
-            .order_by(StoreRefundRow.created_at, StoreRefundRow.id)
-        )
-        return await self._many(stmt, codec.refund)
+        rows = await self._db.read(lambda conn: conn.execute(_REFUNDS_SINCE, {"c": customer_id, "since": since}).all())
+        return [codec.refund(r) for r in rows]  # type: ignore[arg-type]
 
     async def search_knowledge(
         self, query: str, *, kind: KnowledgeKind | None = None, limit: int = 5
@@ -198,9 +245,8 @@ class SandboxStore:
         terms = search.query_terms(query)
         if not terms or limit < 1:
             return []
-        stmt = search.search_statement(self._db.engine.dialect.name, terms, kind=kind, limit=min(limit, 50))
-        async with self._db.reader() as s, s.begin():
-            rows = (await s.execute(stmt)).all()
+        stmt, params = search.search_query(self._db.engine.dialect.name, terms, kind=kind, limit=min(limit, 50))
+        rows = await self._db.read(lambda conn: conn.execute(stmt, params).all())
         return [
             KnowledgeHit(doc_id=r[0], version=r[1], section_id=r[2], kind=r[3], title=r[4], text=r[5]) for r in rows
         ]

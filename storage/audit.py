@@ -38,6 +38,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.db import Database
+from storage.fastsql import prepared
 from storage.models import AuditEventRow, AuditHeadRow
 from storage.records import wall_clock
 
@@ -224,10 +225,12 @@ def chain_hash(prev_hash: str, fields: dict[str, Any]) -> str:
 _EVENTS = cast(Table, AuditEventRow.__table__)
 _HEAD = cast(Table, AuditHeadRow.__table__)
 # SQLite ignores FOR UPDATE; there BEGIN IMMEDIATE already holds the write lock.
-_READ_HEAD = select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == _HEAD_ID).with_for_update()
-_WRITE_HEAD = update(_HEAD).where(_HEAD.c.id == _HEAD_ID)
-_GUARDED_WRITE_HEAD = _WRITE_HEAD.where(_HEAD.c.seq == bindparam("old_seq"), _HEAD.c.hash == bindparam("old_hash"))
-_INSERT_EVENTS = insert(_EVENTS)
+_READ_HEAD = prepared(select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == _HEAD_ID).with_for_update())
+_WRITE_HEAD = prepared(update(_HEAD).where(_HEAD.c.id == _HEAD_ID))
+_GUARDED_WRITE_HEAD = prepared(
+    _WRITE_HEAD.where(_HEAD.c.seq == bindparam("old_seq"), _HEAD.c.hash == bindparam("old_hash"))
+)
+_INSERT_EVENTS = prepared(insert(_EVENTS))
 
 
 def _lock_head(conn: Connection) -> tuple[int, str]:

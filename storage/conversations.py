@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Table, func, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from storage.audit import AuditEvent, append_audit_many, append_audit_sync
 from storage.db import Database, WriteContext
+from storage.fastsql import one_of, prepared
 from storage.holders import is_dead, process_id
 from storage.models import (
     CaseNoteRow,
@@ -100,6 +101,47 @@ def to_proposal(row: ProposalRow) -> Proposal:
 
 
 _RUNS: Table = RunRow.__table__  # type: ignore[assignment]
+_CONVS: Table = ConversationRow.__table__  # type: ignore[assignment]
+_MSGS: Table = MessageRow.__table__  # type: ignore[assignment]
+_PROPS: Table = ProposalRow.__table__  # type: ignore[assignment]
+_USAGE: Table = TokenUsageRow.__table__  # type: ignore[assignment]
+
+# What opening a turn reads and writes, built once (storage.fastsql).
+_INSERT_CONV = prepared(insert(_CONVS))
+#: The columns ``create`` sets (any other keeps its default).
+_CONV_KEYS = (
+    "id", "channel", "external_ref", "principal_kind", "principal_id", "customer_id", "status",
+    "loaded_groups", "model", "prompt_version", "next_seq", "meta", "created_at", "updated_at",
+)  # fmt: skip
+_INSERT_RUN = prepared(insert(_RUNS))
+_GET_CONV = prepared(select(_CONVS).where(_CONVS.c.id == bindparam("id")))
+_OPEN_RUN = prepared(
+    select(_RUNS)
+    .where(_RUNS.c.conversation_id == bindparam("c"), one_of(_RUNS.c.status, ("running", "waiting")))
+    .order_by(_RUNS.c.created_at.desc())
+    .limit(1)
+)
+_HISTORY = prepared(
+    select(_MSGS.c.seq, _MSGS.c.role, _MSGS.c.content, _MSGS.c.run_id)
+    .where(_MSGS.c.conversation_id == bindparam("c"))
+    .order_by(_MSGS.c.seq)
+)
+_RUN_PROPOSALS = prepared(
+    select(_PROPS).where(_PROPS.c.run_id == bindparam("r")).order_by(_PROPS.c.created_at, _PROPS.c.id)
+)
+_CONV_TOKENS = prepared(
+    select(
+        func.coalesce(
+            func.sum(
+                _USAGE.c.input_tokens
+                + _USAGE.c.output_tokens
+                + _USAGE.c.cache_creation_tokens
+                + _USAGE.c.cache_read_tokens
+            ),
+            0,
+        )
+    ).where(_USAGE.c.conversation_id == bindparam("c"))
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,9 +194,9 @@ class ConversationRepo:
             created_at=now,
             updated_at=now,
         )
+        values = {key: getattr(row, key) for key in _CONV_KEYS}
         try:
-            async with self.db.sessions() as s, s.begin():
-                s.add(row)
+            await self.db.write(lambda conn, _ctx: conn.execute(_INSERT_CONV, values))
         except IntegrityError:
             if external_ref is None:
                 raise
@@ -165,9 +207,8 @@ class ConversationRepo:
 
     async def get(self, conversation_id: str) -> Conversation | None:
         """The conversation ``conversation_id``, if it exists."""
-        async with self.db.reader() as s:
-            row = await s.get(ConversationRow, conversation_id)
-            return to_conversation(row) if row else None
+        row = await self.db.read(lambda conn: conn.execute(_GET_CONV, {"id": conversation_id}).first())
+        return to_conversation(row) if row else None  # type: ignore[arg-type]
 
     async def get_by_external_ref(self, external_ref: str) -> Conversation | None:
         """The conversation bound to ``external_ref`` (a Slack thread, an email thread), if any."""
@@ -197,19 +238,8 @@ class ConversationRepo:
     # -- runs ------------------------------------------------------------------
     async def open_run(self, conversation_id: str) -> Run | None:
         """The conversation's unfinished run (running or waiting), if any."""
-        async with self.db.reader() as s:
-            row = (
-                await s.execute(
-                    select(RunRow)
-                    .where(
-                        RunRow.conversation_id == conversation_id,
-                        RunRow.status.in_(("running", "waiting")),
-                    )
-                    .order_by(RunRow.created_at.desc())
-                    .limit(1)
-                )
-            ).scalar_one_or_none()
-            return to_run(row) if row else None
+        row = await self.db.read(lambda conn: conn.execute(_OPEN_RUN, {"c": conversation_id}).first())
+        return to_run(row) if row else None  # type: ignore[arg-type]
 
     async def create_run(
         self,
@@ -242,7 +272,7 @@ class ConversationRepo:
         values = {c.name: getattr(row, c.name) for c in RunRow.__table__.columns}
 
         def _insert(conn: Connection, ctx: WriteContext) -> None:
-            conn.execute(insert(_RUNS), values)
+            conn.execute(_INSERT_RUN, values)
             if audit:
                 append_audit_sync(conn, audit, ctx.audit_head)
                 ctx.audit_events.extend(audit)
@@ -252,45 +282,18 @@ class ConversationRepo:
 
     async def turn_state(self, conversation_id: str, run_id: str) -> TurnState:
         """What a turn loads, in one read: the history, the run's proposals, tokens used."""
-        async with self.db.reader() as s:
-            messages = (
-                await s.execute(
-                    select(MessageRow.seq, MessageRow.role, MessageRow.content, MessageRow.run_id)
-                    .where(MessageRow.conversation_id == conversation_id)
-                    .order_by(MessageRow.seq)
-                )
-            ).all()
-            proposals = (
-                (
-                    await s.execute(
-                        select(ProposalRow)
-                        .where(ProposalRow.run_id == run_id)
-                        .order_by(ProposalRow.created_at, ProposalRow.id)
-                    )
-                )
-                .scalars()
-                .all()
-            )
-            tokens = (
-                await s.execute(
-                    select(
-                        func.coalesce(
-                            func.sum(
-                                TokenUsageRow.input_tokens
-                                + TokenUsageRow.output_tokens
-                                + TokenUsageRow.cache_creation_tokens
-                                + TokenUsageRow.cache_read_tokens
-                            ),
-                            0,
-                        )
-                    ).where(TokenUsageRow.conversation_id == conversation_id)
-                )
-            ).scalar_one()
+
+        def _load(conn: Connection) -> TurnState:
+            messages = conn.execute(_HISTORY, {"c": conversation_id}).all()
+            proposals = conn.execute(_RUN_PROPOSALS, {"r": run_id}).all()
+            tokens = conn.execute(_CONV_TOKENS, {"c": conversation_id}).scalar_one()
             return TurnState(
                 history=[StoredMessage(seq=r[0], role=r[1], content=r[2], run_id=r[3]) for r in messages],
-                proposals=[to_proposal(r) for r in proposals],
+                proposals=[to_proposal(r) for r in proposals],  # type: ignore[arg-type]
                 tokens_used=int(tokens),
             )
+
+        return await self.db.read(_load)
 
     async def stale_runs(self, *, older_than: datetime, limit: int = 100) -> list[Run]:
         """Runs left ``running`` by a crash: their process is gone, or nothing moved since ``older_than``."""

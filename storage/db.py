@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sqlite3
-import threading
 import time
-import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -22,9 +19,12 @@ from typing import Any, TypeVar
 
 from sqlalchemy import JSON, Connection, Engine, MetaData, create_engine, event, make_url
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Session
-from sqlalchemy.util import await_only
+
+from storage.fastsql import FastConnection
+from storage.inline import BUSY, NOT_RUN, RawPath, inline_connect, is_busy
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +82,6 @@ class Database:
     readers: async_sessionmaker[AsyncSession] | None = None
     #: SQLite only: the stdlib-driver writer behind :meth:`write`.
     sync_writer: SyncWriter | None = None
-    #: SQLite only: one write transaction at a time among this process's connections.
-    write_gate: WriteGate | None = None
 
     @classmethod
     def of(cls, engine: AsyncEngine) -> Database:
@@ -96,13 +94,8 @@ class Database:
             info={"observers": observers, "audit_head": {}},
         )
         readers = async_sessionmaker(engine.execution_options(signoff_readonly=True), expire_on_commit=False)
-        sqlite = engine.dialect.name == "sqlite"
-        writer = SyncWriter.for_url(str(engine.url)) if sqlite else None
-        database = engine.url.database if sqlite else None
-        gate = gate_for(database) if database and database != ":memory:" else None
-        return cls(
-            engine=engine, sessions=sessions, observers=observers, readers=readers, sync_writer=writer, write_gate=gate
-        )
+        writer = SyncWriter.for_url(str(engine.url)) if engine.dialect.name == "sqlite" else None
+        return cls(engine=engine, sessions=sessions, observers=observers, readers=readers, sync_writer=writer)
 
     def reader(self) -> AsyncSession:
         """A session for reads (never write through it)."""
@@ -130,6 +123,18 @@ class Database:
                 except Exception:
                     log.exception("audit observer failed")
         return result
+
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn(connection)`` in one read-only transaction, in one hop.
+
+        On a SQLite file it runs on the event loop's thread with the stdlib driver
+        (prepared statements straight on the cursor, see :mod:`storage.fastsql`); on
+        PostgreSQL through the async engine's ``run_sync``. Never write through it."""
+        if self.sync_writer is not None:
+            return await self.sync_writer.read(fn)
+        engine = self.engine.execution_options(signoff_readonly=True) if not self.is_postgres else self.engine
+        async with engine.connect() as conn:
+            return await conn.run_sync(fn)
 
     def observe(self, observer: Observer) -> None:
         """Call ``observer(events)`` after each commit that appended audit events."""
@@ -170,12 +175,34 @@ class WriteContext:
 
 
 class SyncWriter:
-    """A stdlib ``sqlite3`` engine on one dedicated thread, for :meth:`Database.write`."""
+    """The stdlib ``sqlite3`` engines behind :meth:`Database.write`.
 
-    def __init__(self, engine: Engine, gate: WriteGate) -> None:
+    A step's transaction runs on the event loop's thread when ``BEGIN IMMEDIATE`` gets the
+    write lock at once (busy timeout zero: a WAL commit with ``synchronous=NORMAL`` takes
+    tens of microseconds); when another connection holds the lock it runs instead on one
+    dedicated thread with the long busy timeout, so the loop never waits for a lock."""
+
+    def __init__(self, engine: Engine, inline: Engine | None = None) -> None:
         self.engine = engine
-        self.gate = gate
+        self._held: list[Any] = []
+        #: The loop-thread engine (busy timeout zero); ``None``: every write on the thread.
+        self.inline = inline
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="signoff-sqlite-writer")
+        #: Writes that found the lock held and went to the thread (tests and benchmarks read it).
+        self.handoffs = 0
+        #: Prepared statements only, straight on a stdlib connection (else the inline engine).
+        self.raw = RawPath(self._connect_raw, inline.dialect) if inline is not None else None
+
+    def _connect_raw(self) -> sqlite3.Connection:
+        assert self.inline is not None
+        pooled = self.inline.raw_connection()  # the connect listener's pragmas, busy timeout zero
+        self._held.append(pooled)  # never returned to the pool: this thread's own connection
+        return pooled.driver_connection  # type: ignore[return-value]
+
+    @property
+    def engines(self) -> list[Engine]:
+        """Every engine the writer runs statements on (for instrumentation)."""
+        return [self.engine] + ([self.inline] if self.inline is not None else [])
 
     @classmethod
     def for_url(cls, async_url: str) -> SyncWriter | None:
@@ -183,125 +210,85 @@ class SyncWriter:
         url = make_url(async_url)
         if not url.database or url.database == ":memory:":
             return None  # an in-memory database is private to its connection
-        engine = create_engine(url.set(drivername="sqlite"), connect_args={"timeout": 30, "check_same_thread": False})
+        sync_url = url.set(drivername="sqlite")
+        engine = create_engine(sync_url, connect_args={"timeout": 30, "check_same_thread": False})
         _sqlite_pragmas(engine)
-        return cls(engine, gate_for(url.database))
+        inline = create_engine(sync_url, connect_args={"timeout": 0, "check_same_thread": False}, pool_size=1)
+        _sqlite_pragmas(inline, busy_ms=0)
+        return cls(engine, inline)
 
     async def run(self, fn: Callable[[Connection, WriteContext], T], ctx: WriteContext) -> T:
-        """Run ``fn`` in one write transaction on the writer's connection."""
+        """Run ``fn`` in one write transaction: inline if the lock is free, else on the writer thread."""
+        if self.inline is not None:
+            ran, result = self._inline_tx(fn, ctx)
+            if ran:
+                return result  # type: ignore[return-value]
+            self.handoffs += 1
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self._tx, fn, ctx)
 
+    def _inline_tx(self, fn: Callable[[Connection, WriteContext], T], ctx: WriteContext) -> tuple[bool, T | None]:
+        assert self.inline is not None and self.raw is not None
+        done = self.raw.write(fn, ctx)
+        if done is BUSY:
+            return False, None
+        if done is not NOT_RUN:
+            return True, done
+        with self.inline.connect() as conn:
+            try:
+                tx = conn.begin()  # BEGIN IMMEDIATE (see _sqlite_pragmas)
+            except OperationalError as exc:
+                if is_busy(exc.orig):
+                    return False, None  # nothing ran: the thread waits for the lock instead
+                raise
+            with tx:
+                return True, fn(FastConnection(conn), ctx)  # type: ignore[arg-type]
+
     def _tx(self, fn: Callable[[Connection, WriteContext], T], ctx: WriteContext) -> T:
-        self.gate.take()
+        with self.engine.begin() as conn:
+            return fn(FastConnection(conn), ctx)  # type: ignore[arg-type]
+
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` in one read transaction (``BEGIN`` deferred: no write lock), inline; on the
+        rare ``SQLITE_BUSY`` a WAL reader can meet, again on a thread with the long timeout."""
+        if self.inline is not None and self.raw is not None:
+            done = self.raw.read(fn)
+            if done is NOT_RUN:
+                done = self._inline_read(fn)
+            if done is not BUSY:
+                return done  # type: ignore[no-any-return]
+            self.handoffs += 1
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self._read_tx, fn)
+
+    def _inline_read(self, fn: Callable[[Connection], T]) -> T | Any:
+        assert self.inline is not None
         try:
-            with self.engine.begin() as conn:
-                return fn(conn, ctx)
-        finally:
-            self.gate.give_back()
+            with self.inline.connect().execution_options(signoff_readonly=True) as conn, conn.begin():
+                return fn(FastConnection(conn))  # type: ignore[arg-type]
+        except OperationalError as exc:
+            if not is_busy(exc.orig):
+                raise
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+        return BUSY
+
+    def _read_tx(self, fn: Callable[[Connection], T]) -> T:
+        with self.engine.connect().execution_options(signoff_readonly=True) as conn, conn.begin():
+            return fn(FastConnection(conn))  # type: ignore[arg-type]
 
     def close(self) -> None:
-        """Close the writer's connection."""
+        """Close the writer's connections."""
+        if self.raw is not None:
+            self.raw.close()
+        for pooled in self._held:
+            pooled.invalidate()
+        self._held.clear()
         self.engine.dispose()
+        if self.inline is not None:
+            self.inline.dispose()
         self._pool.shutdown(wait=False)
-
-
-class WriteGate:
-    """One write transaction at a time among one process's connections to a SQLite file.
-
-    SQLite lets one writer in at a time; a second ``BEGIN IMMEDIATE`` waits in SQLite's
-    busy handler, which polls in sleeps of up to 100 ms, so our own writers contending
-    added up to seconds to two-millisecond transactions (Slack's acknowledgement waited
-    behind the worker's turns). Queued on this lock instead, the next writer starts the
-    moment the last one ends. The wait happens on a connection's own thread (the
-    writer's thread, or aiosqlite's thread for that connection), never on the event loop.
-    Other processes sharing the file still meet SQLite's lock and busy timeout.
-    """
-
-    def __init__(self, wait_s: float = 30.0) -> None:
-        self.wait_s = wait_s
-        self._lock = threading.Lock()
-        #: The driver connection whose transaction holds the gate (async engine writers).
-        self.holder: Any = None
-
-    def try_take(self) -> bool:
-        """Take the gate if it is free, without waiting."""
-        return self._lock.acquire(blocking=False)
-
-    def take(self) -> None:
-        """Wait for the gate (at most ``wait_s``, as SQLite's busy timeout would); blocks the caller's thread."""
-        if not self._lock.acquire(timeout=self.wait_s):
-            raise sqlite3.OperationalError(f"database is locked (no write slot within {self.wait_s:g}s)")
-
-    def give_back(self) -> None:
-        """Give the gate back."""
-        self.holder = None
-        self._lock.release()
-
-
-#: One gate per SQLite file in this process (every engine on that file shares it).
-_GATES: dict[str, WriteGate] = {}
-_GATES_LOCK = threading.Lock()
-
-
-def gate_for(path: str) -> WriteGate:
-    """The process's write gate for the SQLite file at ``path``."""
-    key = os.path.realpath(path)
-    with _GATES_LOCK:
-        gate = _GATES.get(key)
-        if gate is None:
-            gate = _GATES[key] = WriteGate()
-        return gate
-
-
-def _gate_async_writers(sync_engine: Engine, gate: WriteGate) -> None:
-    """Queue the async engine's write transactions on ``gate`` (see :class:`WriteGate`).
-
-    Taken at ``BEGIN IMMEDIATE`` (at once when free; else waited for on the connection's own
-    aiosqlite thread); given back once the transaction has really ended (after the driver's
-    commit or rollback, not before), or when its connection goes back to the pool or is
-    dropped mid-transaction (its owner was cancelled).
-    """
-    dialect = sync_engine.dialect
-    commit, rollback = dialect.do_commit, dialect.do_rollback
-
-    def ended(dbapi_conn: Any) -> None:
-        if gate.holder is not None and gate.holder is dbapi_conn:
-            gate.give_back()
-
-    def do_commit(dbapi_conn: Any) -> None:
-        try:
-            commit(dbapi_conn)
-        finally:
-            ended(dbapi_conn)
-
-    def do_rollback(dbapi_conn: Any) -> None:
-        try:
-            rollback(dbapi_conn)
-        finally:
-            ended(dbapi_conn)
-
-    dialect.do_commit = do_commit  # type: ignore[method-assign,assignment]
-    dialect.do_rollback = do_rollback  # type: ignore[method-assign,assignment]
-    for name in ("checkin", "invalidate", "close"):
-        event.listen(sync_engine.pool, name, lambda dbapi_conn, *_: ended(dbapi_conn))
-
-    def acquire(conn: Any) -> None:
-        dbapi_conn = conn.connection.dbapi_connection
-        if gate.holder is dbapi_conn:
-            return  # this connection holds it still (a COMMIT the driver did not see, e.g. Alembic's)
-        if not gate.try_take():
-            # Inside SQLAlchemy's greenlet on the event loop: wait on this connection's own thread.
-            await_only(dbapi_conn._connection._execute(gate.take))
-        gate.holder = dbapi_conn
-
-    _ACQUIRE[sync_engine] = (acquire, lambda conn: ended(conn.connection.dbapi_connection))
-
-
-#: Each async SQLite engine's (take the gate, give it back on a failed BEGIN) pair.
-_ACQUIRE: weakref.WeakKeyDictionary[Engine, tuple[Callable[[Any], None], Callable[[Any], None]]] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 def is_sqlite_url(url: str) -> bool:
@@ -309,15 +296,18 @@ def is_sqlite_url(url: str) -> bool:
     return url.startswith("sqlite")
 
 
-def _sqlite_pragmas(engine: AsyncEngine | Engine) -> None:
+def _sqlite_pragmas(engine: AsyncEngine | Engine, *, busy_ms: int = 30_000) -> None:
+    """WAL, ``synchronous=NORMAL``, foreign keys and ``BEGIN IMMEDIATE`` on every connection;
+    ``busy_ms`` is the busy timeout (zero on connections used on the event loop's thread)."""
     sync_engine = engine.sync_engine if isinstance(engine, AsyncEngine) else engine
 
     @event.listens_for(sync_engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Let SQLAlchemy, not the driver, decide when transactions start.
-        dbapi_conn.isolation_level = None
+        if dbapi_conn.isolation_level is not None:
+            dbapi_conn.isolation_level = None
         cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         # Switching to WAL needs an exclusive lock and fails at once if another process holds
         # one; the mode is persistent, so only the first connection ever has to switch.
         for attempt in range(200):
@@ -337,19 +327,16 @@ def _sqlite_pragmas(engine: AsyncEngine | Engine) -> None:
 
     @event.listens_for(sync_engine, "begin")
     def _on_begin(conn: Any) -> None:
-        # Readers take no write lock (WAL lets them run beside the one writer).
-        if conn.get_execution_options().get("signoff_readonly"):
-            conn.exec_driver_sql("BEGIN")
-            return
-        gate = _ACQUIRE.get(sync_engine)
-        if gate is not None:
-            gate[0](conn)
+        # Readers take no write lock (WAL lets them run beside the one writer). Straight on
+        # the DBAPI cursor: this runs once per transaction, several times per agent step.
+        sql = "BEGIN" if conn.get_execution_options().get("signoff_readonly") else "BEGIN IMMEDIATE"
+        cursor = conn.connection.dbapi_connection.cursor()
         try:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-        except BaseException:
-            if gate is not None:
-                gate[1](conn)
-            raise
+            cursor.execute(sql)
+        except Exception as exc:
+            raise DBAPIError.instance(sql, (), exc, sqlite3.Error) from exc
+        finally:
+            cursor.close()
 
 
 def create_database(url: str, *, echo: bool = False, pool_size: int = 10) -> Database:
@@ -357,14 +344,15 @@ def create_database(url: str, *, echo: bool = False, pool_size: int = 10) -> Dat
     kwargs: dict[str, Any] = {"echo": echo}
     if is_sqlite_url(url):
         kwargs["connect_args"] = {"timeout": 30}
+        path = make_url(url).database
+        if path and path != ":memory:" and not path.startswith("file:"):
+            # Statements run on the loop's thread; a busy file sends the call to a thread.
+            kwargs["async_creator"] = lambda: inline_connect(path)
     else:
         kwargs["pool_size"] = pool_size
         kwargs["max_overflow"] = pool_size
         kwargs["pool_pre_ping"] = True
     engine = create_async_engine(url, **kwargs)
     if is_sqlite_url(url):
-        _sqlite_pragmas(engine)
-        database = make_url(url).database
-        if database and database != ":memory:":
-            _gate_async_writers(engine.sync_engine, gate_for(database))
+        _sqlite_pragmas(engine, busy_ms=0 if "async_creator" in kwargs else 30_000)
     return Database.of(engine)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, select, update
+from sqlalchemy import Connection, CursorResult, Table, bindparam, insert, select, update
 
-from storage.audit import AuditEvent, append_audit_many, utc
-from storage.db import Database
+from storage.audit import AuditEvent, append_audit_many, append_audit_sync, utc
+from storage.db import Database, WriteContext
+from storage.fastsql import prepared
 from storage.jobs import JobQueue
 from storage.models import ApprovalRow, ConfirmationRow
 from storage.records import (
@@ -28,6 +30,48 @@ from storage.records import (
     NewApproval,
     NewConfirmation,
     aware,
+)
+
+_CONF: Table = ConfirmationRow.__table__  # type: ignore[assignment]
+_APPR: Table = ApprovalRow.__table__  # type: ignore[assignment]
+# What a step that asks for a confirmation runs, built once (storage.fastsql).
+_INSERT_CONF = prepared(insert(_CONF))
+_SUPERSEDE = prepared(
+    update(_CONF)
+    .where(
+        _CONF.c.conversation_id == bindparam("s_conv"),
+        _CONF.c.status == "pending",
+        _CONF.c.principal == bindparam("s_principal"),
+        _CONF.c.tool == bindparam("s_tool"),
+        _CONF.c.target.is_not_distinct_from(bindparam("s_target")),
+        _CONF.c.args_hash != bindparam("s_hash"),
+    )
+    .values(
+        status="superseded", version=_CONF.c.version + 1, decided_at=bindparam("s_at", type_=_CONF.c.decided_at.type)
+    )
+    .returning(_CONF.c.id, _CONF.c.tool, _CONF.c.args_hash)
+)
+_MARK_SHOWN = prepared(
+    update(_CONF)
+    .where(_CONF.c.id == bindparam("cid"), _CONF.c.shown_at.is_(None))
+    .values(shown_at=bindparam("shown", type_=_CONF.c.shown_at.type))
+)
+_PENDING_CONFS = prepared(
+    select(_CONF).where(_CONF.c.conversation_id == bindparam("conv"), _CONF.c.status == "pending")
+)
+_CONFIRMED = prepared(
+    select(_CONF)
+    .where(
+        _CONF.c.conversation_id == bindparam("conv"),
+        _CONF.c.principal == bindparam("principal"),
+        _CONF.c.tool == bindparam("tool"),
+        _CONF.c.args_hash == bindparam("hash"),
+        _CONF.c.status == "confirmed",
+    )
+    .limit(1)
+)
+_PENDING_FOR_CUSTOMER = prepared(
+    select(_APPR).where(_APPR.c.customer_id == bindparam("c"), _APPR.c.status == "pending")
 )
 
 
@@ -116,25 +160,19 @@ class ConfirmationRepo:
         """Insert a pending confirmation. A pending one of the same principal for the same tool on
         the same target (same order, same account field) is superseded and that transition audited;
         confirmations of anything else stay pending beside it."""
-        row = ConfirmationRow(**_fields(new), status="pending", version=1)
-        async with self.db.sessions() as s, s.begin():
-            superseded = (
-                await s.execute(
-                    update(ConfirmationRow)
-                    .where(
-                        ConfirmationRow.conversation_id == row.conversation_id,
-                        ConfirmationRow.status == "pending",
-                        ConfirmationRow.principal == row.principal,
-                        ConfirmationRow.tool == row.tool,
-                        ConfirmationRow.target == row.target,
-                        ConfirmationRow.args_hash != row.args_hash,
-                    )
-                    .values(status="superseded", version=ConfirmationRow.version + 1, decided_at=row.created_at)
-                    .returning(ConfirmationRow.id, ConfirmationRow.tool, ConfirmationRow.args_hash)
-                )
-            ).all()
-            s.add(row)
-            await s.flush()
+        values = {**_fields(new), "status": "pending", "version": 1}
+        match = {
+            "s_conv": new.conversation_id,
+            "s_principal": new.principal,
+            "s_tool": new.tool,
+            "s_target": new.target,
+            "s_hash": new.args_hash,
+            "s_at": new.created_at,
+        }
+
+        def _create(conn: Connection, ctx: WriteContext) -> list[Any]:
+            superseded = conn.execute(_SUPERSEDE, match).all()
+            conn.execute(_INSERT_CONF, values)
             events = list(audit)
             if events:
                 events += [
@@ -143,23 +181,24 @@ class ConfirmationRepo:
                         kind="confirmation.superseded",
                         tool=tool,
                         args_hash=h,
-                        data={"confirmation_id": cid, "superseded_by": row.id},
+                        data={"confirmation_id": cid, "superseded_by": new.id},
                     )
                     for cid, tool, h in superseded
                 ]
-                await append_audit_many(s, events)
-        return ConfirmationCreated(confirmation=to_confirmation(row), superseded=tuple(c for c, _t, _h in superseded))
+                append_audit_sync(conn, events, ctx.audit_head)
+                ctx.audit_events.extend(events)
+            return list(superseded)
+
+        superseded = await self.db.write(_create)
+        row = SimpleNamespace(**{**dict.fromkeys(_CONF.c.keys()), **values})
+        return ConfirmationCreated(confirmation=to_confirmation(row), superseded=tuple(c for c, _t, _h in superseded))  # type: ignore[arg-type]
 
     async def mark_shown(self, ids: Sequence[str], at: datetime) -> None:
         """Record that the runtime's own text of these confirmations reached their principal."""
         if not ids:
             return
-        async with self.db.sessions() as s, s.begin():
-            await s.execute(
-                update(ConfirmationRow)
-                .where(ConfirmationRow.id.in_(list(ids)), ConfirmationRow.shown_at.is_(None))
-                .values(shown_at=at)
-            )
+        params = [{"cid": i, "shown": at} for i in ids]
+        await self.db.write(lambda conn, _ctx: conn.execute(_MARK_SHOWN, params))
 
     async def set_surface(self, confirmation_id: str, surface: str, ref: dict[str, Any] | None) -> None:
         """Record where ``surface`` shows this confirmation's card (``None`` forgets it)."""
@@ -173,20 +212,8 @@ class ConfirmationRepo:
 
     async def pending(self, conversation_id: str) -> list[Confirmation]:
         """The conversation's pending confirmations."""
-        async with self.db.reader() as s:
-            rows = (
-                (
-                    await s.execute(
-                        select(ConfirmationRow).where(
-                            ConfirmationRow.conversation_id == conversation_id,
-                            ConfirmationRow.status == "pending",
-                        )
-                    )
-                )
-                .scalars()
-                .all()
-            )
-            return [to_confirmation(r) for r in rows]
+        rows = await self.db.read(lambda conn: conn.execute(_PENDING_CONFS, {"conv": conversation_id}).all())
+        return [to_confirmation(r) for r in rows]  # type: ignore[arg-type]
 
     async def pending_by_code(self, conversation_id: str, code: str) -> Confirmation | None:
         """The pending confirmation in this conversation whose code is ``code`` (email replies)."""
@@ -208,21 +235,9 @@ class ConfirmationRepo:
         self, conversation_id: str, principal: str, tool: str, args_hash: str
     ) -> Confirmation | None:
         """A confirmed, not yet consumed confirmation of exactly these arguments."""
-        async with self.db.reader() as s:
-            r = (
-                await s.execute(
-                    select(ConfirmationRow)
-                    .where(
-                        ConfirmationRow.conversation_id == conversation_id,
-                        ConfirmationRow.principal == principal,
-                        ConfirmationRow.tool == tool,
-                        ConfirmationRow.args_hash == args_hash,
-                        ConfirmationRow.status == "confirmed",
-                    )
-                    .limit(1)
-                )
-            ).scalar_one_or_none()
-            return to_confirmation(r) if r else None
+        params = {"conv": conversation_id, "principal": principal, "tool": tool, "hash": args_hash}
+        r = await self.db.read(lambda conn: conn.execute(_CONFIRMED, params).first())
+        return to_confirmation(r) if r else None  # type: ignore[arg-type]
 
     async def transition(
         self,
@@ -288,19 +303,8 @@ class ApprovalRepo:
 
     async def pending_for_customer(self, customer_id: str) -> list[Approval]:
         """The customer's pending approvals (their money counts in every later aggregate)."""
-        async with self.db.reader() as s:
-            rows = (
-                (
-                    await s.execute(
-                        select(ApprovalRow).where(
-                            ApprovalRow.customer_id == customer_id, ApprovalRow.status == "pending"
-                        )
-                    )
-                )
-                .scalars()
-                .all()
-            )
-            return [to_approval(r) for r in rows]
+        rows = await self.db.read(lambda conn: conn.execute(_PENDING_FOR_CUSTOMER, {"c": customer_id}).all())
+        return [to_approval(r) for r in rows]  # type: ignore[arg-type]
 
     async def find_approved(self, run_id: str, tool: str, args_hash: str) -> Approval | None:
         """The run's approved approval of exactly this call, if any."""

@@ -8,14 +8,16 @@ the repositories write.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 
 from storage.db import Database
+from storage.fastsql import one_of, prepared
 from storage.models import ApprovalRow, ConversationRow, ProposalRow, TokenUsageRow, ToolExecutionRow
 from storage.records import wall_clock
 
@@ -35,6 +37,53 @@ def _since(window: timedelta) -> datetime:
     return wall_clock() - window
 
 
+_SINCE = bindparam("since", type_=ConversationRow.__table__.c.created_at.type)
+# Built once: these run as a turn opens (storage.fastsql).
+_CONVERSATIONS = prepared(
+    select(func.count(ConversationRow.id)).where(
+        ConversationRow.customer_id == bindparam("c"),
+        ConversationRow.principal_kind == "customer",
+        ConversationRow.created_at >= _SINCE,
+    )
+)
+_TOKENS = prepared(
+    select(
+        func.coalesce(
+            func.sum(
+                TokenUsageRow.input_tokens
+                + TokenUsageRow.output_tokens
+                + TokenUsageRow.cache_creation_tokens
+                + TokenUsageRow.cache_read_tokens
+            ),
+            0,
+        )
+    )
+    .join(ConversationRow, ConversationRow.id == TokenUsageRow.conversation_id)
+    .where(
+        ConversationRow.customer_id == bindparam("c"),
+        ConversationRow.principal_kind == "customer",
+        TokenUsageRow.created_at >= _SINCE,
+    )
+)
+
+
+@functools.cache
+def _actions_query(tools: tuple[str, ...]) -> Any:
+    """The count behind the per-day action limit, built once per set of tools (few per process)."""
+    return prepared(
+        select(func.count(ToolExecutionRow.id))
+        .join(ProposalRow, ProposalRow.id == ToolExecutionRow.proposal_id)
+        .join(ConversationRow, ConversationRow.id == ProposalRow.conversation_id)
+        .where(
+            ConversationRow.customer_id == bindparam("c"),
+            ConversationRow.principal_kind == "customer",
+            one_of(ToolExecutionRow.tool, tools),
+            one_of(ToolExecutionRow.status, _COUNTED),
+            ToolExecutionRow.created_at >= bindparam("since", type_=ToolExecutionRow.__table__.c.created_at.type),
+        )
+    )
+
+
 class UsageCounts:
     """Counts behind the per-principal limits, read from the database (they hold across processes)."""
 
@@ -43,51 +92,20 @@ class UsageCounts:
 
     async def customer_conversations(self, customer_id: str, window: timedelta) -> int:
         """Conversations the customer themself opened in the window (staff ones not counted)."""
-        q = select(func.count(ConversationRow.id)).where(
-            ConversationRow.customer_id == customer_id,
-            ConversationRow.principal_kind == "customer",
-            ConversationRow.created_at >= _since(window),
-        )
-        async with self.db.reader() as s:
-            return int((await s.execute(q)).scalar_one())
+        params = {"c": customer_id, "since": _since(window)}
+        return int(await self.db.read(lambda conn: conn.execute(_CONVERSATIONS, params).scalar_one()))
 
     async def customer_tokens(self, customer_id: str, window: timedelta) -> int:
         """Model tokens (input, output and cache) used in the customer's own conversations."""
-        total = (
-            TokenUsageRow.input_tokens
-            + TokenUsageRow.output_tokens
-            + TokenUsageRow.cache_creation_tokens
-            + TokenUsageRow.cache_read_tokens
-        )
-        q = (
-            select(func.coalesce(func.sum(total), 0))
-            .join(ConversationRow, ConversationRow.id == TokenUsageRow.conversation_id)
-            .where(
-                ConversationRow.customer_id == customer_id,
-                ConversationRow.principal_kind == "customer",
-                TokenUsageRow.created_at >= _since(window),
-            )
-        )
-        async with self.db.reader() as s:
-            return int((await s.execute(q)).scalar_one())
+        params = {"c": customer_id, "since": _since(window)}
+        return int(await self.db.read(lambda conn: conn.execute(_TOKENS, params).scalar_one()))
 
     async def customer_actions(self, customer_id: str, window: timedelta, tools: Collection[str]) -> int:
         """Actions of ``tools`` carried out (ledger entries not ``failed``) in the window in
         the customer's own conversations."""
-        q = (
-            select(func.count(ToolExecutionRow.id))
-            .join(ProposalRow, ProposalRow.id == ToolExecutionRow.proposal_id)
-            .join(ConversationRow, ConversationRow.id == ProposalRow.conversation_id)
-            .where(
-                ConversationRow.customer_id == customer_id,
-                ConversationRow.principal_kind == "customer",
-                ToolExecutionRow.tool.in_(list(tools)),
-                ToolExecutionRow.status.in_(_COUNTED),
-                ToolExecutionRow.created_at >= _since(window),
-            )
-        )
-        async with self.db.reader() as s:
-            return int((await s.execute(q)).scalar_one())
+        params = {"c": customer_id, "since": _since(window)}
+        q = _actions_query(tuple(sorted(tools)))
+        return int(await self.db.read(lambda conn: conn.execute(q, params).scalar_one()))
 
     async def executed_by(self, principal: str, window: timedelta, tools: Collection[str]) -> list[Executed]:
         """Actions of ``tools`` that ``principal`` (``rep:ID``) carried out in the window, across

@@ -17,12 +17,13 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, CursorResult, Table, delete, select, text
+from sqlalchemy import Connection, CursorResult, Table, bindparam, delete, select, text
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from storage.db import Database
+from storage.fastsql import prepared
 from storage.holders import is_dead, process_id
 from storage.models import LockRow
 from storage.records import wall_clock
@@ -131,26 +132,30 @@ class Locks:
         try:
             yield
         finally:
-            await self.db.write(
-                lambda conn, _ctx: conn.execute(delete(_LOCKS).where(_LOCKS.c.name == name, _LOCKS.c.holder == holder))
-            )
+            await self.db.write(lambda conn, _ctx: conn.execute(_GIVE_BACK, {"n": name, "h": holder}))
 
 
 def _take_lease(conn: Connection, name: str, holder: str, lease_s: float) -> bool:
     # Real time, never the injected clock: other processes (with their own clocks) read these leases.
     now = wall_clock()
-    conn.execute(delete(_LOCKS).where(_LOCKS.c.name == name, _LOCKS.c.expires_at < now))
-    current = conn.execute(select(_LOCKS.c.holder).where(_LOCKS.c.name == name)).scalar_one_or_none()
+    conn.execute(_DROP_EXPIRED, {"n": name, "now": now})
+    current = conn.execute(_HOLDER, {"n": name}).scalar_one_or_none()
     if current is not None and is_dead(current):
         # A SQLite file is shared by processes on one host: a holder that no longer runs
         # (killed mid-action) gives its lease back now rather than at expiry.
-        conn.execute(delete(_LOCKS).where(_LOCKS.c.name == name, _LOCKS.c.holder == current))
-    taken = conn.execute(
-        sqlite_insert(_LOCKS)
-        .values(name=name, holder=holder, expires_at=now + timedelta(seconds=lease_s))
-        .on_conflict_do_nothing(index_elements=["name"])
-    )
+        conn.execute(_GIVE_BACK, {"n": name, "h": current})
+    taken = conn.execute(_TAKE, {"name": name, "holder": holder, "expires_at": now + timedelta(seconds=lease_s)})
     return bool(cast(CursorResult[Any], taken).rowcount == 1)
+
+
+# The lease's statements, built once (storage.fastsql).
+_AT = _LOCKS.c.expires_at.type
+_DROP_EXPIRED = prepared(
+    delete(_LOCKS).where(_LOCKS.c.name == bindparam("n"), _LOCKS.c.expires_at < bindparam("now", type_=_AT))
+)
+_HOLDER = prepared(select(_LOCKS.c.holder).where(_LOCKS.c.name == bindparam("n")))
+_GIVE_BACK = prepared(delete(_LOCKS).where(_LOCKS.c.name == bindparam("n"), _LOCKS.c.holder == bindparam("h")))
+_TAKE = prepared(sqlite_insert(_LOCKS).on_conflict_do_nothing(index_elements=["name"]))
 
 
 def _lock_not_available(exc: DBAPIError) -> bool:

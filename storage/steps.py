@@ -19,6 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from storage.audit import AuditEvent, append_audit_sync
 from storage.db import WriteContext
+from storage.fastsql import prepared
 from storage.holders import process_id
 from storage.models import ConfirmationRow, ConversationRow, JobRow, MessageRow, ProposalRow, RunRow, TokenUsageRow
 
@@ -296,16 +297,16 @@ def _insert_job(conn: Connection, job: NewJob, now: datetime) -> None:
 
 # Statements are built once (per shape) and reused: building and coercing Core
 # constructs was a third of a step's write cost.
-_INSERT_MSG = insert(_MSG)
-_INSERT_PROP = insert(_PROP)
-_INSERT_USAGE = insert(_USAGE)
-_EVENT_SEEN = (
+_INSERT_MSG = prepared(insert(_MSG))
+_INSERT_PROP = prepared(insert(_PROP))
+_INSERT_USAGE = prepared(insert(_USAGE))
+_EVENT_SEEN = prepared(
     select(_MSG.c.id).where(_MSG.c.conversation_id == bindparam("c"), _MSG.c.event_key == bindparam("k")).limit(1)
 )
-_SET_CONF_OUTCOME = (
+_SET_CONF_OUTCOME = prepared(
     update(_CONF).where(_CONF.c.id == bindparam("cid")).values(outcome=bindparam("outcome", type_=_CONF.c.outcome.type))
 )
-_UPDATE_OUTCOME = (
+_UPDATE_OUTCOME = prepared(
     update(_PROP)
     .where(_PROP.c.id == bindparam("o_id"))
     .values(
@@ -328,7 +329,7 @@ def _conversation_update(keys: frozenset[str]) -> Any:
         values["loaded_groups"] = bindparam("c_groups", type_=_CONV.c.loaded_groups.type)
     if "c_status" in keys:
         values["status"] = bindparam("c_status")
-    return stmt.values(**values).returning(_CONV.c.next_seq)
+    return prepared(stmt.values(**values).returning(_CONV.c.next_seq))
 
 
 @functools.cache
@@ -343,4 +344,4 @@ def _run_update(keys: frozenset[str]) -> Any:
         values["state"] = bindparam("r_state", type_=_RUN.c.state.type)
     if "r_pending" in keys:
         values["pending_ids"] = bindparam("r_pending", type_=_RUN.c.pending_ids.type)
-    return update(_RUN).where(_RUN.c.id == bindparam("r_id")).values(**values)
+    return prepared(update(_RUN).where(_RUN.c.id == bindparam("r_id")).values(**values))

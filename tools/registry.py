@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from tools.context import LOADABLE_GROUPS, ToolContext, ToolGroup
@@ -145,8 +146,16 @@ class Registry:
 
     def specs_for(self, groups: Iterable[str]) -> list[ToolSpec]:
         """Tool list in a stable order (registry order) so the cached prefix holds."""
-        wanted = {"always", *groups}
-        return [t.spec() for t in self.tools.values() if t.meta.group in wanted]
+        wanted = frozenset({"always", *groups})
+        specs = self._specs.get(wanted)
+        if specs is None:
+            specs = self._specs[wanted] = tuple(t.spec() for t in self.tools.values() if t.meta.group in wanted)
+        return list(specs)
+
+    @cached_property
+    def _specs(self) -> dict[frozenset[str], tuple[ToolSpec, ...]]:
+        # The registry never changes once built: its specs per set of groups are made once.
+        return {}
 
     def unloaded_listing(self, groups: Iterable[str]) -> str:
         """One line per loadable group not loaded yet, for the model."""
