@@ -125,6 +125,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "model_s": args.model_s,
         "ack_ms": summary(acks),
         "ack_p99_ms": sorted(acks)[min(n - 1, int(n * 0.99))],
+        # The slowest ack of each second of sending: a warm-up shows in the first, a stall anywhere.
+        "ack_max_ms_by_second": [
+            round(max(acks[int(s * args.rate) : int((s + 1) * args.rate)] or [0.0]), 1)
+            for s in range(int(args.seconds))
+        ],
         "floor_healthz_ms": summary(floor),
         "non_200": sum(1 for s in statuses if s != 200),
         "lost": n - replied,
@@ -152,6 +157,7 @@ def report(f: dict[str, Any]) -> None:
         f"  ack      p50 {a['median']:.1f} ms  p95 {a['p95']:.1f} ms"
         f"  p99 {f['ack_p99_ms']:.1f} ms  max {a['max']:.1f} ms"
     )
+    print(f"  slowest ack in each second of sending (ms): {f['ack_max_ms_by_second']}")
     print(f"  floor    /healthz p50 {h['median']:.1f} ms  p95 {h['p95']:.1f} ms  max {h['max']:.1f} ms")
     print(f"  ratio    ack p50 / floor p50 = {a['median'] / max(h['median'], 1e-9):.1f}x")
     print(f"  non-200 {f['non_200']}, replies lost {f['lost']}, duplicated {f['duplicated']}")

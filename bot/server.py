@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hmac
 import logging
 import signal
@@ -146,6 +147,7 @@ async def serve(
     main_metrics = None if metrics_listen is not None else metrics_render
     runner = web.AppRunner(make_web_app(app, metrics_render=main_metrics, extra_routes=extra_routes), access_log=None)
     await runner.setup()
+    settle_heap()
     runners = [runner]
     task: asyncio.Task[None] | None = None
     try:
@@ -179,9 +181,20 @@ async def serve(
         log.info("stopped")
 
 
+def settle_heap() -> None:
+    """Move everything loaded at start-up out of the garbage collector's sight (``gc.freeze``).
+
+    The libraries' import-time objects (the SDKs' hundreds of thousands of type objects and
+    schemas) never die, yet every full collection walked them: a quarter-second pause of the
+    event loop a few seconds into serving, which Slack's acknowledgements waited behind.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def _log_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("the worker stopped with an error", exc_info=task.exception())
 
 
-__all__ = ["METRICS_CONTENT_TYPE", "errors", "make_metrics_app", "make_web_app", "serve"]
+__all__ = ["METRICS_CONTENT_TYPE", "errors", "make_metrics_app", "make_web_app", "serve", "settle_heap"]

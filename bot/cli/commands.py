@@ -487,6 +487,7 @@ async def _serve(settings: Settings, args: argparse.Namespace) -> int:
 async def _socket(settings: Settings) -> int:
     from bot.app import create_app
     from bot.logging import configure_logging
+    from bot.server import settle_heap
     from bot.slack.socket import run_socket
 
     if not (settings.slack_bot_token and settings.slack_app_token):
@@ -494,6 +495,7 @@ async def _socket(settings: Settings) -> int:
     settings.require_model("socket")
     configure_logging(json=True)
     app = await create_app(settings)
+    settle_heap()
     stop = asyncio.Event()
     refresher = asyncio.create_task(app.policy_refresher().run(stop), name="signoff-policy")
     try:
@@ -510,9 +512,11 @@ async def _worker(settings: Settings) -> int:
 
     from bot.app import create_app
     from bot.logging import configure_logging
+    from bot.server import settle_heap
 
     configure_logging(json=True)
     app = await create_app(settings)
+    settle_heap()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
