@@ -331,6 +331,8 @@ def server_cmd_profile(server: Any) -> None:
     """Start the server under cProfile (``bench/profile_serve.py`` wraps ``signoff serve``)."""
     import types
 
+    from tests.slack_kit import until_healthy
+
     async def start(self: Any) -> None:
         log = self._open_log()
         self.proc = await asyncio.create_subprocess_exec(
@@ -345,16 +347,8 @@ def server_cmd_profile(server: Any) -> None:
             stderr=log,
         )
         log.close()
-        async with aiohttp.ClientSession() as session:
-            for _ in range(600):
-                try:
-                    async with session.get(f"{self.url}/healthz") as r:
-                        if r.status == 200:
-                            return
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.05)
-        raise AssertionError("signoff serve did not come up")
+        if not await until_healthy(self.url, tries=600):
+            raise AssertionError("signoff serve did not come up")
 
     server.start = types.MethodType(start, server)
 

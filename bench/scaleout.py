@@ -57,7 +57,16 @@ from bench.common import PG_URL_ENV, environment, over_rounds, summary, write_re
 from bot.api.auth import make_token  # noqa: E402
 from bot.slack.recording import FakeSlackApi  # noqa: E402
 from tests.fakes.anthropic_api import FakeAnthropicAPI, text_turn, tool_turn  # noqa: E402
-from tests.slack_kit import DEMO, POLICY, SIGNOFF, env_for, event_body, run_cli, signed_headers  # noqa: E402
+from tests.slack_kit import (  # noqa: E402
+    DEMO,
+    POLICY,
+    SIGNOFF,
+    env_for,
+    event_body,
+    run_cli,
+    signed_headers,
+    until_healthy,
+)
 from tests.test_api_serve import free_port  # noqa: E402
 
 JWT_SECRET = "bench-jwt-secret-that-is-long-enough-for-hs256"
@@ -199,16 +208,8 @@ class Proc:
             )
         if self.port is None:
             return
-        async with aiohttp.ClientSession() as session:
-            for _ in range(600):
-                try:
-                    async with session.get(f"{self.url}/healthz") as r:
-                        if r.status == 200:
-                            return
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.05)
-        raise RuntimeError(f"signoff {' '.join(self.args)} did not come up; see {self.log}")
+        if not await until_healthy(self.url, tries=600):
+            raise RuntimeError(f"signoff {' '.join(self.args)} did not come up; see {self.log}")
 
     def cpu_s(self) -> float:
         """User + system CPU seconds the process used so far (from /proc)."""

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase, Session
 
 from storage.fastsql import FastConnection
-from storage.inline import BUSY, NOT_RUN, RawPath, inline_connect, is_busy
+from storage.inline import BUSY, BUSY_POLL_S, NOT_RUN, RawPath, inline_connect, is_busy
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +224,11 @@ class SyncWriter:
             if ran:
                 return result  # type: ignore[return-value]
             self.handoffs += 1
+            for delay in BUSY_POLL_S:  # another process writes: poll for the lock here first
+                await asyncio.sleep(delay)
+                ran, result = self._inline_tx(fn, ctx)
+                if ran:
+                    return result  # type: ignore[return-value]
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self._tx, fn, ctx)
 

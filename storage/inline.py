@@ -17,6 +17,7 @@ lock at once, else on the writer thread.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -27,6 +28,13 @@ import aiosqlite
 import aiosqlite.core
 
 from storage import fastsql
+
+#: When the file is busy (another process writes), how long to wait between tries on the loop
+#: before the connection's thread takes over with the long timeout: about a second of polling
+#: a few milliseconds apart. SQLite's own busy handler sleeps in steps growing to 100 ms, so a
+#: writer that waited there started up to 100 ms after the lock came free (Slack's acks, with
+#: the worker in another process on the same file, waited behind it).
+BUSY_POLL_S = (0.0005, 0.001, 0.002) + (0.004,) * 250
 
 #: The long busy timeout (ms), used only off the event loop's thread.
 PATIENT_MS = 30_000
@@ -73,6 +81,13 @@ class InlineConnection(aiosqlite.Connection):
             if not is_busy(exc) or (many and was_in_tx):
                 raise
         InlineConnection.handoffs += 1
+        for delay in BUSY_POLL_S:
+            await asyncio.sleep(delay)
+            try:
+                return fn(*args, **kwargs)
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise
         return await super()._execute(_patiently, conn, partial(fn, *args, **kwargs))
 
 

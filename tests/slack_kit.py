@@ -223,6 +223,20 @@ async def run_cli(env: dict[str, str], *args: str) -> tuple[int, str]:
     return proc.returncode or 0, out.decode()
 
 
+async def until_healthy(url: str, *, tries: int = 400) -> bool:
+    """Poll ``url``/healthz every 50 ms until it answers 200 (an external process gives no other signal)."""
+    async with aiohttp.ClientSession() as session:
+        for _ in range(tries):
+            try:
+                async with session.get(f"{url}/healthz") as r:
+                    if r.status == 200:
+                        return True
+            except aiohttp.ClientConnectionError:
+                pass
+            await asyncio.sleep(0.05)
+    return False
+
+
 class Serve:
     """One ``signoff serve`` subprocess on its own port."""
 
@@ -248,16 +262,8 @@ class Serve:
             str(SIGNOFF), "serve", "--port", str(self.port), *self.args, env=self.env, stdout=log, stderr=log
         )
         log.close()  # the child holds its own copy
-        async with aiohttp.ClientSession() as session:
-            for _ in range(400):
-                try:
-                    async with session.get(f"{self.url}/healthz") as r:
-                        if r.status == 200:
-                            return
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.05)
-        raise AssertionError("signoff serve did not come up")
+        if not await until_healthy(self.url):
+            raise AssertionError("signoff serve did not come up")
 
     async def post(self, body: str, headers: dict[str, str], *, form: bool = False) -> int:
         kind = "application/x-www-form-urlencoded" if form else "application/json"
