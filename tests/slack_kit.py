@@ -263,6 +263,7 @@ class Serve:
         )
         log.close()  # the child holds its own copy
         if not await until_healthy(self.url):
+            await self.kill()  # never leave a server running behind a failed test
             raise AssertionError("signoff serve did not come up")
 
     async def post(self, body: str, headers: dict[str, str], *, form: bool = False) -> int:
