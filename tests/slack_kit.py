@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 import aiohttp
 from slack_sdk.signature import SignatureVerifier
 
-from tests.fakes.anthropic_api import text_turn, tool_turn
+from tests.fakes.anthropic_api import refund_script, text_turn, tool_turn, tool_uses
 from tests.fakes.slack_api import BOT_USER_ID, TEAM_ID
 from tests.test_api_serve import free_port
 
@@ -40,11 +40,7 @@ REFUND = {
     "reason_code": "damaged",
     "evidence": ["refund-policy@7#window"],
 }
-SCRIPT = [
-    ("load_tools", {"group": "billing"}),
-    ("search_knowledge", {"query": "refund window damaged"}),
-    ("issue_refund", REFUND),
-]
+SCRIPT = refund_script(REFUND)
 
 
 def signed_headers(body: str, *, secret: str = SIGNING_SECRET, at: int | None = None, **extra: str) -> dict[str, str]:
@@ -171,13 +167,7 @@ def button_value(blocks: Any, action_id: str) -> str | None:
 
 def planner(body: dict[str, Any]) -> dict[str, Any]:
     """Stateless: the next call of the refund script, then text that says where things stand."""
-    uses = sum(
-        1
-        for m in body["messages"]
-        if isinstance(m["content"], list)
-        for b in m["content"]
-        if b.get("type") == "tool_use"
-    )
+    uses = tool_uses(body["messages"])
     last = json.dumps(body["messages"][-1])
     if "refund" in json.dumps(body["messages"]).lower() and uses < len(SCRIPT):
         return tool_turn(*SCRIPT[uses])

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests.fakes.anthropic_api import refund_script, tool_uses
 from tests.fakes.bot_connector import APP_ID, TENANT_ID, TokenIssuer, card_action_activity, message_activity
 
 DEMO = Path(__file__).resolve().parents[1] / "sandbox" / "data" / "demo.json"
@@ -27,11 +28,7 @@ REFUND = {
     "reason_code": "damaged",
     "evidence": ["refund-policy@7#window"],
 }
-SCRIPT = [
-    ("load_tools", {"group": "billing"}),
-    ("search_knowledge", {"query": "refund window damaged"}),
-    ("issue_refund", REFUND),
-]
+SCRIPT = refund_script(REFUND)
 
 
 def dataset_file(tmp: Path) -> Path:
@@ -61,13 +58,7 @@ def teams_env(*, issuer: TokenIssuer, connector_url: str) -> dict[str, str]:
 
 def planner_reply(messages: list[dict[str, Any]]) -> tuple[str, dict[str, Any]] | str:
     """Stateless (the same after a restart): the next call of the script, then text."""
-    uses = sum(
-        1
-        for m in messages
-        if isinstance(m.get("content"), list)
-        for b in m["content"]
-        if isinstance(b, dict) and b.get("type") == "tool_use"
-    )
+    uses = tool_uses(messages)
     if uses < len(SCRIPT):
         return SCRIPT[uses]
     last = json.dumps(messages[-1]) if messages else ""

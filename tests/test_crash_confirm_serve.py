@@ -28,7 +28,7 @@ import pytest
 import pytest_asyncio
 
 from bot.api.auth import make_token
-from tests.fakes.anthropic_api import FakeAnthropicAPI, text_turn, tool_turn
+from tests.fakes.anthropic_api import FakeAnthropicAPI, refund_script, text_turn, tool_turn, tool_uses
 from tests.slack_kit import Serve as Server
 from tests.slack_kit import run_cli as _run
 
@@ -44,24 +44,14 @@ REFUND = {
 }
 #: Milliseconds between writing the confirm request and the SIGKILL.
 DELAYS_MS = [0, 3, 6, 9, 12, 15, 18, 21, 25, 30, 35, 40, 50, 60, 70, 85, 100]
-SCRIPT = [
-    ("load_tools", {"group": "billing"}),
-    ("search_knowledge", {"query": "refund window damaged"}),
-    ("issue_refund", REFUND),
-]
+SCRIPT = refund_script(REFUND)
 
 pytestmark = pytest.mark.skipif(not SIGNOFF.exists(), reason="the signoff console script is not installed")
 
 
 def planner(body: dict[str, Any]) -> dict[str, Any]:
     """Stateless, so it answers the same after a restart: the next call of the script, then text."""
-    uses = sum(
-        1
-        for m in body["messages"]
-        if isinstance(m["content"], list)
-        for b in m["content"]
-        if b.get("type") == "tool_use"
-    )
+    uses = tool_uses(body["messages"])
     if uses < len(SCRIPT):
         return tool_turn(*SCRIPT[uses])
     return text_turn(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +16,11 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import func, select
 
-from bot.app import App, create_app, demo_dataset_path
+from bot.app import App, create_app
+from bot.cli.slack_demo import demo_database
 from bot.server import make_web_app
 from bot.settings import load_settings
-from sandbox.dataset import load_dataset_file
-from sandbox.io import load_dataset
 from sandbox.models import StoreRefundRow
-from sandbox.schema import upgrade
-from storage.db import create_database
 from storage.models import InboundRow
 from tests.fakes.slack_api import BOT_USER_ID, FakeSlackApi, SeenMessage
 from tests.slack_kit import (
@@ -80,11 +76,7 @@ class World:
 
 @pytest_asyncio.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'face.db'}"
-    await upgrade(url)
-    db = create_database(url)
-    await load_dataset(db, load_dataset_file(demo_dataset_path()), rebase_to=datetime.now(UTC).replace(microsecond=0))
-    await db.dispose()
+    url = await demo_database(tmp_path / "face.db")
     async with FakeSlackApi() as slack:
         settings = load_settings(
             {
@@ -240,11 +232,7 @@ async def test_bots_edits_and_bystanders_in_an_assist_thread_are_ignored(world: 
 
 
 async def test_the_oauth_install_serves_another_workspace_with_its_own_token(tmp_path: Path) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'oauth.db'}"
-    await upgrade(url)
-    db = create_database(url)
-    await load_dataset(db, load_dataset_file(demo_dataset_path()), rebase_to=datetime.now(UTC).replace(microsecond=0))
-    await db.dispose()
+    url = await demo_database(tmp_path / "oauth.db")
     async with FakeSlackApi() as slack:
         settings = load_settings(
             {

@@ -103,17 +103,21 @@ def _show(who: str, text: str) -> None:
     print(text)
 
 
+async def demo_database(path: Path) -> str:
+    """A migrated SQLite file at ``path`` holding the demo dataset, rebased to now; its URL."""
+    url = f"sqlite+aiosqlite:///{path}"
+    await upgrade(url)
+    db = create_database(url)
+    await load_dataset(db, load_dataset_file(demo_dataset_path()), rebase_to=datetime.now(UTC).replace(microsecond=0))
+    await db.dispose()
+    return url
+
+
 async def run_slack_demo() -> int:
     """Run the scenario; 0 when it went as it should and the audit chain verifies."""
     print("signoff demo --slack — the real Bolt app, a local recording Slack API, the scripted planner")
     with tempfile.TemporaryDirectory(prefix="signoff-slack-demo-") as tmp:
-        url = f"sqlite+aiosqlite:///{Path(tmp) / 'demo.db'}"
-        await upgrade(url)
-        db = create_database(url)
-        await load_dataset(
-            db, load_dataset_file(demo_dataset_path()), rebase_to=datetime.now(UTC).replace(microsecond=0)
-        )
-        await db.dispose()
+        url = await demo_database(Path(tmp) / "demo.db")
         async with FakeSlackApi() as api:
             settings = load_settings(
                 {

@@ -86,6 +86,26 @@ def tool_turn(name: str, input: dict[str, Any], *, id: str | None = None, text: 
     return {"content": content}
 
 
+def tool_uses(messages: list[dict[str, Any]]) -> int:
+    """How many ``tool_use`` blocks a request's messages hold (a stateless planner's position)."""
+    return sum(
+        1
+        for m in messages
+        if isinstance(m.get("content"), list)
+        for b in m["content"]
+        if isinstance(b, dict) and b.get("type") == "tool_use"
+    )
+
+
+def refund_script(refund: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The scenarios' refund plan: load billing, cite the refund policy, issue ``refund``."""
+    return [
+        ("load_tools", {"group": "billing"}),
+        ("search_knowledge", {"query": "refund window damaged"}),
+        ("issue_refund", refund),
+    ]
+
+
 def api_error(status: int, message: str = "boom", *, retry_after: str | None = None) -> Reply:
     """A responder reply: an API error (429 rate_limit, 529 overloaded, 5xx api_error, …)."""
     kinds = {
