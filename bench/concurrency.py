@@ -309,9 +309,9 @@ async def backend(name: str, db_url: str, model: ModelProcess, args: argparse.Na
         def log_path(self) -> Path:  # a PostgreSQL URL names no file to put it beside
             return tmp / f"{name}.log"
 
-    server = BenchServe(env)
-    if args.profile:
-        server_cmd_profile(server)
+    # Under cProfile, bench/profile_serve.py wraps `signoff serve`.
+    profiled = (sys.executable, str(ROOT / "bench" / "profile_serve.py"), env.get("SIGNOFF_BENCH_PROFILE", ""))
+    server = BenchServe(env, command=profiled) if args.profile else BenchServe(env)
     await server.start()
     assert server.proc is not None
     try:
@@ -325,32 +325,6 @@ async def backend(name: str, db_url: str, model: ModelProcess, args: argparse.Na
     if args.profile:
         figures["profile_top"] = profile_top(args.profile_dir / f"{name}.prof")
     return figures
-
-
-def server_cmd_profile(server: Any) -> None:
-    """Start the server under cProfile (``bench/profile_serve.py`` wraps ``signoff serve``)."""
-    import types
-
-    from tests.slack_kit import until_healthy
-
-    async def start(self: Any) -> None:
-        log = self._open_log()
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(ROOT / "bench" / "profile_serve.py"),
-            self.env["SIGNOFF_BENCH_PROFILE"],
-            "serve",
-            "--port",
-            str(self.port),
-            env=self.env,
-            stdout=log,
-            stderr=log,
-        )
-        log.close()
-        if not await until_healthy(self.url, tries=600):
-            raise AssertionError("signoff serve did not come up")
-
-    server.start = types.MethodType(start, server)
 
 
 def profile_top(path: Path, n: int = 25) -> list[str]:

@@ -131,7 +131,7 @@ class LostRace(Exception):
 def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: datetime) -> int | None:
     """Apply ``step``; the conversation's next seq, or ``None`` when ``event_key`` was already there."""
     # Core statements, batched: this runs once or twice per agent step, and
-    # the runtime's own cost per step is a design target (bench/step_cost.py).
+    # the runtime's own cost per step is a design target (bench/overhead.py).
     if (
         step.event_key is not None
         and conn.execute(_EVENT_SEEN, {"c": step.conversation_id, "k": step.event_key}).first() is not None

@@ -230,8 +230,11 @@ async def until_healthy(url: str, *, tries: int = 400) -> bool:
 class Serve:
     """One ``signoff serve`` subprocess on its own port."""
 
-    def __init__(self, env: dict[str, str], *, args: tuple[str, ...] = ()) -> None:
-        self.env, self.port, self.args = env, free_port(), args
+    def __init__(
+        self, env: dict[str, str], *, args: tuple[str, ...] = (), command: tuple[str, ...] = (str(SIGNOFF),)
+    ) -> None:
+        """``command`` runs ``signoff`` (a wrapper such as a profiler may stand in front of it)."""
+        self.env, self.port, self.args, self.command = env, free_port(), args, command
         self.proc: asyncio.subprocess.Process | None = None
 
     @property
@@ -249,7 +252,7 @@ class Serve:
     async def start(self) -> None:
         log = self._open_log()
         self.proc = await asyncio.create_subprocess_exec(
-            str(SIGNOFF), "serve", "--port", str(self.port), *self.args, env=self.env, stdout=log, stderr=log
+            *self.command, "serve", "--port", str(self.port), *self.args, env=self.env, stdout=log, stderr=log
         )
         log.close()  # the child holds its own copy
         if not await until_healthy(self.url):
