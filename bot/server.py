@@ -64,11 +64,13 @@ def make_web_app(
     web_app.router.add_get("/metrics", metrics)
     web_app.router.add_post("/email/inbound", email_bridge.inbound)
     api.add_routes(web_app)
-    if app.slack is not None:
+    if app.slack is not None and app.slack.config.signing_secret:
         from bot.slack.bolt import build_bolt
         from bot.slack.bolt import routes as slack_routes
 
-        web_app.router.add_routes(slack_routes(build_bolt(app.slack)))
+        web_app.router.add_routes(slack_routes(build_bolt(app.slack), app.slack.config.signing_secret))
+    elif app.slack is not None:
+        log.info("Slack without SLACK_SIGNING_SECRET: Socket Mode only, no /slack/* route")
     # The faces' own endpoints, when configured (Teams: POST /teams/messages).
     web_app.router.add_routes([*app.http_routes, *extra_routes])
     return web_app

@@ -196,7 +196,9 @@ class Settings(BaseSettings):
     def _slack(self) -> Settings:
         if self.slack_client_id and not self.slack_client_secret:
             raise ValueError("SLACK_CLIENT_SECRET: required when SLACK_CLIENT_ID is set (OAuth install)")
-        if (self.slack_bot_token or self.slack_client_id) and not (self.slack_signing_secret or self.slack_app_token):
+        if self.slack_client_id and not self.slack_signing_secret:
+            raise ValueError("SLACK_SIGNING_SECRET: required with SLACK_CLIENT_ID (the OAuth install is over HTTP)")
+        if self.slack_bot_token and not (self.slack_signing_secret or self.slack_app_token):
             raise ValueError(
                 "SLACK_SIGNING_SECRET: required for the Slack app over HTTP (or SLACK_APP_TOKEN for Socket Mode)"
             )

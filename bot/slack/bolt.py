@@ -76,7 +76,9 @@ def build_bolt(face: SlackFace) -> AsyncApp:
         client=AsyncWebClient(base_url=cfg.base_url or AsyncWebClient.BASE_URL),
         signing_secret=cfg.signing_secret,
         process_before_response=True,
-        request_verification_enabled=cfg.signing_secret is not None,
+        # Always on: an HTTP request without Slack's signature is 401 (Socket Mode envelopes
+        # skip it, Slack authenticated the WebSocket); `routes` refuses to mount without a secret.
+        request_verification_enabled=True,
         oauth_settings=oauth,
         authorize=None if oauth is not None else LocalAuthorize(face),  # type: ignore[arg-type]  # an AsyncAuthorize is accepted
         # The legacy assistant side panel and the agent Messages tab are handled by our own listeners.
@@ -129,9 +131,17 @@ def events_route(app: AsyncApp) -> web.RouteDef:
     return web.post("/slack/events", handle)
 
 
-def routes(app: AsyncApp) -> list[web.RouteDef]:
+class UnsignedSlack(ValueError):
+    """A Slack HTTP route was asked for without ``SLACK_SIGNING_SECRET``."""
+
+
+def routes(app: AsyncApp, signing_secret: str | None) -> list[web.RouteDef]:
     """``/slack/events``, and with the OAuth install flow ``GET /slack/install`` and
-    ``GET /slack/oauth_redirect`` (Bolt's flow: one-time state, installation stored in our database)."""
+    ``GET /slack/oauth_redirect`` (Bolt's flow: one-time state, installation stored in our database).
+
+    Never without a signing secret: Slack's HTTP requests are only ever believed signed."""
+    if not signing_secret:
+        raise UnsignedSlack("SLACK_SIGNING_SECRET: required for any Slack HTTP route (Socket Mode mounts none)")
     out = [events_route(app)]
     flow = app.oauth_flow
     if flow is not None:
