@@ -3,6 +3,12 @@
 Safe with several workers on one database: jobs are claimed with ``SKIP
 LOCKED`` (PostgreSQL) or an atomic ``UPDATE … RETURNING`` (SQLite), approval
 transitions are compare-and-set, and every write goes through the ledger.
+
+Each job runs within a time budget (``job_budget_s``): past it, it is cancelled and the
+attempt counts as failed; its claim's lease outlasts the budget, so no other claim takes a
+job that is still running. A job that fails ``max_attempts`` times (a raise, the budget, or
+its process dying while it ran) is quarantined — terminal, logged, listed by ``signoff jobs``
+— never retried forever or on every restart.
 """
 
 from __future__ import annotations
@@ -43,6 +49,15 @@ class WorkerConfig:
     concurrency: int = 32
     #: How often ``checkpoint`` runs (signing the audit head); ``None``: never.
     checkpoint_every_s: float | None = None
+    #: The longest one job may run before it is cancelled (a failed attempt).
+    job_budget_s: float = 300.0
+    #: Attempts (claims) before a job is quarantined.
+    max_attempts: int = 5
+
+    @property
+    def lease_s(self) -> float:
+        """A claim's lease: past the budget, so a job still within it is never claimed twice."""
+        return self.job_budget_s + 30.0
 
 
 class Worker:
@@ -78,16 +93,32 @@ class Worker:
             if expired:
                 log.info("expired %d approvals", expired)
         await self._maybe_checkpoint(loop.time())
-        return await self.rt.s.jobs.claim(self.worker_id, kinds=[RESUME_JOB, CONFIRM_JOB, *self.handlers], limit=limit)
+        return await self.rt.s.jobs.claim(
+            self.worker_id,
+            kinds=[RESUME_JOB, CONFIRM_JOB, *self.handlers],
+            limit=limit,
+            lease_s=self.config.lease_s,
+            max_attempts=self.config.max_attempts,
+        )
 
     async def _run(self, job: Job) -> None:
+        budget = self.config.job_budget_s
         try:
-            await self._handle(job)
+            async with asyncio.timeout(budget):
+                await self._handle(job)
+        except TimeoutError:
+            log.error("job %s (%s) ran over its %g s budget and was cancelled", job.id, job.kind, budget)
+            await self._fail(job, f"over its time budget of {budget:g} s")
         except Exception as exc:
             log.exception("job %s failed", job.id)
-            await self.rt.s.jobs.fail(job.id, f"{type(exc).__name__}: {exc}"[:500])
+            await self._fail(job, f"{type(exc).__name__}: {exc}"[:500])
         else:
             await self.rt.s.jobs.complete(job.id)
+
+    async def _fail(self, job: Job, error: str) -> None:
+        status = await self.rt.s.jobs.fail(job.id, error, max_attempts=self.config.max_attempts)
+        if status == "quarantined":
+            log.error("job %s (%s) quarantined after %d attempts: %s", job.id, job.kind, job.attempts, error)
 
     async def _handle(self, job: Job) -> None:
         match job.kind:
@@ -117,6 +148,9 @@ class Worker:
         released = await self.rt.s.jobs.release_abandoned(is_dead)
         if released:
             log.info("took over %d jobs of a process that died", released)
+        quarantined = await self.rt.s.jobs.quarantined()
+        if quarantined:
+            log.warning("%d jobs are quarantined (newest %s); see `signoff jobs`", len(quarantined), quarantined[0].id)
         await recover(self.rt, orphan_after_s=self.config.orphan_after_s)
         running: set[asyncio.Task[None]] = set()
         done = asyncio.Event()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -167,16 +167,18 @@ class App:
         """The worker: resume and expiry, the faces' accepted messages, and audit checkpoints
         on the configured schedule."""
         handlers = {INBOUND_JOB: self.handle_inbound}
-        every = self.settings.checkpoint_every_s if self.settings is not None else None
+        s = self.settings
+        every = s.checkpoint_every_s if s is not None else None
+        config = WorkerConfig(checkpoint_every_s=every)
+        if s is not None:
+            config = replace(config, job_budget_s=s.signoff_job_budget_s, max_attempts=s.signoff_job_max_attempts)
         if every is None:
-            return Worker(self.runtime, handlers=handlers)
+            return Worker(self.runtime, config=config, handlers=handlers)
 
         async def checkpoint() -> None:
             await self.audit_checkpoint(skip_if_unchanged=True)
 
-        return Worker(
-            self.runtime, config=WorkerConfig(checkpoint_every_s=every), checkpoint=checkpoint, handlers=handlers
-        )
+        return Worker(self.runtime, config=config, checkpoint=checkpoint, handlers=handlers)
 
     async def handle_inbound(self, job: Job) -> None:
         """One accepted message's job: its face runs the turn and delivers (each step resumable)."""

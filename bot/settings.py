@@ -73,6 +73,10 @@ class Settings(BaseSettings):
     signoff_audit_key_file: Path | None = None
     signoff_audit_checkpoint_file: Path | None = None
     signoff_audit_checkpoint_every_s: float | None = None
+    #: Seconds one background job (a turn, a resume) may run before it is cancelled as a failed attempt.
+    signoff_job_budget_s: float = Field(default=300.0, gt=0, le=3600)
+    #: Failed attempts before a job is quarantined (terminal; listed by ``signoff jobs``).
+    signoff_job_max_attempts: int = Field(default=5, ge=1, le=100)
     signoff_metrics_token: str | None = None
     signoff_metrics_addr: str | None = None
     signoff_smtp_url: str | None = None

@@ -3,7 +3,10 @@
 A row per (channel, external id). ``start`` stores a code's hash and expiry for the
 customer it would link to (replacing an earlier one); ``attempt`` compares a typed code,
 counting attempts, and links on a match; ``linked`` reads the verified link. Codes are
-never stored in clear.
+never stored in clear. The attempts are counted over a window (``attempts_window``), not
+per code: asking for a new code does not give five more guesses. ``request`` caps how often
+codes are asked for, per address and per requester (``link_requests``), whether or not the
+address is on file, so the answer never tells which.
 """
 
 from __future__ import annotations
@@ -15,10 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from storage.db import Database
-from storage.models import IdentityRow
+from storage.models import IdentityRow, LinkRequestRow
 from storage.records import aware, wall_clock
 
 Clock = Callable[[], datetime]
@@ -28,6 +31,20 @@ AttemptOutcome = Literal["linked", "wrong", "expired", "locked", "none"]
 def code_hash(external_id: str, code: str) -> str:
     """The stored form of a code: bound to the account it was sent for."""
     return hashlib.sha256(f"{external_id}\x00{code.strip().upper()}".encode()).hexdigest()
+
+
+def address_hash(address: str) -> str:
+    """How a requested address is kept (counted, never stored in clear)."""
+    return hashlib.sha256(address.strip().lower().encode()).hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CodeCaps:
+    """How many codes may be asked for within ``window``: per address and per requester."""
+
+    per_address: int = 3
+    per_requester: int = 5
+    window: timedelta = timedelta(hours=1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,10 +58,38 @@ class Attempt:
 class IdentityLinks:
     """Repository over ``identities``."""
 
-    def __init__(self, db: Database, *, clock: Clock | None = None, max_attempts: int = 5) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        clock: Clock | None = None,
+        max_attempts: int = 5,
+        attempts_window: timedelta = timedelta(hours=24),
+    ) -> None:
         self._db = db
         self._clock = clock or wall_clock
         self.max_attempts = max_attempts
+        self.attempts_window = attempts_window
+
+    async def request(self, channel: str, requester: str, address: str, caps: CodeCaps) -> bool:
+        """Count one request for a code to ``address`` by ``requester``; ``False`` (nothing
+        counted) once either has asked ``caps`` times within the window."""
+        now = self._clock()
+        since = now - caps.window
+        digest = address_hash(address)
+        by_requester = select(func.count(LinkRequestRow.id)).where(
+            LinkRequestRow.channel == channel, LinkRequestRow.requester == requester, LinkRequestRow.created_at >= since
+        )
+        by_address = select(func.count(LinkRequestRow.id)).where(
+            LinkRequestRow.address_hash == digest, LinkRequestRow.created_at >= since
+        )
+        async with self._db.sessions() as s, s.begin():
+            if (await s.execute(by_requester)).scalar_one() >= caps.per_requester:
+                return False
+            if (await s.execute(by_address)).scalar_one() >= caps.per_address:
+                return False
+            s.add(LinkRequestRow(channel=channel, requester=requester, address_hash=digest, created_at=now))
+        return True
 
     async def linked(self, channel: str, external_id: str) -> str | None:
         """The customer this outside account is verified as, if any."""
@@ -72,7 +117,9 @@ class IdentityLinks:
             row.principal_id = customer_id
             row.link_code_hash = code_hash(external_id, code)
             row.link_expires_at = now + timedelta(seconds=ttl_s)
-            row.link_attempts = 0
+            window_at = aware(row.link_window_at)
+            if window_at is None or window_at + self.attempts_window <= now:
+                row.link_window_at, row.link_attempts = now, 0  # a new window: the count starts again
 
     async def pending(self, channel: str, external_id: str) -> bool:
         """A code is out and may still be typed."""
@@ -111,4 +158,4 @@ class IdentityLinks:
         return result.scalars().first()  # type: ignore[no-any-return]
 
 
-__all__ = ["Attempt", "AttemptOutcome", "IdentityLinks", "code_hash"]
+__all__ = ["Attempt", "AttemptOutcome", "CodeCaps", "IdentityLinks", "address_hash", "code_hash"]

@@ -5,7 +5,10 @@ lease that ends at ``run_after = now + lease_s``. A worker that dies leaves a
 ``running`` job whose lease expires, and the next claim takes it again, so
 handlers must be idempotent (they are: every write goes through the ledger).
 ``complete`` makes it ``done``; ``fail`` requeues it with backoff or, after
-``max_attempts`` claims, makes it ``failed``.
+``max_attempts`` claims, *quarantines* it: ``quarantined`` is terminal (no claim, no
+restart runs it again) and listed for the operator (``quarantined``, ``signoff jobs``).
+A job whose process died (or stalled past its lease) on its last attempt is quarantined
+by the next claim.
 
 Claims are race-free on both databases: PostgreSQL takes rows with
 ``SELECT … FOR UPDATE SKIP LOCKED``; SQLite (transactions already ``BEGIN
@@ -28,7 +31,7 @@ from storage.db import Database, WriteContext
 from storage.models import JobRow
 from storage.records import wall_clock
 
-JobStatus = Literal["queued", "running", "done", "failed"]
+JobStatus = Literal["queued", "running", "done", "quarantined"]
 Clock = Callable[[], datetime]
 
 _JOBS = cast(Table, JobRow.__table__)
@@ -153,7 +156,7 @@ class JobQueue:
 
         Due means queued with ``run_after <= now``, or running with an expired
         lease. Each claim counts as an attempt; a job whose lease expires after
-        ``max_attempts`` claims is made ``failed`` instead of being run again.
+        ``max_attempts`` claims is quarantined instead of being run again.
         """
         now = self._now()
         due = and_(_JOBS.c.status.in_(_ACTIVE), _JOBS.c.run_after <= now)
@@ -216,7 +219,7 @@ class JobQueue:
     ) -> JobStatus | None:
         """Record a failed attempt: requeue after ``retry_in_s`` (default
         :func:`default_backoff`) or, once ``max_attempts`` claims are used,
-        mark it ``failed``. Returns the new status, or ``None`` if the job is
+        quarantine it. Returns the new status, or ``None`` if the job is
         not running (or, with ``worker_id``, not held by that worker)."""
         now = self._now()
         find = select(_JOBS.c.attempts).where(_JOBS.c.id == job_id, _JOBS.c.status == "running")
@@ -227,7 +230,7 @@ class JobQueue:
             attempts = conn.execute(find.with_for_update()).scalar_one_or_none()
             if attempts is None:
                 return None
-            status: JobStatus = "failed" if attempts >= max_attempts else "queued"
+            status: JobStatus = "quarantined" if attempts >= max_attempts else "queued"
             values: dict[str, Any] = {"status": status, "last_error": error, "locked_by": None}
             if status == "queued":
                 delay = default_backoff(attempts) if retry_in_s is None else retry_in_s
@@ -239,12 +242,28 @@ class JobQueue:
         return status
 
     async def pending_count(self, *, kinds: Sequence[str] | None = None) -> int:
-        """Jobs not yet done or failed (queued or running)."""
+        """Jobs not yet done or quarantined (queued or running)."""
         stmt = select(func.count()).select_from(_JOBS).where(_JOBS.c.status.in_(_ACTIVE))
         if kinds is not None:
             stmt = stmt.where(_JOBS.c.kind.in_(list(kinds)))
         async with self._db.sessions() as s, s.begin():
             return int((await s.execute(stmt)).scalar_one())
+
+    async def quarantined(self, *, limit: int = 100) -> list[Job]:
+        """Jobs given up on (newest first): what an operator looks at (``signoff jobs``)."""
+        stmt = select(_JOBS).where(_JOBS.c.status == "quarantined").order_by(_JOBS.c.id.desc()).limit(limit)
+        async with self._db.reader() as s:
+            return [_job(r) for r in (await s.execute(stmt)).all()]
+
+    async def requeue(self, job_id: int) -> bool:
+        """An operator's retry of a quarantined job: queued now, its attempts counted afresh."""
+        stmt = (
+            update(_JOBS)
+            .where(_JOBS.c.id == job_id, _JOBS.c.status == "quarantined")
+            .values(status="queued", attempts=0, run_after=self._now())
+        )
+        result = await self._db.write(lambda conn, _ctx: conn.execute(stmt))
+        return bool(cast(CursorResult[Any], result).rowcount)
 
     async def get(self, job_id: int) -> Job | None:
         """One job by id, whatever its status."""
@@ -274,9 +293,13 @@ def _oldest(due: ColumnElement[bool], limit: int) -> Any:
 
 
 def _exhausted(where: ColumnElement[bool], max_attempts: int) -> Any:
-    """Fail running jobs whose lease expired after their last allowed attempt."""
+    """Quarantine running jobs whose lease expired after their last allowed attempt."""
     return (
         update(_JOBS)
         .where(where, _JOBS.c.status == "running", _JOBS.c.attempts >= max_attempts)
-        .values(status="failed", locked_by=None, last_error="lease expired on the last attempt")
+        .values(
+            status="quarantined",
+            locked_by=None,
+            last_error="lease expired on the last attempt (its process died or stalled)",
+        )
     )

@@ -252,7 +252,7 @@ class JobRow(Base):
     kind: Mapped[str] = mapped_column(String(32))
     payload: Mapped[dict[str, Any]] = mapped_column(JSONType)
     dedup_key: Mapped[str | None] = mapped_column(String(255), unique=True)
-    status: Mapped[str] = mapped_column(String(16))  # queued|running|done|failed
+    status: Mapped[str] = mapped_column(String(16))  # queued|running|done|quarantined
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     run_after: Mapped[datetime] = mapped_column(TS)
     locked_by: Mapped[str | None] = mapped_column(String(64))
@@ -276,7 +276,25 @@ class IdentityRow(Base):
     link_code_hash: Mapped[str | None] = mapped_column(String(64))
     link_expires_at: Mapped[datetime | None] = mapped_column(TS)
     link_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    #: When the current attempts window began: a new code does not reset the count within it.
+    link_window_at: Mapped[datetime | None] = mapped_column(TS)
     verified_at: Mapped[datetime | None] = mapped_column(TS)
+    created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class LinkRequestRow(Base):
+    """One ``link <email>`` asked for: who asked and a hash of the address (code emails are capped)."""
+
+    __tablename__ = "link_requests"
+    __table_args__ = (
+        Index("ix_link_requests_requester", "channel", "requester", "created_at"),
+        Index("ix_link_requests_address", "address_hash", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    channel: Mapped[str] = mapped_column(String(16))
+    requester: Mapped[str] = mapped_column(String(255))
+    address_hash: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(TS)
 
 

@@ -151,7 +151,7 @@ async def test_lease_expiring_on_the_last_attempt_fails_the_job(any_db: Database
         clock.advance(10)
     assert await q.claim("w", lease_s=10, max_attempts=3) == []
     job = await get(q, job_id)
-    assert job.status == "failed" and job.attempts == 3
+    assert job.status == "quarantined" and job.attempts == 3
 
 
 async def test_fail_requeues_with_backoff_then_gives_up(any_db: Database, clock: FakeClock) -> None:
@@ -170,7 +170,7 @@ async def test_fail_requeues_with_backoff_then_gives_up(any_db: Database, clock:
     assert await q.fail(job_id, "boom", retry_in_s=0, max_attempts=3) == "queued"
     (job,) = await q.claim("w")
     assert job.attempts == 3
-    assert await q.fail(job_id, "still boom", max_attempts=3) == "failed"
+    assert await q.fail(job_id, "still boom", max_attempts=3) == "quarantined"
     assert await q.pending_count() == 0 and await q.claim("w") == []
 
 

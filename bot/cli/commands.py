@@ -132,9 +132,10 @@ def _tooling_commands(sub: Subparsers) -> None:
     ev.add_argument("--record", type=Path, help="write this run's tool selections as JSON lines")
     ev.add_argument("--workers", type=int, help="worker processes for offline models (default: CPUs, max 4)")
 
-    from bot.cli import teams
+    from bot.cli import jobs, teams
 
     teams.add_parser(sub)
+    jobs.add_parser(sub)
 
     tok = sub.add_parser("token", help="a development JWT (HS256 with SIGNOFF_JWT_SECRET) for a person in the store")
     tok.add_argument("--sub", required=True)
@@ -184,10 +185,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
             from bot.cli.policy import policy_command, rollout_command
 
             return await (policy_command if args.command == "policy" else rollout_command)(settings, args)
-        case "teams":
-            from bot.cli import teams
-
-            return teams.manifest(settings, args)
+        case "teams" | "jobs":
+            return await _operations(settings, args)
         case "serve":
             settings.require_model("serve")
             return await _serve(settings, args)
@@ -210,6 +209,17 @@ async def _dispatch(args: argparse.Namespace) -> int:
                 workers=args.workers,
             )
     raise AssertionError(args.command)
+
+
+async def _operations(settings: Settings, args: argparse.Namespace) -> int:
+    """``teams manifest`` and ``jobs``."""
+    if args.command == "jobs":
+        from bot.cli.jobs import jobs_command
+
+        return await jobs_command(settings, args)
+    from bot.cli import teams
+
+    return teams.manifest(settings, args)
 
 
 async def _db_upgrade(settings: Settings) -> int:

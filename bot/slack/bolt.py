@@ -50,7 +50,8 @@ BOT_SCOPES = (
 )
 #: Message subtypes that are a person writing (everything else — edits, joins, bots — is not).
 _PERSON_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
-_MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
+#: Bounded: an unclosed ``<@U1|…`` repeated over 40,000 characters must not rescan the rest each time.
+_MENTION = re.compile(r"<@([A-Z0-9]{1,32})(?:\|[^>]{0,100})?>")
 #: The longest message we keep (Slack's own limit is 40,000 characters).
 MAX_TEXT = 40_000
 

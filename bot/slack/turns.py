@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 import secrets
+from datetime import timedelta
 from typing import Any
 
 from agent.errors import DecisionError, LimitExceeded
@@ -23,16 +23,19 @@ from bot.slack.replies import Where, deliver, plain, post_once
 from bot.slack.sender import SlackSendError
 from bot.slack.view_models import AssistThread
 from storage.audit import AuditEvent
+from storage.identities import CodeCaps
 from storage.inbox import Inbound
 
 log = logging.getLogger(__name__)
 
-_ASSIST = re.compile(r"^\s*assist\s+([A-Za-z0-9][A-Za-z0-9_-]{0,63})\s*$", re.IGNORECASE)
-_LINK = re.compile(r"^\s*link\s+(\S+@\S+\.\S+)\s*$", re.IGNORECASE)
-_CODE = re.compile(r"^\s*([A-Za-z0-9]{6})\s*$")
+#: A command is short (an address is at most 254 characters): longer text is never parsed as one.
+MAX_COMMAND = 300
+_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 #: Codes avoid characters people confuse (0/O, 1/I).
 _CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 LINK_CODE_TTL_S = 15 * 60
+#: Code emails: at most 3 to one address and 5 asked for by one Slack user per hour.
+LINK_CODE_CAPS = CodeCaps(per_address=3, per_requester=5, window=timedelta(hours=1))
 SUGGESTED_PROMPTS = (
     {"title": "Where is my order?", "message": "Where is my order?"},
     {"title": "Start a return", "message": "I'd like to return an item."},
@@ -58,6 +61,42 @@ async def handle(face: SlackFace, item: Inbound) -> None:
     await face.runtime.s.inbox.finish(item.id, "delivered")
 
 
+# -- commands (string operations only: a message is untrusted and up to 40,000 characters) ------
+def _words(text: str) -> list[str] | None:
+    """The words of a short message; ``None`` for a long one (never a command)."""
+    return text.split() if len(text) <= MAX_COMMAND else None
+
+
+def assist_command(text: str) -> str | None:
+    """``assist C-7`` → ``"C-7"`` (upper-cased); anything else → ``None``."""
+    words = _words(text)
+    if not words or len(words) != 2 or words[0].lower() != "assist":
+        return None
+    account = words[1]
+    if len(account) > 64 or not account[0].isalnum() or not set(account) <= _ID_CHARS:
+        return None
+    return account.upper()
+
+
+def link_command(text: str) -> str | None:
+    """``link maya@example.com`` → the address, lower-cased; anything else → ``None``."""
+    words = _words(text)
+    if not words or len(words) != 2 or words[0].lower() != "link":
+        return None
+    address = words[1].lower()
+    local, at, domain = address.rpartition("@")
+    name, dot, tld = domain.rpartition(".")
+    if not (local and at and name and dot and tld) or len(address) > 254:
+        return None
+    return address
+
+
+def code_reply(text: str) -> str | None:
+    """A message that is only a six-character code → the code; anything else → ``None``."""
+    code = text.strip() if len(text) <= MAX_COMMAND else ""
+    return code if len(code) == 6 and code.isascii() and code.isalnum() else None
+
+
 # -- messages ------------------------------------------------------------------------------
 async def on_message(face: SlackFace, item: Inbound) -> None:
     p = item.payload
@@ -68,8 +107,8 @@ async def on_message(face: SlackFace, item: Inbound) -> None:
     person = await face.person(user=p["user"], team=p["actor_team"], external=bool(p.get("ext_shared")))
     text = str(p.get("text") or "")
     ref = thread_ref(p["team"], p["channel"], p["thread_ts"])
-    if (m := _ASSIST.match(text)) is not None:
-        await assist(face, item, person, where, m.group(1).upper())
+    if (account := assist_command(text)) is not None:
+        await assist(face, item, person, where, account)
         return
     binding = await face.runtime.s.bindings.get(ref)
     if binding is not None and not person.is_staff:
@@ -148,20 +187,26 @@ async def link_step(face: SlackFace, item: Inbound, person: Person, where: Where
     """``link <email>`` and the code that follows, for a Slack user not on file. True when handled.
 
     The answer to ``link`` is the same whether or not the address is on file; the code goes
-    only to the address on file; attempts are limited and codes expire."""
+    only to the address on file; code requests are capped per address and per requester
+    (:data:`LINK_CODE_CAPS`); attempts are limited over a window (a new code gives no more)
+    and codes expire."""
     links = face.runtime.s.links
     key = f"slack:inbound:{item.id}"
     external_id = person.slack_key
-    if (m := _LINK.match(text)) is not None:
-        customer = await face.backend.find_customer_by_email(m.group(1).strip().lower())
+    if (address := link_command(text)) is not None:
+        # Capped before the look-up: the answer to a capped request never depends on the address.
+        if not await links.request(CHANNEL, external_id, address, LINK_CODE_CAPS):
+            await post_once(face, key, where.channel, plain(face, wording.LINK_CODE_LIMIT), where.thread_ts)
+            return True
+        customer = await face.backend.find_customer_by_email(address)
         if customer is not None:
             code = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(6))
             await links.start(CHANNEL, external_id, customer_id=customer.id, code=code, ttl_s=LINK_CODE_TTL_S)
             await _send_code(face, customer.id, code, item.id)
         await post_once(face, key, where.channel, plain(face, wording.LINK_CODE_SENT), where.thread_ts)
         return True
-    if (m := _CODE.match(text)) is not None and await links.pending(CHANNEL, external_id):
-        attempt = await links.attempt(CHANNEL, external_id, m.group(1))
+    if (typed := code_reply(text)) is not None and await links.pending(CHANNEL, external_id):
+        attempt = await links.attempt(CHANNEL, external_id, typed)
         if attempt.outcome == "linked":
             await face.runtime.s.audit.append(
                 AuditEvent(

@@ -203,6 +203,7 @@ LINK_CODE_SENT = (
 LINK_DONE = "Thanks — you're linked to your account. How can I help?"
 LINK_BAD_CODE = "That code doesn't match or has expired. Write `link` and your email to get a new one."
 LINK_TOO_MANY = "Too many attempts. Please wait a while and try again."
+LINK_CODE_LIMIT = "Too many codes have been asked for. Please wait an hour and try again."
 
 # -- assist mode ---------------------------------------------------------------------------
 ASSIST_BOUND = "This thread is now bound to account {customer}. Ask me anything about it."
