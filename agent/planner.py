@@ -618,7 +618,10 @@ def _words(name: str) -> list[str]:
 def parse_address(text: str) -> dict[str, str] | None:
     """``... to 12 Elm St, Boulder, CO 80302, US`` → an address object, or None."""
     m = re.search(
-        r"\bto:?\s+(\d[^,]*),\s*([^,]+),\s*(?:([A-Za-z]{2,3})\s+)?([A-Za-z0-9 -]{3,10}),\s*([A-Z]{2})\b", text
+        # Bounded parts: unbounded ones rescanned the rest of a long message from every "to 1".
+        r"\bto:?\s{1,3}(\d[^,\n]{0,100}),\s{0,3}([^,\n]{1,100}),\s{0,3}(?:([A-Za-z]{2,3})\s{1,3})?"
+        r"([A-Za-z0-9 -]{3,10}),\s{0,3}([A-Z]{2})\b",
+        text,
     )
     if not m:
         return None
@@ -693,7 +696,7 @@ INTENTS: tuple[tuple[tuple[str, ...], Callable[[View], Reply]], ...] = (
     ),
     ((r"charged twice", r"double[- ]?charged", r"two charges", r"duplicate (charge|payment)"), charged_twice),
     (
-        (r"payment (failed|didn't|was declined)", r"card (was )?declined", r"retry (the )?payment", r"payment.*fail"),
+        (r"payment (failed|didn't|was declined)", r"card (was )?declined", r"retry (the )?payment", r"payment.{0,60}fail"),
         payment_failed,
     ),
     ((r"\bcancel",), cancel),
@@ -701,7 +704,7 @@ INTENTS: tuple[tuple[tuple[str, ...], Callable[[View], Reply]], ...] = (
     ((r"\brefund", r"money back", r"[$€£]\s?\d+(\.\d+)? back", r"\bget .{0,30}\bback\b"), refund),
     ((r"\breturn\b", r"send (it|them) back", r"doesn't fit", r"wrong size"), start_return),
     ((r"password", r"can't log ?in", r"locked out"), password),
-    ((r"\bwhere\b.*\border", r"\btrack", r"\bstatus\b", r"\barrive", r"\bdelivery\b", r"\bshipped\b"), where_is),
+    ((r"\bwhere\b.{0,120}\border", r"\btrack", r"\bstatus\b", r"\barrive", r"\bdelivery\b", r"\bshipped\b"), where_is),
     ((r"\?", r"\bpolicy\b", r"how (long|do|can)"), knowledge),
 )
 

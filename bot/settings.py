@@ -28,7 +28,7 @@ DEFAULT_JWT_MAX_TTL_S = 24 * 3600
 #: How often the worker signs an audit checkpoint once a key or checkpoint file is configured.
 DEFAULT_CHECKPOINT_EVERY_S = 300.0
 _DB_URL_PREFIXES = ("sqlite+aiosqlite://", "postgresql+asyncpg://")
-_PASSWORD = re.compile(r"(://[^:/@]*):[^@]*@")
+_PASSWORD = re.compile(r"(://[^:/@]*):[^@/]*@")  # linear: a password has no bare "/"
 
 
 class Settings(BaseSettings):

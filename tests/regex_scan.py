@@ -115,7 +115,7 @@ def recipes(pattern: str) -> list[Recipe]:
     literals = _literals(pattern)
     pairs = sorted(set(_CORE + "".join(literals))) + ["\t", "\n"]
     units = [*alphabet, *(a + b for a, b in itertools.combinations(pairs, 2)), *literals]
-    units += [w + c for w in [*_words(pattern), *literals] for c in " @.<a"]
+    units += [w + c for w in [*_words(pattern), *literals] for c in (" ", "@", ".", "<", "a", " 1", " 1 ")]
     out: list[Recipe] = [("", unit, tail) for unit in units for tail in _TAILS]
     core = [*_CORE, *(a + b for a, b in itertools.permutations(_CORE, 2))]
     for w in [*_words(pattern), *literals]:  # a word, then a long run of what may follow it, then a failure

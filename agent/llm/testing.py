@@ -171,7 +171,6 @@ class FunctionModel:
 # --- the compromised planner ------------------------------------------------------
 
 _DIRECTIVE_HEAD = re.compile(r"\[\[CALL\s+([a-zA-Z0-9_-]{1,64})\s*")
-_DIRECTIVE_TAIL = re.compile(r"\s*\]\]")
 _DECODER = json.JSONDecoder()
 
 
@@ -201,10 +200,11 @@ def find_directives(text: str) -> Iterator[Directive]:
             args, end = _DECODER.raw_decode(text, head.end())
         except ValueError:
             continue
-        tail = _DIRECTIVE_TAIL.match(text, end)
-        if isinstance(args, dict) and tail is not None:
+        while end < len(text) and text[end].isspace():
+            end += 1
+        if isinstance(args, dict) and text.startswith("]]", end):
             yield Directive(name=head.group(1), args=args)
-            pos = tail.end()
+            pos = end + 2
 
 
 def _strings(value: Any) -> Iterator[str]:

@@ -56,6 +56,16 @@ _MENTION = re.compile(r"<@([A-Z0-9]{1,32})(?:\|[^>]{0,100})?>")
 MAX_TEXT = 40_000
 
 
+def mentions(text: str) -> list[str]:
+    """The user ids ``<@U…>`` mentions in ``text`` name (linear in its length)."""
+    return _MENTION.findall(text)
+
+
+def without_mention(text: str, bot: str | None) -> str:
+    """``text`` without the mentions of ``bot`` (other mentions stay)."""
+    return _MENTION.sub(lambda m: "" if m.group(1) == bot else m.group(0), text).strip()
+
+
 def build_bolt(face: SlackFace) -> AsyncApp:
     """The Bolt app over ``face``; its listeners only accept (see the module doc)."""
     cfg = face.config
@@ -198,7 +208,7 @@ class Acceptor:
         if mentioned and not bot and (lead := _MENTION.match(text.lstrip())):
             bot = lead.group(1)  # an app_mention names us first
         if mentioned is None:
-            mentioned = bool(bot) and any(m == bot for m in _MENTION.findall(text))
+            mentioned = bool(bot) and bot in mentions(text)
         thread_ts = str(event.get("thread_ts") or ts)
         if not is_dm and not mentioned:
             # A channel message that does not mention us counts only inside an assist thread.
@@ -220,7 +230,7 @@ class Acceptor:
                 "channel": channel,
                 "ts": ts,
                 "thread_ts": thread_ts,
-                "text": _MENTION.sub(lambda m: "" if m.group(1) == bot else m.group(0), text).strip(),
+                "text": without_mention(text, bot),
                 "dm": is_dm,
                 "ext_shared": bool(body.get("is_ext_shared_channel")),
             },

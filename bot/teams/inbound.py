@@ -273,7 +273,7 @@ def _card_action(env: _Envelope, base: dict[str, Any]) -> TeamsCardAction:
 
 
 #: A mention's name is short: bounded, so many unclosed ``<at>`` never rescan the rest of the text each.
-_AT = re.compile(r"<at>(.{0,256}?)</at>", re.IGNORECASE | re.DOTALL)
+_AT = re.compile(r"<at>([^<]{0,256})</at>", re.IGNORECASE)
 _SPACE = re.compile(r"[ \t\u00a0]+")
 
 
