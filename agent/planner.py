@@ -696,7 +696,12 @@ INTENTS: tuple[tuple[tuple[str, ...], Callable[[View], Reply]], ...] = (
     ),
     ((r"charged twice", r"double[- ]?charged", r"two charges", r"duplicate (charge|payment)"), charged_twice),
     (
-        (r"payment (failed|didn't|was declined)", r"card (was )?declined", r"retry (the )?payment", r"payment.{0,60}fail"),
+        (
+            r"payment (failed|didn't|was declined)",
+            r"card (was )?declined",
+            r"retry (the )?payment",
+            r"payment.{0,60}fail",
+        ),
         payment_failed,
     ),
     ((r"\bcancel",), cancel),
