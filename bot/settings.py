@@ -61,6 +61,10 @@ class Settings(BaseSettings):
     signoff_slack_streaming: bool = True
     slack_client_id: str | None = None
     slack_client_secret: str | None = None
+    #: Comma-separated Slack team ids served (installs and events from any other are refused).
+    signoff_slack_allowed_teams: str | None = None
+    #: Encrypts secrets kept in the database (the OAuth installations' Slack tokens); 32+ characters.
+    signoff_secret_key: str | None = None
     signoff_jwt_secret: str | None = None
     signoff_jwks_url: str | None = None
     signoff_jwt_audience: str | None = None
@@ -151,6 +155,13 @@ class Settings(BaseSettings):
             raise ValueError("must be a Slack channel id such as C0123ABCD (not a #name)")
         return v
 
+    @field_validator("signoff_slack_allowed_teams")
+    @classmethod
+    def _allowed_teams(cls, v: str | None) -> str | None:
+        if v is not None and not all(re.fullmatch(r"[TE][A-Z0-9]{2,31}", t.strip()) for t in v.split(",")):
+            raise ValueError("must be Slack team ids separated by commas, such as T0123ABCD,T0456EFGH")
+        return v
+
     @field_validator("signoff_slack_supervisor_group", "signoff_slack_oncall_group")
     @classmethod
     def _slack_group(cls, v: str | None) -> str | None:
@@ -200,6 +211,10 @@ class Settings(BaseSettings):
     def _slack(self) -> Settings:
         if self.slack_client_id and not self.slack_client_secret:
             raise ValueError("SLACK_CLIENT_SECRET: required when SLACK_CLIENT_ID is set (OAuth install)")
+        if self.slack_client_id and len(self.signoff_secret_key or "") < 32:
+            raise ValueError(
+                "SIGNOFF_SECRET_KEY: required with SLACK_CLIENT_ID, 32+ characters (tokens are encrypted at rest)"
+            )
         if self.slack_client_id and not self.slack_signing_secret:
             raise ValueError("SLACK_SIGNING_SECRET: required with SLACK_CLIENT_ID (the OAuth install is over HTTP)")
         if self.slack_bot_token and not (self.slack_signing_secret or self.slack_app_token):
@@ -282,6 +297,13 @@ class Settings(BaseSettings):
             if path and path != ":memory:":
                 url = f"{scheme}:///{Path(path).resolve()}"
         return hashlib.sha256(url.encode()).hexdigest()[:12]
+
+    @property
+    def allowed_slack_teams(self) -> frozenset[str] | None:
+        """``SIGNOFF_SLACK_ALLOWED_TEAMS`` as a set of team ids (``None`` when unset)."""
+        if not self.signoff_slack_allowed_teams:
+            return None
+        return frozenset(t.strip() for t in self.signoff_slack_allowed_teams.split(",") if t.strip())
 
     @property
     def checkpoint_every_s(self) -> float | None:

@@ -240,6 +240,7 @@ async def test_the_oauth_install_serves_another_workspace_with_its_own_token(tmp
                 "SIGNOFF_LLM_PROVIDER": "scripted",
                 "SLACK_CLIENT_ID": "1234.5678",
                 "SLACK_CLIENT_SECRET": "client-secret",
+                "SIGNOFF_SECRET_KEY": "a-test-key-of-at-least-32-characters",
                 "SLACK_SIGNING_SECRET": SIGNING_SECRET,
                 "SIGNOFF_SLACK_API_URL": slack.base_url,
                 "SIGNOFF_SLACK_STREAMING": "false",

@@ -45,7 +45,12 @@ from tests.slack_kit import (
 CONFIGS = {
     "http": {"SLACK_BOT_TOKEN": "xoxb-test-token", "SLACK_SIGNING_SECRET": SIGNING_SECRET},
     "socket": {"SLACK_BOT_TOKEN": "xoxb-test-token", "SLACK_APP_TOKEN": "xapp-1-test"},
-    "oauth": {"SLACK_CLIENT_ID": "1234.5678", "SLACK_CLIENT_SECRET": "cs", "SLACK_SIGNING_SECRET": SIGNING_SECRET},
+    "oauth": {
+        "SLACK_CLIENT_ID": "1234.5678",
+        "SLACK_CLIENT_SECRET": "cs",
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SIGNOFF_SECRET_KEY": "k" * 32,
+    },
 }
 
 
@@ -122,7 +127,12 @@ async def test_the_routes_refuse_to_be_built_without_a_signing_secret(tmp_path: 
 
 
 def test_oauth_needs_the_signing_secret_even_with_socket_mode() -> None:
-    env = {"SIGNOFF_LLM_PROVIDER": "scripted", "SLACK_CLIENT_ID": "1.2", "SLACK_CLIENT_SECRET": "cs"}
+    env = {
+        "SIGNOFF_LLM_PROVIDER": "scripted",
+        "SLACK_CLIENT_ID": "1.2",
+        "SLACK_CLIENT_SECRET": "cs",
+        "SIGNOFF_SECRET_KEY": "k" * 32,
+    }
     with pytest.raises(ConfigError, match="SLACK_SIGNING_SECRET"):
         load_settings({**env, "SLACK_APP_TOKEN": "xapp-1-test"})
 

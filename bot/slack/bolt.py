@@ -126,8 +126,9 @@ class LocalAuthorize(AsyncAuthorize):
         actor_user_id: str | None = None,
     ) -> AuthorizeResult | None:
         token = self.face.config.bot_token
-        if not token:
-            return None
+        allowed = self.face.config.allowed_teams
+        if not token or (allowed is not None and (team_id or "") not in allowed):
+            return None  # not ours to serve: Bolt answers without running a listener
         return AuthorizeResult(
             enterprise_id=enterprise_id, team_id=team_id, bot_token=token, bot_user_id=self.face.bot_user_id
         )

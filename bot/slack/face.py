@@ -45,6 +45,10 @@ class SlackConfig:
     streaming: bool = True
     client_id: str | None = None
     client_secret: str | None = None
+    #: The workspaces served (``SIGNOFF_SLACK_ALLOWED_TEAMS``); ``None``: any that installs.
+    allowed_teams: frozenset[str] | None = None
+    #: Seals the OAuth installations' tokens at rest (``SIGNOFF_SECRET_KEY``).
+    secret_key: str | None = None
     #: Seconds between two messages in one channel (Slack allows about one a second).
     min_interval_s: float = 1.0
 
@@ -65,6 +69,8 @@ class SlackConfig:
             streaming=settings.signoff_slack_streaming,
             client_id=settings.slack_client_id,
             client_secret=settings.slack_client_secret,
+            allowed_teams=settings.allowed_slack_teams,
+            secret_key=settings.signoff_secret_key,
         )
 
     @property
@@ -139,15 +145,23 @@ class SlackFace:
             from slack_sdk.oauth.installation_store.sqlalchemy import AsyncSQLAlchemyInstallationStore
             from slack_sdk.oauth.state_store.sqlalchemy import AsyncSQLAlchemyOAuthStateStore
 
+            from bot.slack.installations import SealedInstallations, Sealer
+
             engine = runtime.s.db.engine
-            face.installations = AsyncSQLAlchemyInstallationStore(client_id=config.client_id, engine=engine)
+            if not config.secret_key:
+                raise ValueError("SIGNOFF_SECRET_KEY: required with SLACK_CLIENT_ID (tokens are encrypted at rest)")
+            face.installations = SealedInstallations(
+                AsyncSQLAlchemyInstallationStore(client_id=config.client_id, engine=engine),
+                Sealer(config.secret_key),
+                config.allowed_teams,
+            )
             face.oauth_states = AsyncSQLAlchemyOAuthStateStore(expiration_seconds=600, engine=engine)
         return face
 
     async def start(self) -> None:
         """Create the OAuth stores' tables when missing (the SDK's own schema, in our database)."""
         if self.installations is not None:
-            await self.installations.create_tables()
+            await self.installations.start()
             await self.oauth_states.create_tables()
 
     async def for_team(self, team: str | None) -> SlackFace:
