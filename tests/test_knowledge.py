@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -257,3 +258,24 @@ def test_cli_import_list_and_a_bad_file(cli_db: str, tmp_path: Path, capsys: pyt
 def test_cli_sync_needs_the_shopify_backend(cli_db: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["knowledge", "sync"]) == 2
     assert "needs SIGNOFF_BACKEND=shopify" in capsys.readouterr().err
+
+
+async def test_search_knowledge_reads_signoffs_own_knowledge_whatever_the_backend(db: Database, tmp_path: Path) -> None:
+    """The tool asks ``ctx.knowledge``: a shop backend with no knowledge at all (here: none of
+    its methods exist) still gets cited evidence ids."""
+    from tests.catalogue_harness import Desk, Run, call
+    from tools.context import Principal, Rules, ToolContext
+
+    await Knowledge(db).save(read_paths([_write(tmp_path, "refunds.md", "# Refunds\n## Window\nThirty days.\n")]))
+    run = Run()
+    ctx = ToolContext(
+        principal=Principal(kind="customer", id="C-1", customer_id="C-1"),
+        backend=object(),  # type: ignore[arg-type]
+        knowledge=KnowledgeSearch(Knowledge(db)),
+        case=Desk(),
+        run=run,
+        rules=Rules(),
+        now=datetime.now(UTC),
+    )
+    out = await call("search_knowledge", {"query": "refund window days"}, ctx)
+    assert [h["evidence_id"] for h in out["hits"]] == ["refunds@1#window"] and run.evidence == {"refunds@1#window"}

@@ -46,7 +46,8 @@ def _report(results: list[Imported]) -> None:
     for r in results:
         print(f"{r.doc_id}  v{r.version}  {r.outcome}")
     changed = sum(r.outcome != "unchanged" for r in results)
-    print(f"{len(results)} documents, {changed} new or changed, {len(results) - changed} unchanged")
+    plural = "s" * (len(results) != 1)
+    print(f"{len(results)} document{plural}, {changed} new or changed, {len(results) - changed} unchanged")
 
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
