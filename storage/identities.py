@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -135,9 +135,17 @@ def _seed_rows(seed: PeopleSeed, now: datetime) -> list[IdentityRow]:
     return rows
 
 
+#: ``pg_advisory_xact_lock`` key: processes starting together (serve, worker) seed one at a time.
+_SEED_LOCK = 0x5EED_0F_0
+
 async def replace_in(s: AsyncSession, seed: PeopleSeed, now: datetime) -> None:
     """Replace the staff and every seeded id with ``seed``, inside the caller's transaction
-    (links made with a code stay unless ``seed`` names the same account)."""
+    (links made with a code stay unless ``seed`` names the same account); the same seed again
+    writes nothing."""
+    if s.get_bind().dialect.name == "postgresql":
+        await s.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _SEED_LOCK})
+    if _canonical(await everyone_in(s)) == _canonical(seed):
+        return
     rows = _seed_rows(seed, now)
     await s.execute(delete(IdentityRow).where(IdentityRow.origin == "seed"))
     for r in rows:
@@ -149,6 +157,17 @@ async def replace_in(s: AsyncSession, seed: PeopleSeed, now: datetime) -> None:
     await s.flush()
     s.add_all(rows)
     await s.flush()
+
+
+def _canonical(seed: PeopleSeed) -> tuple[object, ...]:
+    """A seed in a comparable form: order, and customers without ids, do not matter."""
+    staff = sorted((m.id, m.name, m.role, m.email, m.slack_user_id, m.teams_user_id) for m in seed.staff)
+    links = sorted(
+        (c.customer_id, c.slack_user_id, c.teams_user_id and c.teams_user_id.lower())
+        for c in seed.customers
+        if c.slack_user_id or c.teams_user_id
+    )
+    return tuple(staff), tuple(links)
 
 
 async def everyone_in(s: AsyncSession) -> PeopleSeed:

@@ -32,7 +32,8 @@ MAX_BYTES = 1_000_000
 #: A section's text cap (the dataset's own limit for a section).
 MAX_SECTION = 20_000
 INTRO = "overview"
-ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+#: A document id: what an evidence id (``tools.schemas.EVIDENCE_ID_PATTERN``) can cite.
+ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 _FRONT_KEYS = frozenset({"id", "title", "kind"})
 _ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
@@ -168,8 +169,8 @@ def _front_matter(text: str) -> tuple[dict[str, str], str]:
 
 def document(*, doc_id: str, title: str | None, kind: str, pieces: list[tuple[str | None, str]]) -> Document:
     """A checked :class:`Document` (``ValueError`` saying what is wrong)."""
-    if not ID.match(doc_id):
-        raise ValueError(f"id {doc_id!r} must be 1-64 letters, digits, '_', '.', ':' or '-'")
+    if not ID.fullmatch(doc_id):
+        raise ValueError(f"id {doc_id!r} must be 1-64 lower-case letters, digits or '-' (evidence ids cite it)")
     if kind not in KINDS:
         raise ValueError(f"kind {kind!r} must be policy or help")
     title = " ".join((title or next((h for h, _ in pieces if h), "")).split())

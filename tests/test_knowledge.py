@@ -104,6 +104,7 @@ def test_a_directory_is_read_recursively_and_other_files_ignored(tmp_path: Path)
         ("bad.md", "---\nid: x\n# T\ntext\n", "front matter is not closed"),
         ("bad.md", "---\nkind: faq\n---\n# T\ntext\n", "kind 'faq' must be policy or help"),
         ("bad.md", "---\nid: ../etc\n---\n# T\ntext\n", "id '../etc' must be"),
+        ("bad.md", "---\nid: Refund_Policy\n---\n# T\ntext\n", "lower-case letters, digits or '-' (evidence ids"),
         ("bad.md", "just text, no heading\n", "no title"),
         ("bad.md", "# Only a title\n", "no text to import"),
         ("bad.md", b"# T\n\xff\xfe text\n", "not UTF-8"),

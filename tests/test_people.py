@@ -148,3 +148,24 @@ async def test_the_people_file_wins_at_start_and_a_bad_one_stops_it(
     people_file.write_text("staff:\n  - {id: S-1, name: P, role: boss}\n")
     with pytest.raises(ConfigError, match="SIGNOFF_PEOPLE_FILE"):
         await create_app(load_settings())
+
+
+async def test_seeding_the_same_people_again_writes_nothing_and_concurrent_seeds_do_not_collide(
+    any_db: Database,
+) -> None:
+    """Every start seeds the file: the same seed is a no-op (rows keep their first stamp), and
+    two processes starting together (serve and worker) both succeed."""
+    import asyncio
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import text
+
+    first = datetime(2026, 1, 1, tzinfo=UTC)
+    await People(any_db, clock=lambda: first).replace(parse_people(GOOD))
+    await People(any_db, clock=lambda: first + timedelta(days=1)).replace(parse_people(GOOD))
+    async with any_db.engine.connect() as conn:
+        stamps = set((await conn.execute(text("SELECT created_at FROM identities"))).scalars())
+    assert len(stamps) == 1
+    other = PeopleSeed(staff=(Staff(id="S-5", name="Z", role="rep", slack_user_id="U05Z"),))
+    await asyncio.gather(People(any_db).replace(other), People(any_db).replace(other))
+    assert (await People(any_db).everyone()).staff == other.staff
