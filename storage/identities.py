@@ -138,6 +138,7 @@ def _seed_rows(seed: PeopleSeed, now: datetime) -> list[IdentityRow]:
 #: ``pg_advisory_xact_lock`` key: processes starting together (serve, worker) seed one at a time.
 _SEED_LOCK = 0x5EED_0F_0
 
+
 async def replace_in(s: AsyncSession, seed: PeopleSeed, now: datetime) -> None:
     """Replace the staff and every seeded id with ``seed``, inside the caller's transaction
     (links made with a code stay unless ``seed`` names the same account); the same seed again
