@@ -33,6 +33,7 @@ from agent.policy import Policy
 from agent.tracing import traced_judgement
 from storage.audit import canonical_json, sha256_hex
 from storage.gates import ApprovalRepo, ConfirmationRepo
+from storage.identities import People
 from storage.limits import UsageCounts
 from storage.records import Approval
 from tools.context import Principal, ToolContext, ToolFailure
@@ -102,8 +103,11 @@ class Gatekeeper:
         confirmations: ConfirmationRepo,
         approvals: ApprovalRepo,
         usage: UsageCounts,
+        people: People,
     ) -> None:
         self.registry = registry
+        #: Who a staff principal is (their own email), from signoff's own directory.
+        self.people = people
         self.policy = policy
         self.confirmations = confirmations
         self.approvals = approvals
@@ -242,7 +246,7 @@ class Gatekeeper:
         who = facts.principal
         customer = who.customer_id
         if who.is_staff and customer:
-            staff = await ctx.backend.get_staff(who.id)
+            staff = await self.people.staff(who.id)
             if staff is not None and staff.email:
                 account = await ctx.backend.get_customer(customer)
                 if account is not None and account.email.casefold() == staff.email.casefold():

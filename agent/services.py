@@ -8,6 +8,7 @@ from datetime import datetime
 
 from agent.executor import Executor
 from agent.gatekeeper import Gatekeeper
+from agent.knowledge import KnowledgeSearch
 from agent.llm.base import ModelClient
 from agent.notify import Notifier, RecordingNotifier
 from agent.policy import Policy, load_policy
@@ -15,9 +16,10 @@ from storage.audit import AuditLog
 from storage.conversations import ConversationRepo
 from storage.db import Database
 from storage.gates import ApprovalRepo, ConfirmationRepo
-from storage.identities import IdentityLinks
+from storage.identities import IdentityLinks, People
 from storage.inbox import Deliveries, Inbox, ThreadBindings
 from storage.jobs import JobQueue
+from storage.knowledge import Knowledge
 from storage.ledger import Ledger
 from storage.limits import UsageCounts
 from storage.locks import Locks
@@ -51,6 +53,10 @@ class Services:
     deliveries: Deliveries
     bindings: ThreadBindings
     links: IdentityLinks
+    #: Who a face's user or a staff id is (signoff's own directory, whatever the shop).
+    people: People
+    #: Signoff's own knowledge, what ``search_knowledge`` reads.
+    knowledge: KnowledgeSearch
     #: What each principal used across conversations (the per-principal limits).
     usage: UsageCounts
 
@@ -80,6 +86,7 @@ def build_services(
     approvals = ApprovalRepo(db, jobs)
     ledger = Ledger(db, clock=clock)
     usage = UsageCounts(db)
+    people = People(db, clock=clock)
     return Services(
         db=db,
         # Conversations, runs and proposals stay stamped with the real time: their rows are
@@ -94,7 +101,12 @@ def build_services(
         registry=registry,
         policy=policy,
         gatekeeper=Gatekeeper(
-            registry=registry, policy=policy, confirmations=confirmations, approvals=approvals, usage=usage
+            registry=registry,
+            policy=policy,
+            confirmations=confirmations,
+            approvals=approvals,
+            usage=usage,
+            people=people,
         ),
         executor=Executor(ledger),
         backend=backend,
@@ -105,5 +117,7 @@ def build_services(
         deliveries=Deliveries(db, clock=clock),
         bindings=ThreadBindings(db, clock=clock),
         links=IdentityLinks(db, clock=clock),
+        people=people,
+        knowledge=KnowledgeSearch(Knowledge(db, clock=clock)),
         usage=usage,
     )

@@ -367,6 +367,7 @@ def tool_context(turn: Turn, proposal_id: str | None = None) -> ToolContext:
     return ToolContext(
         principal=turn.principal,
         backend=turn.services.backend,
+        knowledge=turn.services.knowledge,
         case=TurnDesk(turn),
         run=TurnControl(turn),
         rules=turn.services.policy.rules(),

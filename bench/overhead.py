@@ -352,6 +352,7 @@ def bench_runtime(db: Database, model: ZeroModel) -> Runtime:
             confirmations=services.confirmations,
             approvals=services.approvals,
             usage=services.usage,
+            people=services.people,
         ),
     )
     return Runtime(services)

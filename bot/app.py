@@ -17,6 +17,7 @@ from agent.errors import ConfigError
 from agent.llm.base import ModelClient
 from agent.metrics import InstrumentedModel, Metrics, attach_metrics
 from agent.notify import LogNotifier, Notifier, RoutingNotifier
+from agent.people import load_people_file
 from agent.policy import Policy
 from agent.policy_store import REFRESH_EVERY_S, ActivePolicy, PolicyRefresher, active_policy
 from agent.runtime import Runtime
@@ -32,6 +33,7 @@ from sandbox.store import SandboxStore
 from storage import checkpoints
 from storage.checkpoints import Checkpoint
 from storage.db import Database, create_database
+from storage.identities import PeopleSeed
 from storage.inbox import INBOUND_JOB, Inbound
 from storage.jobs import Job
 from storage.policies import PolicyVersions
@@ -201,6 +203,8 @@ async def create_app(
     seed: bool = True,
 ) -> App:
     """Build the runtime from settings; seed an empty store with the configured dataset."""
+    # A bad people file stops the start before anything is touched.
+    people = load_people_file(settings.signoff_people_file) if settings.signoff_people_file else None
     db = create_database(settings.signoff_database_url)
     # OTEL_* are the OpenTelemetry SDK's own variables; this root only asks whether to export.
     tracing = install_tracing(os.environ, db)
@@ -222,8 +226,7 @@ async def create_app(
     routed = RoutingNotifier(faces=faces, staff=staff, fallback=notifier or LogNotifier())
     services = build_services(db=db, model=instrumented, backend=backend, policy=policy, notifier=routed, clock=clock)
     attach_metrics(services, metrics)
-    if seed:
-        await seed_store(db, settings.signoff_store_seed, production=settings.is_production)
+    await seed_data(settings, services, people, store=seed)
     runtime = Runtime(services)
     inbound: dict[str, InboundHandler] = email_inbound(settings, runtime, mailer)  # the email face's worker side
     slack = slack_face(settings, runtime, backend, mailer)
@@ -340,8 +343,20 @@ def email_face(settings: Settings, backend: SandboxStore) -> tuple[Mailer | None
     return mailer, {"email": EmailFollowUps(mailer=mailer, backend=backend, from_address=cfg.from_address)}
 
 
-async def seed_store(db: Database, seed: str | None, *, production: bool = False) -> bool:
-    """Load the seed dataset when the store is empty; the bundled demo is rebased to now.
+async def seed_data(settings: Settings, services: Services, people: PeopleSeed | None, *, store: bool) -> None:
+    """At start: an empty sandbox store gets its dataset (``store``); a people file, when set, is
+    the truth about people whatever the dataset said."""
+    if store:
+        await seed_store(
+            services.db, settings.signoff_store_seed, production=settings.is_production, people=people is None
+        )
+    if people is not None:
+        await services.people.replace(people)
+
+
+async def seed_store(db: Database, seed: str | None, *, production: bool = False, people: bool = True) -> bool:
+    """Load the seed dataset when the store is empty; the bundled demo is rebased to now
+    (``people``: its staff and customers' Slack/Teams users seed signoff's people too).
 
     ``seed`` is a dataset file, ``"demo"`` (the bundled demo) or ``None``: the demo in
     development, nothing in production (an empty production store stays empty).
@@ -361,6 +376,6 @@ async def seed_store(db: Database, seed: str | None, *, production: bool = False
         return False
     bundled = seed in (None, "demo")
     dataset = load_dataset_file(demo_dataset_path() if bundled else Path(str(seed)))
-    await load_dataset(db, dataset, rebase_to=datetime.now(UTC) if bundled else None)
+    await load_dataset(db, dataset, rebase_to=datetime.now(UTC) if bundled else None, people=people)
     log.info("seeded the sandbox store from %s", "the bundled demo dataset" if bundled else seed)
     return True

@@ -57,7 +57,7 @@ def make_web_app(
     auth = auth or AuthConfig.from_settings(app.settings)
     email = email or EmailConfig.from_settings(app.settings)
     web_app = web.Application(middlewares=[errors], client_max_size=email.max_body)
-    web_app[api.STATE] = api.make_state(app, Authenticator(auth, app.backend))
+    web_app[api.STATE] = api.make_state(app, Authenticator(auth, app.backend, app.runtime.s.people))
     web_app[email_bridge.EMAIL] = EmailBridge(app, email)
     web_app[_METRICS] = _Metrics(metrics_render, metrics_token)
     web_app.router.add_get("/healthz", healthz)
@@ -109,7 +109,7 @@ def make_metrics_app(
 ) -> web.Application:
     """The separate metrics listener: ``/metrics`` (token-guarded when configured) and ``/healthz``."""
     web_app = web.Application(middlewares=[errors])
-    web_app[api.STATE] = api.make_state(app, Authenticator(AuthConfig(), app.backend))
+    web_app[api.STATE] = api.make_state(app, Authenticator(AuthConfig(), app.backend, app.runtime.s.people))
     web_app[_METRICS] = _Metrics(metrics_render, metrics_token)
     web_app.router.add_get("/healthz", healthz)
     web_app.router.add_get("/metrics", metrics)

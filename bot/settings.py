@@ -71,6 +71,8 @@ class Settings(BaseSettings):
     signoff_jwt_issuer: str | None = None
     signoff_jwt_max_ttl_s: int = DEFAULT_JWT_MAX_TTL_S
     signoff_policy_file: Path | None = None
+    #: Staff and the faces' user ids of customers (agent/people.py); else the sandbox dataset's.
+    signoff_people_file: Path | None = None
     signoff_store_seed: str | None = None
     signoff_env: Literal["development", "production"] | None = None
     signoff_migration_database_url: str | None = None
@@ -110,7 +112,7 @@ class Settings(BaseSettings):
             raise ValueError("must be sqlite+aiosqlite://… or postgresql+asyncpg://…")
         return v
 
-    @field_validator("signoff_policy_file")
+    @field_validator("signoff_policy_file", "signoff_people_file")
     @classmethod
     def _file_exists(cls, v: Path | None) -> Path | None:
         if v is not None and not v.is_file():

@@ -12,7 +12,7 @@ import types
 from dataclasses import fields, is_dataclass
 from datetime import datetime, timedelta
 from functools import cache
-from typing import Any, Literal, TypeVar, Union, cast, get_args, get_origin, get_type_hints
+from typing import Any, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 from sandbox.models import (
     StoreCustomerRow,
@@ -22,7 +22,6 @@ from sandbox.models import (
     StorePaymentRow,
     StoreRefundRow,
     StoreReturnRow,
-    StoreStaffRow,
 )
 from tools.backend import (
     Address,
@@ -42,7 +41,6 @@ from tools.backend import (
     ReturnStatus,
     Shipment,
     ShipmentStatus,
-    StaffMember,
 )
 
 T = TypeVar("T")
@@ -77,26 +75,11 @@ def customer(row: StoreCustomerRow) -> Customer:
         email=row.email,
         phone=row.phone,
         address=address_from_json(row.address),
-        slack_user_id=row.slack_user_id,
-        teams_user_id=row.teams_user_id,
         created_at=row.created_at,
         payment_methods=tuple(
             PaymentMethod(id=m.id, brand=m.brand, last4=m.last4, exp_month=m.exp_month, exp_year=m.exp_year)
             for m in row.payment_methods
         ),
-    )
-
-
-def staff(row: StoreStaffRow) -> StaffMember:
-    """The domain view of a staff row."""
-    role: Literal["rep", "supervisor"] = "supervisor" if row.role == "supervisor" else "rep"
-    return StaffMember(
-        id=row.id,
-        name=row.name,
-        role=role,
-        slack_user_id=row.slack_user_id,
-        teams_user_id=row.teams_user_id,
-        email=row.email,
     )
 
 

@@ -28,8 +28,6 @@ from sandbox.dataset import AddressRecord, Dataset, parse_dataset
 from sandbox.models import (
     StoreCustomerRow,
     StoreInvoiceRow,
-    StoreKnowledgeDocRow,
-    StoreKnowledgeSectionRow,
     StoreOrderItemRow,
     StoreOrderRow,
     StoreOutboxRow,
@@ -38,9 +36,12 @@ from sandbox.models import (
     StoreRefundRow,
     StoreReturnItemRow,
     StoreReturnRow,
-    StoreStaffRow,
 )
+from storage import identities, knowledge
 from storage.db import Database
+from storage.identities import CustomerLink, PeopleSeed, Staff
+from storage.knowledge_files import Document, KnowledgeError, Section
+from storage.records import wall_clock
 
 _LOAD_LOCK = 0x5160_0FF  # pg_advisory_xact_lock key serialising concurrent loads
 
@@ -106,30 +107,47 @@ def _children(parent_key: str, parents: list[Any], attr: str) -> list[dict[str, 
     ]
 
 
-def _sections(ds: Dataset) -> list[dict[str, Any]]:
+def _documents(ds: Dataset) -> list[Document]:
+    """The dataset's knowledge as documents keeping their given ids and versions."""
     return [
-        {
-            "doc_id": d.id,
-            "section_id": sec.id,
-            "position": n,
-            "doc_title": d.title,
-            "text": sec.text,
-        }
+        Document(
+            id=d.id,
+            title=d.title,
+            kind=d.kind,
+            version=d.version,
+            sections=tuple(Section(id=sec.id, text=sec.text) for sec in d.sections),
+        )  # fmt: skip
         for d in ds.knowledge
-        for n, sec in enumerate(d.sections)
     ]
+
+
+def _people(ds: Dataset) -> PeopleSeed:
+    """The dataset's staff, and the Slack and Teams users listed on its customers."""
+    return PeopleSeed(
+        staff=tuple(Staff(**m.model_dump()) for m in ds.staff),
+        customers=tuple(
+            CustomerLink(customer_id=c.id, slack_user_id=c.slack_user_id, teams_user_id=c.teams_user_id)
+            for c in ds.customers
+            if c.slack_user_id or c.teams_user_id
+        ),
+    )
+
+
+_PEOPLE_FIELDS = {"slack_user_id", "teams_user_id"}
 
 
 def _rows(ds: Dataset, by: timedelta) -> list[tuple[type[Any], list[dict[str, Any]]]]:
     """Insert batches in foreign-key order."""
-    customers = [_row(c, by, ("created_at",), address=_address(c.address)) for c in ds.customers]
+    customers = [
+        {k: v for k, v in _row(c, by, ("created_at",), address=_address(c.address)).items() if k not in _PEOPLE_FIELDS}
+        for c in ds.customers
+    ]
     orders = [
         _row(o, by, ("placed_at", "delivered_at"), shipping_address=_address(o.shipping_address)) for o in ds.orders
     ]
     return [
         (StoreCustomerRow, customers),
         (StorePaymentMethodRow, _children("customer_id", ds.customers, "payment_methods")),
-        (StoreStaffRow, [_row(m, by) for m in ds.staff]),
         (StoreOrderRow, orders),
         (StoreOrderItemRow, _children("order_id", ds.orders, "items")),
         (StorePaymentRow, [_row(p, by, ("created_at",)) for p in ds.payments]),
@@ -137,8 +155,6 @@ def _rows(ds: Dataset, by: timedelta) -> list[tuple[type[Any], list[dict[str, An
         (StoreReturnItemRow, _children("return_id", ds.returns, "items")),
         (StoreRefundRow, [_row(r, by, ("created_at",)) for r in ds.refunds]),
         (StoreInvoiceRow, [_row(i, by, ("issued_at",)) for i in ds.invoices]),
-        (StoreKnowledgeDocRow, [_row(d, by) for d in ds.knowledge]),
-        (StoreKnowledgeSectionRow, _sections(ds)),
         (StoreOutboxRow, [_row(m, by, ("sent_at",)) for m in ds.outbox]),
     ]
 
@@ -147,8 +163,14 @@ def _address(a: AddressRecord | None) -> dict[str, Any] | None:
     return None if a is None else a.model_dump(exclude_none=True)
 
 
-async def load_dataset(db: Database, dataset: Dataset, *, rebase_to: datetime | None = None) -> LoadReport:
+async def load_dataset(
+    db: Database, dataset: Dataset, *, rebase_to: datetime | None = None, people: bool = True
+) -> LoadReport:
     """Write ``dataset`` into an empty store in one transaction; :class:`StoreNotEmpty` otherwise.
+
+    Its knowledge goes to signoff's own (:mod:`storage.knowledge`, ids and versions kept) and,
+    unless ``people`` is false (a people file is in charge), its staff and the customers' Slack
+    and Teams users replace the seeded people (:mod:`storage.identities`).
 
     Any failure rolls the whole load back (:class:`StoreLoadError`): nothing is half-loaded.
     """
@@ -162,6 +184,12 @@ async def load_dataset(db: Database, dataset: Dataset, *, rebase_to: datetime | 
             for model, rows in _rows(dataset, shift or timedelta(0)):
                 if rows:
                     await s.execute(insert(model), rows)
+            # Knowledge and people are signoff's own: the same importer and seeding as ever.
+            await knowledge.save_in(s, _documents(dataset), wall_clock())
+            if people:
+                await identities.replace_in(s, _people(dataset), wall_clock())
+    except KnowledgeError as exc:
+        raise StoreLoadError(str(exc)) from None
     except IntegrityError as exc:
         if not await store_is_empty(db):
             raise StoreNotEmpty() from None
@@ -202,7 +230,7 @@ def _pick(row: object, names: str, **extra: object) -> dict[str, Any]:
 
 def _customer(c: StoreCustomerRow) -> dict[str, Any]:
     cards = [_pick(m, "id brand last4 exp_month exp_year") for m in c.payment_methods]
-    return _pick(c, "id name email phone address slack_user_id teams_user_id created_at", payment_methods=cards)
+    return _pick(c, "id name email phone address created_at", payment_methods=cards)
 
 
 def _order(o: StoreOrderRow) -> dict[str, Any]:
@@ -214,11 +242,6 @@ def _order(o: StoreOrderRow) -> dict[str, Any]:
 def _return(r: StoreReturnRow) -> dict[str, Any]:
     items = [_pick(i, "sku qty") for i in r.items]
     return _pick(r, "id order_id status created_at reason_code", items=items)
-
-
-def _doc(d: StoreKnowledgeDocRow) -> dict[str, Any]:
-    sections = [{"id": sec.section_id, "text": sec.text} for sec in d.sections]
-    return _pick(d, "id version kind title", sections=sections)
 
 
 def _refund(r: StoreRefundRow) -> dict[str, Any]:
@@ -243,8 +266,6 @@ _EXPORT: tuple[tuple[str, type[Any], Callable[[Any], dict[str, Any]]], ...] = (
     ),
     ("returns", StoreReturnRow, _return),
     ("invoices", StoreInvoiceRow, _fields("id order_id amount_minor currency issued_at")),
-    ("knowledge", StoreKnowledgeDocRow, _doc),
-    ("staff", StoreStaffRow, _fields("id slack_user_id teams_user_id name role email")),
     ("outbox", StoreOutboxRow, _fields("id customer_id channel to template body sent_at")),
 )
 
@@ -256,7 +277,25 @@ async def export_model(db: Database) -> Dataset:
         for name, model, convert in _EXPORT:
             rows = sorted(await s.scalars(select(model)), key=lambda r: _natural(r.id))
             obj[name] = [convert(row) for row in rows]
+        await _export_own(s, obj)
     return parse_dataset(obj)
+
+
+async def _export_own(s: AsyncSession, obj: dict[str, Any]) -> None:
+    """Signoff's own knowledge (newest versions) and people, in the dataset's shape."""
+    obj["knowledge"] = [
+        {"id": d.id, "version": d.version, "kind": d.kind, "title": d.title,
+         "sections": [{"id": sec.id, "text": sec.text} for sec in d.sections]}
+        for d in sorted(await knowledge.documents_in(s), key=lambda d: _natural(d.id))
+    ]  # fmt: skip
+    people = await identities.everyone_in(s)
+    obj["staff"] = [
+        {k: v for k, v in vars(m).items() if v is not None} for m in sorted(people.staff, key=lambda m: _natural(m.id))
+    ]
+    ids = {c.customer_id: c for c in people.customers}
+    for c in obj["customers"]:
+        if (link := ids.get(c["id"])) is not None:
+            c.update({k: v for k, v in vars(link).items() if v is not None and k != "customer_id"})
 
 
 async def export_dataset(db: Database) -> dict[str, Any]:
@@ -273,8 +312,6 @@ async def count_rows(db: Database) -> dict[str, int]:
         "refunds": StoreRefundRow,
         "returns": StoreReturnRow,
         "invoices": StoreInvoiceRow,
-        "knowledge": StoreKnowledgeDocRow,
-        "staff": StoreStaffRow,
         "outbox": StoreOutboxRow,
     }
     async with db.reader() as s, s.begin():

@@ -21,13 +21,11 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
-    UniqueConstraint,
     func,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-from sandbox import search
 from storage.db import Base, JSONType
 
 ID = String(64)
@@ -73,8 +71,9 @@ class StoreCustomerRow(Base):
     email: Mapped[str] = mapped_column(String(320))
     phone: Mapped[str | None] = mapped_column(String(32))
     address: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    # Retired (people live in ``identities`` since s0005): kept, unwritten, because SQLite cannot
+    # drop a UNIQUE column in place. Nothing reads them.
     slack_user_id: Mapped[str | None] = mapped_column(String(32), unique=True)
-    #: Unique through ``uq_…_teams_user_id`` (an index: SQLite cannot add a constraint in place).
     teams_user_id: Mapped[str | None] = mapped_column(String(36))
     created_at: Mapped[datetime | None] = mapped_column(TS)
 
@@ -99,23 +98,6 @@ class StorePaymentMethodRow(Base):
     last4: Mapped[str] = mapped_column(String(4))
     exp_month: Mapped[int] = mapped_column(Integer)
     exp_year: Mapped[int] = mapped_column(Integer)
-
-
-class StoreStaffRow(Base):
-    """A staff member (rep or supervisor)."""
-
-    __tablename__ = "store_staff"
-
-    id: Mapped[str] = mapped_column(ID, primary_key=True)
-    name: Mapped[str] = mapped_column(String(255))
-    role: Mapped[str] = mapped_column(String(16))  # rep | supervisor
-    slack_user_id: Mapped[str | None] = mapped_column(String(32), unique=True)
-    email: Mapped[str | None] = mapped_column(String(320))
-    #: Unique through ``uq_…_teams_user_id`` (an index: SQLite cannot add a constraint in place).
-    teams_user_id: Mapped[str | None] = mapped_column(String(36))
-
-
-Index("uq_store_staff_teams_user_id", StoreStaffRow.teams_user_id, unique=True)
 
 
 class StoreOrderRow(Base):
@@ -218,35 +200,6 @@ class StoreInvoiceRow(Base):
     issued_at: Mapped[datetime] = mapped_column(TS)
 
 
-class StoreKnowledgeDocRow(Base):
-    """A knowledge document (policy or help article)."""
-
-    __tablename__ = "store_knowledge_docs"
-
-    id: Mapped[str] = mapped_column(ID, primary_key=True)
-    version: Mapped[int] = mapped_column(Integer)
-    kind: Mapped[str] = mapped_column(String(16))  # policy | help
-    title: Mapped[str] = mapped_column(String(255))
-
-    sections: Mapped[list[StoreKnowledgeSectionRow]] = relationship(
-        order_by="StoreKnowledgeSectionRow.position", lazy="selectin"
-    )
-
-
-class StoreKnowledgeSectionRow(Base):
-    """One searchable passage. ``doc_title`` is denormalised so the FTS index covers it."""
-
-    __tablename__ = "store_knowledge_sections"
-    __table_args__ = (UniqueConstraint("doc_id", "section_id", name="uq_store_knowledge_sections_doc_section"),)
-
-    id: Mapped[int] = mapped_column(_autoinc(), primary_key=True, autoincrement=True)
-    doc_id: Mapped[str] = mapped_column(ForeignKey("store_knowledge_docs.id"), index=True)
-    section_id: Mapped[str] = mapped_column(String(64))
-    position: Mapped[int] = mapped_column(Integer)
-    doc_title: Mapped[str] = mapped_column(String(255))
-    text: Mapped[str] = mapped_column(Text)
-
-
 class StoreOutboxRow(Base):
     """A message the shop sent (email or SMS)."""
 
@@ -271,6 +224,3 @@ class StoreWriteRow(Base):
     customer_id: Mapped[str | None] = mapped_column(ID)
     result: Mapped[dict[str, Any]] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(TS)
-
-
-search.register(StoreKnowledgeSectionRow.__table__)  # type: ignore[arg-type]

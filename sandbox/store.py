@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Table, bindparam, func, select
 
-from sandbox import codec, search
+from sandbox import codec
 from sandbox import idempotency as ledger
 from sandbox import writes as w
 from sandbox.models import (
@@ -30,7 +30,6 @@ from sandbox.models import (
     StoreRefundRow,
     StoreReturnItemRow,
     StoreReturnRow,
-    StoreStaffRow,
 )
 from storage.db import Database
 from storage.fastsql import one_of, prepared
@@ -39,8 +38,6 @@ from tools.backend import (
     Address,
     Customer,
     Invoice,
-    KnowledgeHit,
-    KnowledgeKind,
     MessageChannel,
     Order,
     OrderStatus,
@@ -50,7 +47,6 @@ from tools.backend import (
     Return,
     ReturnItem,
     Shipment,
-    StaffMember,
     WriteRecord,
 )
 
@@ -125,7 +121,7 @@ class SandboxStore:
         self._db = db
         self._clock = clock or wall_clock
 
-    # -- identity and staff -------------------------------------------------
+    # -- customers ----------------------------------------------------------------
     async def _one(self, stmt: Any, convert: Callable[[Any], T]) -> T | None:
         async with self._db.reader() as s, s.begin():
             row = (await s.execute(stmt)).scalar_one_or_none()
@@ -139,36 +135,11 @@ class SandboxStore:
         """The customer with this id."""
         return await self._one(select(StoreCustomerRow).where(StoreCustomerRow.id == customer_id), codec.customer)
 
-    async def find_customer_by_slack_user(self, slack_user_id: str) -> Customer | None:
-        """The customer a Slack user id is listed on."""
-        stmt = select(StoreCustomerRow).where(StoreCustomerRow.slack_user_id == slack_user_id)
-        return await self._one(stmt, codec.customer)
-
     async def find_customer_by_email(self, email: str) -> Customer | None:
         """The customer with this email on file (case-insensitive)."""
         stmt = select(StoreCustomerRow).where(func.lower(StoreCustomerRow.email) == email.strip().lower())
         return await self._one(stmt.limit(1), codec.customer)
 
-    async def get_staff(self, staff_id: str) -> StaffMember | None:
-        """The staff member with this id."""
-        return await self._one(select(StoreStaffRow).where(StoreStaffRow.id == staff_id), codec.staff)
-
-    async def find_staff_by_slack_user(self, slack_user_id: str) -> StaffMember | None:
-        """The staff member a Slack user id belongs to."""
-        stmt = select(StoreStaffRow).where(StoreStaffRow.slack_user_id == slack_user_id)
-        return await self._one(stmt, codec.staff)
-
-    async def find_customer_by_teams_user(self, aad_object_id: str) -> Customer | None:
-        """The customer a Teams user (Entra object id, any case) is listed on."""
-        stmt = select(StoreCustomerRow).where(StoreCustomerRow.teams_user_id == aad_object_id.strip().lower())
-        return await self._one(stmt, codec.customer)
-
-    async def find_staff_by_teams_user(self, aad_object_id: str) -> StaffMember | None:
-        """The staff member a Teams user (Entra object id, any case) belongs to."""
-        stmt = select(StoreStaffRow).where(StoreStaffRow.teams_user_id == aad_object_id.strip().lower())
-        return await self._one(stmt, codec.staff)
-
-    # -- reads, scoped to the bound customer ----------------------------------
     async def list_orders(self, customer_id: str, *, status: OrderStatus | None = None) -> list[Order]:
         """The customer's orders, newest first, optionally of one status."""
         stmt = select(StoreOrderRow).where(_by_customer(customer_id))
@@ -234,22 +205,6 @@ class SandboxStore:
         """The customer's refunds created at or after ``since`` (for per-day limits)."""
         rows = await self._db.read(lambda conn: conn.execute(_REFUNDS_SINCE, {"c": customer_id, "since": since}).all())
         return [codec.refund(r) for r in rows]  # type: ignore[arg-type]
-
-    async def search_knowledge(
-        self, query: str, *, kind: KnowledgeKind | None = None, limit: int = 5
-    ) -> list[KnowledgeHit]:
-        """Up to ``limit`` (at most 50) sections best matching ``query``, best first.
-
-        Any text is safe: it is reduced to words before it reaches the FTS query language.
-        """
-        terms = search.query_terms(query)
-        if not terms or limit < 1:
-            return []
-        stmt, params = search.search_query(self._db.engine.dialect.name, terms, kind=kind, limit=min(limit, 50))
-        rows = await self._db.read(lambda conn: conn.execute(stmt, params).all())
-        return [
-            KnowledgeHit(doc_id=r[0], version=r[1], section_id=r[2], kind=r[3], title=r[4], text=r[5]) for r in rows
-        ]
 
     # -- writes: idempotent by key ---------------------------------------------
     async def _write(self, key: str, operation: str, customer_id: str, cls: type[T], perform: ledger.Perform[T]) -> T:

@@ -18,6 +18,8 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 
+from storage import search
+
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 
@@ -38,7 +40,8 @@ def alembic_config(url: str, sources: Sequence[MigrationSource] = ()) -> Config:
     cfg.set_main_option(
         "version_locations", os.pathsep.join([str(MIGRATIONS / "versions"), *(str(s.versions) for s in sources)])
     )
-    hooks = [s.include_object for s in sources if s.include_object is not None]
+    # The runtime's own search index exists only in the database: autogenerate leaves it alone.
+    hooks = [search.include_object, *(s.include_object for s in sources if s.include_object is not None)]
     cfg.attributes["include_object"] = _all(hooks)
     return cfg
 

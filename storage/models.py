@@ -23,6 +23,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
+from storage import search
 from storage.db import Base, JSONType
 
 TS = DateTime(timezone=True)
@@ -280,6 +281,22 @@ class IdentityRow(Base):
     link_window_at: Mapped[datetime | None] = mapped_column(TS)
     verified_at: Mapped[datetime | None] = mapped_column(TS)
     created_at: Mapped[datetime] = mapped_column(TS)
+    #: ``link`` (made with an emailed code) or ``seed`` (the people file or the sandbox dataset:
+    #: replaced whenever people are seeded again, while links made with a code stay).
+    origin: Mapped[str] = mapped_column(String(16), default="link", server_default="link")
+
+
+class StaffRow(Base):
+    """A staff member (rep or supervisor): signoff's own record, whatever the shop; their Slack
+    and Teams users are rows of ``identities``."""
+
+    __tablename__ = "staff"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    role: Mapped[str] = mapped_column(String(16))  # rep | supervisor
+    #: Their own email: an account with this email is theirs, and they never act on it.
+    email: Mapped[str | None] = mapped_column(String(320))
 
 
 class LinkRequestRow(Base):
@@ -424,3 +441,48 @@ class PolicyVersionRow(Base):
     operator: Mapped[str] = mapped_column(String(64))
     #: The version it replaced (``None``: the first applied; the file/bundled one was active before).
     previous_version: Mapped[str | None] = mapped_column(String(32))
+
+
+class KnowledgeDocumentRow(Base):
+    """A document: its newest version (what search reads) and that version's digest."""
+
+    __tablename__ = "knowledge_documents"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(16))  # policy | help
+    title: Mapped[str] = mapped_column(String(255))
+    digest: Mapped[str] = mapped_column(String(64))
+    updated_at: Mapped[datetime] = mapped_column(TS)
+
+
+class KnowledgeVersionRow(Base):
+    """Every version a document has had."""
+
+    __tablename__ = "knowledge_versions"
+
+    doc_id: Mapped[str] = mapped_column(ForeignKey("knowledge_documents.id"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    title: Mapped[str] = mapped_column(String(255))
+    digest: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class KnowledgeSectionRow(Base):
+    """One searchable passage of one version. ``doc_title`` is denormalised so the index covers it."""
+
+    __tablename__ = "knowledge_sections"
+    __table_args__ = (UniqueConstraint("doc_id", "version", "section_id", name="uq_knowledge_sections_doc_section"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    doc_id: Mapped[str] = mapped_column(ForeignKey("knowledge_documents.id"))
+    version: Mapped[int] = mapped_column(Integer)
+    section_id: Mapped[str] = mapped_column(String(64))
+    position: Mapped[int] = mapped_column(Integer)
+    doc_title: Mapped[str] = mapped_column(String(255))
+    text: Mapped[str] = mapped_column(Text)
+
+
+Index("ix_knowledge_sections_doc_version", KnowledgeSectionRow.doc_id, KnowledgeSectionRow.version)
+search.register(KnowledgeSectionRow.__table__)  # type: ignore[arg-type]

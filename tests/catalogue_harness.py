@@ -13,10 +13,12 @@ from typing import Any
 
 import jsonschema
 
+from agent.knowledge import KnowledgeSearch
 from sandbox.dataset import parse_dataset
 from sandbox.io import load_dataset
 from sandbox.store import SandboxStore
 from storage.db import Database
+from storage.knowledge import Knowledge
 from tools.backend import KnowledgeHit
 from tools.catalogue import build_registry
 from tools.context import CaseView, Principal, Rules, ToolContext, ToolFailure, ToolGroup
@@ -266,6 +268,8 @@ def make_ctx(
     return ToolContext(
         principal=Principal(kind="customer", id=customer_id or "anon", customer_id=customer_id),
         backend=store,
+        # Knowledge is signoff's own, in the same database the store's dataset loaded it into.
+        knowledge=KnowledgeSearch(Knowledge(store._db)),
         case=desk or Desk(),
         run=run or Run(),
         rules=rules or Rules(),

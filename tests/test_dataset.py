@@ -411,18 +411,19 @@ def test_one_teams_user_is_one_person_across_customers_and_staff() -> None:
 
 async def test_teams_users_load_lower_cased_are_found_in_any_case_and_export(db: Database) -> None:
     from sandbox.io import export_dataset
-    from sandbox.store import SandboxStore
+    from storage.identities import People
 
     data = copy.deepcopy(BASE)
     data["customers"][1]["teams_user_id"] = AAD.upper()
     data["staff"][0]["teams_user_id"] = "aaaaaaaa-2222-4333-8444-555555555555"
     await load_dataset(db, parse_dataset(data))
-    store = SandboxStore(db)
-    customer = await store.find_customer_by_teams_user(AAD)
-    assert customer is not None and customer.id == "C-2" and customer.teams_user_id == AAD
-    staff = await store.find_staff_by_teams_user("AAAAAAAA-2222-4333-8444-555555555555")
-    assert staff is not None and staff.id == "S-1"
-    assert await store.find_customer_by_teams_user("99999999-2222-4333-8444-555555555555") is None
+    people = People(db)
+    customer = await people.identify("teams", AAD)
+    assert customer is not None and (customer.kind, customer.id) == ("customer", "C-2")
+    staff = await people.identify("teams", "AAAAAAAA-2222-4333-8444-555555555555")
+    assert staff is not None and staff.id == "S-1" and staff.staff is not None
+    assert staff.staff.teams_user_id == "aaaaaaaa-2222-4333-8444-555555555555"
+    assert await people.identify("teams", "99999999-2222-4333-8444-555555555555") is None
     exported = await export_dataset(db)
     assert exported["customers"][1]["teams_user_id"] == AAD
     assert exported["staff"][0]["teams_user_id"] == "aaaaaaaa-2222-4333-8444-555555555555"

@@ -388,7 +388,7 @@ async def test_cancelling_a_paid_order_is_not_a_refund(db: Database, threshold: 
     order = max(paid, key=lambda o: o.total_minor)
     refundable = await store.refundable_minor("C-7", order.id)
     assert refundable and refundable > h.services.policy.ceiling("customer", order.currency)
-    hits = await store.search_knowledge("cancel order", limit=3)
+    hits = await h.services.knowledge.search("cancel order", limit=3)
     assert hits
     args = {"order_id": order.id, "reason_code": "customer_request", "evidence": [hits[0].evidence_id]}
     model._queue.extend(

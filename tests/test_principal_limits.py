@@ -177,7 +177,7 @@ def _with_staff_email(email: str) -> dict[str, Any]:
 
 async def test_a_rep_cannot_act_on_an_account_linked_to_their_own_email(any_db: Database) -> None:
     env = await make_env(any_db, model=CompromisedModel(), dataset=_with_staff_email("MAYA.Chen@Example.COM"))
-    staff = await env.services.backend.get_staff("S-1")
+    staff = await env.services.people.staff("S-1")
     assert staff is not None and staff.email == "MAYA.Chen@Example.COM"
     r = await env.runtime.chat(principal=REP, channel="api", message=ask(refund("O-1042", 1000)))
     assert r.pending == ()

@@ -57,9 +57,6 @@ class Customer:
     email: str
     phone: str | None = None
     address: Address | None = None
-    slack_user_id: str | None = None
-    #: The Entra (AAD) object id of the customer's Teams user, lower-case.
-    teams_user_id: str | None = None
     created_at: datetime | None = None
     payment_methods: tuple[PaymentMethod, ...] = ()
 
@@ -178,6 +175,14 @@ class KnowledgeHit:
         return f"{self.doc_id}@{self.version}#{self.section_id}"
 
 
+class KnowledgeBase(Protocol):
+    """Signoff's own knowledge, whatever the shop (``storage.knowledge``; ``search_knowledge`` reads it)."""
+
+    async def search(self, query: str, *, kind: KnowledgeKind | None = None, limit: int = 5) -> list[KnowledgeHit]:
+        """Sections of the newest document versions matching ``query``, best first."""
+        ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class OutboxMessage:
     """A message the shop sent (email or SMS)."""
@@ -189,20 +194,6 @@ class OutboxMessage:
     template: str
     body: str
     sent_at: datetime
-
-
-@dataclass(frozen=True, kw_only=True)
-class StaffMember:
-    """A staff member (rep or supervisor)."""
-
-    id: str
-    name: str
-    role: Literal["rep", "supervisor"]
-    slack_user_id: str | None = None
-    #: The person's own email: an account with this email is theirs, and they never act on it.
-    email: str | None = None
-    #: The Entra (AAD) object id of the staff member's Teams user, lower-case.
-    teams_user_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -228,31 +219,16 @@ class BackendError(Exception):
 
 
 class IdentityDirectory(Protocol):
-    """Who someone is, by the identifiers the faces see: a Slack or Teams user, an email.
+    """The customers a shop knows, by id and by the email on file.
 
-    The faces resolve people through this alone; the sandbox store implements it, and a real
-    shop's adapter would (from its CRM or staff directory)."""
+    Who a Slack or Teams user or a staff member is, is signoff's own
+    (``storage.identities.People.identify``), not the shop's: a new face needs no method here."""
 
     async def get_customer(self, customer_id: str) -> Customer | None:
         """The customer ``customer_id``, if any."""
 
-    async def find_customer_by_slack_user(self, slack_user_id: str) -> Customer | None:
-        """The customer with this Slack user id on file, if any."""
-
     async def find_customer_by_email(self, email: str) -> Customer | None:
         """The customer with this email on file, if any."""
-
-    async def get_staff(self, staff_id: str) -> StaffMember | None:
-        """The staff member ``staff_id``, if any."""
-
-    async def find_staff_by_slack_user(self, slack_user_id: str) -> StaffMember | None:
-        """The staff member with this Slack user id, if any."""
-
-    async def find_customer_by_teams_user(self, aad_object_id: str) -> Customer | None:
-        """The customer with this Teams (Entra) user id on file, if any."""
-
-    async def find_staff_by_teams_user(self, aad_object_id: str) -> StaffMember | None:
-        """The staff member with this Teams (Entra) user id, if any."""
 
 
 class CommerceBackend(IdentityDirectory, Protocol):
@@ -289,11 +265,6 @@ class CommerceBackend(IdentityDirectory, Protocol):
 
     async def refunds_since(self, customer_id: str, since: datetime) -> list[Refund]:
         """The customer's refunds since ``since`` (for per-day limits)."""
-
-    async def search_knowledge(
-        self, query: str, *, kind: KnowledgeKind | None = None, limit: int = 5
-    ) -> list[KnowledgeHit]:
-        """Knowledge sections matching ``query``, best first."""
 
     # -- writes: idempotent by key; BackendError for business refusals -------
     async def issue_refund(

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
-from tools.backend import CommerceBackend, KnowledgeHit
+from tools.backend import CommerceBackend, KnowledgeBase, KnowledgeHit
 
 PrincipalKind = Literal["customer", "rep", "supervisor", "system"]
 #: The staff roles that may act for a customer or decide an approval.
@@ -127,6 +127,8 @@ class ToolContext:
 
     principal: Principal
     backend: CommerceBackend
+    #: Signoff's own knowledge (not the shop's): what ``search_knowledge`` reads.
+    knowledge: KnowledgeBase
     case: CaseDesk
     run: RunControl
     rules: Rules

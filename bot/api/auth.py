@@ -10,8 +10,8 @@ The principal comes from a verified token, never from a request body:
   configured, and must be configured (so are required) with a JWKS. A token
   may live at most ``max_ttl_s`` (``exp - iat``, or ``exp - now`` without ``iat``).
 * An HS256 secret is at least 32 bytes.
-* A customer must exist in the backend; staff must exist in the dataset's
-  staff list with exactly the claimed role.
+* A customer must exist in the backend; staff must exist in signoff's own
+  staff (``SIGNOFF_PEOPLE_FILE`` or the dataset's list) with exactly the claimed role.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from jwt import PyJWKClient
 from agent.errors import ConfigError
 from bot.api import wording as say
 from bot.web import ApiError
+from storage.identities import People
 from tools.backend import CommerceBackend
 from tools.context import Principal
 
@@ -106,9 +107,10 @@ class Caller:
 class Authenticator:
     """Verifies bearer tokens and resolves them to a :class:`Caller`."""
 
-    def __init__(self, config: AuthConfig, backend: CommerceBackend) -> None:
+    def __init__(self, config: AuthConfig, backend: CommerceBackend, people: People) -> None:
         self.config = config
         self.backend = backend
+        self.people = people
         self._jwks = (
             PyJWKClient(
                 config.jwks_url,
@@ -212,7 +214,7 @@ class Authenticator:
             if await self.backend.get_customer(sub) is None:
                 raise AuthError("forbidden", say.UNKNOWN_CUSTOMER)
             return Caller(principal=Principal(kind="customer", id=sub, customer_id=sub), role="customer")
-        staff = await self.backend.get_staff(sub)
+        staff = await self.people.staff(sub)
         if staff is None or staff.role != role:
             raise AuthError("forbidden", say.UNKNOWN_STAFF)
         return Caller(principal=Principal(kind=role, id=sub), role=role, default_customer=customer)

@@ -132,10 +132,11 @@ def _tooling_commands(sub: Subparsers) -> None:
     ev.add_argument("--record", type=Path, help="write this run's tool selections as JSON lines")
     ev.add_argument("--workers", type=int, help="worker processes for offline models (default: CPUs, max 4)")
 
-    from bot.cli import jobs, teams
+    from bot.cli import jobs, knowledge, teams
 
     teams.add_parser(sub)
     jobs.add_parser(sub)
+    knowledge.add_parser(sub)
 
     tok = sub.add_parser("token", help="a development JWT (HS256 with SIGNOFF_JWT_SECRET) for a person in the store")
     tok.add_argument("--sub", required=True)
@@ -185,7 +186,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
             from bot.cli.policy import policy_command, rollout_command
 
             return await (policy_command if args.command == "policy" else rollout_command)(settings, args)
-        case "teams" | "jobs":
+        case "teams" | "jobs" | "knowledge":
             return await _operations(settings, args)
         case "serve":
             settings.require_model("serve")
@@ -212,11 +213,15 @@ async def _dispatch(args: argparse.Namespace) -> int:
 
 
 async def _operations(settings: Settings, args: argparse.Namespace) -> int:
-    """``teams manifest`` and ``jobs``."""
+    """``teams manifest``, ``jobs`` and ``knowledge``."""
     if args.command == "jobs":
         from bot.cli.jobs import jobs_command
 
         return await jobs_command(settings, args)
+    if args.command == "knowledge":
+        from bot.cli import knowledge
+
+        return await knowledge.run(settings, args)
     from bot.cli import teams
 
     return teams.manifest(settings, args)
@@ -251,7 +256,7 @@ async def _db_upgrade(settings: Settings) -> int:
 
 async def _store(settings: Settings, args: argparse.Namespace) -> int:
     from sandbox.dataset import DatasetError, load_dataset_file
-    from sandbox.io import StoreNotEmpty, export_dataset, load_dataset
+    from sandbox.io import StoreLoadError, export_dataset, load_dataset
     from storage.db import create_database
 
     db = create_database(settings.signoff_database_url)
@@ -261,13 +266,18 @@ async def _store(settings: Settings, args: argparse.Namespace) -> int:
                 dataset = load_dataset_file(args.file)
                 from datetime import UTC, datetime
 
-                report = await load_dataset(db, dataset, rebase_to=datetime.now(UTC) if args.rebase_to_now else None)
+                report = await load_dataset(
+                    db,
+                    dataset,
+                    rebase_to=datetime.now(UTC) if args.rebase_to_now else None,
+                    people=settings.signoff_people_file is None,  # the people file is in charge of people
+                )
             except DatasetError as exc:
                 print(f"signoff: {args.file}: invalid dataset", file=sys.stderr)
                 for line in exc.errors[:50]:
                     print(f"  {line}", file=sys.stderr)
                 return 1
-            except StoreNotEmpty as exc:
+            except StoreLoadError as exc:
                 print(f"signoff: {exc}", file=sys.stderr)
                 return 1
             print(f"loaded {args.file}: {_counts(report)}")
@@ -319,7 +329,7 @@ async def _approvals(settings: Settings, args: argparse.Namespace) -> int:
         if args.approvals_command == "show":
             print(json.dumps(a.as_public(), indent=2, ensure_ascii=False, default=str))
             return 0
-        staff = await app.backend.get_staff(args.staff_id)
+        staff = await app.runtime.s.people.staff(args.staff_id)
         if staff is None:
             print(f"signoff: no staff member {args.staff_id}", file=sys.stderr)
             return 1
@@ -441,6 +451,7 @@ async def _token_refusal(settings: Settings, args: argparse.Namespace) -> str | 
     """Why the store does not back this token (``None``: it does)."""
     from sandbox.store import SandboxStore
     from storage.db import create_database
+    from storage.identities import People
 
     db = create_database(settings.signoff_database_url)
     try:
@@ -450,7 +461,7 @@ async def _token_refusal(settings: Settings, args: argparse.Namespace) -> str | 
                 if await store.get_customer(args.sub) is None:
                     return f"no customer {args.sub} in the store; refusing to mint a token for them"
                 return None
-            staff = await store.get_staff(args.sub)
+            staff = await People(db).staff(args.sub)
             if staff is None:
                 return f"no staff member {args.sub} in the store; refusing to mint a {args.role} token"
             if staff.role != args.role:

@@ -123,11 +123,11 @@ def _diff(active: ActivePolicy, path: Path) -> int:
 
 async def _apply(db: Database, versions: PolicyVersions, active: ActivePolicy, path: Path, staff_id: str) -> int:
     from bot.cli.commands import _operator
-    from sandbox.store import SandboxStore
+    from storage.identities import People
 
     text = _read(path)
     new = parse_policy(text, source=str(path), setting="")  # a bad file: exit 2, before anything else
-    staff = await SandboxStore(db).get_staff(staff_id)
+    staff = await People(db).staff(staff_id)
     if staff is None:
         print(f"signoff: no staff member {staff_id} in the store; nothing applied", file=sys.stderr)
         return 1

@@ -212,18 +212,17 @@ class SlackFace:
         look-up that fails counts against the user (fail closed)."""
         own, _ = await self.who_am_i()
         external = external or own is None or team != own
-        if not external:
-            staff = await self.backend.find_staff_by_slack_user(user)
+        people = self.runtime.s.people
+        on_file = await people.identify(CHANNEL, user)
+        if on_file is not None and on_file.staff is not None and not external:
             in_group = await self.in_supervisor_group(user)
-            if staff is not None:
-                role: Kind = "supervisor" if staff.role == "supervisor" or in_group else "rep"
-                return Person(user=user, team=team, kind=role, id=staff.id)
-        customer = await self.backend.find_customer_by_slack_user(user)
-        if customer is not None:
-            return Person(user=user, team=team, kind="customer", id=customer.id, external=external)
-        linked = await self.runtime.s.links.linked(CHANNEL, f"{team}:{user}")
-        if linked is not None:
-            return Person(user=user, team=team, kind="customer", id=linked, external=external)
+            role: Kind = "supervisor" if on_file.role == "supervisor" or in_group else "rep"
+            return Person(user=user, team=team, kind=role, id=on_file.id)
+        if on_file is not None and on_file.kind == "customer":
+            return Person(user=user, team=team, kind="customer", id=on_file.id, external=external)
+        linked = await people.identify(CHANNEL, f"{team}:{user}")
+        if linked is not None and linked.kind == "customer":
+            return Person(user=user, team=team, kind="customer", id=linked.id, external=external)
         return Person(user=user, team=team, kind="stranger", external=external)
 
     async def in_supervisor_group(self, user: str) -> bool:
@@ -251,7 +250,7 @@ class SlackFace:
         for key in {k for k in keys if k}:
             kind, _, ident = key.partition(":")
             if kind in ("rep", "supervisor"):
-                staff = await self.backend.get_staff(ident)
+                staff = await self.runtime.s.people.staff(ident)
                 if staff is not None and staff.slack_user_id:
                     slack_ids[key] = staff.slack_user_id
                 elif staff is not None:

@@ -62,7 +62,7 @@ class Clicks:
     _background: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def handle(self, action: TeamsCardAction, reference: Mapping[str, Any]) -> InvokeReply:
-        person = await identify(self.backend, action.sender)
+        person = await identify(self.runtime.s.people, self.backend, action.sender)
         if action.verb in (CONFIRM, DECLINE):
             return await self._confirmation(action, person, reference)
         return await self._approval(action, person)
@@ -160,4 +160,4 @@ class Clicks:
 
     async def card(self, a: Approval) -> Card:
         """The approval's card as the database has it now."""
-        return approval_card(a, people=await names_for(self.backend, a), now=self.clock())
+        return approval_card(a, people=await names_for(self.runtime.s.people, self.backend, a), now=self.clock())

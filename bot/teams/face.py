@@ -31,9 +31,10 @@ from bot.teams.invoke import InvokeReply
 from bot.teams.people import identify
 from bot.teams.routes import teams_routes
 from bot.teams.sender import TeamsSender
+from storage.identities import Staff
 from storage.inbox import Inbound
 from storage.records import wall_clock
-from tools.backend import CommerceBackend, StaffMember
+from tools.backend import CommerceBackend
 from tools.context import Principal
 
 FACE = "teams"
@@ -146,7 +147,7 @@ class TeamsFace:
 
     async def _answer(self, item: Inbound) -> Reply | None:
         payload = item.payload
-        person = await identify(self.backend, TeamsUser(**payload["sender"]))
+        person = await identify(self.runtime.s.people, self.backend, TeamsUser(**payload["sender"]))
         key = f"teams:inbound:{item.id}"
         if payload["kind"] == "welcome":
             staff = person is not None and person.staff is not None
@@ -160,7 +161,7 @@ class TeamsFace:
             return await self._staff(item, person.staff, text)
         return await self._turn(item, person.principal, text)
 
-    async def _staff(self, item: Inbound, staff: StaffMember, text: str) -> Reply | None:
+    async def _staff(self, item: Inbound, staff: Staff, text: str) -> Reply | None:
         key = f"teams:inbound:{item.id}"
         words = text.split()
         conversation_id = item.payload["conversation_id"]
@@ -178,7 +179,7 @@ class TeamsFace:
         principal = Principal(kind=staff.role, id=staff.id, customer_id=binding.customer_id)
         return await self._turn(item, principal, text)
 
-    async def _queue(self, staff: StaffMember) -> str:
+    async def _queue(self, staff: Staff) -> str:
         if staff.role != "supervisor":
             return say.QUEUE_SUPERVISORS_ONLY
         waiting = await self.runtime.s.approvals.list_approvals(status="pending", limit=20)

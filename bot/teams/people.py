@@ -1,8 +1,9 @@
-"""Who a Teams user is in the shop's records: a staff member or a customer, by Entra object id.
+"""Who a Teams user is: a staff member or a customer, by Entra object id.
 
-The dataset's ``teams_user_id`` (customers and staff) holds the user's Entra (AAD) object id,
-which every Teams activity carries as ``from.aadObjectId``. Nothing else identifies a person:
-not the display name, not the channel id (``29:…``), not anything in the message.
+Signoff's own directory (``People.identify("teams", …)``, seeded from ``SIGNOFF_PEOPLE_FILE`` or
+the dataset's ``teams_user_id``) holds the user's Entra (AAD) object id, which every Teams
+activity carries as ``from.aadObjectId``. Nothing else identifies a person: not the display
+name, not the channel id (``29:…``), not anything in the message.
 """
 
 from __future__ import annotations
@@ -10,17 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.teams.inbound import TeamsUser
-from bot.teams.views import People
+from bot.teams.views import People as Names
+from storage.identities import People, Staff
 from storage.records import Approval
-from tools.backend import Customer, IdentityDirectory, StaffMember
+from tools.backend import Customer, IdentityDirectory
 from tools.context import Principal
+
+CHANNEL = "teams"
 
 
 @dataclass(frozen=True, kw_only=True)
 class Person:
     """A Teams user we know: exactly one of ``staff`` or ``customer``."""
 
-    staff: StaffMember | None = None
+    staff: Staff | None = None
     customer: Customer | None = None
 
     @property
@@ -36,29 +40,31 @@ class Person:
         return self.staff.name if self.staff is not None else self.customer.name if self.customer else "someone"
 
 
-async def identify(backend: IdentityDirectory, user: TeamsUser) -> Person | None:
-    """The staff member or customer the Teams user is listed as, or ``None``."""
+async def identify(people: People, backend: IdentityDirectory, user: TeamsUser) -> Person | None:
+    """The staff member or customer the Teams user is listed as (a customer the shop knows), or ``None``."""
     if not user.aad_object_id:
         return None
-    staff = await backend.find_staff_by_teams_user(user.aad_object_id)
-    if staff is not None:
-        return Person(staff=staff)
-    customer = await backend.find_customer_by_teams_user(user.aad_object_id)
+    who = await people.identify(CHANNEL, user.aad_object_id)
+    if who is None:
+        return None
+    if who.staff is not None:
+        return Person(staff=who.staff)
+    customer = await backend.get_customer(who.id)
     return Person(customer=customer) if customer is not None else None
 
 
-async def names_for(backend: IdentityDirectory, approval: Approval) -> People:
+async def names_for(people: People, backend: IdentityDirectory, approval: Approval) -> Names:
     """Display names for the requester and deciders of an approval (unknown keys stay as they are)."""
     keys = {approval.requester, *(d.actor for d in approval.decisions)}
     names: dict[str, str] = {}
     for key in keys:
         kind, _, ident = key.partition(":")
         if kind in ("rep", "supervisor"):
-            staff = await backend.get_staff(ident)
+            staff = await people.staff(ident)
             if staff is not None:
                 names[key] = staff.name
         elif kind == "customer":
             customer = await backend.get_customer(ident)
             if customer is not None:
                 names[key] = customer.name
-    return People(names=names)
+    return Names(names=names)

@@ -1,14 +1,15 @@
 """The ``always`` group: knowledge search, the case, finishing and loading tools.
 
-All but ``search_knowledge`` are runtime tools: they act on the conversation
-(``ctx.case``, ``ctx.run``), never on the shop.
+``search_knowledge`` reads signoff's own knowledge (``ctx.knowledge``, the same whatever the
+shop); the others are runtime tools: they act on the conversation (``ctx.case``, ``ctx.run``),
+never on the shop.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tools.catalogue._common import backend_errors, read_meta
+from tools.catalogue._common import read_meta
 from tools.context import ToolContext
 from tools.registry import ToolDef, ToolMeta
 from tools.results import knowledge_hit_result, to_json_result, untrusted
@@ -39,8 +40,7 @@ def _runtime_meta(kind: str, scope: str, *, idempotent: bool = True) -> ToolMeta
 
 
 async def _search_knowledge(args: dict[str, Any], ctx: ToolContext) -> Result:
-    with backend_errors():
-        hits = await ctx.backend.search_knowledge(args["query"], kind=args.get("kind"), limit=5)
+    hits = await ctx.knowledge.search(args["query"], kind=args.get("kind"), limit=5)
     ctx.run.record_knowledge(hits)
     limit = ctx.rules.untrusted_text_limit
     return {"hits": [knowledge_hit_result(h, limit=limit) for h in hits], "count": len(hits)}
