@@ -60,6 +60,10 @@ def dkim_aligned(raw: bytes, from_domain: str, lookup: TxtLookup) -> str | None:
         text = lookup(name.decode("ascii", "replace").rstrip("."))
         return text.encode() if text else None
 
+    end = raw.find(b"\r\n\r\n")
+    head = raw[: end if end >= 0 else raw.find(b"\n\n")][: 256 * 1024].lower()
+    if b"dkim-signature:" not in head:  # unsigned: no need to parse a large message
+        return None
     try:
         checker = dkim.DKIM(raw, minkey=1024, timeout=5)
         count = sum(1 for name, _v in checker.headers if name.lower() == b"dkim-signature")
