@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 
 import pytest
 
-from bot.email.bodies import html_to_text
+from bot.email.bodies import BULK_LINES, html_to_text, without_bulk
+from bot.email.parsing import parse_inbound
 from bot.email.replies import (
     DEVICE_LINES,
     FROM_LABELS,
@@ -138,3 +141,26 @@ def test_adversarial_bodies_stay_linear_and_bounded(text: str) -> None:
     started = time.perf_counter()
     assert len(extract_reply(text)) <= MAX_TEXT
     assert time.perf_counter() - started < 10
+
+
+def test_bulk_base64_runs_are_dropped_linearly_and_text_kept() -> None:
+    line = base64.b64encode(bytes(range(57))) + b"\r\n"
+    small = b"From: a@b.example\r\n\r\n" + line * 10
+    assert without_bulk(small) == small  # a short base64 body (a text part) stays
+    big = b"From: a@b.example\r\n\r\nwords\r\n" + line * BULK_LINES + b"after\r\n"
+    assert without_bulk(big) == b"From: a@b.example\r\n\r\nwords\r\nafter\r\n"
+    nearly = (line * (BULK_LINES - 1) + b"!\r\n") * 5  # nearly matching runs: still one pass
+    started = time.perf_counter()
+    assert without_bulk(nearly) == nearly
+    assert time.perf_counter() - started < 10
+
+
+def test_hostile_html_and_raw_messages_are_errors_or_text_never_crashes() -> None:
+    deep = "<div>" * 100_000 + "deep words" + "</div>" * 100_000
+    assert isinstance(html_to_text(deep), str)
+    assert html_to_text("<p>a\udc80b</p>").strip() == "a?b"
+    lone = json.dumps({"From": "maya.chen@example.com", "RawEmail": "From: maya.chen@example.com\r\n\r\nhi \udc80"})
+    mail = parse_inbound("application/json", "application/json", lone.encode())
+    assert mail.text.startswith("hi")
+    with pytest.raises(ValueError):
+        parse_inbound("application/json", "application/json", json.dumps({"RawEmail": "no headers at all"}).encode())

@@ -157,7 +157,7 @@ def _raw_message(f: Mapping[str, Any]) -> tuple[bytes | None, MimeMail | None]:
         return None, None
     if not isinstance(value, str | bytes):
         raise ValueError("the raw message must be a string")
-    raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else value
+    raw = value.encode("utf-8", "replace") if isinstance(value, str) else value  # lone surrogates: "?"
     mime = read_mime(raw)
     if sum(1 for line in _head_lines(raw) if line[:5].lower() == b"from:") > 1:
         raise ValueError("the raw message has more than one From header")
