@@ -283,3 +283,32 @@ def test_smtp_url_and_reply_headers() -> None:
         )
     )
     assert msg["In-Reply-To"] == "<a@b>" and msg["References"] == "<r@b> <a@b>" and msg["Bcc"] is None
+
+
+def test_body_fields_in_order_of_preference() -> None:
+    """Text when it is real, else HTML as text, else a provider's stripped reply (it loses
+    answers below the quote, so it is the last resort)."""
+    base = {"from": "maya.chen@example.com"}
+    assert normalise({**base, "text": "plain", "html": "<p>html</p>"}).text == "plain"
+    assert normalise({**base, "text": " \n", "html": "<p>html <b>only</b></p>"}).text.strip() == "html only"
+    assert normalise({**base, "body-html": "<div>mailgun</div>"}).text.strip() == "mailgun"
+    assert normalise({**base, "stripped-html": "<div>stripped</div>"}).text.strip() == "stripped"
+    pm = {"FromFull": {"Email": "maya.chen@example.com", "Name": "Maya"}, "StrippedTextReply": "short"}
+    assert (normalise(pm).sender, normalise(pm).text) == ("maya.chen@example.com", "short")
+    pm["HtmlBody"] = "<p>from html</p>"
+    assert normalise(pm).text.strip() == "from html"
+    listed = {**base, "text": "x", "Attachments": [{"Name": "label.pdf", "ContentLength": 9}]}
+    assert normalise(listed).attachments == ("label.pdf",)
+
+
+def test_with_a_raw_message_its_own_from_is_the_sender() -> None:
+    """The From: a DKIM signature covers is the one we serve, not a form field beside it."""
+    raw = b"From: Mallory <mallory@attacker.example>\r\nSubject: hi\r\nMessage-ID: <r1@x>\r\n\r\nhello\r\n"
+    mail = normalise({"from": "maya.chen@example.com", "email": raw})
+    assert (mail.sender, mail.subject, mail.message_id, mail.text.strip()) == (
+        "mallory@attacker.example",
+        "hi",
+        "<r1@x>",
+        "hello",
+    )
+    assert mail.raw == raw
