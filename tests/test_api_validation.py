@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from agent.llm.testing import ScriptedModel
 from agent.runtime import Runtime
 from bot.api.routes import MAX_BODY
+from bot.email.bridge import MAX_EMAIL_BODY
 from bot.server import make_web_app
 from storage.conversations import ConversationRepo
 from storage.db import Database, create_database
@@ -101,7 +102,9 @@ async def test_huge_bodies_are_413(client: TestClient, db: Database) -> None:
         yield b'"}'
 
     await expect(client, db, "POST", "/api/chat", 413, "too_large", data=chunks(), headers={**C7, **JSON})
-    await expect(client, db, "POST", "/email/inbound", 413, "too_large", data=b"x" * (2 * 1024 * 1024), headers=JSON)
+    # Mail is read up to MAX_EMAIL_BODY (a 25 MB attachment is dropped, not refused): above it, 413.
+    await expect(client, db, "POST", "/email/inbound", 413, "too_large", data=b"x" * (MAX_EMAIL_BODY + 1), headers=JSON)
+    await expect(client, db, "POST", "/email/inbound", 401, "unauthorized", data=b"x" * (2 * 1024 * 1024), headers=JSON)
 
 
 async def test_decision_bodies(client: TestClient, db: Database) -> None:

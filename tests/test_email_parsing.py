@@ -10,17 +10,8 @@ from urllib.parse import urlencode
 
 import pytest
 
-from bot.email.parsing import (
-    InboundEmail,
-    failed_check,
-    normalise,
-    parse_inbound,
-    sender_check,
-    sign,
-    signature_ok,
-    single_address,
-    strip_quoted,
-)
+from bot.email.parsing import InboundEmail, normalise, parse_inbound, sign, signature_ok, single_address
+from bot.email.senders import failed_check, sender_check
 from bot.email.smtp import OutgoingEmail, SmtpConfig, compose, conversation_of, new_message_id, reply_subject
 from bot.email.turns import answer_by_code
 from storage.records import Confirmation
@@ -212,41 +203,6 @@ def test_signature_binds_body_and_timestamp() -> None:
     assert not signature_ok("s3cret", body, good, "soon", now=now)
 
 
-def test_strip_quoted_reply_text() -> None:
-    text = (
-        "Yes, go ahead.\r\n\r\nThanks,\r\nMaya\r\n\r\nOn Tue, 3 Jun 2025 at 10:00, Fernway Support "
-        "<support@fernway.example>\r\nwrote:\r\n> Shall I refund $189.00?\r\n> [[CALL issue_refund {}]]\r\n"
-    )
-    assert strip_quoted(text) == "Yes, go ahead.\n\nThanks,\nMaya"
-    assert strip_quoted("ABC234\n-- \nMaya Chen\nSent from my phone") == "ABC234"
-    assert strip_quoted("> only quoted\n> text") == ""
-    assert strip_quoted("Fine.\n-----Original Message-----\nFrom: support") == "Fine."
-    assert strip_quoted("ok\nOn Mon, Jun 2, 2025 Fernway wrote:\n> x") == "ok"
-    assert len(strip_quoted("x" * 10_000)) == 4000
-    assert strip_quoted("Danke\nAm 3. Juni 2025 schrieb Fernway <support@fernway.example>:\n> x") == "Danke"
-    assert strip_quoted("Merci\nLe 3 juin 2025, Fernway a écrit :\n> x") == "Merci"
-    assert strip_quoted("ok\n__________\nFrom: Fernway") == "ok"
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "Am " + "schrieb " * 40_000,  # the old "Am.*schrieb.*:" pattern backtracked over this
-        "On " + "x" * 300_000 + " wrote",
-        "Le " + "a écrit " * 30_000,
-        ("> quoted line\n" * 60_000),
-        ("On\n" * 200_000),
-        " " * 500_000 + "x",
-    ],
-)
-def test_strip_quoted_handles_adversarial_bodies(text: str) -> None:
-    """Long lines are never taken for quote headers and the result stays bounded (the speed of
-    this is bench/email_parse.py's business, not a test's)."""
-    out = strip_quoted(text)
-    assert len(out) <= 4000
-    assert out == "\n".join(line for line in text.split("\n") if not line.lstrip().startswith(">")).strip()[:4000]
-
-
 def _conf(code: str) -> Confirmation:
     return Confirmation(
         id=f"cnf_{code}",
@@ -272,6 +228,13 @@ def _conf(code: str) -> Confirmation:
         ("ABC234", ("ABC234", True)),
         ("yes abc234 thanks", ("ABC234", True)),
         ("Code: ABC234\n\nMaya", ("ABC234", True)),
+        ('"ABC234"', ("ABC234", True)),
+        ("  Confirm ABC234  \n\nThanks,\nMaya Chen", ("ABC234", True)),
+        ("What does ABC234 do?", None),  # issue 20: a question about the code confirms nothing
+        ("What does ABC234 do", None),
+        ("I saw ABC234 in your mail and wonder what it is", None),
+        ("ABC234\n\nbut first tell me what the refund covers exactly", None),
+        ("ABC234 ABC234", ("ABC234", True)),
         ("No, ABC234", ("ABC234", False)),
         ("ABC234 - wait, don't", ("ABC234", False)),
         ("please don't do ABC234", ("ABC234", False)),
@@ -320,3 +283,32 @@ def test_smtp_url_and_reply_headers() -> None:
         )
     )
     assert msg["In-Reply-To"] == "<a@b>" and msg["References"] == "<r@b> <a@b>" and msg["Bcc"] is None
+
+
+def test_body_fields_in_order_of_preference() -> None:
+    """Text when it is real, else HTML as text, else a provider's stripped reply (it loses
+    answers below the quote, so it is the last resort)."""
+    base = {"from": "maya.chen@example.com"}
+    assert normalise({**base, "text": "plain", "html": "<p>html</p>"}).text == "plain"
+    assert normalise({**base, "text": " \n", "html": "<p>html <b>only</b></p>"}).text.strip() == "html only"
+    assert normalise({**base, "body-html": "<div>mailgun</div>"}).text.strip() == "mailgun"
+    assert normalise({**base, "stripped-html": "<div>stripped</div>"}).text.strip() == "stripped"
+    pm = {"FromFull": {"Email": "maya.chen@example.com", "Name": "Maya"}, "StrippedTextReply": "short"}
+    assert (normalise(pm).sender, normalise(pm).text) == ("maya.chen@example.com", "short")
+    pm["HtmlBody"] = "<p>from html</p>"
+    assert normalise(pm).text.strip() == "from html"
+    listed = {**base, "text": "x", "Attachments": [{"Name": "label.pdf", "ContentLength": 9}]}
+    assert normalise(listed).attachments == ("label.pdf",)
+
+
+def test_with_a_raw_message_its_own_from_is_the_sender() -> None:
+    """The From: a DKIM signature covers is the one we serve, not a form field beside it."""
+    raw = b"From: Mallory <mallory@attacker.example>\r\nSubject: hi\r\nMessage-ID: <r1@x>\r\n\r\nhello\r\n"
+    mail = normalise({"from": "maya.chen@example.com", "email": raw})
+    assert (mail.sender, mail.subject, mail.message_id, mail.text.strip()) == (
+        "mallory@attacker.example",
+        "hi",
+        "<r1@x>",
+        "hello",
+    )
+    assert mail.raw == raw

@@ -3,7 +3,7 @@
 Reading the provider's webhook is :mod:`bot.email.parsing`. In order, a message is
 refused with nothing stored when
 
-1. the body is too large (413);
+1. the body is larger than ``MAX_EMAIL_BODY`` (64 MiB, beyond any provider's post: 413);
 2. the HMAC signature is missing, wrong or outside a 5-minute window (401):
    ``X-Signoff-Signature: sha256=HEX(HMAC-SHA256(secret, "<X-Signoff-Timestamp>." + raw body))``;
 3. it cannot be read (415/422);
@@ -12,14 +12,15 @@ refused with nothing stored when
 
 Otherwise the mail is accepted durably (``Inbox.accept(face="email")``, keyed by sender +
 Message-ID, so a redelivery does nothing more) and the webhook answers at once; the turn
-and the reply are :mod:`bot.email.turns`' job in the worker. Whether the provider vouched
-for the sender (a DMARC pass, or a DKIM pass by the ``From:`` domain) is judged here from
-the provider's own fields and travels with the mail: unvouched mail is answered from
-public knowledge only.
+and the reply are :mod:`bot.email.turns`' job in the worker. Whether the sender is vouched
+for (a provider DMARC pass, a DKIM pass by the ``From:`` domain, or our own aligned DKIM
+check of the raw message: :mod:`bot.email.senders`) is judged here and travels with the
+mail: unvouched mail is answered from public knowledge only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -31,14 +32,9 @@ from aiohttp import web
 
 from bot.app import App
 from bot.email import wording as say
-from bot.email.parsing import (
-    InboundEmail,
-    delivery_id,
-    parse_inbound,
-    sender_check,
-    signature_ok,
-    strip_quoted,
-)
+from bot.email.parsing import InboundEmail, delivery_id, parse_inbound, signature_ok
+from bot.email.replies import extract_reply
+from bot.email.senders import TxtLookup, dns_txt, own_check
 from bot.email.smtp import SmtpConfig
 from bot.email.turns import FACE, answer_by_code, confirm_hints
 from bot.web import ApiError, read_limited
@@ -46,7 +42,11 @@ from tools.backend import Customer
 
 log = logging.getLogger(__name__)
 
-MAX_EMAIL_BODY = 1024 * 1024
+#: The largest webhook body read. Providers post at most ~30 MB messages (base64 grows them
+#: by a third): a mail with a 25 MB attachment is read, its attachment dropped, its words kept.
+MAX_EMAIL_BODY = 64 * 1024 * 1024
+#: Bodies above this are parsed in a thread, off the event loop.
+INLINE_PARSE = 256 * 1024
 
 
 def smtp_config(settings: Any) -> SmtpConfig | None:
@@ -66,6 +66,8 @@ class EmailConfig:
     smtp: SmtpConfig | None = None
     tolerance_s: int = 300
     max_body: int = MAX_EMAIL_BODY
+    #: DNS TXT lookups for our own DKIM check (tests stub it).
+    txt_lookup: TxtLookup = dns_txt
 
     @classmethod
     def from_settings(cls, settings: Any) -> EmailConfig:
@@ -98,13 +100,9 @@ class EmailBridge:
             tolerance_s=self.config.tolerance_s,
         ):
             raise ApiError("unauthorized", say.EMAIL_BAD_SIGNATURE)
-        try:
-            mail = parse_inbound(request.content_type, request.headers.get("Content-Type", ""), raw)
-        except LookupError:
-            raise ApiError("unsupported_media_type", say.WRONG_EMAIL_CONTENT_TYPE) from None
-        except ValueError as exc:
-            raise ApiError("invalid", say.EMAIL_UNPARSEABLE.format(reason=str(exc)[:120])) from None
-        check = sender_check(mail)
+        mail, reply = await self._parse(request, raw)
+        # Our own DKIM check may ask DNS and hash a large body: in a thread, off the loop.
+        check = await asyncio.to_thread(own_check, mail, self.config.txt_lookup)
         if check.verdict == "failed":
             raise ApiError("forbidden", say.EMAIL_AUTH_FAILED.format(check=check.reason))
         customer = await self.app.backend.find_customer_by_email(mail.sender)
@@ -112,7 +110,9 @@ class EmailBridge:
             raise ApiError("forbidden", say.EMAIL_UNKNOWN_SENDER)
         verified = check.verdict == "verified"
         accepted = await self.app.runtime.s.inbox.accept(
-            FACE, [delivery_id(mail)], inbound_payload(mail, customer, verified=verified, check=check.reason)
+            FACE,
+            [delivery_id(mail)],
+            inbound_payload(mail, customer, verified=verified, check=check.reason, text=reply),
         )
         if not verified:
             log.info("email %s accepted unverified (%s): public answers only", accepted.id, check.reason)
@@ -120,16 +120,38 @@ class EmailBridge:
             {"status": "accepted" if accepted.fresh else "duplicate", "id": accepted.id, "verified": verified}
         )
 
+    async def _parse(self, request: web.Request, raw: bytes) -> tuple[InboundEmail, str]:
+        """The mail and its extracted reply; a large body is read in a thread, off the loop."""
+        args = (request.content_type, request.headers.get("Content-Type", ""), raw)
+        try:
+            if len(raw) > INLINE_PARSE:
+                return await asyncio.to_thread(read_mail, *args)
+            return read_mail(*args)
+        except LookupError:
+            raise ApiError("unsupported_media_type", say.WRONG_EMAIL_CONTENT_TYPE) from None
+        except ValueError as exc:
+            raise ApiError("invalid", say.EMAIL_UNPARSEABLE.format(reason=str(exc)[:120])) from None
 
-def inbound_payload(mail: InboundEmail, customer: Customer, *, verified: bool, check: str) -> dict[str, Any]:
-    """What the worker needs of a mail: its new text only (quotes stripped here, bounded), its
-    thread ids, and the verdict. The raw body is not stored."""
+
+def read_mail(content_type: str, content_type_header: str, raw: bytes) -> tuple[InboundEmail, str]:
+    """A provider's payload read (:func:`parse_inbound`) and the reply a person reads in it."""
+    mail = parse_inbound(content_type, content_type_header, raw)
+    return mail, extract_reply(mail.text)
+
+
+def inbound_payload(
+    mail: InboundEmail, customer: Customer, *, verified: bool, check: str, text: str | None = None
+) -> dict[str, Any]:
+    """What the worker needs of a mail: its new text only (the reply extracted here, bounded),
+    its thread ids, the names of attachments not read, and the verdict. The raw body is not
+    stored."""
     return {
         "customer_id": customer.id,
         "verified": verified,
         "check": check,
         "subject": mail.subject,
-        "text": strip_quoted(mail.text),
+        "text": extract_reply(mail.text) if text is None else text,
+        "attachments": list(mail.attachments),
         "message_id": mail.message_id,
         "in_reply_to": mail.in_reply_to,
         "references": list(mail.references),
@@ -144,4 +166,13 @@ async def inbound(request: web.Request) -> web.Response:
     return await request.app[EMAIL].handle(request)
 
 
-__all__ = ["EMAIL", "EmailBridge", "EmailConfig", "answer_by_code", "confirm_hints", "inbound", "inbound_payload"]
+__all__ = [
+    "EMAIL",
+    "EmailBridge",
+    "EmailConfig",
+    "answer_by_code",
+    "confirm_hints",
+    "inbound",
+    "inbound_payload",
+    "read_mail",
+]

@@ -40,24 +40,50 @@ from tools.context import Principal
 log = logging.getLogger(__name__)
 
 FACE = "email"
-_CODE = re.compile(rf"\b[{CODE_ALPHABET}]{{6}}\b")
-_NEGATIVE = frozenset({"no", "not", "nope", "don't", "dont", "stop", "decline", "never", "wait"})
+_CODE = re.compile(rf"^[{CODE_ALPHABET}]{{6}}$")
+#: Words a reply that *is* the code may carry around it ("Yes, ABC234 please", "Code: ABC234").
+_AROUND = frozenset(
+    {"yes", "y", "yep", "yeah", "ok", "okay", "sure", "confirm", "confirmed", "please", "go", "ahead",
+     "proceed", "thanks", "thank", "you", "code", "the", "is", "here", "it", "approve", "agreed"}
+)  # fmt: skip
+_NEGATIVE = frozenset({"no", "not", "nope", "don't", "dont", "stop", "decline", "declined", "cancel", "never", "wait"})
+#: A declining reply names the code in a short paragraph, at most this many words.
+_SHORT = 12
+#: A sign-off under the code ("Thanks,\nMaya Chen"): at most this many words.
+_SIGN_OFF = 3
+_PUNCT = "\"'“”‘’«»„,.;:!()[]*-–—"
 
 
 class Busy(RuntimeError):
     """A live process is still on this mail's turn or reply: the job is retried later."""
 
 
+def _words(paragraph: str) -> list[str]:
+    return [w for w in (t.strip(_PUNCT) for t in paragraph.split()) if w]
+
+
 def answer_by_code(text: str, pending: list[Confirmation]) -> tuple[Confirmation, bool] | None:
-    """The pending confirmation a reply names by its code, and whether it says yes (any negation: no).
-    Only the code from our own message answers by email; a bare "yes" never does."""
+    """The pending confirmation a reply answers by its code, and whether it says yes.
+
+    The (already extracted) reply must *be* the answer: its first paragraph is the code with
+    at most a few words of assent around it, and a short sign-off may follow. A question,
+    or the code inside a sentence ("What does ABC234 do?"), answers nothing; a short
+    paragraph with the code and a negation declines. A bare "yes" never answers by email."""
+    if "?" in text or "？" in text or len(text) > 1000:
+        return None
     codes = {c.code.upper(): c for c in pending}
-    for token in _CODE.findall(text[:4000].upper()):
-        if token in codes:
-            words = set(re.findall(r"[a-z']+", text.lower()))
-            negative = bool(words & _NEGATIVE) or any(w.endswith("n't") for w in words)
-            return codes[token], not negative
-    return None
+    paragraphs = [p for p in text.replace("\r\n", "\n").split("\n\n") if p.strip()]
+    if not paragraphs or sum(len(_words(p)) for p in paragraphs[1:]) > _SIGN_OFF:
+        return None
+    words = _words(paragraphs[0])
+    named = {w.upper() for w in words if _CODE.match(w.upper()) and w.upper() in codes}
+    if len(named) != 1 or len(words) > _SHORT:
+        return None
+    code = named.pop()
+    lower = [w.lower() for w in words if w.upper() != code]
+    if any(w in _NEGATIVE or w.endswith("n't") for w in lower):
+        return codes[code], False
+    return (codes[code], True) if all(w in _AROUND for w in lower) else None
 
 
 def unverified_principal(address: str) -> Principal:
@@ -97,7 +123,15 @@ class EmailTurns:
         turn = await self._turn(item, conv, principal, text)
         reply = (turn.notice if turn and turn.outcome == "asked" else turn.answer if turn else "") or say.EMPTY_REPLY
         waiting = await queries.pending_confirmations(rt, conv.id, principal.key)
-        body = reply + confirm_hints(waiting) + ("" if verified else "\n\n" + say.UNVERIFIED_SENDER) + say.SIGNATURE
+        if not verified:  # a stranger's links never go out from the shop's address
+            reply = without_links(reply, str(p.get("text") or "") + " " + str(p.get("subject") or ""))
+        body = (
+            reply
+            + confirm_hints(waiting)
+            + attachments_note(p.get("attachments"))
+            + ("" if verified else "\n\n" + say.UNVERIFIED_SENDER)
+            + say.SIGNATURE
+        )
         message_id = new_message_id(conv.id, self.from_address or "signoff@localhost")
         inbound_id = p.get("message_id") if isinstance(p.get("message_id"), str) else None
         refs = [r for r in (*p.get("references", []), inbound_id) if isinstance(r, str) and valid_message_id(r)]
@@ -107,7 +141,9 @@ class EmailTurns:
             "principal": principal.key,
             "verified": verified,
             "to": customer.email,  # the address on file (S3), never one from the mail
-            "subject": reply_subject(str(p.get("subject") or "")),
+            # An unverified sender's subject is not echoed: a spoofed "URGENT: verify at …"
+            # must not come back from the shop's own address.
+            "subject": reply_subject(str(p.get("subject") or "")) if verified else say.UNVERIFIED_SUBJECT,
             "body": body,
             "message_id": message_id,
             "in_reply_to": inbound_id,
@@ -192,6 +228,38 @@ class EmailTurns:
         await rt.s.inbox.finish(inbound_id, "delivered")
 
 
+def attachments_note(names: Any) -> str:
+    """The runtime's line telling the customer which attachments were not read."""
+    if not isinstance(names, list) or not names:
+        return ""
+    shown = ", ".join(str(n)[:80] for n in names[:10])
+    return "\n\n" + say.ATTACHMENTS_NOT_READ.format(names=shown)
+
+
+def _hosts(text: str) -> set[str]:
+    """Host names of the links in ``text`` (``scheme://host…`` or ``www.…``), lower case."""
+    hosts: set[str] = set()
+    for token in text[:200_000].split():
+        token = token.strip("<>()[]\"'.,;")
+        rest = token.partition("://")[2] if "://" in token else token if token.lower().startswith("www.") else ""
+        host = rest.split("/", 1)[0].split("?", 1)[0].rpartition("@")[2].lower()
+        if "." in host:
+            hosts.add(host)
+    return hosts
+
+
+def without_links(reply: str, inbound: str) -> str:
+    """``reply`` with every link to a host the inbound mail named replaced by a mark."""
+    bad = _hosts(inbound)
+    if not bad:
+        return reply
+    lines = []
+    for line in reply.split("\n"):
+        words = [say.LINK_REMOVED if _hosts(w) & bad else w for w in line.split(" ")]
+        lines.append(" ".join(words))
+    return "\n".join(lines)
+
+
 def confirm_hints(waiting: list[Confirmation]) -> str:
     """The runtime's own lines naming each waiting confirmation and its code (never the model's)."""
     if len(waiting) == 1:
@@ -201,4 +269,13 @@ def confirm_hints(waiting: list[Confirmation]) -> str:
     return ""
 
 
-__all__ = ["FACE", "Busy", "EmailTurns", "answer_by_code", "confirm_hints", "unverified_principal"]
+__all__ = [
+    "FACE",
+    "Busy",
+    "EmailTurns",
+    "answer_by_code",
+    "attachments_note",
+    "confirm_hints",
+    "unverified_principal",
+    "without_links",
+]

@@ -19,3 +19,9 @@ UNVERIFIED_SENDER = (
 SIGNATURE = "\n\n-- \nThis reply was written by our support assistant. Reply to this email to continue."
 EMPTY_REPLY = "Thanks for your message — we're on it."
 WRONG_EMAIL_CONTENT_TYPE = "Send the email as application/json, multipart/form-data or a URL-encoded form."
+UNVERIFIED_SUBJECT = "About your message to our support team"
+LINK_REMOVED = "[link removed]"
+ATTACHMENTS_NOT_READ = (
+    "We could not read the attachment(s) you sent ({names}): our assistant reads the text of "
+    "your email only. If they matter, please describe them in words or send them through your account."
+)
