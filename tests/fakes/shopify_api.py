@@ -19,8 +19,10 @@ after (a 502 for a refund that happened). The parts live in ``tests/fakes/shopif
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -31,12 +33,16 @@ from typing import Any
 from aiohttp import web
 from graphql import FieldNode, OperationDefinitionNode, parse
 
+from sandbox.dataset import DEMO_DATASET_PATH, load_dataset_file
 from tests.fakes import FakeServer, RecordedRequest
+from tests.fakes.shopify import admin
 from tests.fakes.shopify.cost import MAX_QUERY_COST, Bucket, requested_cost
 from tests.fakes.shopify.executor import run
 from tests.fakes.shopify.mutations import Mutations
 from tests.fakes.shopify.schema import API_VERSION, Checked, OperationRecord, admin_schema, check_operation
+from tests.fakes.shopify.seed import seed_shop
 from tests.fakes.shopify.state import Shop
+from tests.fakes.shopify.webhooks import Webhook, deliver
 
 TOKEN_LIFETIME_S = 86399
 INVALID_TOKEN = "[API] Invalid API key or access token (unrecognized login or wrong password)"
@@ -128,6 +134,22 @@ class FakeShopifyAPI(FakeServer):
         """Add a fault; returned so the test can wait on ``fault.arrived``."""
         self.faults.append(fault)
         return fault
+
+    def staff_refund(self, order_id: int, amount_minor: int, note: str | None = None) -> Webhook:
+        """A refund staff make in the Shopify admin; the ``refunds/create`` webhook it sends."""
+        return admin.staff_refund(self.shop, order_id, amount_minor, self.mutations.clock(), note)
+
+    def staff_cancel(self, order_id: int) -> Webhook:
+        """A cancellation made in the Shopify admin; the ``orders/cancelled`` webhook it sends."""
+        return admin.staff_cancel(self.shop, order_id, self.mutations.clock())
+
+    def staff_return(self, order_id: int, note: str = "") -> Webhook:
+        """A return requested through the Shopify admin; the ``returns/request`` webhook."""
+        return admin.staff_return(self.shop, order_id, self.mutations.clock(), note)
+
+    async def send_webhook(self, url: str, hook: Webhook, *, secret: str | None = None) -> int:
+        """Deliver ``hook`` to ``url`` signed with ``secret`` (default: the app's client secret)."""
+        return await deliver(url, hook, self.client_secret if secret is None else secret)
 
     def expire_tokens(self) -> None:
         """Every issued token expires now (a static admin token stays)."""
@@ -260,3 +282,45 @@ async def _form_or_json(request: web.Request) -> dict[str, Any] | None:
         return {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
     except (ValueError, json.JSONDecodeError):
         return None
+
+
+async def serve(api: FakeShopifyAPI, port: int, ready: Callable[[str], None]) -> None:
+    """Serve ``api`` on 127.0.0.1:``port`` (0: any free port) until SIGTERM or SIGINT."""
+    app = web.Application()
+    app.add_routes(api.routes())
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        api.base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        ready(api.base_url)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tests.fakes.shopify_api --port P``: the seeded demo shop; prints its URL."""
+    parser = argparse.ArgumentParser(prog="python -m tests.fakes.shopify_api", description=__doc__.split("\n")[0])
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: a free one)")
+    parser.add_argument("--dataset", default=str(DEMO_DATASET_PATH), help="sandbox dataset to seed the shop from")
+    parser.add_argument("--no-rebase", action="store_true", help="keep the dataset's times (default: shift to now)")
+    parser.add_argument("--client-id", default="fake-client-id")
+    parser.add_argument("--client-secret", default="fake-client-secret")
+    parser.add_argument("--access-token", default=None, help="also accept this static admin token")
+    args = parser.parse_args(argv)
+    dataset = load_dataset_file(args.dataset)
+    shop = seed_shop(dataset, rebase_to=None if args.no_rebase else datetime.now(UTC).replace(microsecond=0))
+    api = FakeShopifyAPI(
+        shop, client_id=args.client_id, client_secret=args.client_secret, access_token=args.access_token
+    )
+    asyncio.run(serve(api, args.port, lambda url: print(url, flush=True)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
