@@ -49,7 +49,8 @@ class Client:
 @pytest.fixture
 async def shopify() -> AsyncIterator[FakeShopifyAPI]:
     shop = seed_shop(load_dataset_file(DEMO_DATASET_PATH))
-    async with FakeShopifyAPI(shop, access_token=TOKEN, now=lambda: AS_OF) as api:
+    # These tests send invalid operations on purpose (everyone else's fail on them).
+    async with FakeShopifyAPI(shop, access_token=TOKEN, now=lambda: AS_OF, allow_invalid=True) as api:
         yield api
 
 
@@ -521,3 +522,39 @@ async def test_the_fake_runs_as_its_own_process_and_prints_its_url() -> None:
     finally:
         proc.terminate()
         assert await asyncio.wait_for(proc.wait(), 30) == 0
+
+
+async def test_suggested_refund_spreads_a_full_refund_over_both_charges(client: Client) -> None:
+    """O-1060 was charged twice (113.0 each): the full suggestion is 226.0 over two parent sales."""
+    body = await client.gql(
+        """{ order(id: "gid://shopify/Order/1060") { suggestedRefund(suggestFullRefund: true) {
+             amountSet { shopMoney { amount } } maximumRefundableSet { shopMoney { amount } }
+             suggestedTransactions { kind amountSet { shopMoney { amount } } parentTransaction { id } } } } }"""
+    )
+    suggestion = body["data"]["order"]["suggestedRefund"]
+    assert suggestion["amountSet"]["shopMoney"]["amount"] == "226.0"
+    assert suggestion["maximumRefundableSet"]["shopMoney"]["amount"] == "226.0"
+    assert [t["parentTransaction"]["id"] for t in suggestion["suggestedTransactions"]] == [
+        "gid://shopify/OrderTransaction/10601",
+        "gid://shopify/OrderTransaction/10602",
+    ]
+
+
+async def test_a_clean_exit_after_an_invalid_operation_fails_the_test() -> None:
+    """By default the fake refuses to end quietly when a document failed validation."""
+    api = FakeShopifyAPI(access_token=TOKEN)
+    with pytest.raises(AssertionError, match="Cannot query field 'nope'"):
+        async with api:
+            async with aiohttp.ClientSession() as session:
+                await Client(api, session).gql("query Q { shop { nope } }")
+    assert [op.name for op in api.invalid_operations] == ["Q"]
+
+
+async def test_the_operations_are_readable_from_another_process(client: Client, shopify: FakeShopifyAPI) -> None:
+    """GET /__fake__/operations lists each operation with its validity (for `signoff serve` tests)."""
+    await client.gql("query Good { shop { name } }")
+    await client.gql("query Bad { shop { nope } }")
+    async with client.session.get(f"{shopify.base_url}/__fake__/operations") as r:
+        listed = await r.json()
+    assert [(op["name"], op["valid"]) for op in listed["operations"]] == [("Good", True), ("Bad", False)]
+    assert listed["invalid"] == 1

@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import signal
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -96,8 +97,10 @@ class FakeShopifyAPI(FakeServer):
         bucket: Bucket | None = None,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        allow_invalid: bool = False,
     ) -> None:
         super().__init__()
+        self.allow_invalid = allow_invalid
         self.shop = shop or Shop()
         self.shop.scopes = scopes
         self.client_id, self.client_secret = client_id, client_secret
@@ -117,7 +120,19 @@ class FakeShopifyAPI(FakeServer):
         return [
             web.post("/admin/oauth/access_token", self._token),
             web.post("/admin/api/{version}/graphql.json", self._graphql),
+            web.get("/__fake__/operations", self._operations),
         ]
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Stop serving; a clean exit with operations the schema refused fails the test
+        (unless ``allow_invalid``), so every suite that talks to the fake checks its documents."""
+        await super().__aexit__(*exc_info)
+        if exc_info[0] is None and not self.allow_invalid and self.invalid_operations:
+            raise AssertionError(f"operations failed Admin API schema validation: {self.invalid_report()}")
+
+    def invalid_report(self) -> list[dict[str, Any]]:
+        """The refused operations as JSON-ready records (name, errors, query)."""
+        return [{"name": op.name, "errors": list(op.errors), "query": op.query} for op in self.invalid_operations]
 
     # -- what tests read and steer ---------------------------------------------------------
 
@@ -158,6 +173,14 @@ class FakeShopifyAPI(FakeServer):
                 self.tokens[token] = self.clock() - 1
 
     # -- routes -----------------------------------------------------------------------------
+
+    async def _operations(self, request: web.Request) -> web.Response:
+        """Not Shopify's: the operations seen so far, for a test driving the fake in another process."""
+        ops = [
+            {"name": op.name, "kind": op.kind, "valid": op.valid, "errors": list(op.errors), "variables": op.variables}
+            for op in self.operations
+        ]
+        return web.json_response({"operations": ops, "invalid": len(self.invalid_operations)})
 
     async def _token(self, request: web.Request) -> web.Response:
         body = await _form_or_json(request)
@@ -319,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
         shop, client_id=args.client_id, client_secret=args.client_secret, access_token=args.access_token
     )
     asyncio.run(serve(api, args.port, lambda url: print(url, flush=True)))
+    if api.invalid_operations:
+        print(json.dumps({"invalid_operations": api.invalid_report()}), file=sys.stderr)
+        return 1
     return 0
 
 
