@@ -558,3 +558,39 @@ async def test_the_operations_are_readable_from_another_process(client: Client, 
         listed = await r.json()
     assert [(op["name"], op["valid"]) for op in listed["operations"]] == [("Good", True), ("Bad", False)]
     assert listed["invalid"] == 1
+
+
+async def test_compliance_webhooks_name_the_customer_and_their_orders(shopify: FakeShopifyAPI) -> None:
+    """customers/redact lists C-7's orders to redact; shop/redact names only the shop."""
+    redact = shopify.compliance("customers/redact", 7).payload
+    assert redact["customer"]["id"] == 7 and 1042 in redact["orders_to_redact"]
+    assert shopify.compliance("customers/data_request", 7).payload["orders_requested"] == redact["orders_to_redact"]
+    assert shopify.compliance("shop/redact").payload == {
+        "shop_id": 1,
+        "shop_domain": "fernway-outfitters.myshopify.com",
+    }
+
+
+async def test_a_held_refund_is_in_flight_until_released(client: Client, shopify: FakeShopifyAPI) -> None:
+    """hold/arrived let a test act while refundCreate is in flight (the SIGKILL crash test's hook)."""
+    release = asyncio.Event()
+    fault = shopify.inject(Fault(match="refundCreate", hold=release))
+    call = asyncio.create_task(client.post(REFUND, {"input": refund_input(1042, "5.00"), "key": "op-5"}))
+    await asyncio.wait_for(fault.arrived.wait(), 10)
+    assert shopify.shop.orders[1042].refunds == [] and not call.done()
+    release.set()
+    status, body = await call
+    assert status == 200 and body["data"]["refundCreate"]["refund"]
+    assert len(shopify.shop.orders[1042].refunds) == 1
+
+
+async def test_the_actual_cost_counts_what_came_back_and_refunds_the_rest(
+    client: Client, shopify: FakeShopifyAPI
+) -> None:
+    """orders(first: 50) matching one order: requested 2 + 50 × 2, actual 2 + 1 × 2; the bucket keeps the rest."""
+    now = [0.0]
+    shopify.bucket = Bucket(maximum=200, restore_rate=1, clock=lambda: now[0])
+    body = await client.gql('{ orders(first: 50, query: "name:#1042") { nodes { id customer { id } } } }')
+    cost = body["extensions"]["cost"]
+    assert (cost["requestedQueryCost"], cost["actualQueryCost"]) == (102, 4)
+    assert cost["throttleStatus"]["currentlyAvailable"] == 196

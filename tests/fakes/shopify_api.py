@@ -37,13 +37,13 @@ from graphql import FieldNode, OperationDefinitionNode, parse
 from sandbox.dataset import DEMO_DATASET_PATH, load_dataset_file
 from tests.fakes import FakeServer, RecordedRequest
 from tests.fakes.shopify import admin
-from tests.fakes.shopify.cost import MAX_QUERY_COST, Bucket, requested_cost
+from tests.fakes.shopify.cost import MAX_QUERY_COST, Bucket, actual_cost, requested_cost
 from tests.fakes.shopify.executor import run
 from tests.fakes.shopify.mutations import Mutations
 from tests.fakes.shopify.schema import API_VERSION, Checked, OperationRecord, admin_schema, check_operation
 from tests.fakes.shopify.seed import seed_shop
 from tests.fakes.shopify.state import Shop
-from tests.fakes.shopify.webhooks import Webhook, deliver
+from tests.fakes.shopify.webhooks import Webhook, compliance_webhook, deliver
 
 TOKEN_LIFETIME_S = 86399
 INVALID_TOKEN = "[API] Invalid API key or access token (unrecognized login or wrong password)"
@@ -162,6 +162,10 @@ class FakeShopifyAPI(FakeServer):
         """A return requested through the Shopify admin; the ``returns/request`` webhook."""
         return admin.staff_return(self.shop, order_id, self.mutations.clock(), note)
 
+    def compliance(self, topic: str, customer_id: int | None = None) -> Webhook:
+        """A compliance webhook (``customers/data_request``, ``customers/redact``, ``shop/redact``)."""
+        return compliance_webhook(self.shop, topic, self.mutations.clock(), customer_id)
+
     async def send_webhook(self, url: str, hook: Webhook, *, secret: str | None = None) -> int:
         """Deliver ``hook`` to ``url`` signed with ``secret`` (default: the app's client secret)."""
         return await deliver(url, hook, self.client_secret if secret is None else secret)
@@ -252,19 +256,21 @@ class FakeShopifyAPI(FakeServer):
         if not self.bucket.take(cost):
             return 200, {
                 "errors": [{"message": "Throttled", "extensions": {"code": "THROTTLED"}}],
-                "extensions": {"cost": self._cost(cost, 0)},
+                "extensions": {"cost": {**self._cost(cost, 0), "actualQueryCost": None}},
             }
         result = run(checked, self.mutations, variables)
         payload: dict[str, Any] = {"data": result.data}
         if result.errors:
             payload["errors"] = [e.formatted for e in result.errors]
-        payload["extensions"] = {"cost": self._cost(cost, cost)}
+        actual = actual_cost(admin_schema(), checked, result.data)
+        self.bucket.give_back(cost - actual)
+        payload["extensions"] = {"cost": self._cost(cost, actual)}
         return 200, payload
 
     def _cost(self, requested: int, actual: int) -> dict[str, Any]:
         return {
             "requestedQueryCost": requested,
-            "actualQueryCost": actual if actual else None,
+            "actualQueryCost": actual,
             "throttleStatus": self.bucket.status(),
         }
 

@@ -191,3 +191,21 @@ def return_json(order: Order, r: Return) -> dict[str, Any]:
         ],
         "decline": None,
     }
+
+
+def compliance_webhook(shop: Shop, topic: str, at: datetime, customer_id: int | None = None) -> Webhook:
+    """A mandatory compliance webhook (``customers/data_request``, ``customers/redact``,
+    ``shop/redact``) as Shopify sends it for the app; customer topics name ``customer_id``."""
+    base: dict[str, Any] = {"shop_id": 1, "shop_domain": shop.domain}
+    if topic == "shop/redact":
+        return webhook(shop, topic, base, at)
+    if topic not in ("customers/data_request", "customers/redact") or customer_id is None:
+        raise ValueError(f"not a compliance topic with a customer: {topic!r}")
+    customer = shop.customers[customer_id]
+    orders = sorted(o.id for o in shop.orders.values() if o.customer_id == customer_id)
+    who = {"id": customer.id, "email": customer.email, "phone": customer.phone}
+    if topic == "customers/redact":
+        return webhook(shop, topic, {**base, "customer": who, "orders_to_redact": orders}, at)
+    return webhook(
+        shop, topic, {**base, "customer": who, "orders_requested": orders, "data_request": {"id": shop.new_id()}}, at
+    )
