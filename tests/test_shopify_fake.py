@@ -594,3 +594,30 @@ async def test_the_actual_cost_counts_what_came_back_and_refunds_the_rest(
     cost = body["extensions"]["cost"]
     assert (cost["requestedQueryCost"], cost["actualQueryCost"]) == (102, 4)
     assert cost["throttleStatus"]["currentlyAvailable"] == 196
+
+
+async def test_the_same_key_while_the_first_is_in_flight_is_a_concurrent_request(
+    client: Client, shopify: FakeShopifyAPI
+) -> None:
+    """A retry racing a held refundCreate gets IDEMPOTENCY_CONCURRENT_REQUEST; the first still lands, once,
+    even though its caller went away (a killed client does not cancel what the shop received)."""
+    release = asyncio.Event()
+    fault = shopify.inject(Fault(match="refundCreate", hold=release))
+    first = asyncio.create_task(client.post(REFUND, {"input": refund_input(1042, "5.00"), "key": "op-6"}))
+    await asyncio.wait_for(fault.arrived.wait(), 10)
+    racing = await client.gql(REFUND, {"input": refund_input(1042, "5.00"), "key": "op-6"})
+    assert racing["errors"][0]["extensions"]["code"] == "IDEMPOTENCY_CONCURRENT_REQUEST"
+    first.cancel()
+    seen = len(shopify.requests)
+    release.set()
+    await shopify.wait_for_requests(seen + 1)  # the held request finished on the shop's side
+    assert len(shopify.shop.orders[1042].refunds) == 1
+    settled = await client.gql(REFUND, {"input": refund_input(1042, "5.00"), "key": "op-6"})
+    assert settled["data"]["refundCreate"]["refund"]
+    assert len(shopify.shop.orders[1042].refunds) == 1
+
+
+async def test_an_order_name_search_works_with_or_without_the_hash(client: Client) -> None:
+    """orders(query: "name:1042") finds #1042 as "name:#1042" does."""
+    body = await client.gql('{ a: orders(first: 2, query: "name:1042") { nodes { name } } }')
+    assert body["data"]["a"]["nodes"] == [{"name": "#1042"}]

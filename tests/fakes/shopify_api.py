@@ -39,7 +39,7 @@ from tests.fakes import FakeServer, RecordedRequest
 from tests.fakes.shopify import admin
 from tests.fakes.shopify.cost import MAX_QUERY_COST, Bucket, actual_cost, requested_cost
 from tests.fakes.shopify.executor import run
-from tests.fakes.shopify.mutations import Mutations
+from tests.fakes.shopify.mutations import Mutations, keys_in
 from tests.fakes.shopify.schema import API_VERSION, Checked, OperationRecord, admin_schema, check_operation
 from tests.fakes.shopify.seed import seed_shop
 from tests.fakes.shopify.state import Shop
@@ -236,11 +236,16 @@ class FakeShopifyAPI(FakeServer):
             return 200, {"errors": errors}
         fault = self._take_fault(checked, record)
         if fault is not None:
+            keys = keys_in(checked) - self.mutations.inflight
+            self.mutations.inflight |= keys
             fault.arrived.set()
-            if fault.hold is not None:
-                await fault.hold.wait()
-            if fault.delay_s:
-                await asyncio.sleep(fault.delay_s)  # the slow shop itself, not a test waiting
+            try:
+                if fault.hold is not None:
+                    await fault.hold.wait()
+                if fault.delay_s:
+                    await asyncio.sleep(fault.delay_s)  # the slow shop itself, not a test waiting
+            finally:
+                self.mutations.inflight -= keys
             if fault.status is not None and not fault.after_apply:
                 return fault.status, {"errors": f"fake fault: {fault.status} before applying"}
         status, payload = self._execute(checked, variables if isinstance(variables, dict) else {})

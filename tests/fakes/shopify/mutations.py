@@ -12,9 +12,10 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from graphql import GraphQLError, GraphQLResolveInfo, value_from_ast
+from graphql import GraphQLError, GraphQLResolveInfo, GraphQLString, value_from_ast
 
 from tests.fakes.shopify.connections import NotImplementedByFake
+from tests.fakes.shopify.schema import Checked
 from tests.fakes.shopify.state import Job, Order, Refund, Shop, Transaction, amount, parse_gid
 from tests.fakes.shopify.views import order_view, refund_view
 from tests.fakes.shopify.writes import Writes
@@ -61,6 +62,19 @@ def idempotency_key(info: GraphQLResolveInfo) -> str | None:
     if not isinstance(key, str) or not key.strip():
         raise idempotency_error("The idempotency key cannot be empty or whitespace.", "INVALID_IDEMPOTENCY_KEY")
     return key
+
+
+def keys_in(checked: Checked) -> set[str]:
+    """The idempotency keys an operation's root fields carry (read before it runs)."""
+    keys = set()
+    for sel in checked.operation.selection_set.selections:
+        for d in getattr(sel, "directives", None) or ():
+            arg = next((a for a in d.arguments or () if a.name.value == "key"), None)
+            if d.name.value == "idempotent" and arg is not None:
+                key = value_from_ast(arg.value, GraphQLString, checked.variables)
+                if isinstance(key, str):
+                    keys.add(key)
+    return keys
 
 
 @dataclass
@@ -110,6 +124,8 @@ class Mutations(Writes):
     shop: Shop
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     idempotency: Idempotency = field(default_factory=Idempotency)
+    #: Keys of operations the shop has received but not finished (held or slowed by a fault).
+    inflight: set[str] = field(default_factory=set)
     #: How many ``job`` reads a cancellation job answers before ``done: true`` (the second by default).
     job_polls: int = 2
 
@@ -121,6 +137,10 @@ class Mutations(Writes):
     def refundCreate(self, info: GraphQLResolveInfo, input: dict[str, Any]) -> dict[str, Any]:  # noqa: N802
         """``refundCreate``: money back on an order's transactions, once per idempotency key."""
         key = idempotency_key(info)
+        if key is not None and key in self.inflight:
+            raise idempotency_error(
+                "A request with this idempotency key is currently being processed.", "IDEMPOTENCY_CONCURRENT_REQUEST"
+            )
         if key is not None:
             replayed, result = self.idempotency.replay("refundCreate", key, input)
             if replayed:

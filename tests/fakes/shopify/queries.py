@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.fakes.shopify.connections import NotImplementedByFake, compare, connection, search_terms
+from tests.fakes.shopify.connections import NotImplementedByFake, Term, compare, connection, search_terms
 from tests.fakes.shopify.state import Customer, Order, Shop, iso, parse_gid
 from tests.fakes.shopify.views import (
     customer_view,
@@ -73,7 +73,10 @@ class _Queries:
     def orders(self, info: Any, query: str | None = None, sortKey: str | None = None, **args: Any) -> dict[str, Any]:
         if args.pop("savedSearchId", None) is not None:
             raise NotImplementedByFake("orders(savedSearchId:)")
-        terms = search_terms(query, ORDER_SEARCH, "orders")
+        terms = [
+            Term(field="name", op=t.op, value=f"#{t.value}") if t.field == "name" and t.value.isdigit() else t
+            for t in search_terms(query, ORDER_SEARCH, "orders")
+        ]  # "name:1042" finds #1042 as well
         found = [o for o in self.shop.orders.values() if all(compare(_order_field(o, t.field), t) for t in terms)]
         found = _sorted(found, sortKey, "PROCESSED_AT", "orders")
         return connection(found, lambda o: order_view(self.shop, o), args)
