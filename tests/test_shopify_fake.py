@@ -8,9 +8,11 @@ import asyncio
 import aiohttp
 import pytest
 
+from sandbox.dataset import DEMO_DATASET_PATH, load_dataset_file
 from tests.fakes.shopify.cost import Bucket
+from tests.fakes.shopify.seed import seed_shop
 from tests.fakes.shopify_api import INVALID_TOKEN, FakeShopifyAPI, Fault
-from tests.shopify_kit import ORDER, REFUND, TOKEN, Client, client, refund_input, shopify
+from tests.shopify_kit import AS_OF, ORDER, REFUND, TOKEN, Client, client, refund_input, shopify
 
 __all__ = ["client", "shopify"]  # the fixtures
 
@@ -312,3 +314,20 @@ async def test_an_order_name_search_works_with_or_without_the_hash(client: Clien
     """orders(query: "name:1042") finds #1042 as "name:#1042" does."""
     body = await client.gql('{ a: orders(first: 2, query: "name:1042") { nodes { name } } }')
     assert body["data"]["a"]["nodes"] == [{"name": "#1042"}]
+
+
+async def test_scopes_not_granted_are_access_denied_and_old_orders_need_read_all_orders() -> None:
+    """Without write_orders refundCreate is ACCESS_DENIED; without read_all_orders #1043
+    (placed more than 60 days before now) reads as null while #1042 answers."""
+    shop = seed_shop(load_dataset_file(DEMO_DATASET_PATH))
+    scopes = ("read_orders", "read_customers")
+    async with FakeShopifyAPI(shop, access_token=TOKEN, now=lambda: AS_OF, scopes=scopes) as api:
+        async with aiohttp.ClientSession() as session:
+            c = Client(api, session)
+            denied = await c.gql(REFUND, {"input": refund_input(1042, "1.00"), "key": "op-7"})
+            two = "query Two($a: ID!, $b: ID!) { a: order(id: $a) { name } b: order(id: $b) { name } }"
+            orders = await c.gql(two, {"a": "gid://shopify/Order/1042", "b": "gid://shopify/Order/1043"})
+    assert denied["errors"][0]["extensions"]["code"] == "ACCESS_DENIED"
+    assert "`write_orders`" in denied["errors"][0]["message"]
+    assert shop.orders[1042].refunds == []
+    assert orders["data"] == {"a": {"name": "#1042"}, "b": None}

@@ -47,12 +47,15 @@ from tests.fakes.shopify.webhooks import Webhook, compliance_webhook, deliver
 
 TOKEN_LIFETIME_S = 86399
 INVALID_TOKEN = "[API] Invalid API key or access token (unrecognized login or wrong password)"
-#: The access scopes a Dev Dashboard app for signoff is granted in the fake by default.
+#: The access scopes a Dev Dashboard app for signoff is granted in the fake by default (a test
+#: passes ``scopes=`` to see what a narrower grant is refused: ``ACCESS_DENIED``, and without
+#: ``read_all_orders`` only the last 60 days of orders).
 DEFAULT_SCOPES = (
     "read_customers",
     "write_customers",
     "read_orders",
     "write_orders",
+    "read_all_orders",
     "read_returns",
     "write_returns",
     "read_fulfillments",
