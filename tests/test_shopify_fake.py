@@ -4,6 +4,7 @@ schema validation, auth, cost throttling, idempotency, jobs and injected faults.
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import aiohttp
 import pytest
@@ -331,3 +332,17 @@ async def test_scopes_not_granted_are_access_denied_and_old_orders_need_read_all
     assert "`write_orders`" in denied["errors"][0]["message"]
     assert shop.orders[1042].refunds == []
     assert orders["data"] == {"a": {"name": "#1042"}, "b": None}
+
+
+async def test_orders_search_by_time_compares_times_in_any_utc_spelling(
+    client: Client, shopify: FakeShopifyAPI
+) -> None:
+    """updated_at:>= with +00:00 or Z selects the same orders: those changed at or after that instant."""
+    since = "2025-06-01T00:00:00"
+    query = "query S($q: String!) { orders(first: 250, query: $q) { nodes { name } } }"
+    with_z = await client.gql(query, {"q": f"updated_at:>={since}Z"})
+    with_offset = await client.gql(query, {"q": f"updated_at:>='{since}+00:00'"})
+    names = {n["name"] for n in with_z["data"]["orders"]["nodes"]}
+    assert names == {n["name"] for n in with_offset["data"]["orders"]["nodes"]}
+    expected = {o.name for o in shopify.shop.orders.values() if o.updated_at >= datetime(2025, 6, 1, tzinfo=UTC)}
+    assert names == expected and names

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, cast
 
 from graphql import GraphQLError, GraphQLResolveInfo, GraphQLString, value_from_ast
 
@@ -56,7 +56,9 @@ def idempotency_key(info: GraphQLResolveInfo) -> str | None:
             f"The @idempotent directive is not supported on the {name} mutation.", "IDEMPOTENCY_NOT_SUPPORTED"
         )
     arg = next(a for a in directive.arguments or () if a.name.value == "key")
-    variables = getattr(info.variable_values, "coerced", info.variable_values)  # graphql-core 3.3 / 3.2
+    variables = cast(
+        dict[str, Any], getattr(info.variable_values, "coerced", info.variable_values)
+    )  # graphql-core 3.3 / 3.2
     key_type = info.schema.get_directive("idempotent").args["key"].type  # type: ignore[union-attr]
     key = value_from_ast(arg.value, key_type, variables)
     if not isinstance(key, str) or not key.strip():

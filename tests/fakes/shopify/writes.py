@@ -209,10 +209,10 @@ class Writes:
     def metafieldsSet(self, info: GraphQLResolveInfo, metafields: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N802
         """``metafieldsSet``: up to 25 at once on orders or customers, all or nothing."""
         if len(metafields) > 25:
-            problem = _err(
+            too_many = _err(
                 ["metafields"], "Exceeded the maximum metafields input limit of 25.", "LESS_THAN_OR_EQUAL_TO"
             )
-            return {"metafields": None, "userErrors": [{**problem, "elementIndex": None}]}
+            return {"metafields": None, "userErrors": [{**too_many, "elementIndex": None}]}
         owners, errors = [], []
         for i, m in enumerate(metafields):
             owner = self._owner(m["ownerId"])
