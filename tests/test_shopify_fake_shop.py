@@ -3,17 +3,15 @@ pages, signed webhooks and staff admin actions, and the out-of-process entry poi
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import hmac
 import json
-import sys
 
 import aiohttp
 from aiohttp import web
 
-from tests.fakes.shopify_api import FakeShopifyAPI
+from tests.fakes.shopify_api import FakeShopifyAPI, fake_process
 from tests.shopify_kit import Client, client, shopify
 
 __all__ = ["client", "shopify"]  # the fixtures
@@ -196,25 +194,21 @@ async def test_admin_webhooks_are_delivered_to_a_url(shopify: FakeShopifyAPI) ->
 
 
 async def test_the_fake_runs_as_its_own_process_and_prints_its_url() -> None:
-    """python -m tests.fakes.shopify_api --port 0 prints a URL that answers the token grant; SIGTERM stops it."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.fakes.shopify_api", "--port", "0", stdout=asyncio.subprocess.PIPE
-    )
-    try:
-        assert proc.stdout is not None
-        url = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().strip()
-        assert url.startswith("http://127.0.0.1:")
-        form = {
-            "grant_type": "client_credentials",
-            "client_id": "fake-client-id",
-            "client_secret": "fake-client-secret",
-        }
-        async with aiohttp.ClientSession() as session:
-            async with session.post(f"{url}/admin/oauth/access_token", data=form) as r:
-                assert r.status == 200 and (await r.json())["expires_in"] == 86399
-    finally:
-        proc.terminate()
-        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    """fake_process() starts python -m tests.fakes.shopify_api --port 0: its URL answers the token
+    grant and GraphQL; a clean SIGTERM exits 0, and 1 when an operation failed validation."""
+    form = {"grant_type": "client_credentials", "client_id": "fake-client-id", "client_secret": "fake-client-secret"}
+    async with fake_process("--access-token", "shpat_cli") as fake, aiohttp.ClientSession() as session:
+        assert fake.url.startswith("http://127.0.0.1:")
+        async with session.post(f"{fake.url}/admin/oauth/access_token", data=form) as r:
+            assert r.status == 200 and (await r.json())["expires_in"] == 86399
+        url, headers = f"{fake.url}/admin/api/2026-10/graphql.json", {"X-Shopify-Access-Token": "shpat_cli"}
+        async with session.post(url, json={"query": "{ shop { name } }"}, headers=headers) as r:
+            assert (await r.json())["data"] == {"shop": {"name": "Fernway Outfitters"}}
+    assert fake.returncode == 0
+    async with fake_process("--access-token", "shpat_cli") as bad, aiohttp.ClientSession() as session:
+        async with session.post(url.replace(fake.url, bad.url), json={"query": "{ shop { nope } }"}, headers=headers):
+            pass
+    assert bad.returncode == 1
 
 
 async def test_suggested_refund_spreads_a_full_refund_over_both_charges(client: Client) -> None:

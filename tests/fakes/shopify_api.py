@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import signal
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -338,6 +339,37 @@ async def serve(api: FakeShopifyAPI, port: int, ready: Callable[[str], None]) ->
         await stop.wait()
     finally:
         await runner.cleanup()
+
+
+@dataclass
+class FakeProcess:
+    """The fake served by another process (:func:`fake_process`); ``returncode`` once it stopped
+    (1 when some operation failed schema validation: its stderr lists them)."""
+
+    url: str
+    process: asyncio.subprocess.Process
+    returncode: int | None = None
+
+
+@contextlib.asynccontextmanager
+async def fake_process(*args: str, within_s: float = 60.0) -> AsyncIterator[FakeProcess]:
+    """Start ``python -m tests.fakes.shopify_api --port 0 *args``, wait for its URL, and stop it
+    (SIGTERM, then wait) on exit; for tests that point a ``signoff serve`` subprocess at it."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.fakes.shopify_api", "--port", "0", *args, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), within_s)
+        if not line.startswith(b"http://127.0.0.1:"):
+            raise RuntimeError(f"the fake Shopify process did not start: {line!r}")
+        running = FakeProcess(url=line.decode().strip(), process=proc)
+        yield running
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        code = await asyncio.wait_for(proc.wait(), within_s)
+    running.returncode = code
 
 
 def main(argv: list[str] | None = None) -> int:
