@@ -12,7 +12,7 @@ import aiohttp
 from aiohttp import web
 
 from tests.fakes.shopify_api import FakeShopifyAPI, fake_process
-from tests.shopify_kit import Client, client, shopify
+from tests.shopify_kit import REFUND, Client, client, refund_input, shopify
 
 __all__ = ["client", "shopify"]  # the fixtures
 
@@ -236,3 +236,24 @@ async def test_compliance_webhooks_name_the_customer_and_their_orders(shopify: F
         "shop_id": 1,
         "shop_domain": "fernway-outfitters.myshopify.com",
     }
+
+
+async def test_the_apps_own_writes_emit_webhooks_without_a_staff_user(client: Client, shopify: FakeShopifyAPI) -> None:
+    """A refund made through the API is announced on refunds/create too, with user_id null;
+    a staff refund carries the staff member's user_id."""
+    await client.gql(REFUND, {"input": refund_input(1042, "5.00"), "key": "op-8"})
+    await client.gql(REFUND, {"input": refund_input(1042, "5.00"), "key": "op-8"})  # a replay emits nothing
+    staff = shopify.staff_refund(1042, 500)
+    emitted = shopify.take_emitted()
+    assert [w.topic for w in emitted] == ["refunds/create"]
+    assert emitted[0].payload["user_id"] is None and staff.payload["user_id"] is not None
+    assert shopify.take_emitted() == []
+
+
+async def test_staff_approve_a_requested_return_and_edit_a_note(shopify: FakeShopifyAPI) -> None:
+    """returns/approve moves RT-2004 (requested) to OPEN; orders/updated carries the new note."""
+    approve = shopify.staff_approve_return(2004)
+    assert approve.topic == "returns/approve" and approve.payload["status"] == "open"
+    edited = shopify.staff_edit_note(1042, "gift wrap")
+    assert edited.topic == "orders/updated" and edited.payload["id"] == 1042
+    assert shopify.shop.orders[1042].note == "gift wrap"

@@ -166,6 +166,20 @@ class FakeShopifyAPI(FakeServer):
         """A return requested through the Shopify admin; the ``returns/request`` webhook."""
         return admin.staff_return(self.shop, order_id, self.mutations.clock(), note)
 
+    def staff_approve_return(self, return_id: int) -> Webhook:
+        """Staff approve a requested return in the admin; the ``returns/approve`` webhook."""
+        return admin.staff_approve_return(self.shop, return_id, self.mutations.clock())
+
+    def staff_edit_note(self, order_id: int, note: str) -> Webhook:
+        """Staff edit an order's note in the admin; the ``orders/updated`` webhook."""
+        return admin.order_updated(self.shop, order_id, self.mutations.clock(), note)
+
+    def take_emitted(self) -> list[Webhook]:
+        """The webhooks the API's own writes caused since the last call (Shopify sends the
+        app's ``refunds/create`` too: a receiver must not count them as staff actions)."""
+        emitted, self.mutations.emitted[:] = list(self.mutations.emitted), []
+        return emitted
+
     def compliance(self, topic: str, customer_id: int | None = None) -> Webhook:
         """A compliance webhook (``customers/data_request``, ``customers/redact``, ``shop/redact``)."""
         return compliance_webhook(self.shop, topic, self.mutations.clock(), customer_id)

@@ -18,6 +18,7 @@ from tests.fakes.shopify.connections import NotImplementedByFake
 from tests.fakes.shopify.schema import Checked
 from tests.fakes.shopify.state import Job, Order, Refund, Shop, Transaction, amount, parse_gid
 from tests.fakes.shopify.views import order_view, refund_view
+from tests.fakes.shopify.webhooks import Webhook, order_json, refund_json, webhook
 from tests.fakes.shopify.writes import Writes
 
 #: Mutations whose description documents ``@idempotent`` support in 2026-10 (the schema's own list).
@@ -126,6 +127,9 @@ class Mutations(Writes):
     shop: Shop
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     idempotency: Idempotency = field(default_factory=Idempotency)
+    #: The webhooks Shopify would send for what the API did (the app's own refunds, cancellations
+    #: and returns reach its webhook endpoint too), in order, for a test to deliver.
+    emitted: list[Webhook] = field(default_factory=list)
     #: Keys of operations the shop has received but not finished (held or slowed by a fault).
     inflight: set[str] = field(default_factory=set)
     #: How many ``job`` reads a cancellation job answers before ``done: true`` (the second by default).
@@ -194,6 +198,7 @@ class Mutations(Writes):
         order.transactions.extend(txs)
         for li_id, qty in lines:
             next(li for li in order.line_items if li.id == li_id).refunded_quantity += qty
+        self.emitted.append(webhook(self.shop, "refunds/create", refund_json(order, refund), now))
         return refund.id, []
 
     def _refund_lines(self, order: Order, items: list[dict[str, Any]]) -> tuple[list[tuple[int, int]], list[Any]]:
@@ -263,6 +268,7 @@ class Mutations(Writes):
         if wants_refund and order.refundable_minor:
             self._cancellation_refund(order, now)
         order.cancelled_at, order.cancel_reason = now, args["reason"]
+        self.emitted.append(webhook(self.shop, "orders/cancelled", order_json(self.shop, order), now))
         order.note = order.note if not args.get("staffNote") else f"{order.note or ''}\n{args['staffNote']}".strip()
         job_id = f"gid://shopify/Job/{uuid.uuid4()}"
         self.shop.jobs[job_id] = Job(id=job_id, polls_left=self.job_polls)
