@@ -11,7 +11,8 @@ import json
 import aiohttp
 from aiohttp import web
 
-from tests.fakes.shopify_api import FakeShopifyAPI, fake_process
+from tests.fakes.shopify.process import fake_process
+from tests.fakes.shopify_api import FakeShopifyAPI
 from tests.shopify_kit import REFUND, Client, client, refund_input, shopify
 
 __all__ = ["client", "shopify"]  # the fixtures
