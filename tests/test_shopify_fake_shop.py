@@ -258,3 +258,26 @@ async def test_staff_approve_a_requested_return_and_edit_a_note(shopify: FakeSho
     edited = shopify.staff_edit_note(1042, "gift wrap")
     assert edited.topic == "orders/updated" and edited.payload["id"] == 1042
     assert shopify.shop.orders[1042].note == "gift wrap"
+
+
+async def test_a_draft_order_for_a_reorder_is_created_for_the_customer(client: Client, shopify: FakeShopifyAPI) -> None:
+    """draftOrderCreate with custom lines for C-7 totals them; an unknown customer is a userError."""
+    mutation = """mutation D($input: DraftOrderInput!) { draftOrderCreate(input: $input) {
+        draftOrder { id status customer { id } totalPriceSet { shopMoney { amount currencyCode } } }
+        userErrors { field message } } }"""
+    line = {
+        "title": "Ridgeline boots",
+        "quantity": 2,
+        "originalUnitPriceWithCurrency": {"amount": "94.5", "currencyCode": "USD"},
+    }
+    made = await client.gql(
+        mutation, {"input": {"purchasingEntity": {"customerId": "gid://shopify/Customer/7"}, "lineItems": [line]}}
+    )
+    draft = made["data"]["draftOrderCreate"]["draftOrder"]
+    assert draft["customer"] == {"id": "gid://shopify/Customer/7"} and draft["status"] == "OPEN"
+    assert draft["totalPriceSet"]["shopMoney"] == {"amount": "189.0", "currencyCode": "USD"}
+    nobody = await client.gql(
+        mutation, {"input": {"purchasingEntity": {"customerId": "gid://shopify/Customer/999"}, "lineItems": [line]}}
+    )
+    assert nobody["data"]["draftOrderCreate"]["userErrors"][0]["field"] == ["purchasingEntity", "customerId"]
+    assert len(shopify.shop.drafts) == 1
