@@ -17,6 +17,7 @@ from typing import Any, Literal
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.runtime import Runtime
+from bot.settings import reveal
 from bot.slack.sender import SenderConfig, SlackSender, SlackSendError, make_client
 from bot.slack.view_models import Directory
 from tools.backend import CommerceBackend
@@ -34,9 +35,9 @@ GROUP_TTL_S = 60.0
 class SlackConfig:
     """What the Slack face needs from the settings (``SLACK_*``, ``SIGNOFF_SLACK_*``)."""
 
-    bot_token: str | None = None
-    signing_secret: str | None = None
-    app_token: str | None = None
+    bot_token: str | None = field(default=None, repr=False)
+    signing_secret: str | None = field(default=None, repr=False)
+    app_token: str | None = field(default=None, repr=False)
     api_url: str | None = None
     approvals_channel: str | None = None
     escalation_channel: str | None = None
@@ -44,7 +45,7 @@ class SlackConfig:
     oncall_group: str | None = None
     streaming: bool = True
     client_id: str | None = None
-    client_secret: str | None = None
+    client_secret: str | None = field(default=None, repr=False)
     #: Seconds between two messages in one channel (Slack allows about one a second).
     min_interval_s: float = 1.0
 
@@ -54,9 +55,9 @@ class SlackConfig:
         if settings is None or not (settings.slack_bot_token or settings.slack_client_id):
             return None
         return cls(
-            bot_token=settings.slack_bot_token,
-            signing_secret=settings.slack_signing_secret,
-            app_token=settings.slack_app_token,
+            bot_token=reveal(settings.slack_bot_token),
+            signing_secret=reveal(settings.slack_signing_secret),
+            app_token=reveal(settings.slack_app_token),
             api_url=settings.signoff_slack_api_url,
             approvals_channel=settings.signoff_approvals_channel,
             escalation_channel=settings.signoff_escalation_channel,
@@ -64,7 +65,7 @@ class SlackConfig:
             oncall_group=settings.signoff_slack_oncall_group,
             streaming=settings.signoff_slack_streaming,
             client_id=settings.slack_client_id,
-            client_secret=settings.slack_client_secret,
+            client_secret=reveal(settings.slack_client_secret),
         )
 
     @property
