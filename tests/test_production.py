@@ -14,6 +14,7 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 from pydantic import SecretStr
 
+from agent.audit_budget import AuditBudget
 from agent.errors import ConfigError
 from agent.llm.testing import ScriptedModel
 from bot.api.auth import AuthConfig
@@ -222,3 +223,22 @@ def test_the_metrics_port_setting_gives_metrics_a_listener_of_their_own() -> Non
     assert load_settings({}).metrics_listen("0.0.0.0") is None
     with pytest.raises(ConfigError, match="^SIGNOFF_METRICS_PORT"):
         load_settings({"SIGNOFF_METRICS_PORT": "70000"})
+
+
+# -- the audit budget of clicks ----------------------------------------------------------------
+
+
+def test_the_audit_budget_is_a_sliding_window_per_person_with_bounded_memory() -> None:
+    now = [0.0]
+    budget = AuditBudget(per_window=2, window_s=10, max_people=3, clock=lambda: now[0])
+    assert [budget.allow("a") for _ in range(3)] == [True, True, False]
+    assert budget.allow("b")
+    now[0] = 9.9
+    assert not budget.allow("a")
+    now[0] = 10.0
+    assert budget.allow("a") and budget.allow("a") and not budget.allow("a")
+    for person in ("c", "d", "e"):
+        budget.allow(person)
+    assert len(budget._seen) == 3  # the least recently seen were forgotten
+    with pytest.raises(ValueError):
+        AuditBudget(per_window=0)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.audit_budget import AuditBudget
 from agent.runtime import Runtime
 from bot.settings import reveal
 from bot.slack.sender import SenderConfig, SlackSender, SlackSendError, make_client
@@ -130,6 +131,8 @@ class SlackFace:
     installations: Any = None
     oauth_states: Any = None
     _teams: dict[str, SlackFace] = field(default_factory=dict)
+    #: Feedback votes and refused clicks audited per person (past it: answered, not audited).
+    click_audit: AuditBudget = field(default_factory=AuditBudget)
 
     @classmethod
     def build(cls, config: SlackConfig, runtime: Runtime, backend: CommerceBackend, mailer: Any = None) -> SlackFace:
