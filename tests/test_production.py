@@ -242,3 +242,15 @@ def test_the_audit_budget_is_a_sliding_window_per_person_with_bounded_memory() -
     assert len(budget._seen) == 3  # the least recently seen were forgotten
     with pytest.raises(ValueError):
         AuditBudget(per_window=0)
+
+
+def test_requires_python_has_a_patch_floor_this_interpreter_meets() -> None:
+    """`>=3.11` let an unpatched 3.11.0 install us; the floor names a patch release (pyproject says why)."""
+    import sys
+    import tomllib
+
+    spec = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    floor = spec["requires-python"].removeprefix(">=")
+    parts = tuple(int(x) for x in floor.split("."))
+    assert len(parts) == 3 and parts[:2] == (3, 11) and parts[2] >= 4, floor
+    assert sys.version_info[:3] >= parts
