@@ -34,7 +34,7 @@ _PASSWORD = re.compile(r"(://[^:/@]*):[^@]*@")
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
 
-    #: May carry a password: kept out of ``repr`` (log it through ``redact_url``).
+    #: May carry a password: kept out of ``repr`` (the CLI prints it with the password redacted).
     signoff_database_url: str = Field(default="sqlite+aiosqlite:///./signoff.db", repr=False)
     signoff_llm_provider: Literal["anthropic", "openai", "scripted"] | None = None
     signoff_model: str = DEFAULT_MODEL

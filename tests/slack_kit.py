@@ -184,6 +184,7 @@ def env_for(db: Path, *, anthropic: str, slack: str, policy: Path | None = None,
     base = scrubbed_env()
     return {
         **base,
+        "SIGNOFF_ENV": "development",  # the demo staff and shared-secret staff tokens (the benches too)
         "SIGNOFF_DATABASE_URL": f"sqlite+aiosqlite:///{db}",
         "SIGNOFF_LLM_PROVIDER": "anthropic",
         "ANTHROPIC_API_KEY": "test-key",
