@@ -312,3 +312,16 @@ async def test_assist_in_a_personal_chat_binds_without_asking_for_members(rig: R
     assert "now works on account C-7" in rig.said()[-1].text
     assert await rig.app.runtime.s.bindings.get(thread_ref(PERSONAL)) is not None
     assert not rig.connector.calls("GET")
+
+
+async def test_assist_in_a_channel_thread_asks_for_the_channels_members(rig: Rig) -> None:
+    channel, thread = "19:chan@thread.tacv2", "19:chan@thread.tacv2;messageid=1700000000000"
+    rig.connector.open_conversation(channel).members = [OWN, {"id": "29:g", "userRole": "guest", "tenantId": TENANT_ID}]
+    rig.connector.open_conversation(thread)
+    activity = message(rig.connector.base_url, aad=REP, text="assist C-7", conversation_id=thread)
+    activity["conversation"]["conversationType"] = "channel"
+    await rig.post(activity)
+    await rig.work()
+    assert [a.text for a in rig.said(thread)] == [say.ASSIST_EXTERNAL]
+    (asked,) = rig.connector.calls("GET")
+    assert asked.path == f"/v3/conversations/{channel}/members"

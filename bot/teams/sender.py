@@ -239,7 +239,8 @@ class TeamsSender:
         """The referenced conversation's members as the connector lists them (Teams adds
         ``userRole`` — ``guest`` for a guest — and ``tenantId``)."""
         ref = _reference(reference)
-        found = await self._run(ref, lambda ops: ops.get_conversation_members(ref.conversation.id), idempotent=True)
+        whole = ref.conversation.id.split(";", 1)[0]  # a channel thread's members are the channel's
+        found = await self._run(ref, lambda ops: ops.get_conversation_members(whole), idempotent=True)
         return [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in found]
 
     async def open_personal_chat(
