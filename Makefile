@@ -19,7 +19,7 @@ COMPILE := pip-compile --quiet --extra test --generate-hashes --strip-extras \
 .PHONY: demo test lock lock-upgrade
 
 demo: $(VENV)/.project
-	$(BIN)/signoff demo
+	SIGNOFF_ENV=development $(BIN)/signoff demo
 
 test: $(VENV)/.project
 	$(BIN)/pytest -q -n 3 --dist loadfile $(ARGS)

@@ -178,6 +178,12 @@ class Metrics:
         self.feedback = Counter(
             "signoff_feedback", "Feedback buttons clicked under answers.", ["vote", "channel"], registry=r
         )
+        self.audit_suppressed = Counter(
+            "signoff_audit_suppressed",
+            "Clicks answered but not audited again: the person was past their audit budget (agent/audit_budget.py).",
+            ["kind", "channel"],
+            registry=r,
+        )
         self.breaker_trips = Counter(
             "signoff_breaker_trips", "Times a circuit breaker opened.", ["breaker"], registry=r
         )
@@ -213,6 +219,9 @@ class Metrics:
         self.turn_tokens.observe(tokens)
         if e.run_id:
             self.turn_cost.observe(self._turn_cost.pop(e.run_id, 0.0))
+
+    def _on_audit_suppressed(self, e: Any) -> None:
+        self.audit_suppressed.labels(_label(e.data.get("kind")), _label(e.data.get("channel"))).inc()
 
     def _on_feedback(self, e: Any) -> None:
         self.feedback.labels(_label(e.data.get("vote")), _label(e.data.get("channel"))).inc()
@@ -271,6 +280,7 @@ class Metrics:
         "escalation": _on_escalation,
         "execution.succeeded": _on_execution,
         "feedback": _on_feedback,
+        "audit.suppressed": _on_audit_suppressed,
         "limit.refused": _on_limit,
     }
 

@@ -25,7 +25,8 @@ from agent.services import Services, build_services
 from agent.tracing import TracedModel
 from agent.worker import Worker, WorkerConfig
 from bot.email.smtp import Mailer
-from bot.settings import Settings
+from bot.production import warn_if_development
+from bot.settings import Settings, reveal
 from bot.telemetry import Tracing, install_tracing
 from sandbox.dataset import load_dataset_file
 from sandbox.io import load_dataset, store_is_empty
@@ -91,7 +92,7 @@ def build_model(settings: Settings, metrics: Metrics | None = None) -> ModelClie
         return AnthropicClient(
             AnthropicConfig(
                 model=settings.signoff_model,
-                api_key=settings.anthropic_api_key or "",
+                api_key=reveal(settings.anthropic_api_key) or "",
                 base_url=settings.anthropic_base_url,
                 **sending,
             ),
@@ -105,7 +106,7 @@ def build_model(settings: Settings, metrics: Metrics | None = None) -> ModelClie
             OpenAIConfig(
                 model=settings.signoff_model,
                 base_url=settings.openai_base_url,
-                api_key=settings.openai_api_key,
+                api_key=reveal(settings.openai_api_key),
                 **sending,
             ),
             breaker=breaker,
@@ -203,6 +204,7 @@ async def create_app(
     seed: bool = True,
 ) -> App:
     """Build the runtime from settings; seed an empty store with the configured dataset."""
+    warn_if_development(settings)  # every start of serve, worker and socket comes through here
     # A bad people file stops the start before anything is touched.
     people = load_people_file(settings.signoff_people_file) if settings.signoff_people_file else None
     db = create_database(settings.signoff_database_url)
@@ -320,7 +322,7 @@ def teams_face(
     from bot.teams.notifier import TeamsNotifier
     from bot.teams.sender import TeamsSender, dev_token_connections, msal_connections
 
-    dev_token = settings.signoff_teams_dev_outbound_token
+    dev_token = reveal(settings.signoff_teams_dev_outbound_token)
     connections = dev_token_connections(config, dev_token) if dev_token else msal_connections(config)
     sender = TeamsSender(config, connections=connections, loopback_only=dev_token is not None)
     conversation, service_url = settings.signoff_teams_approvals_conversation, settings.signoff_teams_service_url

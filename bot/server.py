@@ -5,10 +5,12 @@ Every error is JSON ``{"error", "message"}``; a client mistake is never a 5xx.
 ``serve`` runs the site and, unless told not to, the resume/expiry worker as an
 owned background task, and shuts both down cleanly on SIGINT/SIGTERM.
 
-``/metrics`` can be closed to the public: with ``SIGNOFF_METRICS_TOKEN`` it wants
-``Authorization: Bearer <token>``; with a separate listen address
-(``SIGNOFF_METRICS_ADDR`` / ``serve --metrics-port``) it is served only there.
-``/healthz`` stays open.
+``/metrics`` is not open by default. On the main port it answers loopback peers only (a
+request relayed by a proxy, with ``Forwarded``/``X-Forwarded-For``, is not one); with
+``SIGNOFF_METRICS_TOKEN`` it answers whoever brings ``Authorization: Bearer <token>``; with a
+listener of its own (``SIGNOFF_METRICS_PORT``, ``SIGNOFF_METRICS_ADDR``, ``serve
+--metrics-port``) it is served only there, to whoever reaches that port (the operator's
+network decides). ``/healthz`` stays open.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from bot.api.auth import AuthConfig, Authenticator
 from bot.app import App
 from bot.email import bridge as email_bridge
 from bot.email.bridge import EmailBridge, EmailConfig
+from bot.settings import reveal
+from bot.teams.config import is_loopback_host
 from bot.web import error_response, errors
 
 log = logging.getLogger(__name__)
@@ -53,13 +57,13 @@ def make_web_app(
     ``metrics_token`` (default ``SIGNOFF_METRICS_TOKEN``) guards ``/metrics`` with a bearer token.
     """
     if metrics_token is None and app.settings is not None:
-        metrics_token = app.settings.signoff_metrics_token
+        metrics_token = reveal(app.settings.signoff_metrics_token)
     auth = auth or AuthConfig.from_settings(app.settings)
     email = email or EmailConfig.from_settings(app.settings)
     web_app = web.Application(middlewares=[errors], client_max_size=email.max_body)
     web_app[api.STATE] = api.make_state(app, Authenticator(auth, app.backend, app.runtime.s.people))
     web_app[email_bridge.EMAIL] = EmailBridge(app, email)
-    web_app[_METRICS] = _Metrics(metrics_render, metrics_token)
+    web_app[_METRICS] = _Metrics(metrics_render, metrics_token, loopback_only=True)
     web_app.router.add_get("/healthz", healthz)
     web_app.router.add_get("/metrics", metrics)
     web_app.router.add_post("/email/inbound", email_bridge.inbound)
@@ -80,6 +84,8 @@ def make_web_app(
 class _Metrics:
     render: Callable[[], bytes] | None
     token: str | None = None
+    #: Without a token, answer only peers on this machine (the main port's default).
+    loopback_only: bool = False
 
 
 _METRICS: web.AppKey[_Metrics] = web.AppKey("signoff_metrics", _Metrics)
@@ -95,6 +101,8 @@ async def metrics(request: web.Request) -> web.Response:
     state = request.app[_METRICS]
     if state.render is None:
         return error_response("not_found", say.METRICS_OFF)
+    if state.token is None and state.loopback_only and not _local_peer(request):
+        return error_response("forbidden", say.METRICS_LOOPBACK)
     if state.token is not None:
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), state.token.encode()):
@@ -102,6 +110,12 @@ async def metrics(request: web.Request) -> web.Response:
             response.headers["WWW-Authenticate"] = 'Bearer realm="metrics"'
             return response
     return web.Response(body=state.render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+
+def _local_peer(request: web.Request) -> bool:
+    """A loopback peer that relays nobody else's request."""
+    relayed = "Forwarded" in request.headers or "X-Forwarded-For" in request.headers
+    return not relayed and request.remote is not None and is_loopback_host(request.remote)
 
 
 def make_metrics_app(
@@ -145,7 +159,7 @@ async def serve(
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
             installed.append(sig)
-    token = app.settings.signoff_metrics_token if app.settings is not None else None
+    token = reveal(app.settings.signoff_metrics_token) if app.settings is not None else None
     main_metrics = None if metrics_listen is not None else metrics_render
     runner = web.AppRunner(make_web_app(app, metrics_render=main_metrics, extra_routes=extra_routes), access_log=None)
     await runner.setup()

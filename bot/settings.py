@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent.errors import ConfigError
@@ -34,7 +34,8 @@ _PASSWORD = re.compile(r"(://[^:/@]*):[^@/]*@")  # linear: a password has no bar
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
 
-    signoff_database_url: str = "sqlite+aiosqlite:///./signoff.db"
+    #: May carry a password: kept out of ``repr`` (the CLI prints it with the password redacted).
+    signoff_database_url: str = Field(default="sqlite+aiosqlite:///./signoff.db", repr=False)
     signoff_llm_provider: Literal["anthropic", "openai", "scripted"] | None = None
     signoff_model: str = DEFAULT_MODEL
     #: The vendor SDK's retries of one model call (429/5xx/connection errors, honouring retry-after).
@@ -43,13 +44,13 @@ class Settings(BaseSettings):
     signoff_model_timeout_s: float = Field(default=60.0, gt=0)
     #: Seconds one model call may take, retries and their waits included; then the turn gives up honestly.
     signoff_model_deadline_s: float = Field(default=120.0, gt=0)
-    anthropic_api_key: str | None = None
+    anthropic_api_key: SecretStr | None = None
     anthropic_base_url: str | None = None
     openai_base_url: str | None = None
-    openai_api_key: str | None = None
-    slack_bot_token: str | None = None
-    slack_signing_secret: str | None = None
-    slack_app_token: str | None = None
+    openai_api_key: SecretStr | None = None
+    slack_bot_token: SecretStr | None = None
+    slack_signing_secret: SecretStr | None = None
+    slack_app_token: SecretStr | None = None
     signoff_slack_api_url: str | None = None
     signoff_approvals_channel: str | None = None
     signoff_escalation_channel: str | None = None
@@ -60,12 +61,12 @@ class Settings(BaseSettings):
     #: Stream answers (``chat.startStream``); off: every answer is a plain ``chat.postMessage``.
     signoff_slack_streaming: bool = True
     slack_client_id: str | None = None
-    slack_client_secret: str | None = None
+    slack_client_secret: SecretStr | None = None
     #: Comma-separated Slack team ids served (installs and events from any other are refused).
     signoff_slack_allowed_teams: str | None = None
     #: Encrypts secrets kept in the database (the OAuth installations' Slack tokens); 32+ characters.
-    signoff_secret_key: str | None = None
-    signoff_jwt_secret: str | None = None
+    signoff_secret_key: SecretStr | None = None
+    signoff_jwt_secret: SecretStr | None = None
     signoff_jwks_url: str | None = None
     signoff_jwt_audience: str | None = None
     signoff_jwt_issuer: str | None = None
@@ -74,8 +75,10 @@ class Settings(BaseSettings):
     #: Staff and the faces' user ids of customers (agent/people.py); else the sandbox dataset's.
     signoff_people_file: Path | None = None
     signoff_store_seed: str | None = None
-    signoff_env: Literal["development", "production"] | None = None
-    signoff_migration_database_url: str | None = None
+    #: Production unless told otherwise: demo data, demo staff and every development flag need
+    #: ``SIGNOFF_ENV=development`` (bot/production.py).
+    signoff_env: Literal["development", "production"] = "production"
+    signoff_migration_database_url: str | None = Field(default=None, repr=False)
     signoff_audit_key_file: Path | None = None
     signoff_audit_checkpoint_file: Path | None = None
     signoff_audit_checkpoint_every_s: float | None = None
@@ -83,15 +86,18 @@ class Settings(BaseSettings):
     signoff_job_budget_s: float = Field(default=300.0, gt=0, le=3600)
     #: Failed attempts before a job is quarantined (terminal; listed by ``signoff jobs``).
     signoff_job_max_attempts: int = Field(default=5, ge=1, le=100)
-    signoff_metrics_token: str | None = None
+    signoff_metrics_token: SecretStr | None = None
     signoff_metrics_addr: str | None = None
+    #: ``/metrics`` on its own port (on ``serve --host``); without it or the address above,
+    #: ``/metrics`` is answered on the main port to loopback peers only (bot/server.py).
+    signoff_metrics_port: int | None = Field(default=None, ge=1, le=65535)
     signoff_smtp_url: str | None = None
-    signoff_email_secret: str | None = None
+    signoff_email_secret: SecretStr | None = None
     signoff_email_from: str | None = None
     #: Microsoft Teams (bot/teams/config.py): on when the app and tenant ids are set.
     signoff_teams_app_id: str | None = None
     signoff_teams_tenant_id: str | None = None
-    signoff_teams_app_password: str | None = Field(default=None, repr=False)
+    signoff_teams_app_password: SecretStr | None = None
     signoff_teams_certificate_pfx: Path | None = None
     signoff_teams_service_url_allow: str | None = None
     signoff_teams_allowed_tenants: str | None = None
@@ -101,7 +107,7 @@ class Settings(BaseSettings):
     signoff_teams_service_url: str | None = None
     #: Development against a local connector only (refused in production).
     signoff_teams_dev_jwks_url: str | None = None
-    signoff_teams_dev_outbound_token: str | None = Field(default=None, repr=False)
+    signoff_teams_dev_outbound_token: SecretStr | None = None
     #: The public messaging endpoint the app package names (``signoff teams manifest``).
     signoff_teams_messaging_endpoint: str | None = None
 
@@ -126,12 +132,23 @@ class Settings(BaseSettings):
             raise ValueError(f"must be `demo` or a dataset file; no such file: {v}")
         return v
 
+    @model_validator(mode="after")
+    def _demo_seed(self) -> Settings:
+        # The demo dataset brings staff S-1..S-4 (a supervisor among them) that anyone can name.
+        if self.signoff_store_seed == "demo" and self.is_production:
+            raise ValueError(
+                "SIGNOFF_STORE_SEED: `demo` seeds the demo staff; refused in production "
+                "(set SIGNOFF_ENV=development, or load a dataset file)"
+            )
+        return self
+
     @field_validator("signoff_jwt_secret")
     @classmethod
-    def _secret(cls, v: str | None) -> str | None:
-        if v is not None and len(v.encode()) < MIN_JWT_SECRET_BYTES:
+    def _secret(cls, v: SecretStr | None) -> SecretStr | None:
+        size = len(v.get_secret_value().encode()) if v is not None else None
+        if size is not None and size < MIN_JWT_SECRET_BYTES:
             raise ValueError(
-                f"must be at least {MIN_JWT_SECRET_BYTES} bytes for HS256 (got {len(v.encode())}); "
+                f"must be at least {MIN_JWT_SECRET_BYTES} bytes for HS256 (got {size}); "
                 "generate one with `python3 -c 'import secrets; print(secrets.token_hex(32))'`"
             )
         return v
@@ -173,8 +190,8 @@ class Settings(BaseSettings):
 
     @field_validator("signoff_metrics_token")
     @classmethod
-    def _metrics_token(cls, v: str | None) -> str | None:
-        if v is not None and len(v) < 16:
+    def _metrics_token(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and len(v.get_secret_value()) < 16:
             raise ValueError("must be at least 16 characters")
         return v
 
@@ -213,7 +230,7 @@ class Settings(BaseSettings):
     def _slack(self) -> Settings:
         if self.slack_client_id and not self.slack_client_secret:
             raise ValueError("SLACK_CLIENT_SECRET: required when SLACK_CLIENT_ID is set (OAuth install)")
-        if self.slack_client_id and len(self.signoff_secret_key or "") < 32:
+        if self.slack_client_id and len(reveal(self.signoff_secret_key) or "") < 32:
             raise ValueError(
                 "SIGNOFF_SECRET_KEY: required with SLACK_CLIENT_ID, 32+ characters (tokens are encrypted at rest)"
             )
@@ -273,10 +290,8 @@ class Settings(BaseSettings):
 
     @property
     def is_production(self) -> bool:
-        """``SIGNOFF_ENV=production``, or unset with a PostgreSQL database (a scale-out deployment)."""
-        if self.signoff_env is not None:
-            return self.signoff_env == "production"
-        return self.signoff_database_url.startswith("postgresql")
+        """Everything but ``SIGNOFF_ENV=development`` (whatever the database)."""
+        return self.signoff_env != "development"
 
     @property
     def audit_key_path(self) -> Path:
@@ -317,13 +332,18 @@ class Settings(BaseSettings):
             return DEFAULT_CHECKPOINT_EVERY_S
         return None
 
-    @property
-    def metrics_listen(self) -> tuple[str, int] | None:
-        """``SIGNOFF_METRICS_ADDR`` as (host, port)."""
+    def metrics_listen(self, host: str) -> tuple[str, int] | None:
+        """Where ``/metrics`` gets a listener of its own: ``SIGNOFF_METRICS_ADDR`` as (host, port),
+        else ``SIGNOFF_METRICS_PORT`` on ``host`` (the main listener's), else ``None``."""
         if not self.signoff_metrics_addr:
-            return None
+            return (host, self.signoff_metrics_port) if self.signoff_metrics_port else None
         host, _, port = self.signoff_metrics_addr.rpartition(":")
         return host.strip("[]"), int(port)
+
+
+def reveal(secret: SecretStr | None) -> str | None:
+    """A secret setting's value, for the one client that sends it (never for a log line or error)."""
+    return secret.get_secret_value() if secret is not None else None
 
 
 def _csv(value: str | None) -> tuple[str, ...]:
@@ -385,7 +405,7 @@ def teams_config_of(s: Settings) -> TeamsConfig | None:
         return TeamsConfig(
             app_id=s.signoff_teams_app_id or "",
             tenant_id=s.signoff_teams_tenant_id or "",
-            app_password=s.signoff_teams_app_password,
+            app_password=reveal(s.signoff_teams_app_password),
             certificate_pfx=str(s.signoff_teams_certificate_pfx) if s.signoff_teams_certificate_pfx else None,
             service_url_allow=_csv(s.signoff_teams_service_url_allow),
             allowed_tenants=_csv(s.signoff_teams_allowed_tenants),
@@ -406,16 +426,18 @@ def _named(message: str) -> str:
     return f"{name}: {message}"
 
 
-def load_settings(env: dict[str, str] | None = None) -> Settings:
-    """Resolve settings from ``env`` (default: the process environment)."""
+def load_settings(env: dict[str, str] | None = None, *, development: bool = False) -> Settings:
+    """Resolve settings from ``env`` (default: the process environment); ``development`` forces
+    ``SIGNOFF_ENV=development`` (``signoff demo``, which is development by definition)."""
+    forced = {"signoff_env": "development"} if development else {}
     try:
         if env is None:
-            return Settings()
+            return Settings(**forced)  # type: ignore[arg-type]
         saved = dict(os.environ)
         try:
             os.environ.clear()
             os.environ.update(env)
-            return Settings(_env_file=None)  # type: ignore[call-arg]
+            return Settings(_env_file=None, **forced)  # type: ignore[arg-type,call-arg]
         finally:
             os.environ.clear()
             os.environ.update(saved)

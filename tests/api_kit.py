@@ -33,6 +33,7 @@ EMAIL_SECRET = "test-email-secret"
 
 def settings(**extra: str) -> Settings:
     env = {
+        "SIGNOFF_ENV": "development",  # shared-secret staff tokens (tests/conftest.py)
         "SIGNOFF_LLM_PROVIDER": "scripted",
         "SIGNOFF_JWT_SECRET": JWT_SECRET,
         "SIGNOFF_EMAIL_SECRET": EMAIL_SECRET,

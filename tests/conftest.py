@@ -19,6 +19,10 @@ from storage.db import Base, Database, create_database
 pytest_plugins = ["tests.fakes.plugin"]
 
 PG_URL = os.environ.get("SIGNOFF_TEST_PG_URL")
+#: The whole session is development (demo staff, shared-secret staff tokens, the Teams dev flags),
+#: set before anything reads settings, so every `signoff` subprocess inherits it. Tests of
+#: production build their settings with SIGNOFF_ENV=production (tests/support.py: scrubbed_env).
+os.environ["SIGNOFF_ENV"] = "development"
 
 
 def _register_all_tables() -> None:

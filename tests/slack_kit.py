@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import sys
 import time
@@ -22,6 +21,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from tests.fakes.anthropic_api import refund_script, text_turn, tool_turn, tool_uses
 from tests.fakes.slack_api import BOT_USER_ID, TEAM_ID
+from tests.support import scrubbed_env
 from tests.test_api_serve import free_port
 
 SIGNOFF = Path(sys.executable).with_name("signoff")
@@ -181,9 +181,10 @@ def planner(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def env_for(db: Path, *, anthropic: str, slack: str, policy: Path | None = None, **extra: str) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("SIGNOFF_", "ANTHROPIC_", "OPENAI_", "SLACK_"))}
+    base = scrubbed_env()
     return {
         **base,
+        "SIGNOFF_ENV": "development",  # the demo staff and shared-secret staff tokens (the benches too)
         "SIGNOFF_DATABASE_URL": f"sqlite+aiosqlite:///{db}",
         "SIGNOFF_LLM_PROVIDER": "anthropic",
         "ANTHROPIC_API_KEY": "test-key",

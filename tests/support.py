@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,6 +19,22 @@ from sandbox.dataset import load_dataset_file
 from sandbox.io import load_dataset
 from storage.db import Database
 from tools.context import Principal
+
+#: The app's settings in an environment; a test scrubs them for a clean start.
+APP_SETTINGS = ("SIGNOFF_", "ANTHROPIC_", "OPENAI_", "SLACK_", "OTEL_")
+#: Kept when scrubbing: the test database and the session's SIGNOFF_ENV (tests/conftest.py).
+KEPT_SETTINGS = ("SIGNOFF_TEST_PG_URL", "SIGNOFF_ENV")
+
+
+def app_setting(name: str) -> bool:
+    """Whether a test that wants a clean start drops ``name`` from its environment."""
+    return name.startswith(APP_SETTINGS) and name not in KEPT_SETTINGS
+
+
+def scrubbed_env() -> dict[str, str]:
+    """This process's environment without the app's settings (a ``signoff`` subprocess's base)."""
+    return {k: v for k, v in os.environ.items() if not app_setting(k)}
+
 
 C7 = Principal(kind="customer", id="C-7", customer_id="C-7")
 C8 = Principal(kind="customer", id="C-8", customer_id="C-8")

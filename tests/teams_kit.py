@@ -46,6 +46,7 @@ def dataset_file(tmp: Path) -> Path:
 def teams_env(*, issuer: TokenIssuer, connector_url: str) -> dict[str, str]:
     """SIGNOFF_TEAMS_* for a local issuer and connector (development settings, never production)."""
     return {
+        "SIGNOFF_ENV": "development",
         "SIGNOFF_TEAMS_APP_ID": APP_ID,
         "SIGNOFF_TEAMS_TENANT_ID": TENANT_ID,
         "SIGNOFF_TEAMS_DEV_OUTBOUND_TOKEN": DEV_TOKEN,

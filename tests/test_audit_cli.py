@@ -15,6 +15,7 @@ from bot.app import demo_dataset_path
 from bot.cli import main
 from storage.audit import AuditEvent, AuditLog
 from storage.db import create_database
+from tests.support import app_setting
 
 SECRET = "cli-test-secret-that-is-at-least-32-bytes"
 
@@ -23,7 +24,7 @@ SECRET = "cli-test-secret-that-is-at-least-32-bytes"
 def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """No stray settings; HOME is the test's own, so the default key and checkpoint paths are too."""
     for key in list(os.environ):
-        if key.startswith(("SIGNOFF_", "ANTHROPIC_", "OPENAI_", "SLACK_")) and key != "SIGNOFF_TEST_PG_URL":
+        if app_setting(key):
             monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
@@ -152,3 +153,17 @@ def test_token_refuses_people_not_in_the_store_and_long_lifetimes(
     assert main(["token", *argv]) == 2
     out, err = capsys.readouterr()
     assert needle in err and out == ""
+
+
+def test_in_production_token_mints_customer_tokens_only(
+    store: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With SIGNOFF_ENV=production the shared secret mints no staff token (staff come from JWKS)."""
+    monkeypatch.setenv("SIGNOFF_ENV", "production")
+    capsys.readouterr()
+    for role, sub in (("supervisor", "S-3"), ("rep", "S-1")):
+        assert main(["token", "--sub", sub, "--role", role]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith("signoff: SIGNOFF_ENV: production; staff tokens come from")
+    assert main(["token", "--sub", "C-7", "--role", "customer"]) == 0
+    assert jwt.decode(capsys.readouterr().out.strip(), SECRET, algorithms=["HS256"])["sub"] == "C-7"

@@ -21,7 +21,7 @@ from jwt.algorithms import ECAlgorithm, HMACAlgorithm, RSAAlgorithm
 from agent.llm.testing import ScriptedModel
 from bot.api.auth import AuthConfig, make_token
 from storage.db import Database
-from tests.api_kit import JWT_SECRET, client_for, counts
+from tests.api_kit import JWT_SECRET, client_for, counts, settings
 from tests.support import Harness, seeded
 
 PROBE = "/api/conversations/conv_missing"  # 404 once authenticated: no model, no state
@@ -225,6 +225,33 @@ async def test_jwks_refuses_confused_and_foreign_tokens(harness: Harness, jwks: 
         assert (status, body["error"]) == (401, "unauthorized"), name
 
 
+async def test_in_production_staff_tokens_come_only_from_the_jwks_issuer(
+    harness: Harness, jwks: tuple[Jwks, str]
+) -> None:
+    """One HS256 secret used to mint supervisor:S-3. In production it mints customer tokens at
+    most: a staff-role HS256 token is 401, the same claims from the JWKS issuer are accepted."""
+    keys, url = jwks
+    idp_env = {"SIGNOFF_JWKS_URL": url, "SIGNOFF_JWT_AUDIENCE": "signoff-api", "SIGNOFF_JWT_ISSUER": ISS}
+    production = settings(SIGNOFF_ENV="production", **idp_env)
+    development = settings(SIGNOFF_ENV="development", **idp_env)
+    for role, sub in (("supervisor", "S-3"), ("rep", "S-1")):
+        shared = make_token(JWT_SECRET, sub=sub, role=role, audience="signoff-api", issuer=ISS)
+        async with client_for(harness, production) as client:
+            r = await client.get(PROBE, headers={"Authorization": f"Bearer {shared}"})
+            assert (r.status, (await r.json())["error"]) == (401, "unauthorized")
+            assert "identity provider" in (await r.json())["message"]
+            idp_token = keys.rs256(idp(claims(sub=sub, role=role)))
+            r = await client.get(PROBE, headers={"Authorization": f"Bearer {idp_token}"})
+            assert r.status == 404, await r.text()
+        async with client_for(harness, development) as client:  # `signoff token` in development
+            r = await client.get(PROBE, headers={"Authorization": f"Bearer {shared}"})
+            assert r.status == 404, await r.text()
+    customer = make_token(JWT_SECRET, sub="C-7", role="customer", audience="signoff-api", issuer=ISS)
+    async with client_for(harness, production) as client:
+        r = await client.get(PROBE, headers={"Authorization": f"Bearer {customer}"})
+        assert r.status == 404, await r.text()
+
+
 async def test_jwks_unreachable_is_503(harness: Harness, jwks: tuple[Jwks, str]) -> None:
     keys, _url = jwks
     cfg = AuthConfig(jwks_url="http://127.0.0.1:9/jwks.json", jwks_timeout_s=1.0, audience="signoff-api", issuer=ISS)
@@ -239,12 +266,12 @@ def test_a_short_hs256_secret_is_refused_at_start_up() -> None:
     """Fewer than 32 bytes of secret is a one-line ConfigError naming SIGNOFF_JWT_SECRET, in the
     settings and in the auth config itself."""
     from agent.errors import ConfigError
-    from bot.settings import load_settings
+    from bot.settings import load_settings, reveal
 
     with pytest.raises(ConfigError, match=r"^SIGNOFF_JWT_SECRET: must be at least 32 bytes") as info:
         load_settings({"SIGNOFF_JWT_SECRET": "x" * 31})
     assert "\n" not in str(info.value)
-    assert load_settings({"SIGNOFF_JWT_SECRET": "x" * 32}).signoff_jwt_secret == "x" * 32
+    assert reveal(load_settings({"SIGNOFF_JWT_SECRET": "x" * 32}).signoff_jwt_secret) == "x" * 32
     with pytest.raises(ConfigError, match="SIGNOFF_JWT_SECRET"):
         AuthConfig(secret="short-secret")
 

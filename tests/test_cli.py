@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from bot.app import demo_dataset_path
 from bot.cli import main
+from tests.support import app_setting
 
 PG_URL = os.environ.get("SIGNOFF_TEST_PG_URL")
 
@@ -47,7 +48,7 @@ async def _admin(sql: str) -> None:
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for key in list(os.environ):
-        if key.startswith(("SIGNOFF_", "ANTHROPIC_", "OPENAI_", "SLACK_")) and key != "SIGNOFF_TEST_PG_URL":
+        if app_setting(key):
             monkeypatch.delenv(key, raising=False)
     monkeypatch.chdir(tmp_path)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import sqlite3
 import sys
@@ -31,6 +30,7 @@ from bot.api.auth import make_token
 from tests.fakes.anthropic_api import FakeAnthropicAPI, refund_script, text_turn, tool_turn, tool_uses
 from tests.slack_kit import Serve as Server
 from tests.slack_kit import run_cli as _run
+from tests.support import scrubbed_env
 
 SIGNOFF = Path(sys.executable).with_name("signoff")
 DEMO = Path(__file__).resolve().parents[1] / "sandbox" / "data" / "demo.json"
@@ -64,7 +64,7 @@ def _confirmed(body: dict[str, Any]) -> bool:
 
 
 def _env(db: Path, api: FakeAnthropicAPI) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIGNOFF_", "ANTHROPIC_", "OPENAI_", "SLACK_"))}
+    env = scrubbed_env()
     return {
         **env,
         "SIGNOFF_DATABASE_URL": f"sqlite+aiosqlite:///{db}",

@@ -27,7 +27,7 @@ from sandbox.schema import upgrade
 from storage.db import Database
 from storage.records import Approval, Conversation
 from tests.api_kit import app_of, client_for, settings
-from tests.support import seeded
+from tests.support import app_setting, seeded
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "metrics-token-0123456789"
@@ -92,7 +92,7 @@ async def test_metrics_on_a_separate_listener_are_not_on_the_main_one(db: Databa
 def test_a_bad_metrics_address_is_one_line_naming_the_variable(value: str) -> None:
     with pytest.raises(ConfigError, match=r"^SIGNOFF_METRICS_ADDR: must be HOST:PORT"):
         load_settings({"SIGNOFF_METRICS_ADDR": value})
-    assert load_settings({"SIGNOFF_METRICS_ADDR": "0.0.0.0:9100"}).metrics_listen == ("0.0.0.0", 9100)
+    assert load_settings({"SIGNOFF_METRICS_ADDR": "0.0.0.0:9100"}).metrics_listen("::1") == ("0.0.0.0", 9100)
 
 
 # -- seeding ------------------------------------------------------------------------------------
@@ -107,10 +107,10 @@ async def _empty_migrated(tmp_path: Path) -> str:
 @pytest.mark.parametrize(
     ("extra", "seeded_"),
     [
-        ({}, True),  # development: the demo, as INTERFACES says
-        ({"SIGNOFF_ENV": "development"}, True),
-        ({"SIGNOFF_ENV": "production"}, False),  # production: never unless asked
-        ({"SIGNOFF_ENV": "production", "SIGNOFF_STORE_SEED": "demo"}, True),
+        ({}, False),  # production by default, SQLite or not
+        ({"SIGNOFF_ENV": "development"}, True),  # development: the demo, as INTERFACES says
+        ({"SIGNOFF_ENV": "development", "SIGNOFF_STORE_SEED": "demo"}, True),
+        ({"SIGNOFF_ENV": "production"}, False),  # production: never
     ],
 )
 async def test_an_empty_production_store_is_never_seeded_with_demo_data_unless_asked(
@@ -145,12 +145,17 @@ async def test_production_seeds_a_named_dataset_file(tmp_path: Path) -> None:
         await app.close()
 
 
-def test_production_is_defined_by_signoff_env_or_a_postgresql_database() -> None:
+def test_production_is_the_default_and_development_is_asked_for() -> None:
+    """A SQLite deployment is production too; only SIGNOFF_ENV=development is not."""
     pg = "postgresql+asyncpg://signoff@db/signoff"
-    assert load_settings({}).is_production is False
+    assert load_settings({}).is_production is True
+    assert load_settings({"SIGNOFF_DATABASE_URL": "sqlite+aiosqlite:////data/signoff.db"}).is_production is True
     assert load_settings({"SIGNOFF_ENV": "production"}).is_production is True
     assert load_settings({"SIGNOFF_DATABASE_URL": pg}).is_production is True
     assert load_settings({"SIGNOFF_DATABASE_URL": pg, "SIGNOFF_ENV": "development"}).is_production is False
+    assert load_settings({}, development=True).is_production is False  # `signoff demo`
+    with pytest.raises(ConfigError, match="^SIGNOFF_STORE_SEED: `demo` seeds the demo staff; refused in production"):
+        load_settings({"SIGNOFF_STORE_SEED": "demo"})
     with pytest.raises(ConfigError, match="^SIGNOFF_STORE_SEED: must be `demo` or a dataset file"):
         load_settings({"SIGNOFF_STORE_SEED": "/nonexistent.json"})
     with pytest.raises(ConfigError, match="^SIGNOFF_ENV"):
@@ -163,7 +168,7 @@ def test_production_is_defined_by_signoff_env_or_a_postgresql_database() -> None
 @pytest.fixture
 def no_model_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for key in list(os.environ):
-        if key.startswith(("SIGNOFF_", "ANTHROPIC_", "OPENAI_", "SLACK_")) and key != "SIGNOFF_TEST_PG_URL":
+        if app_setting(key):
             monkeypatch.delenv(key, raising=False)
     monkeypatch.chdir(tmp_path)
 

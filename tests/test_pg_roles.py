@@ -24,6 +24,7 @@ from storage.audit import AuditEvent, AuditLog
 from storage.db import create_database
 from storage.roles import app_role_grants
 from tests.conftest import PG_URL
+from tests.support import app_setting
 
 
 async def _admin(*statements: str) -> None:
@@ -56,7 +57,7 @@ def two_roles(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[tuple
         base.set(username=app).render_as_string(hide_password=False),
     )
     for key in list(os.environ):
-        if key.startswith(("SIGNOFF_", "ANTHROPIC_", "OPENAI_", "SLACK_")) and key != "SIGNOFF_TEST_PG_URL":
+        if app_setting(key):
             monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     try:

@@ -29,6 +29,7 @@ from storage.audit import AuditLog
 from storage.db import Database, create_database
 from storage.policies import NewPolicyVersion, PolicyMoved, PolicyVersions
 from tests.gatekeeper_kit import C7, EVIDENCE, confirm_exact, gate_turn, judge, make_env, refund, retrieve
+from tests.support import app_setting
 
 BUNDLED = Path(__file__).parents[1] / "agent" / "data" / "policy.yaml"
 
@@ -60,7 +61,7 @@ V2 = _edit(
 def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """A migrated SQLite store with the demo dataset (staff S-1/S-2 reps, S-3/S-4 supervisors)."""
     for key in list(os.environ):
-        if key.startswith(("SIGNOFF_", "ANTHROPIC_", "OPENAI_", "SLACK_")) and key != "SIGNOFF_TEST_PG_URL":
+        if app_setting(key):
             monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)

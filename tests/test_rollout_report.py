@@ -24,7 +24,7 @@ from storage.db import Database
 from storage.rollout import RolloutFacts
 from storage.steps import NewProposal, ProposalOutcome, StepWrite
 from tests.gatekeeper_kit import policy_with
-from tests.support import Clock, seeded
+from tests.support import Clock, app_setting, seeded
 from tools.catalogue import build_registry
 from tools.context import Principal
 
@@ -291,7 +291,7 @@ def test_cli_report_text_json_and_a_bad_since(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for key in list(os.environ):
-        if key.startswith("SIGNOFF_") and key != "SIGNOFF_TEST_PG_URL":
+        if key.startswith("SIGNOFF_") and app_setting(key):
             monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("SIGNOFF_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path / 'r.db'}")
     policy = tmp_path / "policy.yaml"

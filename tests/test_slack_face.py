@@ -16,6 +16,7 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import func, select
 
+from agent.audit_budget import PER_WINDOW
 from bot.app import App, create_app
 from bot.cli.slack_demo import demo_database
 from bot.server import make_web_app
@@ -319,3 +320,33 @@ async def test_reject_opens_a_modal_and_its_comment_rejects_the_approval(world: 
     assert rejected.comment == "The photos do not match the order." and rejected.decider == "supervisor:S-3"
     (updated,) = [m for m in world.bot(APPROVALS) if m.ts == card.ts]
     assert "Rejected" in updated.visible and button_value(updated.blocks, "signoff.reject") is None
+
+
+async def test_feedback_and_refused_clicks_are_audited_within_a_per_person_budget(world: World) -> None:
+    """Clicks that change nothing used to add an audit row each, without a bound. Past the
+    person's budget a click is still answered, not audited again, and counted as suppressed;
+    another person has a budget of their own."""
+    root = await _assist(world, "C-7", "Where is O-1042?")
+    answer = world.bot(SUPPORT, root)[-1]
+    raw = next(
+        e["positive_button"]["value"]
+        for b in answer.blocks
+        if b.get("type") == "context_actions"
+        for e in b["elements"]
+    )
+    clicks = PER_WINDOW + 5
+    for _ in range(clicks):
+        assert await world.click(PRIYA, "signoff.feedback", raw, channel=SUPPORT, message_ts=answer.ts) == 200
+        assert await world.click(TOMAS, "signoff.approve", "not-a-value", channel=APPROVALS, message_ts="1.2") == 200
+    assert await world.click(GRACE, "signoff.approve", "not-a-value", channel=APPROVALS, message_ts="1.2") == 200
+    await world.drain()
+    audit = world.app.runtime.s.audit
+    assert len(await audit.list(kind="feedback", limit=100)) == PER_WINDOW
+    refused = await audit.list(kind="slack.click_refused", limit=100)
+    assert sorted(e.data["slack_user"] for e in refused) == sorted([TOMAS] * PER_WINDOW + [GRACE])
+    assert len([e for e in world.slack.ephemeral if e["user"] == TOMAS]) == clicks  # every click answered
+    assert len([e for e in world.slack.ephemeral if e["user"] == PRIYA]) == clicks
+    metrics = world.app.metrics.render() if world.app.metrics else b""
+    assert b'signoff_audit_suppressed_total{channel="slack",kind="feedback"} 5.0' in metrics
+    assert b'signoff_audit_suppressed_total{channel="slack",kind="slack.click_refused"} 5.0' in metrics
+    assert (await audit.verify()).ok

@@ -23,12 +23,13 @@ from bot.app import App, create_app
 from bot.server import make_web_app
 from bot.settings import load_settings
 from bot.teams import wording as say
+from bot.teams.face import thread_ref
 from sandbox.dataset import load_dataset_file
 from sandbox.io import load_dataset
 from sandbox.models import StoreRefundRow
 from sandbox.schema import upgrade
 from storage.models import InboundRow, ProcessedEventRow
-from tests.fakes.bot_connector import FakeBotConnector, TokenIssuer, bearer
+from tests.fakes.bot_connector import TENANT_ID, FakeBotConnector, TokenIssuer, bearer
 from tests.teams_kit import (
     APPROVALS,
     C7,
@@ -255,3 +256,72 @@ async def test_a_supervisor_approves_by_card_the_requester_and_others_cannot(rig
     await rig.work()
     assert await rig.count(StoreRefundRow) == refunds + 1
     assert [a.text for a in rig.said()].count("The refund went through.") == 1
+
+
+GROUP = "19:group-chat@thread.v2"
+OTHER_TENANT = "77777777-0000-4000-8000-000000000777"
+OWN = {"id": "29:rep", "aadObjectId": REP, "userRole": "user", "tenantId": TENANT_ID}
+
+
+@pytest.mark.parametrize(
+    ("kind", "members", "bound"),
+    [
+        ("groupChat", [OWN, {"id": "29:g", "userRole": "guest", "tenantId": TENANT_ID}], False),
+        ("channel", [OWN, {"id": "29:g", "userRole": "Guest", "tenantId": TENANT_ID}], False),
+        (
+            "groupChat",
+            [OWN, {"id": "29:x", "userRole": "user", "tenantId": OTHER_TENANT}],
+            False,
+        ),
+        ("groupChat", [OWN, {"id": "29:n", "userRole": "user"}], False),  # no tenant: cannot tell
+        ("groupChat", [], False),  # nobody listed: cannot tell
+        ("groupChat", [OWN, {**OWN, "id": "29:sup", "aadObjectId": SUP}], True),
+        ("channel", [OWN], True),
+    ],
+)
+async def test_assist_refuses_a_chat_or_channel_with_guests_or_outsiders(
+    rig: Rig, kind: str, members: list[dict[str, Any]], bound: bool
+) -> None:
+    """A rep's `assist C-7` binds a group chat or channel only when everyone in it is a member of
+    an allowed tenant (Slack refuses external places the same way); otherwise nothing is bound."""
+    rig.connector.open_conversation(GROUP).members = members
+    activity = message(rig.connector.base_url, aad=REP, text="assist C-7", conversation_id=GROUP)
+    activity["conversation"]["conversationType"] = kind
+    assert (await rig.post(activity))[0] == 202
+    await rig.work()
+    (answer,) = [a.text for a in rig.said(GROUP)]
+    assert (answer == say.ASSIST_EXTERNAL) is not bound, answer
+    assert (await rig.app.runtime.s.bindings.get(thread_ref(GROUP)) is not None) is bound
+    assert rig.connector.calls("GET"), "the members were asked for"
+
+
+async def test_assist_refuses_when_the_members_cannot_be_read(rig: Rig) -> None:
+    rig.connector.open_conversation(GROUP).members = [OWN]
+    rig.connector.fail_next(20, status=403, retry_after=None, method="GET")
+    activity = message(rig.connector.base_url, aad=REP, text="assist C-7", conversation_id=GROUP)
+    activity["conversation"]["conversationType"] = "groupChat"
+    await rig.post(activity)
+    await rig.work()
+    assert [a.text for a in rig.said(GROUP)] == [say.ASSIST_EXTERNAL]
+    assert await rig.app.runtime.s.bindings.get(thread_ref(GROUP)) is None
+
+
+async def test_assist_in_a_personal_chat_binds_without_asking_for_members(rig: Rig) -> None:
+    await rig.post(message(rig.connector.base_url, aad=REP, text="assist C-7"))
+    await rig.work()
+    assert "now works on account C-7" in rig.said()[-1].text
+    assert await rig.app.runtime.s.bindings.get(thread_ref(PERSONAL)) is not None
+    assert not rig.connector.calls("GET")
+
+
+async def test_assist_in_a_channel_thread_asks_for_the_channels_members(rig: Rig) -> None:
+    channel, thread = "19:chan@thread.tacv2", "19:chan@thread.tacv2;messageid=1700000000000"
+    rig.connector.open_conversation(channel).members = [OWN, {"id": "29:g", "userRole": "guest", "tenantId": TENANT_ID}]
+    rig.connector.open_conversation(thread)
+    activity = message(rig.connector.base_url, aad=REP, text="assist C-7", conversation_id=thread)
+    activity["conversation"]["conversationType"] = "channel"
+    await rig.post(activity)
+    await rig.work()
+    assert [a.text for a in rig.said(thread)] == [say.ASSIST_EXTERNAL]
+    (asked,) = rig.connector.calls("GET")
+    assert asked.path == f"/v3/conversations/{channel}/members"

@@ -13,6 +13,7 @@ import pytest
 
 from bot.teams.manifest import SCHEMA_VERSION, ManifestConfig, ManifestError, build_package, icon_png
 from tests.fakes.bot_connector import APP_ID
+from tests.support import app_setting
 
 CONFIG = ManifestConfig(
     bot_id=APP_ID,
@@ -125,7 +126,7 @@ def test_the_cli_writes_the_package_into_a_directory_or_to_a_named_zip(
 ) -> None:
     from bot.cli.commands import main
 
-    for name in [k for k in __import__("os").environ if k.startswith("SIGNOFF_")]:
+    for name in [k for k in __import__("os").environ if k.startswith("SIGNOFF_") and app_setting(k)]:
         monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)
     args = ["teams", "manifest", "--app-id", APP_ID, "--endpoint", "https://bot.shop.example/teams/messages"]
@@ -151,7 +152,7 @@ def test_the_cli_refuses_a_missing_or_bad_setting_in_one_line_and_writes_nothing
 ) -> None:
     from bot.cli.commands import main
 
-    for name in [k for k in __import__("os").environ if k.startswith("SIGNOFF_")]:
+    for name in [k for k in __import__("os").environ if k.startswith("SIGNOFF_") and app_setting(k)]:
         monkeypatch.delenv(name)
     assert main(["teams", "manifest", "--out", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err.strip()

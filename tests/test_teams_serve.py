@@ -7,7 +7,6 @@ server answers once); a supervisor approves by card, the requester and a strange
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import pytest
 from tests.fakes.anthropic_api import FakeAnthropicAPI, text_turn, tool_turn
 from tests.fakes.bot_connector import FakeBotConnector, TokenIssuer, bearer
 from tests.slack_kit import SIGNOFF, Serve, run_cli
+from tests.support import scrubbed_env
 from tests.teams_kit import (
     APPROVALS,
     C7,
@@ -87,9 +87,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         connector.open_conversation(PERSONAL)
         connector.open_conversation(APPROVALS)
         db = tmp_path / "teams.db"
-        base = {
-            k: v for k, v in os.environ.items() if not k.startswith(("SIGNOFF_", "ANTHROPIC_", "OPENAI_", "SLACK_"))
-        }
+        base = scrubbed_env()
         env = {
             **base,
             "SIGNOFF_DATABASE_URL": f"sqlite+aiosqlite:///{db}",

@@ -51,10 +51,16 @@ def test_a_missing_or_malformed_teams_setting_is_one_line_naming_it(env: dict[st
     ],
 )
 def test_development_settings_are_refused_in_production(extra: dict[str, str]) -> None:
+    """Production is the default, whatever the database (a SQLite deployment is no exception)."""
     env = {**BASE, **extra}
-    assert load_settings(env).teams_config() is not None  # fine in development
-    with pytest.raises(ConfigError, match="production"):
-        load_settings({**env, "SIGNOFF_ENV": "production"})
+    assert load_settings({**env, "SIGNOFF_ENV": "development"}).teams_config() is not None
+    for production in (
+        {**env, "SIGNOFF_ENV": "production"},
+        env,
+        {**env, "SIGNOFF_DATABASE_URL": "sqlite+aiosqlite:///x.db"},
+    ):
+        with pytest.raises(ConfigError, match="production"):
+            load_settings(production)
 
 
 def test_the_development_token_is_not_mixed_with_real_credentials() -> None:

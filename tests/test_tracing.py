@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from sandbox.schema import upgrade
 from tests.fakes import scripted
 from tests.fakes.anthropic_api import FakeAnthropicAPI, text_turn, tool_turn
 from tests.fakes.otlp_collector import ExportedSpan, FakeCollector
-from tests.support import C7
+from tests.support import C7, scrubbed_env
 from tests.test_loop_support import BIG_REFUND, SEARCH
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,11 +42,7 @@ def canonical_responder() -> Any:
 
 
 def driver_env(db: Path, api: FakeAnthropicAPI, **extra: str) -> dict[str, str]:
-    keep = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("OTEL_", "ANTHROPIC_", "OPENAI_", "SIGNOFF_", "SLACK_"))
-    }
+    keep = scrubbed_env()
     return {
         **keep,
         "SIGNOFF_DATABASE_URL": f"sqlite+aiosqlite:///{db}",

@@ -141,7 +141,9 @@ def real_model(kind: str, settings: Any) -> ModelClient:
 
         return AnthropicClient(
             AnthropicConfig(
-                model=settings.signoff_model, api_key=settings.anthropic_api_key, base_url=settings.anthropic_base_url
+                model=settings.signoff_model,
+                api_key=_reveal(settings.anthropic_api_key) or "",
+                base_url=settings.anthropic_base_url,
             )
         )
     if not getattr(settings, "openai_base_url", None):
@@ -149,7 +151,9 @@ def real_model(kind: str, settings: Any) -> ModelClient:
     from agent.llm.openai_compat import OpenAICompatClient, OpenAIConfig
 
     return OpenAICompatClient(
-        OpenAIConfig(model=settings.signoff_model, base_url=settings.openai_base_url, api_key=settings.openai_api_key)
+        OpenAIConfig(
+            model=settings.signoff_model, base_url=settings.openai_base_url, api_key=_reveal(settings.openai_api_key)
+        )
     )
 
 
@@ -178,3 +182,8 @@ __all__ = [
     "real_model",
     "tool_use_block",
 ]
+
+
+def _reveal(secret: Any) -> str | None:
+    """A ``SecretStr`` setting's value (the settings live in ``bot/``, above this package)."""
+    return secret.get_secret_value() if secret is not None else None

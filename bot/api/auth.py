@@ -12,6 +12,8 @@ The principal comes from a verified token, never from a request body:
 * An HS256 secret is at least 32 bytes.
 * A customer must exist in the backend; staff must exist in signoff's own
   staff (``SIGNOFF_PEOPLE_FILE`` or the dataset's list) with exactly the claimed role.
+* Staff tokens signed with the shared secret are accepted in development only
+  (``staff_from_secret``): in production staff come from the JWKS issuer.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import jwt
@@ -27,6 +29,7 @@ from jwt import PyJWKClient
 
 from agent.errors import ConfigError
 from bot.api import wording as say
+from bot.settings import reveal
 from bot.web import ApiError
 from storage.identities import People
 from tools.backend import CommerceBackend
@@ -50,7 +53,7 @@ class AuthError(ApiError):
 class AuthConfig:
     """How tokens are verified. Built from settings at the composition root."""
 
-    secret: str | None = None
+    secret: str | None = field(default=None, repr=False)
     jwks_url: str | None = None
     audience: str | None = None
     issuer: str | None = None
@@ -61,6 +64,10 @@ class AuthConfig:
     jwks_timeout_s: float = 5.0
     #: The longest lifetime a token may claim.
     max_ttl_s: int = DEFAULT_MAX_TTL_S
+    #: Whether the shared secret may mint staff (rep, supervisor) tokens: development only. In
+    #: production whoever holds the secret could otherwise approve refunds; staff come from the
+    #: identity provider's asymmetric keys (JWKS) and the secret mints customer tokens at most.
+    staff_from_secret: bool = False
 
     def __post_init__(self) -> None:
         if self.secret is not None and len(self.secret.encode()) < MIN_SECRET_BYTES:
@@ -82,11 +89,12 @@ class AuthConfig:
         if settings is None:
             return cls()
         return cls(
-            secret=settings.signoff_jwt_secret,
+            secret=reveal(settings.signoff_jwt_secret),
             jwks_url=settings.signoff_jwks_url,
             audience=settings.signoff_jwt_audience,
             issuer=settings.signoff_jwt_issuer,
             max_ttl_s=settings.signoff_jwt_max_ttl_s,
+            staff_from_secret=not settings.is_production,
         )
 
 
@@ -132,6 +140,8 @@ class Authenticator:
         if scheme.lower() != "bearer" or not token:
             raise AuthError("unauthorized", say.NO_TOKEN)
         claims = await self.verify(token)
+        if claims.get("role") != "customer" and not self.config.staff_from_secret and _shared_secret(token):
+            raise _bad("staff tokens come from the identity provider (JWKS), not the shared secret")
         return await self._caller(claims)
 
     async def verify(self, token: str) -> dict[str, Any]:
@@ -218,6 +228,11 @@ class Authenticator:
         if staff is None or staff.role != role:
             raise AuthError("forbidden", say.UNKNOWN_STAFF)
         return Caller(principal=Principal(kind=role, id=sub), role=role, default_customer=customer)
+
+
+def _shared_secret(token: str) -> bool:
+    """Whether ``token`` (already verified) was signed with the shared HS256 secret."""
+    return jwt.get_unverified_header(token).get("alg") in HS_ALGORITHMS
 
 
 def _bad(reason: str) -> AuthError:

@@ -33,3 +33,7 @@ INTERNAL = "Something went wrong on our side. It has been logged."
 DATABASE_DOWN = "The database is not answering."
 METRICS_OFF = "Metrics are not enabled on this server."
 METRICS_TOKEN = "Metrics need Authorization: Bearer <SIGNOFF_METRICS_TOKEN>."
+METRICS_LOOPBACK = (
+    "Metrics on this port answer this machine only; give them a port of their own (SIGNOFF_METRICS_PORT) "
+    "or a token (SIGNOFF_METRICS_TOKEN)."
+)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from agent.errors import Busy, ConfigError, DecisionError
-from bot.settings import Settings, load_settings
+from bot.settings import Settings, load_settings, reveal
 
 #: What ``add_subparsers`` returns (one per command group).
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -417,8 +417,14 @@ async def _audit_checkpoint(settings: Settings, out: Path | None) -> int:
 
 async def _token(settings: Settings, args: argparse.Namespace) -> int:
     """A development helper: mints only for people in the store, with their role, for a bounded time."""
-    if not settings.signoff_jwt_secret:
+    secret = reveal(settings.signoff_jwt_secret)
+    if not secret:
         raise ConfigError("SIGNOFF_JWT_SECRET: required to mint a development token")
+    if settings.is_production and args.role != "customer":
+        raise ConfigError(
+            "SIGNOFF_ENV: production; staff tokens come from your identity provider (SIGNOFF_JWKS_URL), "
+            "the shared secret mints customer tokens only"
+        )
     print("signoff token: a development helper; in production tokens come from your identity provider", file=sys.stderr)
     max_ttl = settings.signoff_jwt_max_ttl_s
     if not 0 < args.ttl <= max_ttl:
@@ -435,7 +441,7 @@ async def _token(settings: Settings, args: argparse.Namespace) -> int:
 
     print(
         make_token(
-            settings.signoff_jwt_secret,
+            secret,
             sub=args.sub,
             role=args.role,
             customer=args.customer,
@@ -481,10 +487,12 @@ async def _token_refusal(settings: Settings, args: argparse.Namespace) -> str | 
 async def _serve(settings: Settings, args: argparse.Namespace) -> int:
     from bot.app import create_app
     from bot.logging import configure_logging
+    from bot.production import refuse_public_listen
     from bot.server import serve
 
+    refuse_public_listen(settings, args.host)
     configure_logging(json=True)
-    listen = (args.host, args.metrics_port) if args.metrics_port else settings.metrics_listen
+    listen = (args.host, args.metrics_port) if args.metrics_port else settings.metrics_listen(args.host)
     app = await create_app(settings)
     stop = asyncio.Event()
     refresher = asyncio.create_task(app.policy_refresher().run(stop), name="signoff-policy")

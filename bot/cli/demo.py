@@ -214,7 +214,7 @@ def _model(live: bool) -> tuple[ModelClient, str]:
     from bot.app import build_model
     from bot.settings import load_settings
 
-    settings = load_settings()
+    settings = load_settings(development=True)
     if settings.provider == "scripted":
         return DemoPlanner(), (
             f"{offline}: --live, but no model is configured (set ANTHROPIC_API_KEY or OPENAI_BASE_URL)"

@@ -121,6 +121,7 @@ async def run_slack_demo() -> int:
         async with FakeSlackApi() as api:
             settings = load_settings(
                 {
+                    "SIGNOFF_ENV": "development",  # the demo's staff and shared-secret tokens
                     "SIGNOFF_DATABASE_URL": url,
                     "SIGNOFF_LLM_PROVIDER": "scripted",
                     "SLACK_BOT_TOKEN": api.token,

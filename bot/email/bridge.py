@@ -25,7 +25,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -37,6 +37,7 @@ from bot.email.replies import extract_reply
 from bot.email.senders import TxtLookup, dns_txt, own_check
 from bot.email.smtp import SmtpConfig
 from bot.email.turns import FACE, answer_by_code, confirm_hints
+from bot.settings import reveal
 from bot.web import ApiError, read_limited
 from tools.backend import Customer
 
@@ -62,7 +63,7 @@ def smtp_config(settings: Any) -> SmtpConfig | None:
 
 @dataclass(frozen=True, kw_only=True)
 class EmailConfig:
-    secret: str | None = None
+    secret: str | None = field(default=None, repr=False)
     smtp: SmtpConfig | None = None
     tolerance_s: int = 300
     max_body: int = MAX_EMAIL_BODY
@@ -73,7 +74,7 @@ class EmailConfig:
     def from_settings(cls, settings: Any) -> EmailConfig:
         if settings is None:
             return cls()
-        return cls(secret=settings.signoff_email_secret, smtp=smtp_config(settings))
+        return cls(secret=reveal(settings.signoff_email_secret), smtp=smtp_config(settings))
 
 
 # -- the bridge ---------------------------------------------------------------------------

@@ -5,7 +5,8 @@ runtime decides (``Runtime.confirm``, ``Runtime.decide``, which compare-and-set,
 double or replayed click executes nothing twice). Only the acting principal's click
 confirms; only a supervisor who did not request it approves; someone from another
 organisation never does. A refused click gets an ephemeral line, changes nothing and is
-audited with the clicker's user and team. The card is then redrawn from the database.
+audited with the clicker's user and team, within the clicker's audit budget (agent/audit_budget.py:
+past it the click is answered and only counted). The card is then redrawn from the database.
 """
 
 from __future__ import annotations
@@ -160,20 +161,21 @@ async def _feedback(face: SlackFace, p: dict[str, Any], person: Person) -> None:
         turn_id, vote = ids.decode_feedback(p.get("value"))
     except ids.BadValue:
         return
-    await face.runtime.s.audit.append(
-        AuditEvent(
-            kind="feedback",
-            principal=person.principal().key,
-            data={
-                "turn": turn_id,
-                "vote": vote,
-                "channel": "slack",
-                "slack_user": person.user,
-                "slack_team": person.team,
-            },
-        )
+    event = AuditEvent(
+        kind="feedback",
+        principal=person.principal().key,
+        data={"turn": turn_id, "vote": vote, "channel": "slack", "slack_user": person.user, "slack_team": person.team},
     )
+    await _audit_click(face, person, event)
     await _ephemeral(face, p, wording.FEEDBACK_THANKS)
+
+
+async def _audit_click(face: SlackFace, person: Person, event: AuditEvent) -> None:
+    """A click that changes nothing is audited within the clicker's budget (one per Slack person)."""
+    rt = face.runtime
+    await face.click_audit.append(
+        rt.s.db, rt.s.audit, event, person=f"slack:{person.team}:{person.user}", channel="slack"
+    )
 
 
 # -- refusals ----------------------------------------------------------------------------------
@@ -187,19 +189,18 @@ async def _refuse(
 async def _audit_refusal(
     face: SlackFace, p: dict[str, Any], person: Person, *, reason: str, target: str | None = None
 ) -> None:
-    await face.runtime.s.audit.append(
-        AuditEvent(
-            kind="slack.click_refused",
-            principal=f"slack:{person.team}:{person.user}",
-            data={
-                "action": str(p.get("action_id") or p.get("kind")),
-                "target": target,
-                "reason": reason[:200],
-                "slack_user": person.user,
-                "slack_team": person.team,
-            },
-        )
+    event = AuditEvent(
+        kind="slack.click_refused",
+        principal=f"slack:{person.team}:{person.user}",
+        data={
+            "action": str(p.get("action_id") or p.get("kind")),
+            "target": target,
+            "reason": reason[:200],
+            "slack_user": person.user,
+            "slack_team": person.team,
+        },
     )
+    await _audit_click(face, person, event)
 
 
 async def _ephemeral(face: SlackFace, p: dict[str, Any], text: str) -> None:

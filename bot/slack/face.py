@@ -16,7 +16,9 @@ from typing import Any, Literal
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.audit_budget import AuditBudget
 from agent.runtime import Runtime
+from bot.settings import reveal
 from bot.slack.sender import SenderConfig, SlackSender, SlackSendError, make_client
 from bot.slack.view_models import Directory
 from tools.backend import CommerceBackend
@@ -34,9 +36,9 @@ GROUP_TTL_S = 60.0
 class SlackConfig:
     """What the Slack face needs from the settings (``SLACK_*``, ``SIGNOFF_SLACK_*``)."""
 
-    bot_token: str | None = None
-    signing_secret: str | None = None
-    app_token: str | None = None
+    bot_token: str | None = field(default=None, repr=False)
+    signing_secret: str | None = field(default=None, repr=False)
+    app_token: str | None = field(default=None, repr=False)
     api_url: str | None = None
     approvals_channel: str | None = None
     escalation_channel: str | None = None
@@ -44,11 +46,11 @@ class SlackConfig:
     oncall_group: str | None = None
     streaming: bool = True
     client_id: str | None = None
-    client_secret: str | None = None
+    client_secret: str | None = field(default=None, repr=False)
     #: The workspaces served (``SIGNOFF_SLACK_ALLOWED_TEAMS``); ``None``: any that installs.
     allowed_teams: frozenset[str] | None = None
     #: Seals the OAuth installations' tokens at rest (``SIGNOFF_SECRET_KEY``).
-    secret_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
     #: Seconds between two messages in one channel (Slack allows about one a second).
     min_interval_s: float = 1.0
 
@@ -58,9 +60,9 @@ class SlackConfig:
         if settings is None or not (settings.slack_bot_token or settings.slack_client_id):
             return None
         return cls(
-            bot_token=settings.slack_bot_token,
-            signing_secret=settings.slack_signing_secret,
-            app_token=settings.slack_app_token,
+            bot_token=reveal(settings.slack_bot_token),
+            signing_secret=reveal(settings.slack_signing_secret),
+            app_token=reveal(settings.slack_app_token),
             api_url=settings.signoff_slack_api_url,
             approvals_channel=settings.signoff_approvals_channel,
             escalation_channel=settings.signoff_escalation_channel,
@@ -68,9 +70,9 @@ class SlackConfig:
             oncall_group=settings.signoff_slack_oncall_group,
             streaming=settings.signoff_slack_streaming,
             client_id=settings.slack_client_id,
-            client_secret=settings.slack_client_secret,
+            client_secret=reveal(settings.slack_client_secret),
             allowed_teams=settings.allowed_slack_teams,
-            secret_key=settings.signoff_secret_key,
+            secret_key=reveal(settings.signoff_secret_key),
         )
 
     @property
@@ -135,6 +137,8 @@ class SlackFace:
     installations: Any = None
     oauth_states: Any = None
     _teams: dict[str, SlackFace] = field(default_factory=dict)
+    #: Feedback votes and refused clicks audited per person (past it: answered, not audited).
+    click_audit: AuditBudget = field(default_factory=AuditBudget)
 
     @classmethod
     def build(cls, config: SlackConfig, runtime: Runtime, backend: CommerceBackend, mailer: Any = None) -> SlackFace:

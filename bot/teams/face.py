@@ -30,7 +30,7 @@ from bot.teams.inbound import TeamsActivity, TeamsBotAdded, TeamsCardAction, Tea
 from bot.teams.invoke import InvokeReply
 from bot.teams.people import identify
 from bot.teams.routes import teams_routes
-from bot.teams.sender import TeamsSender
+from bot.teams.sender import TeamsDeliveryError, TeamsSender
 from storage.identities import Staff
 from storage.inbox import Inbound
 from storage.records import wall_clock
@@ -166,11 +166,7 @@ class TeamsFace:
         words = text.split()
         conversation_id = item.payload["conversation_id"]
         if len(words) == 2 and words[0].lower() == "assist":
-            customer = await self.backend.get_customer(words[1])
-            if customer is None:
-                return Reply(key=key, text=say.ASSIST_UNKNOWN.format(customer=words[1][:64]))
-            await self.runtime.s.bindings.bind(thread_ref(conversation_id), customer_id=customer.id, staff_id=staff.id)
-            return Reply(key=key, text=say.ASSIST_BOUND.format(customer=customer.id, name=customer.name))
+            return await self._assist(item, staff, words[1])
         if text.lower() == "queue":
             return Reply(key=key, text=await self._queue(staff))
         binding = await self.runtime.s.bindings.get(thread_ref(conversation_id))
@@ -178,6 +174,31 @@ class TeamsFace:
             return Reply(key=key, text=say.ASSIST_HINT)
         principal = Principal(kind=staff.role, id=staff.id, customer_id=binding.customer_id)
         return await self._turn(item, principal, text)
+
+    async def _assist(self, item: Inbound, staff: Staff, customer_id: str) -> Reply:
+        """``assist C-7``: bind this conversation to the account, never where a guest or someone
+        from another tenant reads along (Slack refuses external places the same way)."""
+        key = f"teams:inbound:{item.id}"
+        if item.payload.get("conversation_type") != "personal" and not await self._own_people_only(item):
+            return Reply(key=key, text=say.ASSIST_EXTERNAL)
+        customer = await self.backend.get_customer(customer_id)
+        if customer is None:
+            return Reply(key=key, text=say.ASSIST_UNKNOWN.format(customer=customer_id[:64]))
+        where = thread_ref(item.payload["conversation_id"])
+        await self.runtime.s.bindings.bind(where, customer_id=customer.id, staff_id=staff.id)
+        return Reply(key=key, text=say.ASSIST_BOUND.format(customer=customer.id, name=customer.name))
+
+    async def _own_people_only(self, item: Inbound) -> bool:
+        """Every member is a member (not a guest) of an allowed tenant; unknown counts as not."""
+        try:
+            members = await self.sender.members(item.payload["reference"])
+        except TeamsDeliveryError:
+            return False  # cannot tell who reads along: refuse
+        return bool(members) and all(
+            str(m.get("userRole") or "").lower() != "guest"
+            and str(m.get("tenantId") or "").lower() in self.config.tenants
+            for m in members
+        )
 
     async def _queue(self, staff: Staff) -> str:
         if staff.role != "supervisor":

@@ -235,6 +235,14 @@ class TeamsSender:
         ref = _reference(reference)
         await self._run(ref, lambda ops: ops.delete_activity(ref.conversation.id, activity_id), idempotent=True)
 
+    async def members(self, reference: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The referenced conversation's members as the connector lists them (Teams adds
+        ``userRole`` — ``guest`` for a guest — and ``tenantId``)."""
+        ref = _reference(reference)
+        whole = ref.conversation.id.split(";", 1)[0]  # a channel thread's members are the channel's
+        found = await self._run(ref, lambda ops: ops.get_conversation_members(whole), idempotent=True)
+        return [m.model_dump(mode="json", by_alias=True, exclude_none=True) for m in found]
+
     async def open_personal_chat(
         self,
         *,

@@ -76,6 +76,10 @@ NOT_LINKED = (
 ASSIST_HINT = "Write `assist C-7` to bind this thread to a customer account; then I work on that account with you."
 ASSIST_BOUND = "This thread now works on account {customer} ({name}). Ask away."
 ASSIST_UNKNOWN = "There is no customer account {customer}."
+ASSIST_EXTERNAL = (
+    "I do not bind a customer account here: guests or people from another organisation can read this "
+    "conversation. Use a chat or channel of your own organisation only."
+)
 QUEUE_EMPTY = "No approvals are waiting."
 QUEUE_HEAD = "Approvals waiting ({count}):"
 QUEUE_LINE = "- {id} (v{version}, needs {role}): {summary}"

@@ -70,6 +70,8 @@ class _Failure:
 class Conversation:
     id: str
     activities: list[Visible] = field(default_factory=list)
+    #: What ``GET …/members`` answers (Teams channel accounts: ``userRole``, ``tenantId``).
+    members: list[dict[str, Any]] = field(default_factory=list)
 
     def find(self, activity_id: str) -> Visible | None:
         return next((a for a in self.activities if a.id == activity_id and not a.deleted), None)
@@ -98,6 +100,7 @@ class FakeBotConnector(FakeServer):
         base = "/v3/conversations"
         return [
             web.post(base, self._handle),
+            web.get(base + "/{cid}/members", self._handle),
             web.post(base + "/{cid}/activities", self._handle),
             web.post(base + "/{cid}/activities/{aid}", self._handle),
             web.put(base + "/{cid}/activities/{aid}", self._handle),
@@ -181,6 +184,8 @@ class FakeBotConnector(FakeServer):
         conv = self.conversations.get(cid)
         if conv is None:
             raise Invalid(404, "ConversationNotFound", f"no conversation {cid}")
+        if request.method == "GET":  # the members
+            return 200, {}, conv.members
         if request.method == "DELETE":
             target = self._existing(conv, aid)
             target.deleted = True
