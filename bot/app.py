@@ -237,6 +237,12 @@ async def create_app(
         routed.add("slack", slack[1], staff=True)
         inbound["slack"] = slack[2]
     routes: list[web.AbstractRouteDef] = []
+    if isinstance(backend, ShopifyBackend):
+        from bot.shopify.face import ShopifyFace
+
+        shop = ShopifyFace(config=settings.shopify_config(), backend=backend, runtime=runtime)
+        inbound["shopify"] = shop.handle
+        routes += shop.routes()
     if teams is not None:
         teams.face.attach(runtime)
         inbound["teams"] = teams.face.handle

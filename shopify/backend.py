@@ -78,6 +78,16 @@ class ShopifyReads:
         data = await self.client.execute("OrdersByName", {"query": f"name:{ref[1]}"})
         return next((o for o in data["orders"]["nodes"] if o.get("name") == ref[1]), None)
 
+    async def raw_order(self, order_id: str) -> Obj | None:
+        """The order as the Admin API returns it, whoever owns it (webhooks, reconciliation)."""
+        return await self._order_obj(order_id)
+
+    async def raw_return(self, return_id: str) -> Obj | None:
+        """The return by GID as the Admin API returns it (webhooks)."""
+        ident = gid("Return", return_id)
+        found = (await self.client.execute("Return", {"id": ident}))["return"] if ident else None
+        return found if isinstance(found, dict) else None
+
     async def _owned(self, customer_id: str, order_id: str) -> Obj | None:
         owner = customer_gid(customer_id)
         found = await self._order_obj(order_id)
