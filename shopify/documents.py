@@ -17,6 +17,7 @@ from graphql import (
     DocumentNode,
     FragmentDefinitionNode,
     FragmentSpreadNode,
+    GraphQLEnumType,
     GraphQLSchema,
     OperationDefinitionNode,
     Visitor,
@@ -102,17 +103,22 @@ def schema() -> GraphQLSchema:
     return built
 
 
-@cache
-def needed_scopes_hint() -> tuple[str, ...]:
-    """The access scopes signoff asks for (README, ``signoff shopify check``)."""
-    return (
-        "read_customers",
-        "write_customers",
-        "read_orders",
-        "write_orders",
-        "read_returns",
-        "write_returns",
-        "read_fulfillments",
-        "read_legal_policies",
-        "read_online_store_pages",
-    )
+#: The access scopes the operations need (README "Connect your Shopify store", ``signoff shopify check``).
+NEEDED_SCOPES = (
+    "read_customers",
+    "write_customers",
+    "read_orders",
+    "write_orders",
+    "read_returns",
+    "write_returns",
+    "read_fulfillments",
+    "read_legal_policies",
+    "read_online_store_pages",
+)
+
+
+def webhook_topic(topic: str) -> str | None:
+    """``orders/updated`` as the schema's ``WebhookSubscriptionTopic`` (``ORDERS_UPDATED``), if it has it."""
+    enum = schema().get_type("WebhookSubscriptionTopic")
+    name = topic.replace("/", "_").upper()
+    return name if isinstance(enum, GraphQLEnumType) and name in enum.values else None

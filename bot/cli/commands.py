@@ -135,6 +135,9 @@ def _tooling_commands(sub: Subparsers) -> None:
     from bot.cli import teams
 
     teams.add_parser(sub)
+    from bot.cli import shopify
+
+    shopify.add_parser(sub)
 
     tok = sub.add_parser("token", help="a development JWT (HS256 with SIGNOFF_JWT_SECRET) for a person in the store")
     tok.add_argument("--sub", required=True)
@@ -184,10 +187,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
             from bot.cli.policy import policy_command, rollout_command
 
             return await (policy_command if args.command == "policy" else rollout_command)(settings, args)
-        case "teams":
-            from bot.cli import teams
-
-            return teams.manifest(settings, args)
+        case "teams" | "shopify":
+            return await _integrations(settings, args)
         case "serve":
             settings.require_model("serve")
             return await _serve(settings, args)
@@ -210,6 +211,17 @@ async def _dispatch(args: argparse.Namespace) -> int:
                 workers=args.workers,
             )
     raise AssertionError(args.command)
+
+
+async def _integrations(settings: Settings, args: argparse.Namespace) -> int:
+    """``teams manifest`` and ``shopify check|webhooks install``."""
+    if args.command == "teams":
+        from bot.cli import teams
+
+        return teams.manifest(settings, args)
+    from bot.cli import shopify
+
+    return await shopify.run(settings, args)
 
 
 async def _db_upgrade(settings: Settings) -> int:
