@@ -441,12 +441,13 @@ async def _token(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _token_refusal(settings: Settings, args: argparse.Namespace) -> str | None:
     """Why the store does not back this token (``None``: it does)."""
-    from sandbox.store import SandboxStore
+    from bot.app import build_backend
     from storage.db import create_database
+    from storage.records import wall_clock
 
     db = create_database(settings.signoff_database_url)
+    store = build_backend(settings, db, clock=wall_clock)  # the sandbox, or the Shopify store
     try:
-        store = SandboxStore(db)
         try:
             if args.role == "customer":
                 if await store.get_customer(args.sub) is None:
@@ -466,6 +467,9 @@ async def _token_refusal(settings: Settings, args: argparse.Namespace) -> str | 
                 "run `signoff db upgrade` and load a dataset"
             ) from None
     finally:
+        close = getattr(getattr(store, "client", None), "close", None)
+        if close is not None:
+            await close()
         await db.dispose()
 
 
