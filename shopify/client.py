@@ -97,7 +97,7 @@ class AdminClient:
             try:
                 async with self._gate:
                     env = await self._post(name, variables or {})
-            except (aiohttp.ClientError, TimeoutError, ShopifyUnavailable) as exc:
+            except (aiohttp.ClientError, TimeoutError, ShopifyUnavailable, AuthFailed) as exc:
                 failures += 1
                 if mutation or failures >= QUERY_ATTEMPTS:
                     raise ShopifyUnavailable(f"Shopify {name}: {_describe(exc)}") from None
@@ -149,7 +149,7 @@ class AdminClient:
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ShopifyUnavailable):
+    if isinstance(exc, ShopifyUnavailable | AuthFailed):
         return str(exc)
     if isinstance(exc, TimeoutError):
         return "timed out"

@@ -68,7 +68,9 @@ def order_gid(body: Mapping[str, Any]) -> str | None:
     if isinstance(raw, str) and raw.startswith("gid://shopify/Order/"):
         return raw
     number = body.get("order_id") if "order_id" in body else body.get("id")
-    return f"gid://shopify/Order/{int(number)}" if isinstance(number, int) else None
+    if isinstance(number, str) and number.isdigit():
+        number = int(number)
+    return f"gid://shopify/Order/{number}" if isinstance(number, int) and not isinstance(number, bool) else None
 
 
 def refund_action(body: Mapping[str, Any], order: Mapping[str, Any]) -> OutsideAction | None:

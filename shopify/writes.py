@@ -301,7 +301,7 @@ def _order_record(o: Obj, op: str, key: str) -> WriteRecord | None:
 
 def _refund_by_key(o: Obj, key: str) -> Refund | None:
     mark = marker(key)
-    ids = {str(r["id"]) for r in o.get("refunds") or () if mark in str(r.get("note") or "").split(" reason:")[0]}
+    ids = {str(r["id"]) for r in o.get("refunds") or () if str(r.get("note") or "").split(" reason:")[0] == mark}
     return next((r for r in mapping.refunds(o) if r.id in ids), None)
 
 
