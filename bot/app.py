@@ -236,13 +236,7 @@ async def create_app(
         await slack[0].start()
         routed.add("slack", slack[1], staff=True)
         inbound["slack"] = slack[2]
-    routes: list[web.AbstractRouteDef] = []
-    if isinstance(backend, ShopifyBackend):
-        from bot.shopify.face import ShopifyFace
-
-        shop = ShopifyFace(config=settings.shopify_config(), backend=backend, runtime=runtime)
-        inbound["shopify"] = shop.handle
-        routes += shop.routes()
+    routes: list[web.AbstractRouteDef] = [*shopify_webhooks(settings, backend, runtime, inbound)]
     if teams is not None:
         teams.face.attach(runtime)
         inbound["teams"] = teams.face.handle
@@ -287,6 +281,20 @@ def shopify_backend(config: ShopifyConfig) -> ShopifyBackend:
     )
     holder.append(AdminClient(config, tokens))
     return ShopifyBackend(holder[0])
+
+
+def shopify_webhooks(
+    settings: Settings, backend: CommerceBackend, runtime: Runtime, inbound: dict[str, InboundHandler]
+) -> list[web.RouteDef]:
+    """With a Shopify backend, the webhooks face: its worker handler (into ``inbound``) and
+    ``POST /shopify/webhooks``; nothing with the sandbox."""
+    if not isinstance(backend, ShopifyBackend):
+        return []
+    from bot.shopify.face import ShopifyFace
+
+    face = ShopifyFace(config=settings.shopify_config(), backend=backend, runtime=runtime)
+    inbound["shopify"] = face.handle
+    return face.routes()
 
 
 def slack_face(

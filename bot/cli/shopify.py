@@ -65,7 +65,7 @@ async def check(backend: ShopifyBackend) -> int:
     print(f"webhook subscriptions: {len(subs)}")
     for s in subs:
         print(f"  {s['topic']} -> {s['uri']}")
-    wanted = {documents.webhook_topic(t) for t in TOPICS} - {None}
+    wanted = {t for t in (documents.webhook_topic(x) for x in TOPICS) if t is not None}
     absent = sorted(wanted - {s["topic"] for s in subs})
     if absent:
         print(
