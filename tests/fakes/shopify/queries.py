@@ -1,0 +1,127 @@
+"""The query root the fake answers, over its in-memory shop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.fakes.shopify.connections import NotImplementedByFake, compare, connection, search_terms
+from tests.fakes.shopify.state import Customer, Order, Shop, iso, parse_gid
+from tests.fakes.shopify.views import (
+    customer_view,
+    order_view,
+    page_view,
+    refund_view,
+    return_view,
+    shop_view,
+    webhook_view,
+)
+
+ORDER_SEARCH = {"name", "customer_id", "email", "id", "created_at", "updated_at", "processed_at", "financial_status"}
+CUSTOMER_SEARCH = {"email", "id", "phone"}
+
+
+def _order_field(o: Order, field: str) -> Any:
+    return {
+        "name": o.name,
+        "customer_id": o.customer_id,
+        "email": o.email,
+        "id": o.id,
+        "created_at": iso(o.created_at),
+        "processed_at": iso(o.created_at),
+        "updated_at": iso(o.updated_at),
+        "financial_status": o.financial_status().lower(),
+    }[field]
+
+
+def _customer_field(c: Customer, field: str) -> Any:
+    return {"email": c.email, "id": c.id, "phone": c.phone}[field]
+
+
+def _sorted(items: list[Any], sort_key: str | None, default: str, where: str) -> list[Any]:
+    key = sort_key or default
+    if key == "ID":
+        return sorted(items, key=lambda x: x.id)
+    if key in ("CREATED_AT", "PROCESSED_AT"):
+        return sorted(items, key=lambda x: (x.created_at, x.id))
+    if key == "UPDATED_AT":
+        return sorted(items, key=lambda x: (getattr(x, "updated_at", x.created_at), x.id))
+    raise NotImplementedByFake(f"{where}(sortKey: {key})")
+
+
+def query_root(shop: Shop) -> dict[str, Any]:
+    """The ``QueryRoot`` fields the fake implements; the rest answer 'not implemented'."""
+    root: dict[str, Any] = {}
+
+    def customer(info: Any, id: str) -> dict[str, Any] | None:
+        n = parse_gid(id, "Customer")
+        c = shop.customers.get(n) if n is not None else None
+        return customer_view(shop, c) if c else None
+
+    def customers(info: Any, query: str | None = None, sortKey: str | None = None, **args: Any) -> dict[str, Any]:
+        terms = search_terms(query, CUSTOMER_SEARCH, "customers")
+        found = [c for c in shop.customers.values() if all(compare(_customer_field(c, t.field), t) for t in terms)]
+        found = _sorted(found, sortKey, "ID", "customers")
+        return connection(found, lambda c: customer_view(shop, c), args)
+
+    def order(info: Any, id: str) -> dict[str, Any] | None:
+        n = parse_gid(id, "Order")
+        o = shop.orders.get(n) if n is not None else None
+        return order_view(shop, o) if o else None
+
+    def orders(info: Any, query: str | None = None, sortKey: str | None = None, **args: Any) -> dict[str, Any]:
+        if args.pop("savedSearchId", None) is not None:
+            raise NotImplementedByFake("orders(savedSearchId:)")
+        terms = search_terms(query, ORDER_SEARCH, "orders")
+        found = [o for o in shop.orders.values() if all(compare(_order_field(o, t.field), t) for t in terms)]
+        found = _sorted(found, sortKey, "PROCESSED_AT", "orders")
+        return connection(found, lambda o: order_view(shop, o), args)
+
+    def job(info: Any, id: str) -> dict[str, Any] | None:
+        j = shop.jobs.get(id)
+        if j is None:
+            return None
+        j.polls_left -= 1
+        return {"id": j.id, "done": j.polls_left <= 0, "query": root}
+
+    def refund(info: Any, id: str) -> dict[str, Any] | None:
+        n = parse_gid(id, "Refund")
+        found = shop.refund(n) if n is not None else None
+        return refund_view(shop, *found) if found else None
+
+    def return_(info: Any, id: str) -> dict[str, Any] | None:
+        n = parse_gid(id, "Return")
+        found = shop.return_(n) if n is not None else None
+        return return_view(shop, *found) if found else None
+
+    def pages(info: Any, query: str | None = None, sortKey: str | None = None, **args: Any) -> dict[str, Any]:
+        if query:
+            raise NotImplementedByFake("pages(query:)")
+        items = _sorted(list(shop.pages.values()), sortKey, "ID", "pages")
+        return connection(items, page_view, args)
+
+    def webhook_subscriptions(info: Any, topics: list[str] | None = None, **args: Any) -> dict[str, Any]:
+        for unsupported in ("query", "callbackUrl", "uri", "format", "sortKey"):
+            if args.pop(unsupported, None) is not None:
+                raise NotImplementedByFake(f"webhookSubscriptions({unsupported}:)")
+        subs = [w for w in shop.webhooks.values() if topics is None or w.topic in topics]
+        return connection(subs, webhook_view, args)
+
+    root.update(
+        {
+            "shop": lambda info: shop_view(shop),
+            "customer": customer,
+            "customers": customers,
+            "order": order,
+            "orders": orders,
+            "job": job,
+            "refund": refund,
+            "return": return_,
+            "pages": pages,
+            "webhookSubscriptions": webhook_subscriptions,
+            "currentAppInstallation": lambda info: {
+                "id": "gid://shopify/AppInstallation/1",
+                "accessScopes": [{"handle": s, "description": s} for s in shop.scopes],
+            },
+        }
+    )
+    return root
