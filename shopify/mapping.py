@@ -30,10 +30,12 @@ Obj = dict[str, Any]
 _PAID = {"PAID", "PARTIALLY_PAID", "PARTIALLY_REFUNDED", "REFUNDED"}
 _SHIPPED = {"FULFILLED", "PARTIALLY_FULFILLED", "IN_PROGRESS"}
 _MONEY_IN = {"SALE", "CAPTURE"}
+#: REQUESTED: asked for, not yet approved; OPEN: approved, goods on their way back or received;
+#: CLOSED: done (refunded); DECLINED/CANCELED: refused.
 _RETURN_STATUS: dict[str, ReturnStatus] = {
     "REQUESTED": "requested",
-    "OPEN": "requested",
-    "CLOSED": "received",
+    "OPEN": "received",
+    "CLOSED": "refunded",
     "DECLINED": "rejected",
     "CANCELED": "rejected",
 }
@@ -186,8 +188,6 @@ def return_(r: Obj, order_name: str) -> Return:
     """A ``Return`` as a :class:`Return` (its id is its GID)."""
     lines = (r.get("returnLineItems") or {}).get("nodes") or ()
     status = _RETURN_STATUS.get(str(r.get("status")), "requested")
-    if status == "received" and (r.get("refunds") or {}).get("nodes"):
-        status = "refunded"
     reasons = [str(li.get("returnReason") or "").lower() for li in lines if li.get("returnReason")]
     return Return(
         id=str(r["id"]),

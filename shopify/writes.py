@@ -4,7 +4,7 @@
 * ``update_shipping_address``: ``orderUpdate`` with the key in the order's ``signoff.operations``
   metafield, in the same mutation;
 * ``update_contact_details``: ``customerUpdate`` with the key in the customer's metafield;
-* ``create_return``: ``returnCreate`` with the key in each line's ``returnReasonNote``;
+* ``create_return``: ``returnRequest`` with the key in each line's ``customerNote``;
 * ``cancel_order``: ``orderCancel`` takes neither, so the key is written to the order's
   metafield first, then the job is started and polled until done.
 
@@ -224,7 +224,8 @@ class ShopifyBackend(ShopifyReads):
         reason_code: str,
         idempotency_key: str,
     ) -> Return:
-        """``returnCreate`` of delivered lines; each line's note carries the key."""
+        """``returnRequest`` of delivered lines (REQUESTED, as the sandbox's ``requested``); each
+        line's ``customerNote`` carries the key."""
         o = await self._must_own(customer_id, order_id)
         mine = _return_by_key(o, idempotency_key)
         if mine is not None:
@@ -235,8 +236,8 @@ class ShopifyBackend(ShopifyReads):
         if not items:
             raise BackendError("invalid_items", "name at least one item to return")
         lines = _return_lines(o, items, _RETURN_REASON.get(reason_code, "OTHER"), marker(idempotency_key))
-        data = await self.client.execute("ReturnCreate", {"input": {"orderId": o["id"], "returnLineItems": lines}})
-        payload = data["returnCreate"] or {}
+        data = await self.client.execute("ReturnRequest", {"input": {"orderId": o["id"], "returnLineItems": lines}})
+        payload = data["returnRequest"] or {}
         _refused(payload.get("userErrors"), "return_refused")
         return mapping.return_(payload["return"], str(o["name"]))
 
@@ -308,7 +309,7 @@ def _refund_by_key(o: Obj, key: str) -> Refund | None:
 def _return_by_key(o: Obj, key: str) -> Return | None:
     mark = marker(key)
     for r in (o.get("returns") or {}).get("nodes") or ():
-        if any(li.get("returnReasonNote") == mark for li in (r.get("returnLineItems") or {}).get("nodes") or ()):
+        if any(li.get("customerNote") == mark for li in (r.get("returnLineItems") or {}).get("nodes") or ()):
             return mapping.return_(r, str(o["name"]))
     return None
 
@@ -349,7 +350,7 @@ def _return_lines(o: Obj, items: list[ReturnItem], reason: str, note: str) -> li
             take = min(left, qty)
             if take > 0:
                 lines.append({"fulfillmentLineItemId": fli_id, "quantity": take, "returnReason": reason,
-                              "returnReasonNote": note})  # fmt: skip
+                              "customerNote": note})  # fmt: skip
                 left -= take
         if left > 0 or item.qty < 1:
             raise BackendError(

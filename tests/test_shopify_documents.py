@@ -18,7 +18,7 @@ NAMES = documents.operation_names()
 
 def test_the_package_has_the_operations_the_backend_sends() -> None:
     assert {"Customer", "CustomersByEmail", "Order", "OrdersByName", "CustomerOrders", "Return", "Job",
-            "RefundCreate", "OrderCancel", "OrderUpdate", "ReturnCreate", "CustomerUpdate", "ShopCheck",
+            "RefundCreate", "OrderCancel", "OrderUpdate", "ReturnRequest", "CustomerUpdate", "ShopCheck",
             "WebhookSubscriptionCreate", "ShopPolicies", "Pages"} <= set(NAMES)  # fmt: skip
 
 
