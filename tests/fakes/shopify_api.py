@@ -19,8 +19,11 @@ after (a 502 for a refund that happened). The parts live in ``tests/fakes/shopif
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import signal
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -31,12 +34,16 @@ from typing import Any
 from aiohttp import web
 from graphql import FieldNode, OperationDefinitionNode, parse
 
+from sandbox.dataset import DEMO_DATASET_PATH, load_dataset_file
 from tests.fakes import FakeServer, RecordedRequest
-from tests.fakes.shopify.cost import MAX_QUERY_COST, Bucket, requested_cost
+from tests.fakes.shopify import admin
+from tests.fakes.shopify.cost import MAX_QUERY_COST, Bucket, actual_cost, requested_cost
 from tests.fakes.shopify.executor import run
 from tests.fakes.shopify.mutations import Mutations
 from tests.fakes.shopify.schema import API_VERSION, Checked, OperationRecord, admin_schema, check_operation
+from tests.fakes.shopify.seed import seed_shop
 from tests.fakes.shopify.state import Shop
+from tests.fakes.shopify.webhooks import Webhook, compliance_webhook, deliver
 
 TOKEN_LIFETIME_S = 86399
 INVALID_TOKEN = "[API] Invalid API key or access token (unrecognized login or wrong password)"
@@ -90,8 +97,10 @@ class FakeShopifyAPI(FakeServer):
         bucket: Bucket | None = None,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        allow_invalid: bool = False,
     ) -> None:
         super().__init__()
+        self.allow_invalid = allow_invalid
         self.shop = shop or Shop()
         self.shop.scopes = scopes
         self.client_id, self.client_secret = client_id, client_secret
@@ -111,7 +120,19 @@ class FakeShopifyAPI(FakeServer):
         return [
             web.post("/admin/oauth/access_token", self._token),
             web.post("/admin/api/{version}/graphql.json", self._graphql),
+            web.get("/__fake__/operations", self._operations),
         ]
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Stop serving; a clean exit with operations the schema refused fails the test
+        (unless ``allow_invalid``), so every suite that talks to the fake checks its documents."""
+        await super().__aexit__(*exc_info)
+        if exc_info[0] is None and not self.allow_invalid and self.invalid_operations:
+            raise AssertionError(f"operations failed Admin API schema validation: {self.invalid_report()}")
+
+    def invalid_report(self) -> list[dict[str, Any]]:
+        """The refused operations as JSON-ready records (name, errors, query)."""
+        return [{"name": op.name, "errors": list(op.errors), "query": op.query} for op in self.invalid_operations]
 
     # -- what tests read and steer ---------------------------------------------------------
 
@@ -129,6 +150,26 @@ class FakeShopifyAPI(FakeServer):
         self.faults.append(fault)
         return fault
 
+    def staff_refund(self, order_id: int, amount_minor: int, note: str | None = None) -> Webhook:
+        """A refund staff make in the Shopify admin; the ``refunds/create`` webhook it sends."""
+        return admin.staff_refund(self.shop, order_id, amount_minor, self.mutations.clock(), note)
+
+    def staff_cancel(self, order_id: int) -> Webhook:
+        """A cancellation made in the Shopify admin; the ``orders/cancelled`` webhook it sends."""
+        return admin.staff_cancel(self.shop, order_id, self.mutations.clock())
+
+    def staff_return(self, order_id: int, note: str = "") -> Webhook:
+        """A return requested through the Shopify admin; the ``returns/request`` webhook."""
+        return admin.staff_return(self.shop, order_id, self.mutations.clock(), note)
+
+    def compliance(self, topic: str, customer_id: int | None = None) -> Webhook:
+        """A compliance webhook (``customers/data_request``, ``customers/redact``, ``shop/redact``)."""
+        return compliance_webhook(self.shop, topic, self.mutations.clock(), customer_id)
+
+    async def send_webhook(self, url: str, hook: Webhook, *, secret: str | None = None) -> int:
+        """Deliver ``hook`` to ``url`` signed with ``secret`` (default: the app's client secret)."""
+        return await deliver(url, hook, self.client_secret if secret is None else secret)
+
     def expire_tokens(self) -> None:
         """Every issued token expires now (a static admin token stays)."""
         for token, expiry in self.tokens.items():
@@ -136,6 +177,14 @@ class FakeShopifyAPI(FakeServer):
                 self.tokens[token] = self.clock() - 1
 
     # -- routes -----------------------------------------------------------------------------
+
+    async def _operations(self, request: web.Request) -> web.Response:
+        """Not Shopify's: the operations seen so far, for a test driving the fake in another process."""
+        ops = [
+            {"name": op.name, "kind": op.kind, "valid": op.valid, "errors": list(op.errors), "variables": op.variables}
+            for op in self.operations
+        ]
+        return web.json_response({"operations": ops, "invalid": len(self.invalid_operations)})
 
     async def _token(self, request: web.Request) -> web.Response:
         body = await _form_or_json(request)
@@ -207,19 +256,21 @@ class FakeShopifyAPI(FakeServer):
         if not self.bucket.take(cost):
             return 200, {
                 "errors": [{"message": "Throttled", "extensions": {"code": "THROTTLED"}}],
-                "extensions": {"cost": self._cost(cost, 0)},
+                "extensions": {"cost": {**self._cost(cost, 0), "actualQueryCost": None}},
             }
         result = run(checked, self.mutations, variables)
         payload: dict[str, Any] = {"data": result.data}
         if result.errors:
             payload["errors"] = [e.formatted for e in result.errors]
-        payload["extensions"] = {"cost": self._cost(cost, cost)}
+        actual = actual_cost(admin_schema(), checked, result.data)
+        self.bucket.give_back(cost - actual)
+        payload["extensions"] = {"cost": self._cost(cost, actual)}
         return 200, payload
 
     def _cost(self, requested: int, actual: int) -> dict[str, Any]:
         return {
             "requestedQueryCost": requested,
-            "actualQueryCost": actual if actual else None,
+            "actualQueryCost": actual,
             "throttleStatus": self.bucket.status(),
         }
 
@@ -260,3 +311,48 @@ async def _form_or_json(request: web.Request) -> dict[str, Any] | None:
         return {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
     except (ValueError, json.JSONDecodeError):
         return None
+
+
+async def serve(api: FakeShopifyAPI, port: int, ready: Callable[[str], None]) -> None:
+    """Serve ``api`` on 127.0.0.1:``port`` (0: any free port) until SIGTERM or SIGINT."""
+    app = web.Application()
+    app.add_routes(api.routes())
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        api.base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        ready(api.base_url)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tests.fakes.shopify_api --port P``: the seeded demo shop; prints its URL."""
+    parser = argparse.ArgumentParser(prog="python -m tests.fakes.shopify_api", description=__doc__.split("\n")[0])
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: a free one)")
+    parser.add_argument("--dataset", default=str(DEMO_DATASET_PATH), help="sandbox dataset to seed the shop from")
+    parser.add_argument("--no-rebase", action="store_true", help="keep the dataset's times (default: shift to now)")
+    parser.add_argument("--client-id", default="fake-client-id")
+    parser.add_argument("--client-secret", default="fake-client-secret")
+    parser.add_argument("--access-token", default=None, help="also accept this static admin token")
+    args = parser.parse_args(argv)
+    dataset = load_dataset_file(args.dataset)
+    shop = seed_shop(dataset, rebase_to=None if args.no_rebase else datetime.now(UTC).replace(microsecond=0))
+    api = FakeShopifyAPI(
+        shop, client_id=args.client_id, client_secret=args.client_secret, access_token=args.access_token
+    )
+    asyncio.run(serve(api, args.port, lambda url: print(url, flush=True)))
+    if api.invalid_operations:
+        print(json.dumps({"invalid_operations": api.invalid_report()}), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

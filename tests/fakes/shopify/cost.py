@@ -48,6 +48,16 @@ def requested_cost(schema: GraphQLSchema, checked: Checked) -> int:
     return cost
 
 
+def actual_cost(schema: GraphQLSchema, checked: Checked, data: dict[str, Any] | None) -> int:
+    """The cost of what was returned: connections priced by the items they held, absent
+    objects free (a mutation costs what it requested)."""
+    if checked.operation.operation.value == "mutation":
+        return requested_cost(schema, checked)
+    fragments = {d.name.value: d for d in checked.document.definitions if isinstance(d, FragmentDefinitionNode)}
+    walker = _Walker(schema, fragments, checked.variables)
+    return walker.returned(checked.operation.selection_set, schema.query_type, data)
+
+
 @dataclass
 class _Walker:
     schema: GraphQLSchema
@@ -81,6 +91,36 @@ class _Walker:
         if isinstance(named, GraphQLObjectType) and named.name.endswith("Connection"):
             return 2 + self._page_size(node, definition) * inner
         return 1 + inner
+
+    def returned(self, selection_set: SelectionSetNode | None, parent: Any, value: Any) -> int:
+        """Like :meth:`selections`, over the response ``value``."""
+        if selection_set is None or value is None:
+            return 0
+        if isinstance(value, list):
+            return max((self.returned(selection_set, parent, v) for v in value), default=0)
+        total = 0
+        for sel in selection_set.selections:
+            if isinstance(sel, FieldNode):
+                total += self._returned_field(sel, parent, value.get((sel.alias or sel.name).value))
+            elif isinstance(sel, InlineFragmentNode):
+                inner = self.schema.get_type(sel.type_condition.name.value) if sel.type_condition else parent
+                total += self.returned(sel.selection_set, inner, value)
+            elif isinstance(sel, FragmentSpreadNode):
+                frag = self.fragments[sel.name.value]
+                total += self.returned(frag.selection_set, self.schema.get_type(frag.type_condition.name.value), value)
+        return total
+
+    def _returned_field(self, node: FieldNode, parent: Any, child: Any) -> int:
+        definition = getattr(parent, "fields", {}).get(node.name.value)
+        if definition is None or child is None:
+            return 0
+        named = get_named_type(definition.type)
+        if is_leaf_type(named):
+            return 0
+        if isinstance(named, GraphQLObjectType) and named.name.endswith("Connection"):
+            count = max(len(child.get("edges") or []), len(child.get("nodes") or []))
+            return 2 + count * self.selections(node.selection_set, named)
+        return 1 + self.returned(node.selection_set, named, child)
 
     def _page_size(self, node: FieldNode, definition: GraphQLField) -> int:
         for arg in node.arguments or ():

@@ -17,6 +17,7 @@ from graphql import GraphQLError, GraphQLResolveInfo, value_from_ast
 from tests.fakes.shopify.connections import NotImplementedByFake
 from tests.fakes.shopify.state import Job, Order, Refund, Shop, Transaction, amount, parse_gid
 from tests.fakes.shopify.views import order_view, refund_view
+from tests.fakes.shopify.writes import Writes
 
 #: Mutations whose description documents ``@idempotent`` support in 2026-10 (the schema's own list).
 IDEMPOTENT_MUTATIONS = frozenset(
@@ -103,7 +104,7 @@ def parse_money(value: Any) -> int | None:
 
 
 @dataclass
-class Mutations:
+class Mutations(Writes):
     """The mutation root: each method is a field resolver (``info``, then the field's arguments)."""
 
     shop: Shop

@@ -48,80 +48,88 @@ def _sorted(items: list[Any], sort_key: str | None, default: str, where: str) ->
     raise NotImplementedByFake(f"{where}(sortKey: {key})")
 
 
-def query_root(shop: Shop) -> dict[str, Any]:
-    """The ``QueryRoot`` fields the fake implements; the rest answer 'not implemented'."""
-    root: dict[str, Any] = {}
+class _Queries:
+    """The query root's resolvers over one shop."""
 
-    def customer(info: Any, id: str) -> dict[str, Any] | None:
+    def __init__(self, shop: Shop) -> None:
+        self.shop = shop
+
+    def customer(self, info: Any, id: str) -> dict[str, Any] | None:
         n = parse_gid(id, "Customer")
-        c = shop.customers.get(n) if n is not None else None
-        return customer_view(shop, c) if c else None
+        c = self.shop.customers.get(n) if n is not None else None
+        return customer_view(self.shop, c) if c else None
 
-    def customers(info: Any, query: str | None = None, sortKey: str | None = None, **args: Any) -> dict[str, Any]:
+    def customers(self, info: Any, query: str | None = None, sortKey: str | None = None, **args: Any) -> dict[str, Any]:
         terms = search_terms(query, CUSTOMER_SEARCH, "customers")
-        found = [c for c in shop.customers.values() if all(compare(_customer_field(c, t.field), t) for t in terms)]
+        found = [c for c in self.shop.customers.values() if all(compare(_customer_field(c, t.field), t) for t in terms)]
         found = _sorted(found, sortKey, "ID", "customers")
-        return connection(found, lambda c: customer_view(shop, c), args)
+        return connection(found, lambda c: customer_view(self.shop, c), args)
 
-    def order(info: Any, id: str) -> dict[str, Any] | None:
+    def order(self, info: Any, id: str) -> dict[str, Any] | None:
         n = parse_gid(id, "Order")
-        o = shop.orders.get(n) if n is not None else None
-        return order_view(shop, o) if o else None
+        o = self.shop.orders.get(n) if n is not None else None
+        return order_view(self.shop, o) if o else None
 
-    def orders(info: Any, query: str | None = None, sortKey: str | None = None, **args: Any) -> dict[str, Any]:
+    def orders(self, info: Any, query: str | None = None, sortKey: str | None = None, **args: Any) -> dict[str, Any]:
         if args.pop("savedSearchId", None) is not None:
             raise NotImplementedByFake("orders(savedSearchId:)")
         terms = search_terms(query, ORDER_SEARCH, "orders")
-        found = [o for o in shop.orders.values() if all(compare(_order_field(o, t.field), t) for t in terms)]
+        found = [o for o in self.shop.orders.values() if all(compare(_order_field(o, t.field), t) for t in terms)]
         found = _sorted(found, sortKey, "PROCESSED_AT", "orders")
-        return connection(found, lambda o: order_view(shop, o), args)
+        return connection(found, lambda o: order_view(self.shop, o), args)
 
-    def job(info: Any, id: str) -> dict[str, Any] | None:
-        j = shop.jobs.get(id)
+    def job(self, info: Any, id: str) -> dict[str, Any] | None:
+        j = self.shop.jobs.get(id)
         if j is None:
             return None
         j.polls_left -= 1
-        return {"id": j.id, "done": j.polls_left <= 0, "query": root}
+        return {"id": j.id, "done": j.polls_left <= 0, "query": query_root(self.shop)}
 
-    def refund(info: Any, id: str) -> dict[str, Any] | None:
+    def refund(self, info: Any, id: str) -> dict[str, Any] | None:
         n = parse_gid(id, "Refund")
-        found = shop.refund(n) if n is not None else None
-        return refund_view(shop, *found) if found else None
+        found = self.shop.refund(n) if n is not None else None
+        return refund_view(self.shop, *found) if found else None
 
-    def return_(info: Any, id: str) -> dict[str, Any] | None:
+    def return_(self, info: Any, id: str) -> dict[str, Any] | None:
         n = parse_gid(id, "Return")
-        found = shop.return_(n) if n is not None else None
-        return return_view(shop, *found) if found else None
+        found = self.shop.return_(n) if n is not None else None
+        return return_view(self.shop, *found) if found else None
 
-    def pages(info: Any, query: str | None = None, sortKey: str | None = None, **args: Any) -> dict[str, Any]:
+    def pages(self, info: Any, query: str | None = None, sortKey: str | None = None, **args: Any) -> dict[str, Any]:
         if query:
             raise NotImplementedByFake("pages(query:)")
-        items = _sorted(list(shop.pages.values()), sortKey, "ID", "pages")
+        items = _sorted(list(self.shop.pages.values()), sortKey, "ID", "pages")
         return connection(items, page_view, args)
 
-    def webhook_subscriptions(info: Any, topics: list[str] | None = None, **args: Any) -> dict[str, Any]:
-        for unsupported in ("query", "callbackUrl", "uri", "format", "sortKey"):
+    def webhook_subscriptions(
+        self, info: Any, topics: list[str] | None = None, sortKey: str | None = None, **args: Any
+    ) -> dict[str, Any]:
+        if args.pop("format", None) not in (None, "JSON"):
+            raise NotImplementedByFake("webhookSubscriptions(format:) other than JSON")
+        for unsupported in ("query", "callbackUrl", "uri"):
             if args.pop(unsupported, None) is not None:
                 raise NotImplementedByFake(f"webhookSubscriptions({unsupported}:)")
-        subs = [w for w in shop.webhooks.values() if topics is None or w.topic in topics]
+        subs = [w for w in self.shop.webhooks.values() if topics is None or w.topic in topics]
+        subs = _sorted(subs, sortKey, "CREATED_AT", "webhookSubscriptions")
         return connection(subs, webhook_view, args)
 
-    root.update(
-        {
-            "shop": lambda info: shop_view(shop),
-            "customer": customer,
-            "customers": customers,
-            "order": order,
-            "orders": orders,
-            "job": job,
-            "refund": refund,
-            "return": return_,
-            "pages": pages,
-            "webhookSubscriptions": webhook_subscriptions,
-            "currentAppInstallation": lambda info: {
-                "id": "gid://shopify/AppInstallation/1",
-                "accessScopes": [{"handle": s, "description": s} for s in shop.scopes],
-            },
-        }
-    )
-    return root
+
+def query_root(shop: Shop) -> dict[str, Any]:
+    """The ``QueryRoot`` fields the fake implements; the rest answer 'not implemented'."""
+    q = _Queries(shop)
+    return {
+        "shop": lambda info: shop_view(shop),
+        "customer": q.customer,
+        "customers": q.customers,
+        "order": q.order,
+        "orders": q.orders,
+        "job": q.job,
+        "refund": q.refund,
+        "return": q.return_,
+        "pages": q.pages,
+        "webhookSubscriptions": q.webhook_subscriptions,
+        "currentAppInstallation": lambda info: {
+            "id": "gid://shopify/AppInstallation/1",
+            "accessScopes": [{"handle": s, "description": s} for s in shop.scopes],
+        },
+    }

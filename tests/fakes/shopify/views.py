@@ -324,6 +324,8 @@ def return_view(shop: Shop, order: Order, r: Return) -> dict[str, Any]:
 
 def order_view(shop: Shop, o: Order) -> dict[str, Any]:
     """``Order``."""
+    from tests.fakes.shopify.suggested import suggested_refund  # it builds on this module's views
+
     customer = shop.customers.get(o.customer_id) if o.customer_id is not None else None
     refunded, captured = o.refunded_minor, o.captured_minor
     current = max(o.total_minor - refunded, 0)
@@ -371,6 +373,7 @@ def order_view(shop: Shop, o: Order) -> dict[str, Any]:
             :first
         ],
         "returns": lambda info, **args: connection(o.returns, lambda r: return_view(shop, o, r), args),
+        "suggestedRefund": lambda info, **args: suggested_refund(shop, o, info, **args),
         **_metafield_fields(o.metafields, "ORDER"),
     }
 
