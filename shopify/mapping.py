@@ -188,7 +188,7 @@ def return_(r: Obj, order_name: str) -> Return:
     """A ``Return`` as a :class:`Return` (its id is its GID)."""
     lines = (r.get("returnLineItems") or {}).get("nodes") or ()
     status = _RETURN_STATUS.get(str(r.get("status")), "requested")
-    reasons = [str(li.get("returnReason") or "").lower() for li in lines if li.get("returnReason")]
+    reasons = [str(li.get("returnReason") or "").lower() for li in lines if li.get("returnReason")]  # when selected
     return Return(
         id=str(r["id"]),
         order_id=order_name,
@@ -254,3 +254,10 @@ def minor_of(amount: str, currency: str) -> int:
 def bag_minor_of(transaction: Obj) -> int:
     """A transaction's amount in minor units."""
     return _tx_minor(transaction)
+
+
+def return_marked(r: Obj, mark: str) -> bool:
+    """Whether a return's lines carry ``mark`` (signoff's key): in the customer's note of a
+    request (``returnRequest``), or the reason note of one a merchant opened."""
+    lines = (r.get("returnLineItems") or {}).get("nodes") or ()
+    return any(mark in (li.get("customerNote"), li.get("returnReasonNote")) for li in lines)

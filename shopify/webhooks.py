@@ -100,7 +100,8 @@ def cancel_action(body: Mapping[str, Any], order: Mapping[str, Any]) -> OutsideA
 def return_action(ret: Mapping[str, Any], order: Mapping[str, Any]) -> OutsideAction | None:
     """A returns/* delivery: ``None`` when signoff opened it (its key on the return's lines)."""
     lines = (ret.get("returnLineItems") or {}).get("nodes") or ()
-    if any(str(li.get("customerNote") or "").startswith("signoff:") for li in lines):
+    notes = [str(li.get(f) or "") for li in lines for f in ("customerNote", "returnReasonNote")]
+    if any(n.startswith("signoff:") for n in notes):
         return None
     parsed = mapping.return_(dict(ret), str(order["name"]))
     reason = _RETURN_REASONS.get(str(parsed.reason_code or ""), "changed_mind")

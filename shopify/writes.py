@@ -309,7 +309,7 @@ def _refund_by_key(o: Obj, key: str) -> Refund | None:
 def _return_by_key(o: Obj, key: str) -> Return | None:
     mark = marker(key)
     for r in (o.get("returns") or {}).get("nodes") or ():
-        if any(li.get("customerNote") == mark for li in (r.get("returnLineItems") or {}).get("nodes") or ()):
+        if mapping.return_marked(r, mark):
             return mapping.return_(r, str(o["name"]))
     return None
 

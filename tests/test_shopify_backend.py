@@ -4,7 +4,7 @@ the refund's key to the money (@idempotent, a 502 after the shop applied it), th
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 
@@ -16,7 +16,7 @@ from tests.catalogue_harness import REGISTRY, call, make_ctx
 from tests.fakes.shopify.cost import Bucket
 from tests.fakes.shopify_api import Fault
 from tests.shopify_kit import C7, fake_shop
-from tools.backend import BackendError
+from tools.backend import Address, BackendError, ReturnItem
 
 NOW = datetime.now(UTC)
 
@@ -58,8 +58,8 @@ async def test_statuses_tracking_money_and_returns_map_from_the_shop() -> None:
         assert await backend.refundable_minor(C7, "#1042") == 18900
         payments = await backend.list_payments(C7, order_id="#1042")
         assert [(p.amount_minor, p.status) for p in payments] == [(18900, "captured")]
-        returns = await backend.list_returns("42")  # O-1002's return RT-2005 (received)
-        assert [(r.order_id, r.status) for r in returns] == [("#1002", "received")]
+        returns = await backend.list_returns("42")  # RT-2005 on O-1002 (received), RT-2019 on O-1216 (refunded)
+        assert sorted((r.order_id, r.status) for r in returns) == [("#1002", "received"), ("#1216", "refunded")]
         one = await backend.get_return("42", returns[0].id)
         assert one == returns[0]
         assert await backend.get_return(C7, returns[0].id) is None  # someone else's
@@ -162,4 +162,29 @@ async def test_cancellation_and_contact_and_address_and_return_carry_their_keys(
             "60", "#1009", reason_code="customer_request", idempotency_key="cancel:#1009"
         )
         assert again.status == "CANCELLED" and len(api.operations_named("orderCancel")) == 1
-        _ = timedelta
+        assert (await backend.list_refunds("60", order_id="#1009"))[0].kind == "cancellation"
+
+        moved = ADDRESS_NEW
+        changed = await backend.update_shipping_address(
+            "57", "#1010", address=moved, idempotency_key="address:#1010:p1"
+        )
+        assert changed.shipping_address == moved and await backend.lookup_write("address:#1010:p1") is not None
+        with pytest.raises(BackendError) as shipped:  # #1042 is delivered: too late
+            await backend.update_shipping_address(C7, "#1042", address=moved, idempotency_key="address:#1042:p2")
+        assert shipped.value.code == "address_change_not_allowed"
+
+        who = await backend.update_contact_details(
+            C7, email=None, phone="+14155550199", idempotency_key=f"contact:{C7}:p3"
+        )
+        assert who.phone == "+14155550199" and await backend.lookup_write(f"contact:{C7}:p3") is not None
+
+        boots, rkey = [ReturnItem(sku="BOOT-RDG-W8", qty=1)], "return:#1042:BOOT-RDG-W8x1"
+        ret = await backend.create_return(C7, "#1042", items=boots, reason_code="damaged", idempotency_key=rkey)
+        assert ret.status == "requested" and ret.items == (ReturnItem(sku="BOOT-RDG-W8", qty=1),)
+        record = await backend.lookup_write("return:#1042:BOOT-RDG-W8x1")
+        assert record is not None and record.result == {"return_id": ret.id}
+        same = await backend.create_return(C7, "#1042", items=boots, reason_code="damaged", idempotency_key=rkey)
+        assert same.id == ret.id and len(api.operations_named("returnRequest")) == 1
+
+
+ADDRESS_NEW = Address(line1="9 New Road", city="Austin", postal_code="73301", country="US", region="TX")
