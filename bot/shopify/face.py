@@ -96,8 +96,11 @@ class ShopifyFace:
         if action is None:
             await self.runtime.s.inbox.finish(item.id, "ignored")
             return
+        # One row per admin action, whichever topic or redelivery told us (a return's request
+        # and approval are one return): keyed by the object, else by the event.
+        subject = body.get("admin_graphql_api_id") if topic != "orders/cancelled" else f"cancel:{body.get('id')}"
         staff = StaffAction(
-            proposal_id=f"shopify:{event}",
+            proposal_id=f"shopify:{subject or event}"[:128],
             tool=action.tool,
             arguments=action.arguments,
             created_at=item.created_at if item.created_at.tzinfo else item.created_at.replace(tzinfo=UTC),
@@ -115,13 +118,13 @@ class ShopifyFace:
         if topic == "orders/cancelled":
             order = await self._order(order_gid(body))
             return cancel_action(body, order) if order is not None else None
-        if topic == "returns/approve":
+        if topic in ("returns/request", "returns/approve"):
             ret = await self.backend.raw_return(str(body.get("admin_graphql_api_id") or ""))
             if ret is None:
                 return None
             order = await self._order(str((ret.get("order") or {}).get("id") or ""))
             return return_action(ret, order) if order is not None else None
-        return None  # orders/updated, customers/update, returns/request: read live, nothing to record
+        return None  # orders/updated, customers/update: the tools read the shop live, nothing to record
 
     async def _order(self, gid: str | None) -> dict[str, Any] | None:
         return await self.backend.raw_order(gid) if gid else None
