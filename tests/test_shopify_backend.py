@@ -142,12 +142,13 @@ async def test_a_502_before_the_shop_applied_it_is_released_and_nothing_happened
 
 
 async def test_a_throttled_shop_is_waited_out_and_tokens_are_shared() -> None:
-    async with fake_shop(bucket=Bucket(maximum=400.0, restore_rate=200.0)) as (api, backend):
+    async with fake_shop(bucket=Bucket(maximum=370.0, restore_rate=100.0)) as (
+        api,
+        backend,
+    ):  # one Order (361) at a time
         orders = await asyncio.gather(*(backend.get_order(C7, "gid://shopify/Order/1042") for _ in range(4)))
         assert all(o is not None and o.id == "#1042" for o in orders)
-        assert backend.client.waited_s > 0 or any(
-            "THROTTLED" in str(r.body) for r in api.requests
-        )  # it waited, either ahead (the bucket it knew) or after a THROTTLED answer
+        assert backend.client.waited_s > 0  # waited out (asyncio.sleep), never failed
         assert api.token_requests == 1
 
 
