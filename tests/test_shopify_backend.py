@@ -189,3 +189,27 @@ async def test_cancellation_and_contact_and_address_and_return_carry_their_keys(
 
 
 ADDRESS_NEW = Address(line1="9 New Road", city="Austin", postal_code="73301", country="US", region="TX")
+
+
+async def test_every_offered_action_tool_runs_through_the_catalogue_on_the_shop() -> None:
+    async with fake_shop() as (api, backend):
+        ctx = make_ctx(backend, C7, now=NOW)  # type: ignore[arg-type]
+        address = {"line1": "9 New Road", "city": "Austin", "postal_code": "73301", "country": "US"}
+        calls = [
+            ("update_contact_details", {"phone": "+14155550123"}, ctx),
+            (
+                "create_return",
+                {"order_id": "#1042", "items": [{"sku": "BOOT-RDG-W8", "qty": 1}], "reason_code": "damaged"},
+                ctx,
+            ),  # fmt: skip
+            (
+                "cancel_order",
+                {"order_id": "#1009", "reason_code": "customer_request"},
+                make_ctx(backend, "60", now=NOW),
+            ),  # type: ignore[arg-type]
+            ("update_shipping_address", {"order_id": "#1010", "address": address}, make_ctx(backend, "57", now=NOW)),  # type: ignore[arg-type]
+        ]
+        for name, args, c in calls:
+            result = await call(name, args, c)
+            assert "error" not in result, (name, result)
+        assert len(api.operations_named("orderCancel")) == 1 and len(api.operations_named("returnRequest")) == 1
