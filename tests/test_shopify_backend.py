@@ -4,7 +4,7 @@ the refund's key to the money (@idempotent, a 502 after the shop applied it), th
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -96,6 +96,9 @@ async def test_a_refund_carries_its_key_with_idempotent_and_the_same_key_refunds
         sent = api.operations_named("refundCreate")
         assert len(sent) == 1 and "@idempotent(key: $key)" in sent[0].query
         assert await backend.refundable_minor(C7, "#1042") == 16900
+        today = await backend.refunds_since(C7, datetime.now(UTC) - timedelta(days=1))
+        assert [(r.id, r.amount_minor, r.kind) for r in today] == [(first.id, 2000, "refund")]
+        assert await backend.refunds_since(C7, datetime.now(UTC) + timedelta(hours=1)) == []
         record = await backend.lookup_write(key)
         assert record is not None and record.result == {"refund_id": first.id}
         assert await backend.lookup_write("refund:#1042:999:USD:-") is None
