@@ -11,7 +11,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from shopify.money import bag_minor, to_minor
+from shopify.money import bag_minor
 from tools.backend import (
     Address,
     Customer,
@@ -244,11 +244,6 @@ def operations(holder: Obj | None) -> list[Obj]:
     return (
         [e for e in value if isinstance(e, dict) and isinstance(e.get("key"), str)] if isinstance(value, list) else []
     )
-
-
-def minor_of(amount: str, currency: str) -> int:
-    """A bare ``Money`` decimal of ``currency`` in minor units."""
-    return to_minor(amount, currency)
 
 
 def bag_minor_of(transaction: Obj) -> int:
