@@ -108,7 +108,7 @@ class ShopifyFace:
             customer_id=action.customer_id,
         )
         await OutsideActions(self.runtime.s.db).record(staff, source=FACE)
-        log.info("shopify: staff %s on %s recorded (event %s)", action.tool, action.arguments.get("order_id"), event)
+        log.info("shopify: a staff %s made in the admin recorded (event %s)", action.tool, event)
         await self.runtime.s.inbox.finish(item.id, "delivered")
 
     async def _outside_action(self, topic: str, body: dict[str, Any]) -> OutsideAction | None:
