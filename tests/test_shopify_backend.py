@@ -15,7 +15,7 @@ from storage.ledger import Ledger
 from tests.catalogue_harness import REGISTRY, call, make_ctx
 from tests.fakes.shopify.cost import Bucket
 from tests.fakes.shopify_api import Fault
-from tests.shopify_kit import C7, fake_shop
+from tests.shopify_backend_kit import C7, fake_shop
 from tools.backend import Address, BackendError, ReturnItem
 
 NOW = datetime.now(UTC)

@@ -19,7 +19,7 @@ from tests.conftest import make_sqlite
 from tests.crash.shopify_refund_driver import ARGS, PROPOSAL, RUN, refund_key
 from tests.fakes.shopify.seed import seed_shop
 from tests.fakes.shopify_api import FakeShopifyAPI, Fault
-from tests.shopify_kit import C7, CLIENT_ID, CLIENT_SECRET, config
+from tests.shopify_backend_kit import C7, CLIENT_ID, CLIENT_SECRET, config
 
 DRIVER = Path(__file__).resolve().parent / "crash" / "shopify_refund_driver.py"
 

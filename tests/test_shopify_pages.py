@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shopify.pages import fetch_documents
-from tests.shopify_kit import fake_shop
+from tests.shopify_backend_kit import fake_shop
 
 
 async def test_policies_then_pages_with_their_html() -> None:

@@ -21,7 +21,7 @@ from storage.rollout import RolloutFacts
 from tests.conftest import make_sqlite
 from tests.fakes.shopify.seed import seed_shop
 from tests.fakes.shopify_api import FakeShopifyAPI
-from tests.shopify_kit import CLIENT_ID, CLIENT_SECRET
+from tests.shopify_backend_kit import CLIENT_ID, CLIENT_SECRET
 from tools.catalogue import build_registry
 
 

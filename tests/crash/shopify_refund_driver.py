@@ -21,7 +21,7 @@ from bot.app import shopify_backend  # noqa: E402
 from storage.db import create_database  # noqa: E402
 from storage.ledger import Ledger  # noqa: E402
 from tests.catalogue_harness import REGISTRY, make_ctx  # noqa: E402
-from tests.shopify_kit import C7, config  # noqa: E402
+from tests.shopify_backend_kit import C7, config  # noqa: E402
 
 ARGS = {
     "order_id": "#1042",
