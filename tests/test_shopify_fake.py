@@ -1,77 +1,21 @@
 """The fake Shopify Admin API (tests/fakes/shopify_api.py) answers as the service does:
-schema validation, auth, cost throttling, idempotency, jobs, seeding and webhooks."""
+schema validation, auth, cost throttling, idempotency, jobs and injected faults."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import hmac
-import json
-import sys
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from sandbox.dataset import DEMO_DATASET_PATH, load_dataset_file
 from tests.fakes.shopify.cost import Bucket
 from tests.fakes.shopify.seed import seed_shop
 from tests.fakes.shopify_api import INVALID_TOKEN, FakeShopifyAPI, Fault
+from tests.shopify_kit import AS_OF, ORDER, REFUND, TOKEN, Client, client, refund_input, shopify
 
-TOKEN = "shpat_test_static_token"
-AS_OF = datetime(2025, 6, 2, 15, 0, tzinfo=UTC)
-
-
-class Client:
-    """A minimal GraphQL client for poking the fake (the product's client lives in shopify/)."""
-
-    def __init__(self, api: FakeShopifyAPI, session: aiohttp.ClientSession, token: str = TOKEN) -> None:
-        self.api, self.session, self.token = api, session, token
-
-    async def post(
-        self, query: str, variables: dict[str, Any] | None = None, *, version: str = "2026-10"
-    ) -> tuple[int, Any]:
-        url = f"{self.api.base_url}/admin/api/{version}/graphql.json"
-        body = {"query": query, "variables": variables or {}}
-        async with self.session.post(url, json=body, headers={"X-Shopify-Access-Token": self.token}) as r:
-            return r.status, await r.json(content_type=None)
-
-    async def gql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
-        status, body = await self.post(query, variables)
-        assert status == 200, body
-        return body
-
-
-@pytest.fixture
-async def shopify() -> AsyncIterator[FakeShopifyAPI]:
-    shop = seed_shop(load_dataset_file(DEMO_DATASET_PATH))
-    # These tests send invalid operations on purpose (everyone else's fail on them).
-    async with FakeShopifyAPI(shop, access_token=TOKEN, now=lambda: AS_OF, allow_invalid=True) as api:
-        yield api
-
-
-@pytest.fixture
-async def client(shopify: FakeShopifyAPI) -> AsyncIterator[Client]:
-    async with aiohttp.ClientSession() as session:
-        yield Client(shopify, session)
-
-
-ORDER = """
-query Order($id: ID!) {
-  order(id: $id) {
-    id name createdAt cancelledAt displayFinancialStatus displayFulfillmentStatus currencyCode
-    customer { id }
-    totalPriceSet { shopMoney { amount currencyCode } }
-    lineItems(first: 10) { nodes { id sku quantity } }
-    transactions(first: 10) { kind status amountSet { shopMoney { amount } } }
-    fulfillments(first: 5) { displayStatus trackingInfo { company number url } }
-  }
-}
-"""
+__all__ = ["client", "shopify"]  # the fixtures
 
 
 async def test_a_valid_query_answers_from_the_seeded_shop(client: Client) -> None:
@@ -175,31 +119,6 @@ async def test_a_query_costing_more_than_the_bucket_holds_is_throttled(shopify: 
     }
     now[0] += 2.0
     assert "data" in await client.gql(query)
-
-
-REFUND = """
-mutation Refund($input: RefundInput!, $key: String!) {
-  refundCreate(input: $input) @idempotent(key: $key) {
-    refund { id totalRefundedSet { shopMoney { amount currencyCode } } }
-    order { id displayFinancialStatus }
-    userErrors { field message }
-  }
-}
-"""
-
-
-def refund_input(order: int, amount: str) -> dict[str, Any]:
-    return {
-        "orderId": f"gid://shopify/Order/{order}",
-        "transactions": [
-            {
-                "orderId": f"gid://shopify/Order/{order}",
-                "amount": amount,
-                "kind": "REFUND",
-                "gateway": "shopify_payments",
-            }
-        ],
-    }
 
 
 async def test_refund_create_with_the_same_key_and_input_makes_one_refund(
@@ -326,220 +245,6 @@ async def test_a_5xx_before_applying_changes_nothing(client: Client, shopify: Fa
     ]
 
 
-ADDRESS = {"address1": "1 New St", "city": "Portland", "provinceCode": "OR", "zip": "97201", "countryCode": "US"}
-ORDER_UPDATE = """
-mutation Update($input: OrderInput!) {
-  orderUpdate(input: $input) {
-    order {
-      id shippingAddress { address1 city countryCodeV2 }
-      metafield(namespace: "signoff", key: "operations") { value }
-    }
-    userErrors { field message }
-  }
-}
-"""
-
-
-async def test_order_update_changes_the_address_and_metafield_together_while_unfulfilled(client: Client) -> None:
-    """O-1044 is unfulfilled: the address and the signoff.operations metafield land in one mutation."""
-    metafield = {"namespace": "signoff", "key": "operations", "type": "json", "value": '["op-9"]'}
-    body = await client.gql(
-        ORDER_UPDATE,
-        {"input": {"id": "gid://shopify/Order/1044", "shippingAddress": ADDRESS, "metafields": [metafield]}},
-    )
-    order = body["data"]["orderUpdate"]["order"]
-    assert order["shippingAddress"] == {"address1": "1 New St", "city": "Portland", "countryCodeV2": "US"}
-    assert order["metafield"] == {"value": '["op-9"]'}
-
-
-async def test_order_update_refuses_the_address_of_a_fulfilled_order_and_changes_nothing(
-    client: Client, shopify: FakeShopifyAPI
-) -> None:
-    """O-1045 has shipped: userErrors, and its metafield is not written either (all or nothing)."""
-    metafield = {"namespace": "signoff", "key": "operations", "type": "json", "value": '["op-9"]'}
-    before = shopify.shop.orders[1045].shipping_address
-    body = await client.gql(
-        ORDER_UPDATE,
-        {"input": {"id": "gid://shopify/Order/1045", "shippingAddress": ADDRESS, "metafields": [metafield]}},
-    )
-    result = body["data"]["orderUpdate"]
-    assert result["order"] is None and result["userErrors"][0]["field"] == ["shippingAddress"]
-    assert shopify.shop.orders[1045].shipping_address == before
-    assert shopify.shop.orders[1045].metafields == {}
-
-
-async def test_customer_update_validates_email_and_phone(client: Client, shopify: FakeShopifyAPI) -> None:
-    """A taken or malformed email is a userError; a good one is saved."""
-    mutation = """mutation U($input: CustomerInput!) { customerUpdate(input: $input) {
-        customer { id defaultEmailAddress { emailAddress } } userErrors { field message } } }"""
-    taken = await client.gql(mutation, {"input": {"id": "gid://shopify/Customer/7", "email": "jonas.weber@example.de"}})
-    bad = await client.gql(mutation, {"input": {"id": "gid://shopify/Customer/7", "phone": "call me"}})
-    good = await client.gql(mutation, {"input": {"id": "gid://shopify/Customer/7", "email": "maya@new.example"}})
-    assert taken["data"]["customerUpdate"]["userErrors"] == [
-        {"field": ["email"], "message": "Email has already been taken"}
-    ]
-    assert bad["data"]["customerUpdate"]["userErrors"] == [{"field": ["phone"], "message": "Phone is invalid"}]
-    assert good["data"]["customerUpdate"]["customer"]["defaultEmailAddress"] == {"emailAddress": "maya@new.example"}
-    assert shopify.shop.customers[7].email == "maya@new.example"
-
-
-async def test_return_request_on_fulfilled_lines_and_refused_on_unfulfilled(client: Client) -> None:
-    """O-1042 (delivered) can be returned once per unit; O-1044 (unfulfilled) cannot."""
-    mutation = """mutation R($input: ReturnRequestInput!) { returnRequest(input: $input) {
-        return { id status name returnLineItems(first: 5) { nodes { ... on ReturnLineItem { quantity } } } }
-        userErrors { field message code } } }"""
-    line = {"fulfillmentLineItemId": "gid://shopify/FulfillmentLineItem/104201", "quantity": 1}
-    made = await client.gql(mutation, {"input": {"orderId": "gid://shopify/Order/1042", "returnLineItems": [line]}})
-    ret = made["data"]["returnRequest"]["return"]
-    assert ret["status"] == "REQUESTED" and ret["returnLineItems"]["nodes"] == [{"quantity": 1}]
-    again = await client.gql(mutation, {"input": {"orderId": "gid://shopify/Order/1042", "returnLineItems": [line]}})
-    assert again["data"]["returnRequest"]["userErrors"][0]["code"] == "INVALID"
-    line44 = {"fulfillmentLineItemId": "gid://shopify/FulfillmentLineItem/104401", "quantity": 1}
-    refused = await client.gql(
-        mutation, {"input": {"orderId": "gid://shopify/Order/1044", "returnLineItems": [line44]}}
-    )
-    assert refused["data"]["returnRequest"]["userErrors"][0]["code"] == "INVALID_STATE"
-
-
-async def test_metafields_set_is_all_or_nothing(client: Client, shopify: FakeShopifyAPI) -> None:
-    """One bad entry (invalid JSON) refuses the whole set."""
-    mutation = """mutation M($m: [MetafieldsSetInput!]!) { metafieldsSet(metafields: $m) {
-        metafields { key value } userErrors { field message code elementIndex } } }"""
-    good = {
-        "ownerId": "gid://shopify/Order/1042",
-        "namespace": "signoff",
-        "key": "operations",
-        "type": "json",
-        "value": "[]",
-    }
-    bad = {**good, "ownerId": "gid://shopify/Customer/7", "value": "{not json"}
-    refused = await client.gql(mutation, {"m": [good, bad]})
-    assert refused["data"]["metafieldsSet"]["userErrors"][0]["elementIndex"] == 1
-    assert shopify.shop.orders[1042].metafields == {}
-    done = await client.gql(mutation, {"m": [good]})
-    assert done["data"]["metafieldsSet"]["metafields"] == [{"key": "operations", "value": "[]"}]
-
-
-async def test_webhook_subscriptions_are_created_once_and_listed(client: Client) -> None:
-    """webhookSubscriptionCreate then webhookSubscriptions; the same topic and address twice is refused."""
-    mutation = """mutation W($uri: String!) { webhookSubscriptionCreate(topic: REFUNDS_CREATE,
-        webhookSubscription: {uri: $uri}) { webhookSubscription { id topic uri } userErrors { message } } }"""
-    uri = "https://signoff.example/shopify/webhooks"
-    made = await client.gql(mutation, {"uri": uri})
-    assert made["data"]["webhookSubscriptionCreate"]["webhookSubscription"]["topic"] == "REFUNDS_CREATE"
-    dup = await client.gql(mutation, {"uri": uri})
-    assert "already been taken" in dup["data"]["webhookSubscriptionCreate"]["userErrors"][0]["message"]
-    listed = await client.gql("{ webhookSubscriptions(first: 10) { nodes { topic uri } } }")
-    assert listed["data"]["webhookSubscriptions"]["nodes"] == [{"topic": "REFUNDS_CREATE", "uri": uri}]
-
-
-async def test_the_seed_maps_the_dataset_as_documented(shopify: FakeShopifyAPI) -> None:
-    """C-7 → Customer/7, O-1042 → #1042, P-1060-2 → OrderTransaction/10602, R-3001 → Refund/3001,
-    RT-2001 → Return/2001 (rejected → DECLINED), O-1086 cancelled, knowledge → policies and pages."""
-    shop = shopify.shop
-    assert (shop.customers[7].first_name, shop.customers[7].last_name) == ("Maya", "Chen")
-    assert shop.orders[1042].name == "#1042" and shop.orders[1042].customer_id == 7
-    assert [t.id for t in shop.orders[1060].transactions if t.kind == "SALE"] == [10601, 10602]
-    assert shop.orders[1060].refundable_minor == 22600
-    r3001 = shop.refund(3001)
-    assert r3001 is not None and r3001[0].id == 1066 and r3001[1].return_id == 2003
-    assert shop.return_(2001) is not None and shop.return_(2001)[1].status == "DECLINED"  # type: ignore[index]
-    assert shop.orders[1086].cancelled_at is not None and shop.orders[1086].financial_status() == "VOIDED"
-    assert shop.orders[1045].fulfillments[0].display_status == "IN_TRANSIT"
-    assert {p.type for p in shop.policies} == {"REFUND_POLICY", "SHIPPING_POLICY", "PRIVACY_POLICY"}
-    assert "returns-policy" in {p.handle for p in shop.pages.values()}
-
-
-async def test_policies_and_pages_read_back_with_their_sections(client: Client) -> None:
-    """shop.shopPolicies and pages carry the knowledge text, one <section id> per section."""
-    body = await client.gql(
-        "{ shop { shopPolicies { type title body } } pages(first: 50) { nodes { handle title body } } }"
-    )
-    refund = next(p for p in body["data"]["shop"]["shopPolicies"] if p["type"] == "REFUND_POLICY")
-    assert refund["title"] == "Refund policy" and '<section id="window" data-version="7">' in refund["body"]
-    assert any(p["handle"] == "order-tracking" for p in body["data"]["pages"]["nodes"])
-
-
-async def test_a_staff_refund_in_the_admin_emits_a_verifiable_signed_webhook(shopify: FakeShopifyAPI) -> None:
-    """refunds/create: the HMAC verifies on the raw body with the app secret and the payload is REST-shaped."""
-    hook = shopify.staff_refund(1042, 5000, note="goodwill")
-    headers = hook.headers("fake-client-secret")
-    expected = base64.b64encode(hmac.new(b"fake-client-secret", hook.body, hashlib.sha256).digest()).decode()
-    assert headers["X-Shopify-Hmac-Sha256"] == expected
-    assert headers["X-Shopify-Topic"] == "refunds/create"
-    assert headers["X-Shopify-Shop-Domain"] == "fernway-outfitters.myshopify.com"
-    assert headers["X-Shopify-API-Version"] == "2026-10"
-    payload = hook.payload
-    assert payload["order_id"] == 1042 and payload["admin_graphql_api_id"].startswith("gid://shopify/Refund/")
-    assert payload["transactions"][0]["amount"] == "50.0" and payload["user_id"] is not None
-    assert shopify.shop.orders[1042].refunded_minor == 5000
-
-
-async def test_admin_webhooks_are_delivered_to_a_url(shopify: FakeShopifyAPI) -> None:
-    """send_webhook POSTs the raw body with its headers; cancel and return actions emit their topics."""
-    received: list[tuple[dict[str, str], bytes]] = []
-
-    async def receive(request: web.Request) -> web.Response:
-        received.append((dict(request.headers), await request.read()))
-        return web.Response(status=200)
-
-    app = web.Application()
-    app.router.add_post("/hooks", receive)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}/hooks"
-    try:
-        cancel = shopify.staff_cancel(1044)
-        ret = shopify.staff_return(1042)
-        assert await shopify.send_webhook(url, cancel) == 200
-        assert await shopify.send_webhook(url, ret) == 200
-    finally:
-        await runner.cleanup()
-    assert [h["X-Shopify-Topic"] for h, _ in received] == ["orders/cancelled", "returns/request"]
-    assert json.loads(received[0][1])["cancelled_at"] is not None
-    assert json.loads(received[1][1])["status"] == "requested"
-    assert received[0][0]["X-Shopify-Hmac-Sha256"] == cancel.headers("fake-client-secret")["X-Shopify-Hmac-Sha256"]
-
-
-async def test_the_fake_runs_as_its_own_process_and_prints_its_url() -> None:
-    """python -m tests.fakes.shopify_api --port 0 prints a URL that answers the token grant; SIGTERM stops it."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.fakes.shopify_api", "--port", "0", stdout=asyncio.subprocess.PIPE
-    )
-    try:
-        assert proc.stdout is not None
-        url = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().strip()
-        assert url.startswith("http://127.0.0.1:")
-        form = {
-            "grant_type": "client_credentials",
-            "client_id": "fake-client-id",
-            "client_secret": "fake-client-secret",
-        }
-        async with aiohttp.ClientSession() as session:
-            async with session.post(f"{url}/admin/oauth/access_token", data=form) as r:
-                assert r.status == 200 and (await r.json())["expires_in"] == 86399
-    finally:
-        proc.terminate()
-        assert await asyncio.wait_for(proc.wait(), 30) == 0
-
-
-async def test_suggested_refund_spreads_a_full_refund_over_both_charges(client: Client) -> None:
-    """O-1060 was charged twice (113.0 each): the full suggestion is 226.0 over two parent sales."""
-    body = await client.gql(
-        """{ order(id: "gid://shopify/Order/1060") { suggestedRefund(suggestFullRefund: true) {
-             amountSet { shopMoney { amount } } maximumRefundableSet { shopMoney { amount } }
-             suggestedTransactions { kind amountSet { shopMoney { amount } } parentTransaction { id } } } } }"""
-    )
-    suggestion = body["data"]["order"]["suggestedRefund"]
-    assert suggestion["amountSet"]["shopMoney"]["amount"] == "226.0"
-    assert suggestion["maximumRefundableSet"]["shopMoney"]["amount"] == "226.0"
-    assert [t["parentTransaction"]["id"] for t in suggestion["suggestedTransactions"]] == [
-        "gid://shopify/OrderTransaction/10601",
-        "gid://shopify/OrderTransaction/10602",
-    ]
-
-
 async def test_a_clean_exit_after_an_invalid_operation_fails_the_test() -> None:
     """By default the fake refuses to end quietly when a document failed validation."""
     api = FakeShopifyAPI(access_token=TOKEN)
@@ -558,17 +263,6 @@ async def test_the_operations_are_readable_from_another_process(client: Client, 
         listed = await r.json()
     assert [(op["name"], op["valid"]) for op in listed["operations"]] == [("Good", True), ("Bad", False)]
     assert listed["invalid"] == 1
-
-
-async def test_compliance_webhooks_name_the_customer_and_their_orders(shopify: FakeShopifyAPI) -> None:
-    """customers/redact lists C-7's orders to redact; shop/redact names only the shop."""
-    redact = shopify.compliance("customers/redact", 7).payload
-    assert redact["customer"]["id"] == 7 and 1042 in redact["orders_to_redact"]
-    assert shopify.compliance("customers/data_request", 7).payload["orders_requested"] == redact["orders_to_redact"]
-    assert shopify.compliance("shop/redact").payload == {
-        "shop_id": 1,
-        "shop_domain": "fernway-outfitters.myshopify.com",
-    }
 
 
 async def test_a_held_refund_is_in_flight_until_released(client: Client, shopify: FakeShopifyAPI) -> None:
@@ -594,3 +288,61 @@ async def test_the_actual_cost_counts_what_came_back_and_refunds_the_rest(
     cost = body["extensions"]["cost"]
     assert (cost["requestedQueryCost"], cost["actualQueryCost"]) == (102, 4)
     assert cost["throttleStatus"]["currentlyAvailable"] == 196
+
+
+async def test_the_same_key_while_the_first_is_in_flight_is_a_concurrent_request(
+    client: Client, shopify: FakeShopifyAPI
+) -> None:
+    """A retry racing a held refundCreate gets IDEMPOTENCY_CONCURRENT_REQUEST; the first still lands, once,
+    even though its caller went away (a killed client does not cancel what the shop received)."""
+    release = asyncio.Event()
+    fault = shopify.inject(Fault(match="refundCreate", hold=release))
+    first = asyncio.create_task(client.post(REFUND, {"input": refund_input(1042, "5.00"), "key": "op-6"}))
+    await asyncio.wait_for(fault.arrived.wait(), 10)
+    racing = await client.gql(REFUND, {"input": refund_input(1042, "5.00"), "key": "op-6"})
+    assert racing["errors"][0]["extensions"]["code"] == "IDEMPOTENCY_CONCURRENT_REQUEST"
+    first.cancel()
+    seen = len(shopify.requests)
+    release.set()
+    await shopify.wait_for_requests(seen + 1)  # the held request finished on the shop's side
+    assert len(shopify.shop.orders[1042].refunds) == 1
+    settled = await client.gql(REFUND, {"input": refund_input(1042, "5.00"), "key": "op-6"})
+    assert settled["data"]["refundCreate"]["refund"]
+    assert len(shopify.shop.orders[1042].refunds) == 1
+
+
+async def test_an_order_name_search_works_with_or_without_the_hash(client: Client) -> None:
+    """orders(query: "name:1042") finds #1042 as "name:#1042" does."""
+    body = await client.gql('{ a: orders(first: 2, query: "name:1042") { nodes { name } } }')
+    assert body["data"]["a"]["nodes"] == [{"name": "#1042"}]
+
+
+async def test_scopes_not_granted_are_access_denied_and_old_orders_need_read_all_orders() -> None:
+    """Without write_orders refundCreate is ACCESS_DENIED; without read_all_orders #1043
+    (placed more than 60 days before now) reads as null while #1042 answers."""
+    shop = seed_shop(load_dataset_file(DEMO_DATASET_PATH))
+    scopes = ("read_orders", "read_customers")
+    async with FakeShopifyAPI(shop, access_token=TOKEN, now=lambda: AS_OF, scopes=scopes) as api:
+        async with aiohttp.ClientSession() as session:
+            c = Client(api, session)
+            denied = await c.gql(REFUND, {"input": refund_input(1042, "1.00"), "key": "op-7"})
+            two = "query Two($a: ID!, $b: ID!) { a: order(id: $a) { name } b: order(id: $b) { name } }"
+            orders = await c.gql(two, {"a": "gid://shopify/Order/1042", "b": "gid://shopify/Order/1043"})
+    assert denied["errors"][0]["extensions"]["code"] == "ACCESS_DENIED"
+    assert "`write_orders`" in denied["errors"][0]["message"]
+    assert shop.orders[1042].refunds == []
+    assert orders["data"] == {"a": {"name": "#1042"}, "b": None}
+
+
+async def test_orders_search_by_time_compares_times_in_any_utc_spelling(
+    client: Client, shopify: FakeShopifyAPI
+) -> None:
+    """updated_at:>= with +00:00 or Z selects the same orders: those changed at or after that instant."""
+    since = "2025-06-01T00:00:00"
+    query = "query S($q: String!) { orders(first: 250, query: $q) { nodes { name } } }"
+    with_z = await client.gql(query, {"q": f"updated_at:>={since}Z"})
+    with_offset = await client.gql(query, {"q": f"updated_at:>='{since}+00:00'"})
+    names = {n["name"] for n in with_z["data"]["orders"]["nodes"]}
+    assert names == {n["name"] for n in with_offset["data"]["orders"]["nodes"]}
+    expected = {o.name for o in shopify.shop.orders.values() if o.updated_at >= datetime(2025, 6, 1, tzinfo=UTC)}
+    assert names == expected and names

@@ -14,16 +14,14 @@
 
 Faults (:class:`Fault`) make the shop slow, fail before it applies an operation, or fail
 after (a 502 for a refund that happened). The parts live in ``tests/fakes/shopify/``;
-``python -m tests.fakes.shopify_api --port P`` serves the seeded demo shop from another process.
+``python -m tests.fakes.shopify_api --port P`` serves the seeded demo shop from another process
+(``tests.fakes.shopify.process.fake_process`` starts it for a test).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import signal
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -34,25 +32,26 @@ from typing import Any
 from aiohttp import web
 from graphql import FieldNode, OperationDefinitionNode, parse
 
-from sandbox.dataset import DEMO_DATASET_PATH, load_dataset_file
 from tests.fakes import FakeServer, RecordedRequest
 from tests.fakes.shopify import admin
 from tests.fakes.shopify.cost import MAX_QUERY_COST, Bucket, actual_cost, requested_cost
 from tests.fakes.shopify.executor import run
-from tests.fakes.shopify.mutations import Mutations
+from tests.fakes.shopify.mutations import Mutations, keys_in
 from tests.fakes.shopify.schema import API_VERSION, Checked, OperationRecord, admin_schema, check_operation
-from tests.fakes.shopify.seed import seed_shop
 from tests.fakes.shopify.state import Shop
 from tests.fakes.shopify.webhooks import Webhook, compliance_webhook, deliver
 
 TOKEN_LIFETIME_S = 86399
 INVALID_TOKEN = "[API] Invalid API key or access token (unrecognized login or wrong password)"
-#: The access scopes a Dev Dashboard app for signoff is granted in the fake by default.
+#: The access scopes a Dev Dashboard app for signoff is granted in the fake by default (a test
+#: passes ``scopes=`` to see what a narrower grant is refused: ``ACCESS_DENIED``, and without
+#: ``read_all_orders`` only the last 60 days of orders).
 DEFAULT_SCOPES = (
     "read_customers",
     "write_customers",
     "read_orders",
     "write_orders",
+    "read_all_orders",
     "read_returns",
     "write_returns",
     "read_fulfillments",
@@ -162,6 +161,20 @@ class FakeShopifyAPI(FakeServer):
         """A return requested through the Shopify admin; the ``returns/request`` webhook."""
         return admin.staff_return(self.shop, order_id, self.mutations.clock(), note)
 
+    def staff_approve_return(self, return_id: int) -> Webhook:
+        """Staff approve a requested return in the admin; the ``returns/approve`` webhook."""
+        return admin.staff_approve_return(self.shop, return_id, self.mutations.clock())
+
+    def staff_edit_note(self, order_id: int, note: str) -> Webhook:
+        """Staff edit an order's note in the admin; the ``orders/updated`` webhook."""
+        return admin.order_updated(self.shop, order_id, self.mutations.clock(), note)
+
+    def take_emitted(self) -> list[Webhook]:
+        """The webhooks the API's own writes caused since the last call (Shopify sends the
+        app's ``refunds/create`` too: a receiver must not count them as staff actions)."""
+        emitted, self.mutations.emitted[:] = list(self.mutations.emitted), []
+        return emitted
+
     def compliance(self, topic: str, customer_id: int | None = None) -> Webhook:
         """A compliance webhook (``customers/data_request``, ``customers/redact``, ``shop/redact``)."""
         return compliance_webhook(self.shop, topic, self.mutations.clock(), customer_id)
@@ -236,11 +249,16 @@ class FakeShopifyAPI(FakeServer):
             return 200, {"errors": errors}
         fault = self._take_fault(checked, record)
         if fault is not None:
+            keys = keys_in(checked) - self.mutations.inflight
+            self.mutations.inflight |= keys
             fault.arrived.set()
-            if fault.hold is not None:
-                await fault.hold.wait()
-            if fault.delay_s:
-                await asyncio.sleep(fault.delay_s)  # the slow shop itself, not a test waiting
+            try:
+                if fault.hold is not None:
+                    await fault.hold.wait()
+                if fault.delay_s:
+                    await asyncio.sleep(fault.delay_s)  # the slow shop itself, not a test waiting
+            finally:
+                self.mutations.inflight -= keys
             if fault.status is not None and not fault.after_apply:
                 return fault.status, {"errors": f"fake fault: {fault.status} before applying"}
         status, payload = self._execute(checked, variables if isinstance(variables, dict) else {})
@@ -313,46 +331,7 @@ async def _form_or_json(request: web.Request) -> dict[str, Any] | None:
         return None
 
 
-async def serve(api: FakeShopifyAPI, port: int, ready: Callable[[str], None]) -> None:
-    """Serve ``api`` on 127.0.0.1:``port`` (0: any free port) until SIGTERM or SIGINT."""
-    app = web.Application()
-    app.add_routes(api.routes())
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        api.base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        ready(api.base_url)
-        await stop.wait()
-    finally:
-        await runner.cleanup()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m tests.fakes.shopify_api --port P``: the seeded demo shop; prints its URL."""
-    parser = argparse.ArgumentParser(prog="python -m tests.fakes.shopify_api", description=__doc__.split("\n")[0])
-    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: a free one)")
-    parser.add_argument("--dataset", default=str(DEMO_DATASET_PATH), help="sandbox dataset to seed the shop from")
-    parser.add_argument("--no-rebase", action="store_true", help="keep the dataset's times (default: shift to now)")
-    parser.add_argument("--client-id", default="fake-client-id")
-    parser.add_argument("--client-secret", default="fake-client-secret")
-    parser.add_argument("--access-token", default=None, help="also accept this static admin token")
-    args = parser.parse_args(argv)
-    dataset = load_dataset_file(args.dataset)
-    shop = seed_shop(dataset, rebase_to=None if args.no_rebase else datetime.now(UTC).replace(microsecond=0))
-    api = FakeShopifyAPI(
-        shop, client_id=args.client_id, client_secret=args.client_secret, access_token=args.access_token
-    )
-    asyncio.run(serve(api, args.port, lambda url: print(url, flush=True)))
-    if api.invalid_operations:
-        print(json.dumps({"invalid_operations": api.invalid_report()}), file=sys.stderr)
-        return 1
-    return 0
-
-
 if __name__ == "__main__":
+    from tests.fakes.shopify.process import main
+
     raise SystemExit(main())

@@ -72,3 +72,20 @@ def staff_return(shop: Shop, order_id: int, now: datetime, note: str = "") -> We
     )
     order.returns.append(ret)
     return webhook(shop, "returns/request", return_json(order, ret), now)
+
+
+def staff_approve_return(shop: Shop, return_id: int, now: datetime) -> Webhook:
+    """Staff approve a requested return (``REQUESTED`` → ``OPEN``): the ``returns/approve`` webhook."""
+    found = shop.return_(return_id)
+    if found is None or found[1].status != "REQUESTED":
+        raise AdminActionRefused(f"return {return_id} is not awaiting approval")
+    order, ret = found
+    ret.status = "OPEN"
+    return webhook(shop, "returns/approve", return_json(order, ret), now)
+
+
+def order_updated(shop: Shop, order_id: int, now: datetime, note: str) -> Webhook:
+    """Staff edit an order's note in the admin: the ``orders/updated`` webhook."""
+    order = _order(shop, order_id)
+    order.note = note
+    return webhook(shop, "orders/updated", order_json(shop, order), now)

@@ -8,6 +8,7 @@ import re
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from graphql import GraphQLError
@@ -112,7 +113,17 @@ def compare(actual: Any, term: Term) -> bool:
         return False
     if term.op == ":":
         return str(actual).lower() == term.value.lower()
-    left, right = (
-        (actual, int(term.value)) if isinstance(actual, int) and term.value.isdigit() else (str(actual), term.value)
-    )
+    left: Any = actual if isinstance(actual, int) and term.value.isdigit() else str(actual)
+    right: Any = int(term.value) if isinstance(left, int) else _normal_time(term.value)
     return {">": left > right, ">=": left >= right, "<": left < right, "<=": left <= right}[term.op]
+
+
+def _normal_time(value: str) -> str:
+    """A time in a query written as the fake writes times (``…Z``), so strings compare in time order."""
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return value
+    if t.tzinfo is None:
+        return value
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -10,13 +10,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, cast
 
-from graphql import GraphQLError, GraphQLResolveInfo, value_from_ast
+from graphql import GraphQLError, GraphQLResolveInfo, GraphQLString, value_from_ast
 
 from tests.fakes.shopify.connections import NotImplementedByFake
+from tests.fakes.shopify.schema import Checked
 from tests.fakes.shopify.state import Job, Order, Refund, Shop, Transaction, amount, parse_gid
 from tests.fakes.shopify.views import order_view, refund_view
+from tests.fakes.shopify.webhooks import Webhook, order_json, refund_json, webhook
 from tests.fakes.shopify.writes import Writes
 
 #: Mutations whose description documents ``@idempotent`` support in 2026-10 (the schema's own list).
@@ -55,12 +57,27 @@ def idempotency_key(info: GraphQLResolveInfo) -> str | None:
             f"The @idempotent directive is not supported on the {name} mutation.", "IDEMPOTENCY_NOT_SUPPORTED"
         )
     arg = next(a for a in directive.arguments or () if a.name.value == "key")
-    variables = getattr(info.variable_values, "coerced", info.variable_values)  # graphql-core 3.3 / 3.2
+    variables = cast(
+        dict[str, Any], getattr(info.variable_values, "coerced", info.variable_values)
+    )  # graphql-core 3.3 / 3.2
     key_type = info.schema.get_directive("idempotent").args["key"].type  # type: ignore[union-attr]
     key = value_from_ast(arg.value, key_type, variables)
     if not isinstance(key, str) or not key.strip():
         raise idempotency_error("The idempotency key cannot be empty or whitespace.", "INVALID_IDEMPOTENCY_KEY")
     return key
+
+
+def keys_in(checked: Checked) -> set[str]:
+    """The idempotency keys an operation's root fields carry (read before it runs)."""
+    keys = set()
+    for sel in checked.operation.selection_set.selections:
+        for d in getattr(sel, "directives", None) or ():
+            arg = next((a for a in d.arguments or () if a.name.value == "key"), None)
+            if d.name.value == "idempotent" and arg is not None:
+                key = value_from_ast(arg.value, GraphQLString, checked.variables)
+                if isinstance(key, str):
+                    keys.add(key)
+    return keys
 
 
 @dataclass
@@ -110,6 +127,11 @@ class Mutations(Writes):
     shop: Shop
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     idempotency: Idempotency = field(default_factory=Idempotency)
+    #: The webhooks Shopify would send for what the API did (the app's own refunds, cancellations
+    #: and returns reach its webhook endpoint too), in order, for a test to deliver.
+    emitted: list[Webhook] = field(default_factory=list)
+    #: Keys of operations the shop has received but not finished (held or slowed by a fault).
+    inflight: set[str] = field(default_factory=set)
     #: How many ``job`` reads a cancellation job answers before ``done: true`` (the second by default).
     job_polls: int = 2
 
@@ -121,6 +143,10 @@ class Mutations(Writes):
     def refundCreate(self, info: GraphQLResolveInfo, input: dict[str, Any]) -> dict[str, Any]:  # noqa: N802
         """``refundCreate``: money back on an order's transactions, once per idempotency key."""
         key = idempotency_key(info)
+        if key is not None and key in self.inflight:
+            raise idempotency_error(
+                "A request with this idempotency key is currently being processed.", "IDEMPOTENCY_CONCURRENT_REQUEST"
+            )
         if key is not None:
             replayed, result = self.idempotency.replay("refundCreate", key, input)
             if replayed:
@@ -172,6 +198,7 @@ class Mutations(Writes):
         order.transactions.extend(txs)
         for li_id, qty in lines:
             next(li for li in order.line_items if li.id == li_id).refunded_quantity += qty
+        self.emitted.append(webhook(self.shop, "refunds/create", refund_json(order, refund), now))
         return refund.id, []
 
     def _refund_lines(self, order: Order, items: list[dict[str, Any]]) -> tuple[list[tuple[int, int]], list[Any]]:
@@ -241,6 +268,7 @@ class Mutations(Writes):
         if wants_refund and order.refundable_minor:
             self._cancellation_refund(order, now)
         order.cancelled_at, order.cancel_reason = now, args["reason"]
+        self.emitted.append(webhook(self.shop, "orders/cancelled", order_json(self.shop, order), now))
         order.note = order.note if not args.get("staffNote") else f"{order.note or ''}\n{args['staffNote']}".strip()
         job_id = f"gid://shopify/Job/{uuid.uuid4()}"
         self.shop.jobs[job_id] = Job(id=job_id, polls_left=self.job_polls)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
-from tests.fakes.shopify.connections import NotImplementedByFake, compare, connection, search_terms
+from tests.fakes.shopify.connections import NotImplementedByFake, Term, compare, connection, search_terms
 from tests.fakes.shopify.state import Customer, Order, Shop, iso, parse_gid
 from tests.fakes.shopify.views import (
     customer_view,
@@ -18,6 +19,7 @@ from tests.fakes.shopify.views import (
 
 ORDER_SEARCH = {"name", "customer_id", "email", "id", "created_at", "updated_at", "processed_at", "financial_status"}
 CUSTOMER_SEARCH = {"email", "id", "phone"}
+RECENT_ORDERS = timedelta(days=60)
 
 
 def _order_field(o: Order, field: str) -> Any:
@@ -51,8 +53,13 @@ def _sorted(items: list[Any], sort_key: str | None, default: str, where: str) ->
 class _Queries:
     """The query root's resolvers over one shop."""
 
-    def __init__(self, shop: Shop) -> None:
+    def __init__(self, shop: Shop, now: datetime) -> None:
         self.shop = shop
+        self.now = now
+
+    def _visible(self, o: Order) -> bool:
+        """Without ``read_all_orders`` an app sees only the last 60 days of orders."""
+        return "read_all_orders" in self.shop.scopes or o.created_at >= self.now - RECENT_ORDERS
 
     def customer(self, info: Any, id: str) -> dict[str, Any] | None:
         n = parse_gid(id, "Customer")
@@ -68,13 +75,20 @@ class _Queries:
     def order(self, info: Any, id: str) -> dict[str, Any] | None:
         n = parse_gid(id, "Order")
         o = self.shop.orders.get(n) if n is not None else None
-        return order_view(self.shop, o) if o else None
+        return order_view(self.shop, o) if o and self._visible(o) else None
 
     def orders(self, info: Any, query: str | None = None, sortKey: str | None = None, **args: Any) -> dict[str, Any]:
         if args.pop("savedSearchId", None) is not None:
             raise NotImplementedByFake("orders(savedSearchId:)")
-        terms = search_terms(query, ORDER_SEARCH, "orders")
-        found = [o for o in self.shop.orders.values() if all(compare(_order_field(o, t.field), t) for t in terms)]
+        terms = [
+            Term(field="name", op=t.op, value=f"#{t.value}") if t.field == "name" and t.value.isdigit() else t
+            for t in search_terms(query, ORDER_SEARCH, "orders")
+        ]  # "name:1042" finds #1042 as well
+        found = [
+            o
+            for o in self.shop.orders.values()
+            if self._visible(o) and all(compare(_order_field(o, t.field), t) for t in terms)
+        ]
         found = _sorted(found, sortKey, "PROCESSED_AT", "orders")
         return connection(found, lambda o: order_view(self.shop, o), args)
 
@@ -83,7 +97,7 @@ class _Queries:
         if j is None:
             return None
         j.polls_left -= 1
-        return {"id": j.id, "done": j.polls_left <= 0, "query": query_root(self.shop)}
+        return {"id": j.id, "done": j.polls_left <= 0, "query": query_root(self.shop, self.now)}
 
     def refund(self, info: Any, id: str) -> dict[str, Any] | None:
         n = parse_gid(id, "Refund")
@@ -114,10 +128,11 @@ class _Queries:
         return connection(subs, webhook_view, args)
 
 
-def query_root(shop: Shop) -> dict[str, Any]:
+def query_root(shop: Shop, now: datetime) -> dict[str, Any]:
     """The ``QueryRoot`` fields the fake implements; the rest answer 'not implemented'."""
-    q = _Queries(shop)
+    q = _Queries(shop, now)
     return {
+        "__shop__": shop,  # not a field: the executor reads the app's scopes from it
         "shop": lambda info: shop_view(shop),
         "customer": q.customer,
         "customers": q.customers,

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from graphql import (
     DocumentNode,
@@ -85,7 +85,7 @@ def check_operation(
         variables=raw_vars,
         errors=tuple(e.message for e in errors),
     )
-    return checked, [e.formatted for e in errors], record
+    return checked, [dict(e.formatted) for e in errors], record
 
 
 def _check(
@@ -110,5 +110,5 @@ def _check(
     if isinstance(coerced, list):
         return None, coerced, kind, name
     # graphql-core 3.3 wraps the coerced values (``.coerced``); 3.2 returns the dict itself.
-    values = getattr(coerced, "coerced", coerced)
+    values = cast(dict[str, Any], getattr(coerced, "coerced", coerced))
     return Checked(document=document, operation=operation, variables=dict(values)), [], kind, name

@@ -30,6 +30,7 @@ from tests.fakes.shopify.state import (
     parse_gid,
 )
 from tests.fakes.shopify.views import customer_view, metafield_view, order_view, return_view, webhook_view
+from tests.fakes.shopify.webhooks import Webhook, return_json, webhook
 
 METAFIELD_TYPES = {
     "single_line_text_field",
@@ -131,6 +132,7 @@ class Writes:
 
     shop: Shop
     clock: Callable[[], datetime]
+    emitted: list[Webhook]
 
     def orderUpdate(self, info: GraphQLResolveInfo, input: dict[str, Any]) -> dict[str, Any]:  # noqa: N802
         """``orderUpdate``: contact, note, tags, metafields; the address only while unfulfilled."""
@@ -209,10 +211,10 @@ class Writes:
     def metafieldsSet(self, info: GraphQLResolveInfo, metafields: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N802
         """``metafieldsSet``: up to 25 at once on orders or customers, all or nothing."""
         if len(metafields) > 25:
-            problem = _err(
+            too_many = _err(
                 ["metafields"], "Exceeded the maximum metafields input limit of 25.", "LESS_THAN_OR_EQUAL_TO"
             )
-            return {"metafields": None, "userErrors": [{**problem, "elementIndex": None}]}
+            return {"metafields": None, "userErrors": [{**too_many, "elementIndex": None}]}
         owners, errors = [], []
         for i, m in enumerate(metafields):
             owner = self._owner(m["ownerId"])
@@ -272,6 +274,8 @@ class Writes:
             reason_note=next((str(i[note_field]) for i in items if i.get(note_field)), ""),
         )
         order.returns.append(ret)
+        if status == "REQUESTED":
+            self.emitted.append(webhook(self.shop, "returns/request", return_json(order, ret), ret.created_at))
         return {"return": return_view(self.shop, order, ret), "userErrors": []}
 
     def draftOrderCreate(self, info: GraphQLResolveInfo, input: dict[str, Any]) -> dict[str, Any]:  # noqa: N802
