@@ -26,7 +26,8 @@ from tools.catalogue import build_registry
 from tools.registry import Registry, ToolDef
 from tools.results import format_money
 
-_ORDER_ID = re.compile(r"\bO-[0-9A-Za-z]{1,16}\b")
+#: The sandbox's ``O-1042`` and a Shopify order's name ``#1001``.
+_ORDER_ID = re.compile(r"\bO-[0-9A-Za-z]{1,16}\b|#[0-9]{3,12}\b")
 _MONEY = re.compile(
     r"(?:[$€£]\s?(\d+(?:\.\d{1,2})?))|"
     r"(?:\b(\d+(?:\.\d{1,2})?)\s?(?:usd|eur|gbp|dollars?|euros?|pounds?)\b)",

@@ -99,6 +99,8 @@ class Report:
     min_agreement: float
     intents: dict[str, Figures] = field(default_factory=dict)
     tools: list[ToolRow] = field(default_factory=list)
+    #: Staff actions made outside signoff (refunds, cancellations, returns in the shop's admin), by tool.
+    outside: dict[str, int] = field(default_factory=dict)
 
 
 def compared_arguments(registry: Registry, tool: str, args: Any) -> Any:
@@ -225,6 +227,7 @@ async def build_report(
         row.verdict = verdict(row, policy)
         report.tools.append(row)
     report.intents = dict(sorted(report.intents.items()))
+    report.outside = dict(sorted((await facts.outside_counts(since=since, until=until)).items()))
     return report
 
 
@@ -248,6 +251,7 @@ def as_json(report: Report) -> dict[str, Any]:
             }
             for r in report.tools
         ],
+        "outside_staff_actions": dict(report.outside),
     }
 
 
@@ -287,4 +291,6 @@ def render(report: Report) -> str:
         out.append(f"{_line(label, r.figures, 40)}  {r.stage:<9} {r.verdict}")
     if not report.tools:
         out.append("  (no channel or principal kind is in the shadow stage and nothing was recorded)")
+    outside = ", ".join(f"{tool} {n}" for tool, n in report.outside.items()) or "none"
+    out += ["", f"staff actions outside signoff (the shop's admin): {outside}"]
     return "\n".join(out) + "\n"

@@ -25,7 +25,7 @@ from storage.limits import UsageCounts
 from storage.locks import Locks
 from storage.records import wall_clock
 from tools.backend import CommerceBackend
-from tools.catalogue import build_registry
+from tools.catalogue import build_registry, supported_by
 from tools.registry import Registry
 
 
@@ -80,7 +80,7 @@ def build_services(
     """The runtime's collaborators over ``db`` and the shop's ``backend`` (the composition root chooses it)."""
     clock = clock or wall_clock
     policy = policy or load_policy()
-    registry = build_registry()
+    registry = build_registry(supported_by(backend))
     jobs = JobQueue(db, clock=clock)
     confirmations = ConfirmationRepo(db)
     approvals = ApprovalRepo(db, jobs)

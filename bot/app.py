@@ -31,6 +31,10 @@ from bot.telemetry import Tracing, install_tracing
 from sandbox.dataset import load_dataset_file
 from sandbox.io import load_dataset, store_is_empty
 from sandbox.store import SandboxStore
+from shopify.auth import ClientCredentials, StaticToken, TokenSource
+from shopify.client import AdminClient
+from shopify.config import ShopifyConfig
+from shopify.writes import ShopifyBackend
 from storage import checkpoints
 from storage.checkpoints import Checkpoint
 from storage.db import Database, create_database
@@ -42,6 +46,7 @@ from storage.records import wall_clock
 
 if TYPE_CHECKING:
     from bot.slack.face import SlackFace
+from tools.backend import CommerceBackend
 from tools.catalogue import build_registry
 
 log = logging.getLogger(__name__)
@@ -121,7 +126,7 @@ class App:
     settings: Settings | None
     db: Database
     runtime: Runtime
-    backend: SandboxStore
+    backend: CommerceBackend
     notifier: Notifier
     metrics: Metrics | None = None
     #: Set when OTEL_EXPORTER_OTLP_ENDPOINT asked for export; None means tracing is off.
@@ -141,6 +146,8 @@ class App:
     async def close(self) -> None:
         if self.slack is not None:
             await self.slack.close()
+        if isinstance(self.backend, ShopifyBackend):
+            await self.backend.client.close()
         await self.db.dispose()
         if self.tracing is not None:
             await self.tracing.flush()
@@ -218,7 +225,7 @@ async def create_app(
         InstrumentedModel(model or build_model(settings, metrics), metrics), provider=settings.provider
     )
     clock = clock or wall_clock  # the one clock of every timestamp: the shop's and the runtime's
-    backend = SandboxStore(db, clock=clock)
+    backend = build_backend(settings, db, clock=clock)
     mailer, faces = email_face(settings, backend)
     teams = teams_face(settings, backend, clock=clock)
     staff: list[Notifier] = []
@@ -228,7 +235,7 @@ async def create_app(
     routed = RoutingNotifier(faces=faces, staff=staff, fallback=notifier or LogNotifier())
     services = build_services(db=db, model=instrumented, backend=backend, policy=policy, notifier=routed, clock=clock)
     attach_metrics(services, metrics)
-    await seed_data(settings, services, people, store=seed)
+    await seed_data(settings, services, people, store=seed and settings.signoff_backend == "sandbox")
     runtime = Runtime(services)
     inbound: dict[str, InboundHandler] = email_inbound(settings, runtime, mailer)  # the email face's worker side
     slack = slack_face(settings, runtime, backend, mailer)
@@ -236,7 +243,7 @@ async def create_app(
         await slack[0].start()
         routed.add("slack", slack[1], staff=True)
         inbound["slack"] = slack[2]
-    routes: list[web.AbstractRouteDef] = []
+    routes: list[web.AbstractRouteDef] = [*shopify_webhooks(settings, backend, runtime, inbound)]
     if teams is not None:
         teams.face.attach(runtime)
         inbound["teams"] = teams.face.handle
@@ -257,8 +264,48 @@ async def create_app(
     )
 
 
+def build_backend(settings: Settings, db: Database, *, clock: Callable[[], datetime]) -> CommerceBackend:
+    """The shop the tools act on: the sandbox store over ``db``, or a Shopify store's Admin API."""
+    if settings.signoff_backend == "sandbox":
+        return SandboxStore(db, clock=clock)
+    return shopify_backend(settings.shopify_config())
+
+
+def shopify_backend(config: ShopifyConfig) -> ShopifyBackend:
+    """A :class:`ShopifyBackend` for ``config``: a static token, or the client credentials grant."""
+    tokens: TokenSource
+    if config.access_token is not None:
+        tokens = StaticToken(config.access_token)
+        return ShopifyBackend(AdminClient(config, tokens))
+    assert config.client_id is not None and config.client_secret is not None
+    holder: list[AdminClient] = []
+    tokens = ClientCredentials(
+        url=config.token_url,
+        client_id=config.client_id,
+        client_secret=config.client_secret,
+        session=lambda: holder[0].session(),
+        timeout_s=config.timeout_s,
+    )
+    holder.append(AdminClient(config, tokens))
+    return ShopifyBackend(holder[0])
+
+
+def shopify_webhooks(
+    settings: Settings, backend: CommerceBackend, runtime: Runtime, inbound: dict[str, InboundHandler]
+) -> list[web.RouteDef]:
+    """With a Shopify backend, the webhooks face: its worker handler (into ``inbound``) and
+    ``POST /shopify/webhooks``; nothing with the sandbox."""
+    if not isinstance(backend, ShopifyBackend):
+        return []
+    from bot.shopify.face import ShopifyFace
+
+    face = ShopifyFace(config=settings.shopify_config(), backend=backend, runtime=runtime)
+    inbound["shopify"] = face.handle
+    return face.routes()
+
+
 def slack_face(
-    settings: Settings, runtime: Runtime, backend: SandboxStore, mailer: Mailer | None
+    settings: Settings, runtime: Runtime, backend: CommerceBackend, mailer: Mailer | None
 ) -> tuple[SlackFace, Notifier, InboundHandler] | None:
     """The Slack face (client, sender), its notifier and its worker handler; ``None`` without Slack."""
     from bot.slack import turns
@@ -310,7 +357,7 @@ class TeamsWiring:
 
 
 def teams_face(
-    settings: Settings, backend: SandboxStore, *, clock: Callable[[], datetime] | None = None
+    settings: Settings, backend: CommerceBackend, *, clock: Callable[[], datetime] | None = None
 ) -> TeamsWiring | None:
     """The Teams face when ``SIGNOFF_TEAMS_APP_ID``/``_TENANT_ID`` are set (imported only then:
     the Agents SDK is a second's import). Outbound tokens: MSAL client credentials, or the
@@ -331,7 +378,7 @@ def teams_face(
     return TeamsWiring(face=face, notifier=TeamsNotifier(face), staff_surface=ref is not None)
 
 
-def email_face(settings: Settings, backend: SandboxStore) -> tuple[Mailer | None, dict[str, Notifier]]:
+def email_face(settings: Settings, backend: CommerceBackend) -> tuple[Mailer | None, dict[str, Notifier]]:
     """The SMTP client (built once, for replies and follow-ups) and the email face's notifier."""
     from bot.email.bridge import smtp_config
     from bot.email.smtp import EmailFollowUps, SmtpMailer

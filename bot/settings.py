@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent.errors import ConfigError
 from bot.teams.config import TeamsConfig, TeamsConfigError
+from shopify.config import ShopifyConfig, shopify_config
 
 DEFAULT_MODEL = "claude-sonnet-4-5"
 #: HS256 needs a key at least as long as its hash (RFC 7518 §3.2).
@@ -110,6 +111,15 @@ class Settings(BaseSettings):
     signoff_teams_dev_outbound_token: SecretStr | None = None
     #: The public messaging endpoint the app package names (``signoff teams manifest``).
     signoff_teams_messaging_endpoint: str | None = None
+    #: The shop the tools act on: the bundled sandbox store, or a Shopify store (INTERFACES "Shopify").
+    signoff_backend: Literal["sandbox", "shopify"] = "sandbox"
+    signoff_shopify_shop: str | None = None
+    signoff_shopify_api_version: str | None = None
+    signoff_shopify_client_id: str | None = None
+    signoff_shopify_client_secret: str | None = Field(default=None, repr=False)
+    signoff_shopify_access_token: str | None = Field(default=None, repr=False)
+    signoff_shopify_webhook_secret: str | None = Field(default=None, repr=False)
+    signoff_shopify_admin_url: str | None = None
 
     @field_validator("signoff_database_url", "signoff_migration_database_url")
     @classmethod
@@ -267,6 +277,24 @@ class Settings(BaseSettings):
     def _teams(self) -> Settings:
         self.teams_config()  # fails at start-up, naming the variable
         return self
+
+    @model_validator(mode="after")
+    def _shopify(self) -> Settings:
+        if self.signoff_backend == "shopify":
+            self.shopify_config()  # fails at start-up, naming the variable
+        return self
+
+    def shopify_config(self) -> ShopifyConfig:
+        """The Shopify store's settings (``ValueError`` naming the variable when incomplete)."""
+        return shopify_config(
+            shop=self.signoff_shopify_shop,
+            api_version=self.signoff_shopify_api_version,
+            client_id=self.signoff_shopify_client_id,
+            client_secret=self.signoff_shopify_client_secret,
+            access_token=self.signoff_shopify_access_token,
+            webhook_secret=self.signoff_shopify_webhook_secret,
+            admin_url=self.signoff_shopify_admin_url,
+        )
 
     def teams_config(self) -> TeamsConfig | None:
         """The Teams face's settings, or ``None`` when Teams is not configured."""

@@ -486,3 +486,20 @@ class KnowledgeSectionRow(Base):
 
 Index("ix_knowledge_sections_doc_version", KnowledgeSectionRow.doc_id, KnowledgeSectionRow.version)
 search.register(KnowledgeSectionRow.__table__)  # type: ignore[arg-type]
+
+
+class OutsideStaffActionRow(Base):
+    """A refund, cancellation or return staff made outside signoff (in the Shopify admin), learnt
+    from the shop's webhook; ``signoff rollout report`` counts them beside the actions staff
+    executed through signoff. One row per webhook event (its id is the key)."""
+
+    __tablename__ = "outside_staff_actions"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    source: Mapped[str] = mapped_column(String(16))
+    #: The catalogue tool it corresponds to (``issue_refund``, ``cancel_order``, ``create_return``).
+    tool: Mapped[str] = mapped_column(String(64))
+    arguments: Mapped[Any] = mapped_column(JSONType)
+    customer_id: Mapped[str | None] = mapped_column(String(64))
+    principal: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(TS, index=True)

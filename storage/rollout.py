@@ -3,7 +3,9 @@ staff actually executed, read from ``proposals`` with their conversations (read-
 
 A shadow proposal is one the gate decided ``record`` (everything checked out; recorded, not
 executed). A staff action is a proposal a rep or supervisor's run executed without error
-(``execute``), whether the model proposed it or the runtime did after a confirmation.
+(``execute``), whether the model proposed it or the runtime did after a confirmation, or an
+action staff made outside signoff that the shop told us about (:class:`OutsideActions`: a
+refund in the Shopify admin, learnt from its webhook).
 """
 
 from __future__ import annotations
@@ -13,15 +15,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, func, or_, select
+from sqlalchemy import Connection, Table, func, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
 
 from storage.audit import utc
 from storage.db import Database
-from storage.models import ConversationRow, MessageRow, ProposalRow
+from storage.models import ConversationRow, MessageRow, OutsideStaffActionRow, ProposalRow
 
 _P = cast(Table, ProposalRow.__table__)
 _C = cast(Table, ConversationRow.__table__)
 _M = cast(Table, MessageRow.__table__)
+_O = cast(Table, OutsideStaffActionRow.__table__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,9 +108,23 @@ class RolloutFacts:
             )
             .order_by(_P.c.created_at, _P.c.id)
         )
+        outside = select(
+            _O.c.id.label("proposal_id"), _O.c.tool, _O.c.arguments, _O.c.created_at, _O.c.principal, _O.c.customer_id
+        ).where(_O.c.tool.in_(names), _O.c.created_at >= since, _O.c.created_at <= until)  # fmt: skip
         async with self._db.reader() as s:
-            rows = (await s.execute(stmt)).all()
-        return [StaffAction(**{**r._mapping, "created_at": utc(r.created_at)}) for r in rows]
+            rows = [*(await s.execute(stmt)).all(), *(await s.execute(outside)).all()]
+        actions = [StaffAction(**{**r._mapping, "created_at": utc(r.created_at)}) for r in rows]
+        return sorted(actions, key=lambda a: (a.created_at, a.proposal_id))
+
+    async def outside_counts(self, *, since: datetime, until: datetime) -> dict[str, int]:
+        """Staff actions made outside signoff (the shop's admin) in ``[since, until]``, by tool."""
+        stmt = (
+            select(_O.c.tool, func.count())
+            .where(_O.c.created_at >= since, _O.c.created_at <= until)
+            .group_by(_O.c.tool)
+        )
+        async with self._db.reader() as s:
+            return {str(tool): int(n) for tool, n in (await s.execute(stmt)).all()}
 
     async def opening_messages(self, conversation_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
         """Each conversation's first user message (its content blocks), by conversation id."""
@@ -130,3 +148,37 @@ class RolloutFacts:
 
 
 __all__ = ["RolloutFacts", "ShadowProposal", "StaffAction"]
+
+
+class OutsideActions:
+    """Staff actions made outside signoff, one per webhook event (a redelivery adds nothing)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def record(self, action: StaffAction, *, source: str) -> bool:
+        """Store ``action`` under its id (``proposal_id``: the event's id); ``False`` if known."""
+        values = {
+            "id": action.proposal_id,
+            "source": source,
+            "tool": action.tool,
+            "arguments": action.arguments,
+            "customer_id": action.customer_id,
+            "principal": action.principal,
+            "created_at": action.created_at,
+        }
+
+        def write(conn: Connection, _ctx: object) -> bool:
+            dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+            stmt = dialect.insert(_O).values(**values).on_conflict_do_nothing(index_elements=["id"]).returning(_O.c.id)
+            return conn.execute(stmt).scalar_one_or_none() is not None
+
+        return await self._db.write(write)
+
+    async def count(self, *, source: str | None = None) -> int:
+        """How many are stored (of one ``source``)."""
+        stmt = select(func.count()).select_from(_O)
+        if source is not None:
+            stmt = stmt.where(_O.c.source == source)
+        async with self._db.reader() as s:
+            return int((await s.execute(stmt)).scalar_one())

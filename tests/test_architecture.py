@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("agent", "tools", "storage", "sandbox", "bot")
+PACKAGES = ("agent", "tools", "storage", "sandbox", "shopify", "bot")
 
 
 def _imports(path: Path) -> set[str]:
@@ -38,11 +38,13 @@ def _offenders(package: str, banned: tuple[str, ...], allow: tuple[str, ...] = (
 
 
 RULES = [
-    ("storage", ("agent", "bot", "tools", "sandbox"), ()),
-    ("tools", ("agent", "bot", "storage", "sandbox"), ()),
-    ("sandbox", ("agent", "bot"), ()),
+    ("storage", ("agent", "bot", "tools", "sandbox", "shopify"), ()),
+    ("tools", ("agent", "bot", "storage", "sandbox", "shopify"), ()),
+    ("sandbox", ("agent", "bot", "shopify"), ()),
+    # The Shopify backend implements tools' protocols over the Admin API: no runtime, no faces, no SQL.
+    ("shopify", ("agent", "bot", "sandbox", "storage", "sqlalchemy"), ()),
     # The evaluation harness builds sandbox stores for its scenarios; nothing else in agent/ may.
-    ("agent", ("bot", "slack_bolt", "slack_sdk", "aiohttp.web", "sandbox"), ()),
+    ("agent", ("bot", "slack_bolt", "slack_sdk", "aiohttp.web", "sandbox", "shopify"), ()),
 ]
 
 

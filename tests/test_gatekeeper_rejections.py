@@ -136,7 +136,8 @@ SCHEMA_CASES: list[tuple[str, str, dict[str, Any], str]] = [
     ("minimum: zero amount", "issue_refund", refund(amount=0), "amount_minor"),
     ("minimum: negative amount", "issue_refund", refund(amount=-500), "amount_minor"),
     ("maximum: absurd amount", "issue_refund", refund(amount=10**12), "amount_minor"),
-    ("pattern: order id", "get_order", {"order_id": "1042"}, "order_id"),
+    # A bare number is a Shopify order name (INTERFACES "Shopify"); this is neither form.
+    ("pattern: order id", "get_order", {"order_id": "order 1042"}, "order_id"),
     ("pattern: order id with injection", "get_order", {"order_id": "O-1042' OR '1'='1"}, "order_id"),
     ("pattern: currency", "issue_refund", refund(currency="usd"), "currency"),
     ("pattern: evidence id", "issue_refund", refund(evidence=("the policy says so",)), "evidence"),

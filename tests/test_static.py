@@ -14,16 +14,16 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_mypy_is_clean() -> None:
-    done = _run("mypy", "agent", "tools", "storage", "sandbox", "bot")
+    done = _run("mypy", "agent", "tools", "storage", "sandbox", "shopify", "bot")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
 def test_ruff_is_clean() -> None:
-    done = _run("ruff", "check", "agent", "tools", "storage", "sandbox", "bot", "tests", "bench")
+    done = _run("ruff", "check", "agent", "tools", "storage", "sandbox", "shopify", "bot", "tests", "bench")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
 def test_ruff_format_leaves_the_code_as_it_is() -> None:
     """The code is formatted once, by ruff, and stays so (a format diff is a failing test)."""
-    done = _run("ruff", "format", "--check", "agent", "tools", "storage", "sandbox", "bot", "tests", "bench")
+    done = _run("ruff", "format", "--check", "agent", "tools", "storage", "sandbox", "shopify", "bot", "tests", "bench")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

@@ -232,7 +232,11 @@ class IdentityDirectory(Protocol):
 
 
 class CommerceBackend(IdentityDirectory, Protocol):
-    """A shop's system of record (its identity look-ups included). The sandbox store implements it over SQL."""
+    """A shop's system of record (its identity look-ups included). The sandbox store implements it over SQL.
+
+    A backend that cannot do every catalogue tool declares the ones it can as
+    ``supported_tools: frozenset[str]``; ``tools.catalogue.build_registry`` offers only those
+    (the sandbox declares none: it does them all)."""
 
     # -- reads, always scoped to the bound customer -------------------------
     async def list_orders(self, customer_id: str, *, status: OrderStatus | None = None) -> list[Order]:

@@ -76,9 +76,14 @@ def iso(value: datetime | None) -> str | None:
     return as_utc(value).isoformat().replace("+00:00", "Z")
 
 
+def minor_exponent(currency: str) -> int:
+    """Digits after the decimal point of ``currency``'s minor unit (ISO 4217): 2, or 0 / 3."""
+    return _EXPONENT.get(currency, 2)
+
+
 def format_money(amount_minor: int, currency: str) -> str:
     """``format_money(18900, "USD") == "189.00 USD"``; honours 0- and 3-decimal currencies."""
-    exp = _EXPONENT.get(currency, 2)
+    exp = minor_exponent(currency)
     sign = "-" if amount_minor < 0 else ""
     whole, frac = divmod(abs(amount_minor), 10**exp)
     return f"{sign}{whole}.{frac:0{exp}d} {currency}" if exp else f"{sign}{whole} {currency}"

@@ -14,13 +14,14 @@ from typing import Any
 
 Schema = dict[str, Any]
 
-ORDER_ID_PATTERN = r"^O-[0-9A-Za-z]{1,16}$"
-RETURN_ID_PATTERN = r"^RT-[0-9A-Za-z]{1,16}$"
+#: The sandbox's ``O-1042``; a Shopify order's name ``#1001`` (or ``1001``) or its GID.
+ORDER_ID_PATTERN = r"^(O-[0-9A-Za-z]{1,16}|#?[0-9]{1,12}|gid://shopify/Order/[0-9]{1,20})$"
+RETURN_ID_PATTERN = r"^(RT-[0-9A-Za-z]{1,16}|gid://shopify/Return/[0-9]{1,20})$"
 INVOICE_ID_PATTERN = r"^INV-[0-9A-Za-z]{1,16}$"
 EVIDENCE_ID_PATTERN = r"^[a-z0-9-]+@[0-9]+#[a-z0-9-]+$"
 SKU_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_./:-]{0,63}$"
 #: Ids a tool returned for an action (refunds, returns, messages, orders).
-ACTION_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
+ACTION_ID_PATTERN = r"^[A-Za-z0-9_.:/-]{1,64}$"
 
 #: Invisible formatting characters that can make text read differently to a person and to code:
 #: bidirectional embeddings, overrides and isolates (U+202A–U+202E, U+2066–U+2069), zero-width
@@ -125,12 +126,12 @@ def pattern(regex: str, max_length: int, description: str) -> Schema:
 
 def order_id() -> Schema:
     """An order id."""
-    return pattern(ORDER_ID_PATTERN, 18, "Order id as shown to the customer, e.g. O-1042.")
+    return pattern(ORDER_ID_PATTERN, 40, "Order id as shown to the customer, e.g. O-1042 or #1001.")
 
 
 def return_id() -> Schema:
     """A return id."""
-    return pattern(RETURN_ID_PATTERN, 19, "Return id, e.g. RT-31.")
+    return pattern(RETURN_ID_PATTERN, 40, "Return id as get_order or list_returns shows it, e.g. RT-31.")
 
 
 def invoice_id() -> Schema:

@@ -137,6 +137,9 @@ def _tooling_commands(sub: Subparsers) -> None:
     teams.add_parser(sub)
     jobs.add_parser(sub)
     knowledge.add_parser(sub)
+    from bot.cli import shopify
+
+    shopify.add_parser(sub)
 
     tok = sub.add_parser("token", help="a development JWT (HS256 with SIGNOFF_JWT_SECRET) for a person in the store")
     tok.add_argument("--sub", required=True)
@@ -186,7 +189,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
             from bot.cli.policy import policy_command, rollout_command
 
             return await (policy_command if args.command == "policy" else rollout_command)(settings, args)
-        case "teams" | "jobs" | "knowledge":
+        case "teams" | "jobs" | "knowledge" | "shopify":
             return await _operations(settings, args)
         case "serve":
             settings.require_model("serve")
@@ -213,7 +216,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
 
 
 async def _operations(settings: Settings, args: argparse.Namespace) -> int:
-    """``teams manifest``, ``jobs`` and ``knowledge``."""
+    """``teams manifest``, ``jobs``, ``knowledge`` and ``shopify check|webhooks install``."""
     if args.command == "jobs":
         from bot.cli.jobs import jobs_command
 
@@ -222,6 +225,10 @@ async def _operations(settings: Settings, args: argparse.Namespace) -> int:
         from bot.cli import knowledge
 
         return await knowledge.run(settings, args)
+    if args.command == "shopify":
+        from bot.cli import shopify
+
+        return await shopify.run(settings, args)
     from bot.cli import teams
 
     return teams.manifest(settings, args)
@@ -455,13 +462,14 @@ async def _token(settings: Settings, args: argparse.Namespace) -> int:
 
 async def _token_refusal(settings: Settings, args: argparse.Namespace) -> str | None:
     """Why the store does not back this token (``None``: it does)."""
-    from sandbox.store import SandboxStore
+    from bot.app import build_backend
     from storage.db import create_database
     from storage.identities import People
+    from storage.records import wall_clock
 
     db = create_database(settings.signoff_database_url)
+    store = build_backend(settings, db, clock=wall_clock)  # the sandbox, or the Shopify store
     try:
-        store = SandboxStore(db)
         try:
             if args.role == "customer":
                 if await store.get_customer(args.sub) is None:
@@ -481,6 +489,9 @@ async def _token_refusal(settings: Settings, args: argparse.Namespace) -> str | 
                 "run `signoff db upgrade` and load a dataset"
             ) from None
     finally:
+        close = getattr(getattr(store, "client", None), "close", None)
+        if close is not None:
+            await close()
         await db.dispose()
 
 

@@ -23,10 +23,22 @@ GROUP_BLURBS: dict[str, str] = {
 }
 
 
-def build_registry() -> Registry:
-    """All tools, in the stable order the prompt cache relies on."""
+def build_registry(supported: frozenset[str] | None = None) -> Registry:
+    """All tools, in the stable order the prompt cache relies on.
+
+    ``supported``: the backend's capability declaration (``supported_tools``, see
+    :func:`supported_by`): a tool the shop cannot do is left out, so the model is never offered
+    it; the runtime's own tools (``finish``, ``load_tools``, the case tools) always stay."""
     tools = (*always.TOOLS, *account.TOOLS, *orders.TOOLS, *returns.TOOLS, *billing.TOOLS)
+    if supported is not None:
+        tools = tuple(t for t in tools if t.meta.runtime or t.name in supported)
     return Registry.of(tools, GROUP_BLURBS)
 
 
-__all__ = ["GROUP_BLURBS", "build_registry"]
+def supported_by(backend: object) -> frozenset[str] | None:
+    """The tools ``backend`` declares it carries out (its ``supported_tools``); ``None``: all."""
+    declared = getattr(backend, "supported_tools", None)
+    return frozenset(declared) if declared is not None else None
+
+
+__all__ = ["GROUP_BLURBS", "build_registry", "supported_by"]

@@ -1,0 +1,1 @@
+"""The Shopify store's webhooks as a face: ``POST /shopify/webhooks`` and its worker side."""
