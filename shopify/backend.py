@@ -18,15 +18,12 @@ from shopify.ids import customer_gid, gid, order_ref
 from tools.backend import (
     Customer,
     Invoice,
-    KnowledgeHit,
-    KnowledgeKind,
     Order,
     OrderStatus,
     Payment,
     Refund,
     Return,
     Shipment,
-    StaffMember,
 )
 
 Obj = dict[str, Any]
@@ -131,26 +128,6 @@ class ShopifyReads:
         ]
         return mapping.customer(hits[0]) if len(hits) == 1 else None
 
-    async def find_customer_by_slack_user(self, slack_user_id: str) -> Customer | None:
-        """Not the shop's to know: signoff's identity links answer it."""
-        return None
-
-    async def find_customer_by_teams_user(self, aad_object_id: str) -> Customer | None:
-        """Not the shop's to know: signoff's identity links answer it."""
-        return None
-
-    async def get_staff(self, staff_id: str) -> StaffMember | None:
-        """Staff are not Shopify customers: signoff's own people answer it."""
-        return None
-
-    async def find_staff_by_slack_user(self, slack_user_id: str) -> StaffMember | None:
-        """Staff are not Shopify customers: signoff's own people answer it."""
-        return None
-
-    async def find_staff_by_teams_user(self, aad_object_id: str) -> StaffMember | None:
-        """Staff are not Shopify customers: signoff's own people answer it."""
-        return None
-
     # -- reads ---------------------------------------------------------------------------
     async def list_orders(self, customer_id: str, *, status: OrderStatus | None = None) -> list[Order]:
         """The customer's newest orders, optionally of one status."""
@@ -215,10 +192,3 @@ class ShopifyReads:
         """The customer's refunds created at or after ``since`` (orders updated since then)."""
         query = f"updated_at:>='{since.isoformat()}'"
         return [r for o in await self._orders(customer_id, query) for r in mapping.refunds(o) if r.created_at >= since]
-
-    async def search_knowledge(
-        self, query: str, *, kind: KnowledgeKind | None = None, limit: int = 5
-    ) -> list[KnowledgeHit]:
-        """Nothing here: knowledge is signoff's own store (``signoff knowledge import|sync``);
-        once that lands the search no longer goes through the commerce backend."""
-        return []

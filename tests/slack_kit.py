@@ -214,7 +214,7 @@ async def run_cli(env: dict[str, str], *args: str) -> tuple[int, str]:
     return proc.returncode or 0, out.decode()
 
 
-async def until_healthy(url: str, *, tries: int = 400) -> bool:
+async def until_healthy(url: str, *, tries: int = 1200) -> bool:
     """Poll ``url``/healthz every 50 ms until it answers 200 (an external process gives no other signal)."""
     async with aiohttp.ClientSession() as session:
         for _ in range(tries):

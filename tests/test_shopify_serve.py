@@ -85,3 +85,29 @@ async def test_serve_on_shopify_answers_a_customers_order_question(tmp_path: Pat
             assert "can't find" in other["reply"].lower() or "not" in other["reply"].lower(), other
     finally:
         await server.stop()
+
+
+async def test_knowledge_sync_imports_the_shops_policies_and_pages(tmp_path: Path, fake_store: str) -> None:
+    """`signoff knowledge sync` reads the shop's legal policies and published pages into signoff's
+    own knowledge through the one importer; a second sync with nothing changed is a no-op."""
+    env = _env(tmp_path / "sync.db", fake_store)
+    code, out = await run_cli(env, "db", "upgrade")
+    assert code == 0, out
+    code, out = await run_cli(env, "knowledge", "sync")
+    assert code == 0, out
+    assert "refund-policy  v1  created" in out and "shipping-policy  v1  created" in out, out
+    code, again = await run_cli(env, "knowledge", "sync")
+    assert code == 0 and " 0 new or changed" in again, again
+    code, listed = await run_cli(env, "knowledge", "list")
+    assert code == 0 and "refund-policy  v1  policy" in listed and "page-" in listed, listed
+
+
+async def test_knowledge_sync_with_a_shop_that_refuses_says_so(tmp_path: Path, fake_store: str) -> None:
+    """Wrong credentials: one line naming the failure, exit 1, nothing imported."""
+    env = {**_env(tmp_path / "bad.db", fake_store), "SIGNOFF_SHOPIFY_CLIENT_SECRET": "wrong"}
+    code, out = await run_cli(env, "db", "upgrade")
+    assert code == 0, out
+    code, out = await run_cli(env, "knowledge", "sync")
+    assert code == 1 and out.startswith("signoff: knowledge sync:") and "Traceback" not in out, out
+    code, listed = await run_cli(env, "knowledge", "list")
+    assert code == 0 and "refund-policy" not in listed, listed

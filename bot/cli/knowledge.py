@@ -31,15 +31,23 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 async def shop_pages(settings: Settings) -> Iterable[HtmlSource]:
-    """The shop's legal policies and Online Store pages, as :class:`HtmlSource` records.
-
-    The seam ``knowledge sync`` reads: with ``SIGNOFF_BACKEND=shopify`` it is ``shopify/pages.py``
-    (connected when that backend is part of the build)."""
-    if getattr(settings, "signoff_backend", "sandbox") != "shopify":
+    """The shop's legal policies and Online Store pages, as :class:`HtmlSource` records
+    (``shopify/pages.py``); ``knowledge sync`` needs ``SIGNOFF_BACKEND=shopify``."""
+    if settings.signoff_backend != "shopify":
         raise ConfigError(
             "knowledge sync needs SIGNOFF_BACKEND=shopify (the sandbox's knowledge loads with its dataset)"
         )
-    raise ConfigError("knowledge sync: this build has no Shopify pages reader")
+    from bot.cli.shopify import shop_backend
+    from shopify.client import ShopifyUnavailable
+    from shopify.pages import fetch_documents
+
+    backend = shop_backend(settings)
+    try:
+        return await fetch_documents(backend.client)
+    except ShopifyUnavailable as exc:
+        raise KnowledgeError(f"knowledge sync: {exc}") from None
+    finally:
+        await backend.client.close()
 
 
 def _report(results: list[Imported]) -> None:

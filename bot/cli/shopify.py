@@ -25,7 +25,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     install.add_argument("--url", required=True, help="the public https URL of POST /shopify/webhooks")
 
 
-def _backend(settings: Settings) -> ShopifyBackend:
+def shop_backend(settings: Settings) -> ShopifyBackend:
+    """The configured Shopify backend, or a ConfigError naming the bad setting."""
     from bot.app import shopify_backend
 
     try:
@@ -36,7 +37,7 @@ def _backend(settings: Settings) -> ShopifyBackend:
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     """Dispatch ``signoff shopify …``."""
-    backend = _backend(settings)
+    backend = shop_backend(settings)
     try:
         if args.shopify_command == "check":
             return await check(backend)
