@@ -107,14 +107,17 @@ class UsageCounts:
         q = _actions_query(tuple(sorted(tools)))
         return int(await self.db.read(lambda conn: conn.execute(q, params).scalar_one()))
 
-    async def executed_by(self, principal: str, window: timedelta, tools: Collection[str]) -> list[Executed]:
-        """Actions of ``tools`` that ``principal`` (``rep:ID``) carried out in the window, across
-        every customer (an approved request counts for the one who requested it)."""
+    async def executed_by(
+        self, principals: Collection[str], window: timedelta, tools: Collection[str]
+    ) -> list[Executed]:
+        """Actions of ``tools`` that any of ``principals`` (one person's keys: ``rep:ID``,
+        ``supervisor:ID``) carried out in the window, across every customer (an approved
+        request counts for the one who requested it)."""
         q = (
             select(ToolExecutionRow.tool, ToolExecutionRow.arguments)
             .join(ProposalRow, ProposalRow.id == ToolExecutionRow.proposal_id)
             .where(
-                ProposalRow.principal == principal,
+                ProposalRow.principal.in_(list(principals)),
                 ToolExecutionRow.tool.in_(list(tools)),
                 ToolExecutionRow.status.in_(_COUNTED),
                 ToolExecutionRow.created_at >= _since(window),
@@ -123,11 +126,14 @@ class UsageCounts:
         async with self.db.reader() as s:
             return [Executed(tool=t, arguments=a) for t, a in (await s.execute(q)).all()]
 
-    async def pending_requested_by(self, principal: str, tools: Collection[str]) -> list[tuple[str, int, str]]:
-        """``(args_hash, amount_minor, currency)`` of every approval ``principal`` requested for
-        ``tools`` that is still pending (if approved, that money moves too)."""
+    async def pending_requested_by(
+        self, principals: Collection[str], tools: Collection[str]
+    ) -> list[tuple[str, int, str]]:
+        """``(args_hash, amount_minor, currency)`` of every approval any of ``principals`` (one
+        person's keys) requested for ``tools`` that is still pending (if approved, that money
+        moves too)."""
         q = select(ApprovalRow.args_hash, ApprovalRow.amount_minor, ApprovalRow.currency).where(
-            ApprovalRow.requester == principal,
+            ApprovalRow.requester.in_(list(principals)),
             ApprovalRow.status == "pending",
             ApprovalRow.tool.in_(list(tools)),
         )

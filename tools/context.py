@@ -43,6 +43,14 @@ class Principal:
         """Whether the principal is a rep or a supervisor."""
         return self.kind in ("rep", "supervisor")
 
+    @property
+    def person_keys(self) -> tuple[str, ...]:
+        """Every key this person acts under: a staff member is one person whether they act as
+        a rep or as a supervisor (per-person caps count both), anyone else has one key."""
+        if self.is_staff:
+            return tuple(f"{role}:{self.id}" for role in ("rep", "supervisor"))
+        return (self.key,)
+
 
 def error_result(code: str, message: str, details: dict[str, Any]) -> dict[str, Any]:
     """The structured observation every refusal gives the model: ``{"error", "message"?, **details}``."""
