@@ -32,6 +32,7 @@ class ConversationRow(Base):
     """A conversation: its channel, principal, bound customer and loaded tool groups."""
 
     __tablename__ = "conversations"
+    __table_args__ = (Index("ix_conversations_principal", "principal_kind", "principal_id"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     channel: Mapped[str] = mapped_column(String(16))  # slack | api | email | demo | eval
@@ -39,6 +40,8 @@ class ConversationRow(Base):
     principal_kind: Mapped[str] = mapped_column(String(16))  # customer | rep | supervisor
     principal_id: Mapped[str] = mapped_column(String(64))
     customer_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    #: The budget an unbound principal shares (a Slack team, a sender domain): ``Principal.group``.
+    principal_group: Mapped[str | None] = mapped_column(String(128), index=True)
     status: Mapped[str] = mapped_column(String(16), default="open")  # open|escalated|resolved
     loaded_groups: Mapped[list[str]] = mapped_column(JSONType, default=list)
     model: Mapped[str] = mapped_column(String(128))

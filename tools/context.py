@@ -26,6 +26,10 @@ class Principal:
     kind: PrincipalKind
     id: str
     customer_id: str | None = None
+    #: Who shares a budget with a principal bound to no account: ``slack-team:T…`` for a Slack
+    #: user nobody linked, ``email-domain:example.com`` for a sender the provider did not vouch
+    #: for (``None``: none, or bound to an account and counted by it).
+    group: str | None = None
 
     @property
     def key(self) -> str:
