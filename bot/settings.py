@@ -73,6 +73,12 @@ class Settings(BaseSettings):
     signoff_audit_key_file: Path | None = None
     signoff_audit_checkpoint_file: Path | None = None
     signoff_audit_checkpoint_every_s: float | None = None
+    #: The separate audit signer (``unix:/PATH`` or ``http://127.0.0.1:PORT``): signs checkpoints
+    #: and keeps the highest seq it signed, out of the app user's reach.
+    signoff_audit_signer: str | None = None
+    #: Where each checkpoint is also sent, off this host: an append-only HTTP(S) endpoint or a
+    #: directory on a WORM mount.
+    signoff_audit_publish: str | None = None
     signoff_metrics_token: str | None = None
     signoff_metrics_addr: str | None = None
     signoff_smtp_url: str | None = None
@@ -283,7 +289,7 @@ class Settings(BaseSettings):
         :data:`DEFAULT_CHECKPOINT_EVERY_S` once a key or checkpoint file is configured, else off."""
         if self.signoff_audit_checkpoint_every_s is not None:
             return self.signoff_audit_checkpoint_every_s or None
-        if self.signoff_audit_key_file or self.signoff_audit_checkpoint_file:
+        if self.signoff_audit_key_file or self.signoff_audit_checkpoint_file or self.signoff_audit_signer:
             return DEFAULT_CHECKPOINT_EVERY_S
         return None
 
