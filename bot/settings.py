@@ -79,6 +79,8 @@ class Settings(BaseSettings):
     #: Where each checkpoint is also sent, off this host: an append-only HTTP(S) endpoint or a
     #: directory on a WORM mount.
     signoff_audit_publish: str | None = None
+    #: A supervisor's JWT for ``signoff policy apply|approve`` (instead of ``--token``).
+    signoff_staff_token: str | None = None
     signoff_metrics_token: str | None = None
     signoff_metrics_addr: str | None = None
     signoff_smtp_url: str | None = None

@@ -415,6 +415,19 @@ class AuditLog:
                 return _broken(seq, f"the row cannot be read (garbled: {type(exc).__name__})")
         return _broken(after_seq + 1, "a row cannot be read (garbled)")
 
+    async def row_intact(self, seq: int) -> bool:
+        """Whether row ``seq`` hashes to its stored hash and links to the row before it (the
+        genesis for seq 1): an event relied on (``policy.applied``) was not forged in place."""
+        rows = await self._batch(max(seq - 2, 0), seq, 2)
+        by_seq = {r._mapping["seq"]: dict(r._mapping) for r in rows}
+        row = by_seq.get(seq)
+        if row is None:
+            return False
+        prev_hash = by_seq[seq - 1]["hash"] if seq > 1 and seq - 1 in by_seq else GENESIS_HASH
+        if seq > 1 and seq - 1 not in by_seq:
+            return False
+        return _check_row(row, _Walked(seq=seq - 1, hash=prev_hash), None, seq - 1) is None
+
     async def head_seq(self) -> int:
         """The audit head's seq as stored (0: none yet); exported as a gauge, which an alert
         watches for going down (a truncated log with its head rewritten)."""

@@ -214,6 +214,7 @@ class AuditEventRow(Base):
     """Append-only, hash-chained. On PostgreSQL a trigger refuses UPDATE/DELETE."""
 
     __tablename__ = "audit_events"
+    __table_args__ = (Index("ix_audit_events_kind_seq", "kind", "seq"),)
 
     seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     ts: Mapped[datetime] = mapped_column(TS)

@@ -1,5 +1,5 @@
-"""The budget an unbound principal shares (a Slack team, a sender domain), and the index the
-per-principal limits count by.
+"""The budget an unbound principal shares (a Slack team, a sender domain), the index the
+per-principal limits count by, and the index that finds the policy in force by its audit event.
 
 Revision ID: 0011_sec_principals
 Revises: 0009_policy_versions
@@ -21,9 +21,12 @@ def upgrade() -> None:
         batch.add_column(sa.Column("principal_group", sa.String(128), nullable=True))
     op.create_index(op.f("ix_conversations_principal_group"), "conversations", ["principal_group"])
     op.create_index("ix_conversations_principal", "conversations", ["principal_kind", "principal_id"])
+    # The policy in force is found by its newest policy.applied event (polled every few seconds).
+    op.create_index("ix_audit_events_kind_seq", "audit_events", ["kind", "seq"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_audit_events_kind_seq", table_name="audit_events")
     op.drop_index("ix_conversations_principal", table_name="conversations")
     op.drop_index(op.f("ix_conversations_principal_group"), table_name="conversations")
     with op.batch_alter_table("conversations") as batch:
