@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from typing import Any
 
+import aiohttp
 import pytest
 
 from agent.errors import LimitExceeded
@@ -15,13 +17,17 @@ from agent.llm.testing import CompromisedModel, ScriptedModel
 from agent.metrics import attach_metrics
 from bot.email.turns import unverified_principal
 from bot.slack.face import Person
+from bot.teams.invoke import InvokeReply
+from bot.web import InboxFull
 from storage.db import Database
 from storage.inbox import Inbox
 from storage.jobs import JobQueue
 from tests.api_kit import client_for, counts, drain, settings
+from tests.fakes.bot_connector import APP_ID, TokenIssuer, message_activity
 from tests.gatekeeper_kit import C7, make_env, policy_with
 from tests.support import seeded
 from tests.test_email_bridge import mail, signed
+from tests.test_teams_routes import SERVICE, Recorder, config_for, start
 from tools.context import Principal
 
 
@@ -126,3 +132,24 @@ async def test_email_over_the_queue_cap_is_503_with_retry_after(db: Database) ->
         r = await client.post("/email/inbound", data=second, headers=signed(second))
         assert r.status == 200 and (await r.json())["status"] == "accepted"
     assert json.loads(second)["subject"]
+
+
+class _FullInbox(Recorder):
+    """The Teams face's door when the inbound queue is at its cap."""
+
+    async def __call__(self, activity: Any, raw: dict[str, Any], reference: dict[str, Any]) -> InvokeReply | None:
+        raise InboxFull(17)
+
+
+async def test_teams_over_the_queue_cap_is_503_with_retry_after() -> None:
+    async with TokenIssuer() as issuer, aiohttp.ClientSession() as http:
+        runner, url = await start(config_for(issuer), _FullInbox())
+        try:
+            token = issuer.mint(audience=APP_ID, service_url=SERVICE)
+            body = message_activity(service_url=SERVICE, text="hello")
+            headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+            async with http.post(url, data=json.dumps(body).encode(), headers=headers) as r:
+                answer = await r.json()
+                assert (r.status, r.headers.get("Retry-After"), answer["error"]) == (503, "17", "unavailable")
+        finally:
+            await runner.cleanup()
