@@ -265,21 +265,22 @@ class Gatekeeper:
         return None
 
     async def _staff_verdict(self, money: Money, p: Proposed, facts: RunFacts) -> _Verdict | None:
-        """A staff member's refunds across all customers in the last 24 h, plus their refund
+        """A staff member's refunds across all customers in the last 24 h (as a rep and as a
+        supervisor: one person, one budget), plus their refund
         requests still pending and this one: above the policy's per-staff cap a supervisor
         decides (routed to approval, not refused)."""
         who = facts.principal
         if not who.is_staff:
             return None
         moved = 0
-        for done in await self.usage.executed_by(who.key, DAY, self._refund_tools):
+        for done in await self.usage.executed_by(who.person_keys, DAY, self._refund_tools):
             tool = self._refund_tools[done.tool]
             m = tool.money(done.arguments) if tool.money and isinstance(done.arguments, dict) else None
             if m is not None and m.currency == money.currency:
                 moved += m.amount_minor
         pending = sum(
             amount
-            for h, amount, currency in await self.usage.pending_requested_by(who.key, self._refund_tools)
+            for h, amount, currency in await self.usage.pending_requested_by(who.person_keys, self._refund_tools)
             if currency == money.currency and h != p.hash
         )
         aggregate = money.amount_minor + moved + pending

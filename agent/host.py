@@ -9,6 +9,7 @@ continuations are written against this class alone.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
@@ -28,14 +29,23 @@ from agent.prompt import PROMPT_VERSION
 from agent.services import Services
 from agent.turn import Turn
 from storage.audit import AuditEvent
+from storage.inbox import Accepted
 from storage.leases import Leases
 from storage.records import Approval, Conversation, Run
 from storage.steps import NewProposal, ProposalOutcome, StepWrite
 from tools.context import Principal
 from tools.intent import classify
 
+log = logging.getLogger(__name__)
 HOUR = timedelta(hours=1)
 DAY = timedelta(hours=24)
+_TOO_MANY = "Too many new conversations in the last hour; continue an open one or try again later."
+_SPENT = "This account has used its assistant allowance for today; try again later."
+
+
+def _group(principal: Principal) -> str | None:
+    """The shared budget a customer bound to no account counts against (``None``: none)."""
+    return principal.group if principal.kind == "customer" and not principal.customer_id else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,39 +109,63 @@ class Host:
             principal_kind=principal.kind,
             principal_id=principal.id,
             customer_id=principal.customer_id,
+            principal_group=_group(principal),
             model=self.s.model.model_name,
             prompt_version=PROMPT_VERSION,
             loaded_groups=[],
             meta=meta,
         )
 
-    # -- per-customer limits across conversations (policy ``customer``) -----------------
+    # -- per-principal limits across conversations (policy ``customer`` and ``strangers``) ---
     async def check_new_conversation(self, principal: Principal) -> None:
-        """Refuse a customer's new conversation beyond the hourly limit (nothing is stored)."""
-        if principal.kind != "customer" or not principal.customer_id:
+        """Refuse a customer's new conversation beyond the hourly limit (nothing is stored): a
+        bound customer counted by account, anyone else by their own key and by their group."""
+        if principal.kind != "customer":
             return
-        limit = self.s.policy.customer.max_new_conversations_per_hour
-        if await self.s.usage.customer_conversations(principal.customer_id, HOUR) >= limit:
+        usage = self.s.usage
+        if principal.customer_id:
+            used = await usage.customer_conversations(principal.customer_id, HOUR)
+        else:
+            used = await usage.unbound_conversations(principal.kind, principal.id, HOUR)
+        if used >= self.s.policy.customer.max_new_conversations_per_hour:
             self._refused(principal, "conversations_per_hour")
-            raise LimitExceeded(
-                "conversations_per_hour",
-                "Too many new conversations in the last hour; continue an open one or try again later.",
-            )
+            raise LimitExceeded("conversations_per_hour", _TOO_MANY)
+        group = _group(principal)
+        limit = self.s.policy.strangers.max_new_conversations_per_hour_per_group
+        if group is not None and await usage.group_conversations(group, HOUR) >= limit:
+            self._refused(principal, "group_conversations_per_hour")
+            raise LimitExceeded("group_conversations_per_hour", _TOO_MANY)
 
     async def customer_tokens_today(self, principal: Principal) -> int | None:
-        """The model tokens of the customer's own conversations in the last 24 h (``None``: not a customer)."""
-        if principal.kind != "customer" or not principal.customer_id:
+        """The model tokens of the principal's own conversations in the last 24 h (an account's
+        across its conversations; ``None``: not a customer)."""
+        if principal.kind != "customer":
             return None
-        return await self.s.usage.customer_tokens(principal.customer_id, DAY)
+        if principal.customer_id:
+            return await self.s.usage.customer_tokens(principal.customer_id, DAY)
+        return await self.s.usage.unbound_tokens(principal.kind, principal.id, DAY)
 
     async def check_tokens_today(self, principal: Principal) -> None:
-        """Refuse a customer's turn once their day's model tokens are spent (before anything is stored)."""
+        """Refuse a customer's turn once their day's model tokens, or their group's, are spent
+        (before anything is stored)."""
         used = await self.customer_tokens_today(principal)
         if used is not None and used >= self.s.policy.customer.max_model_tokens_per_day:
             self._refused(principal, "model_tokens_per_day")
-            raise LimitExceeded(
-                "model_tokens_per_day", "This account has used its assistant allowance for today; try again later."
-            )
+            raise LimitExceeded("model_tokens_per_day", _SPENT)
+        group = _group(principal)
+        limit = self.s.policy.strangers.max_model_tokens_per_day_per_group
+        if group is not None and await self.s.usage.group_tokens(group, DAY) >= limit:
+            self._refused(principal, "group_model_tokens_per_day")
+            raise LimitExceeded("group_model_tokens_per_day", _SPENT)
+
+    async def accept_inbound(self, face: str, keys: Sequence[str], payload: dict[str, Any]) -> Accepted:
+        """``Inbox.accept`` under the policy's cap on messages waiting for the worker (``full``:
+        nothing stored; the face tells its sender to retry after ``inbound.retry_after_s``)."""
+        accepted = await self.s.inbox.accept(face, keys, payload, max_queued=self.s.policy.inbound.max_queued_jobs)
+        if accepted.full:
+            log.warning("inbound queue full (%s): %s message turned away", self.s.policy.inbound.max_queued_jobs, face)
+            self._refused(Principal(kind="system", id=face), "inbound_queue")
+        return accepted
 
     def _refused(self, principal: Principal, limit: str) -> None:
         # The refusal stores nothing; the metrics still count it.
@@ -166,7 +200,12 @@ class Host:
         """The conversation's acting principal; staff acting in assist mode keep their own identity."""
         if caller.is_staff:
             return Principal(kind=caller.kind, id=caller.id, customer_id=conv.customer_id)
-        return Principal(kind=conv.principal_kind, id=conv.principal_id, customer_id=conv.customer_id)  # type: ignore[arg-type]
+        return Principal(
+            kind=conv.principal_kind,  # type: ignore[arg-type]
+            id=conv.principal_id,
+            customer_id=conv.customer_id,
+            group=conv.principal_group,
+        )
 
     async def turn(
         self, conv: Conversation, principal: Principal, *, run: Run | None = None, first_message: str | None = None

@@ -187,6 +187,11 @@ class Metrics:
         self.breaker_trips = Counter(
             "signoff_breaker_trips", "Times a circuit breaker opened.", ["breaker"], registry=r
         )
+        # Read from the database at each scrape (bot.server): it only ever grows, so the alert
+        # SignoffAuditHeadWentDown fires when a truncated log had its head rewritten.
+        self.audit_head_seq = Gauge(
+            "signoff_audit_head_seq", "The audit chain's head seq as stored, read at scrape time.", registry=r
+        )
 
     # -- audit events ------------------------------------------------------------------
     def observe(self, events: list[Any]) -> None:

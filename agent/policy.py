@@ -71,6 +71,24 @@ class PrincipalLimits(_Strict):
     max_actions_per_day: int = Field(ge=1)
 
 
+class Strangers(_Strict):
+    """Budgets shared by the principals bound to no account (a Slack user nobody linked, an
+    email sender the provider did not vouch for). Each such principal has the ``customer``
+    limits under its own key; together, all of one Slack team or one sender domain share these
+    (so new identities cannot multiply the budget)."""
+
+    max_new_conversations_per_hour_per_group: int = Field(default=60, ge=1, strict=True)
+    max_model_tokens_per_day_per_group: int = Field(default=1_000_000, ge=1000, strict=True)
+
+
+class InboundLimits(_Strict):
+    """The accept-first faces' queue: above ``max_queued_jobs`` inbound messages waiting for the
+    worker, a new one is turned away (HTTP faces: 503 with ``Retry-After``)."""
+
+    max_queued_jobs: int = Field(default=1000, ge=1, strict=True)
+    retry_after_s: int = Field(default=30, ge=1, le=3600, strict=True)
+
+
 class RunLimits(_Strict):
     max_steps_per_turn: int = Field(ge=1, le=100)
     max_tokens_per_conversation: int = Field(ge=1000)
@@ -118,6 +136,8 @@ class Policy(_Strict):
     customer: PrincipalLimits
     rollout: Rollout
     cancellations: Cancellations = Field(default_factory=Cancellations)
+    strangers: Strangers = Field(default_factory=Strangers)
+    inbound: InboundLimits = Field(default_factory=InboundLimits)
 
     # -- lookups -----------------------------------------------------------------
     def scopes_for(self, kind: PrincipalKind) -> frozenset[str]:

@@ -1,9 +1,13 @@
-"""The versioned policy in the database: which one is active, what a new file changes,
-applying it (refusals, the audit event) and picking up a newly applied one while running.
+"""The versioned policy in the database: which one is in force, what a new file changes,
+applying it (refusals, the audit event, the second supervisor) and picking up a newly applied
+one while running.
 
-The active policy is the newest version applied to the database (``signoff policy apply``);
-until one is applied it is ``SIGNOFF_POLICY_FILE``, else the bundled default. Applying
-never edits: each apply adds a row and its ``policy.applied`` audit event in one transaction.
+The policy in force is the row named by the newest ``policy.applied`` audit event whose row id
+and sha256 match the row and whose audit row is intact in the chain; until one exists it is
+``SIGNOFF_POLICY_FILE``, else the bundled default. A row without such an event (one inserted
+straight into ``policy_versions``) is ignored and logged. A change to approvers, ceilings or
+rollout is stored as ``policy.proposed`` and comes into force only when a second supervisor
+approves it (:func:`approve_policy`).
 """
 
 from __future__ import annotations
@@ -19,13 +23,15 @@ from typing import Any, Literal
 
 from agent.errors import ConfigError
 from agent.policy import Policy, parse_policy, read_policy_text
-from storage.audit import AuditEvent, sha256_hex
-from storage.policies import NewPolicyVersion, PolicyVersion, PolicyVersions
+from storage.audit import AuditEvent, AuditLog, sha256_hex
+from storage.policies import APPLIED, PROPOSED, NewPolicyVersion, PolicyEvent, PolicyVersion, PolicyVersions
 
 log = logging.getLogger(__name__)
 
-#: How often a running process checks for a newly applied version (one ``max(id)`` query).
+#: How often a running process checks for a newly applied version (one indexed ``max(seq)``).
 REFRESH_EVERY_S = 5.0
+#: Top-level sections whose change needs a second supervisor before it is in force.
+SENSITIVE = ("approvers", "ceilings", "rollout")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,14 +56,58 @@ def parse_stored(row: PolicyVersion) -> Policy:
     return parse_policy(row.yaml, source=f"policy_versions #{row.id} (version {row.version})", setting="")
 
 
-async def active_policy(versions: PolicyVersions, path: Path | None) -> ActivePolicy:
-    """The newest applied version, else the policy file (``path``), else the bundled default."""
+@dataclass(frozen=True, kw_only=True)
+class PolicyState:
+    """The stored versions as the audit chain sees them: the row in force and the proposals
+    waiting for a second supervisor."""
+
+    in_force: PolicyVersion | None
+    pending: tuple[tuple[PolicyVersion, PolicyEvent], ...]
+    #: The newest policy event's seq and the newest row id when this was read (the refresher's marks).
+    event_seq: int | None
+    row_id: int | None
+
+
+async def policy_state(versions: PolicyVersions, audit: AuditLog) -> PolicyState:
+    """Read the policy events and rows: the in-force row is the newest ``policy.applied`` event
+    that matches its row and is intact in the chain; rows no event names are logged, ignored."""
+    events = await versions.events()
+    in_force: PolicyVersion | None = None
+    for event in reversed([e for e in events if e.kind == APPLIED]):
+        row = await versions.get(event.row)
+        if row is not None and row.sha256 == event.sha256 == sha256_hex(row.yaml) and await audit.row_intact(event.seq):
+            in_force = row
+            break
+        log.error("policy.applied at audit seq %s does not match policy_versions #%s: ignored", event.seq, event.row)
+    applied = {e.row for e in events if e.kind == APPLIED}
+    pending = []
+    for event in events:
+        if event.kind == PROPOSED and event.row not in applied:
+            row = await versions.get(event.row)
+            if row is not None and row.sha256 == event.sha256:
+                pending.append((row, event))
+    named = {e.row for e in events}
+    ids = await versions.ids()
+    for raw in (i for i in ids if i not in named):
+        log.warning("policy_versions #%s has no policy audit event (inserted outside `signoff policy`): ignored", raw)
+    return PolicyState(
+        in_force=in_force,
+        pending=tuple(pending),
+        event_seq=events[-1].seq if events else None,
+        row_id=ids[-1] if ids else None,
+    )
+
+
+async def active_policy(versions: PolicyVersions, path: Path | None, audit: AuditLog | None = None) -> ActivePolicy:
+    """The version in force (see :func:`policy_state`), else the policy file (``path``), else the
+    bundled default."""
     try:
-        row = await versions.latest()
+        state = await policy_state(versions, audit or AuditLog(versions.db))
     except Exception as exc:  # the table is missing: migrations were not run
         raise ConfigError(
             f"SIGNOFF_DATABASE_URL: cannot read policy_versions ({type(exc).__name__}); run `signoff db upgrade`"
         ) from None
+    row = state.in_force
     if row is not None:
         return ActivePolicy(
             policy=parse_stored(row), yaml=row.yaml, source="database", where=f"policy_versions #{row.id}", row=row
@@ -157,10 +207,26 @@ def refusal(active: ActivePolicy, new: Policy, new_text: str, earlier: list[Poli
     return None
 
 
+def needs_second_supervisor(delta: list[Change]) -> bool:
+    """Whether a change touches approvers, ceilings or rollout (:data:`SENSITIVE`)."""
+    return any(c.path.split(".", 1)[0] in SENSITIVE for c in delta)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Applied:
+    """What an apply stored: the row, what it changes, and whether it waits for a second supervisor."""
+
+    row: PolicyVersion
+    changes: list[Change]
+    pending: bool
+
+
 async def apply_policy(
     versions: PolicyVersions, active: ActivePolicy, new: NewPolicyVersion, *, source: str
-) -> tuple[PolicyVersion, list[Change]]:
-    """Validate and store ``new`` after ``active`` with its ``policy.applied`` audit event.
+) -> Applied:
+    """Validate and store ``new`` over ``active`` with its audit event: ``policy.applied`` (in
+    force now), or ``policy.proposed`` when it changes approvers, ceilings or rollout (in force
+    once another supervisor approves). ``new.applied_by`` is an authenticated supervisor.
 
     Raises :class:`ConfigError` for an invalid file and :class:`PolicyRefused` for a refused apply."""
     policy = parse_policy(new.yaml, source=source, setting="")
@@ -170,10 +236,11 @@ async def apply_policy(
     if why is not None:
         raise PolicyRefused(why)
     delta = changes(active.policy, policy)
+    pending = needs_second_supervisor(delta)
 
     def event(row_id: int, at: datetime) -> AuditEvent:
         return AuditEvent(
-            kind="policy.applied",
+            kind=PROPOSED if pending else APPLIED,
             principal=f"supervisor:{new.applied_by}",
             policy_version=policy.version,
             ts=at,
@@ -191,18 +258,47 @@ async def apply_policy(
             },
         )
 
-    row = await versions.apply(new, after=active.row, audit=event)
-    return row, delta
+    row = await versions.add(new, in_force=active.row, audit=event)
+    return Applied(row=row, changes=delta, pending=pending)
+
+
+async def approve_policy(
+    versions: PolicyVersions, active: ActivePolicy, row_id: int, *, approver: str, operator: str
+) -> PolicyVersion:
+    """A second supervisor puts proposal ``row_id`` in force (``policy.applied`` naming the row,
+    its sha256, who proposed and who approved). Refused (:class:`PolicyRefused`) when it is not
+    pending, when the approver proposed it, or when another version came into force since."""
+    state = await policy_state(versions, AuditLog(versions.db))
+    found = next(((r, e) for r, e in state.pending if r.id == row_id), None)
+    if found is None:
+        raise PolicyRefused(f"policy_versions #{row_id} is not a proposal waiting for approval")
+    row, proposed = found
+    if row.applied_by == approver:
+        raise PolicyRefused(f"{approver} proposed policy_versions #{row_id}; another supervisor must approve it")
+    if proposed.data.get("from_sha256") != active.sha256:
+        raise PolicyRefused(
+            f"the policy in force changed since policy_versions #{row_id} was proposed: propose it again"
+        )
+    event = AuditEvent(
+        kind=APPLIED,
+        principal=f"supervisor:{approver}",
+        policy_version=row.version,
+        data={**proposed.data, "approved_by": approver, "approver_operator": operator, "proposed_at_seq": proposed.seq},
+    )
+    await versions.record(in_force=active.row, event=event)
+    return row
 
 
 # -- picking up a newly applied version --------------------------------------------------------
 
 
 class PolicyRefresher:
-    """Polls the newest applied row id; when it moves, parses that version and hands it to ``use``.
+    """Polls the newest policy audit event and row id; when either moves, reads which version
+    is in force (:func:`policy_state`) and hands a new one to ``use``.
 
-    One ``max(id)`` query per period, outside any turn; a version that fails to parse is logged
-    and the running policy kept."""
+    Two indexed ``max`` queries per period, outside any turn; a row inserted without its audit
+    event is logged and ignored; a version that fails to parse is logged and the running policy
+    kept."""
 
     def __init__(
         self,
@@ -216,14 +312,16 @@ class PolicyRefresher:
         self.use = use
         self.seen_id = seen_id
         self.every_s = every_s
+        self._marks: tuple[int | None, int | None] | None = None
 
     async def check(self) -> bool:
-        """Pick up a newer applied version now; whether one was taken."""
-        newest = await self.versions.latest_id()
-        if newest is None or newest == self.seen_id:
+        """Pick up a version newly in force now; whether one was taken."""
+        marks = (await self.versions.latest_event_seq(), await self.versions.latest_id())
+        if marks == self._marks:
             return False
-        row = await self.versions.latest()
-        if row is None:
+        self._marks = marks
+        row = (await policy_state(self.versions, AuditLog(self.versions.db))).in_force
+        if row is None or row.id == self.seen_id:
             return False
         self.seen_id = row.id
         try:

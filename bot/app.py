@@ -155,10 +155,15 @@ class App:
     async def audit_checkpoint(self, *, skip_if_unchanged: bool = False) -> Checkpoint | None:
         """Sign the audit head into the configured checkpoint file (``signoff audit checkpoint``)."""
         assert self.settings is not None
+        from bot.signer import RemoteSigner, publisher
+
+        s = self.settings
         return await checkpoints.take(
             self.runtime.s.audit,
-            key_file=self.settings.audit_key_path,
-            checkpoint_file=self.settings.audit_checkpoint_path,
+            key_file=s.audit_key_path,
+            signer=RemoteSigner(s.signoff_audit_signer) if s.signoff_audit_signer else None,
+            publish=[publisher(s.signoff_audit_publish)] if s.signoff_audit_publish else [],
+            checkpoint_file=s.audit_checkpoint_path,
             skip_if_unchanged=skip_if_unchanged,
         )
 

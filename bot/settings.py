@@ -87,6 +87,14 @@ class Settings(BaseSettings):
     signoff_job_budget_s: float = Field(default=300.0, gt=0, le=3600)
     #: Failed attempts before a job is quarantined (terminal; listed by ``signoff jobs``).
     signoff_job_max_attempts: int = Field(default=5, ge=1, le=100)
+    #: The separate audit signer (``unix:/PATH`` or ``http://127.0.0.1:PORT``): signs checkpoints
+    #: and keeps the highest seq it signed, out of the app user's reach.
+    signoff_audit_signer: str | None = None
+    #: Where each checkpoint is also sent, off this host: an append-only HTTP(S) endpoint or a
+    #: directory on a WORM mount.
+    signoff_audit_publish: str | None = None
+    #: A supervisor's JWT for ``signoff policy apply|approve`` (instead of ``--token``).
+    signoff_staff_token: SecretStr | None = None
     signoff_metrics_token: SecretStr | None = None
     signoff_metrics_addr: str | None = None
     #: ``/metrics`` on its own port (on ``serve --host``); without it or the address above,
@@ -356,7 +364,7 @@ class Settings(BaseSettings):
         :data:`DEFAULT_CHECKPOINT_EVERY_S` once a key or checkpoint file is configured, else off."""
         if self.signoff_audit_checkpoint_every_s is not None:
             return self.signoff_audit_checkpoint_every_s or None
-        if self.signoff_audit_key_file or self.signoff_audit_checkpoint_file:
+        if self.signoff_audit_key_file or self.signoff_audit_checkpoint_file or self.signoff_audit_signer:
             return DEFAULT_CHECKPOINT_EVERY_S
         return None
 

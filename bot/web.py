@@ -56,6 +56,21 @@ class ApiError(Exception):
         return STATUS[self.code]
 
 
+class InboxFull(Exception):
+    """The inbound queue is at its cap (policy ``inbound.max_queued_jobs``): nothing was stored.
+    HTTP faces answer 503 with ``Retry-After`` (:func:`busy_response`) so the sender retries."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__(f"inbound queue full; retry after {retry_after_s} s")
+        self.retry_after_s = retry_after_s
+
+
+def busy_response(exc: InboxFull) -> web.Response:
+    """503, ``Retry-After`` and the JSON error of a full inbound queue."""
+    body = {"error": "unavailable", "message": say.INBOX_FULL.format(seconds=exc.retry_after_s)}
+    return web.json_response(body, status=503, headers={"Retry-After": str(exc.retry_after_s)})
+
+
 async def read_limited(request: web.Request, limit: int) -> bytes:
     """The raw body, refusing (413) as soon as it exceeds ``limit`` bytes."""
     if request.content_length is not None and request.content_length > limit:
@@ -154,6 +169,8 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = error_response(exc.code if exc.code in STATUS else "invalid", str(exc))
     except Busy:
         response = error_response("conflict", say.BUSY)
+    except InboxFull as exc:
+        response = busy_response(exc)
     except ModelUnavailable:
         response = error_response("unavailable", say.MODEL_UNAVAILABLE)
     except web.HTTPException as exc:

@@ -390,7 +390,10 @@ class AuditLog:
         """Check every row after ``start`` up to ``bound``: the first broken one, or where the walk ended."""
         last, matched = start, start.seq
         while last.seq < bound:
-            rows = await self._batch(last.seq, bound, batch)
+            try:
+                rows = await self._batch(last.seq, bound, batch)
+            except (ValueError, TypeError):  # a column the driver cannot decode (garbled JSON, time)
+                return await self._garbled(last.seq, min(bound, last.seq + batch))
             if not rows:
                 return _broken(last.seq + 1, f"deleted tail: the head is at seq {bound}")
             for row in rows:
@@ -402,6 +405,33 @@ class AuditLog:
                     matched = values["seq"]
                 last = _Walked(seq=values["seq"], hash=values["hash"])
         return last
+
+    async def _garbled(self, after_seq: int, upto_seq: int) -> VerifyResult:
+        """The first row after ``after_seq`` that cannot be read (one batch failed to decode)."""
+        for seq in range(after_seq + 1, upto_seq + 1):
+            try:
+                await self._batch(seq - 1, seq, 1)
+            except (ValueError, TypeError) as exc:
+                return _broken(seq, f"the row cannot be read (garbled: {type(exc).__name__})")
+        return _broken(after_seq + 1, "a row cannot be read (garbled)")
+
+    async def row_intact(self, seq: int) -> bool:
+        """Whether row ``seq`` hashes to its stored hash and links to the row before it (the
+        genesis for seq 1): an event relied on (``policy.applied``) was not forged in place."""
+        rows = await self._batch(max(seq - 2, 0), seq, 2)
+        by_seq = {r._mapping["seq"]: dict(r._mapping) for r in rows}
+        row = by_seq.get(seq)
+        if row is None:
+            return False
+        prev_hash = by_seq[seq - 1]["hash"] if seq > 1 and seq - 1 in by_seq else GENESIS_HASH
+        if seq > 1 and seq - 1 not in by_seq:
+            return False
+        return _check_row(row, _Walked(seq=seq - 1, hash=prev_hash), None, seq - 1) is None
+
+    async def head_seq(self) -> int:
+        """The audit head's seq as stored (0: none yet); exported as a gauge, which an alert
+        watches for going down (a truncated log with its head rewritten)."""
+        return (await self._snapshot()).seq or 0
 
     async def _snapshot(self) -> _Snapshot:
         """Head and highest stored seq, read in one statement (one snapshot)."""

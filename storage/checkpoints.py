@@ -31,11 +31,11 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -55,6 +55,36 @@ _TAIL = 4096
 
 class CheckpointError(Exception):
     """A checkpoint could not be made, read or trusted; the message is one line."""
+
+
+class SigningKey(Protocol):
+    """What signs a checkpoint: an Ed25519 key (``Ed25519PrivateKey`` is one as is), or a KMS
+    key behind the same two methods (see :mod:`storage.signer`)."""
+
+    def public_key(self) -> Ed25519PublicKey:
+        """The public half verifiers check signatures with."""
+        ...
+
+    def sign(self, data: bytes) -> bytes:
+        """The Ed25519 signature of ``data``."""
+        ...
+
+
+class CheckpointSigner(Protocol):
+    """Who signs a head for :func:`take`: a key file on this host (:class:`KeyFileSigner`) or
+    the separate signer process (``bot.signer.RemoteSigner``), which refuses to go backwards."""
+
+    async def public_key(self) -> Ed25519PublicKey:
+        """The key the checkpoints it signs verify with."""
+        ...
+
+    async def checkpoint(self, *, seq: int, hash_: str) -> Checkpoint:
+        """The signed checkpoint of head ``(seq, hash_)``."""
+        ...
+
+
+#: Sends a checkpoint off-host to an append-only place (``bot.signer.publisher``).
+Publish = Callable[["Checkpoint"], Awaitable[None]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,7 +180,7 @@ def _load_pem(path: Path) -> object:
 # --------------------------------------------------------------------------- signing and files
 
 
-def sign(key: Ed25519PrivateKey, *, seq: int, hash_: str, ts: datetime | None = None) -> Checkpoint:
+def sign(key: SigningKey, *, seq: int, hash_: str, ts: datetime | None = None) -> Checkpoint:
     """A checkpoint of head ``(seq, hash_)`` at ``ts`` (default now), signed with ``key``."""
     when = (ts or wall_clock()).astimezone(UTC)
     when = datetime.fromisoformat(iso_utc(when).replace("Z", "+00:00"))  # what the file will hold
@@ -256,17 +286,46 @@ def anchors(checkpoints: Iterable[Checkpoint]) -> dict[int, Checkpoint]:
 # --------------------------------------------------------------------------- taking one
 
 
+@dataclass(frozen=True)
+class KeyFileSigner:
+    """Signs with the Ed25519 key file at ``key_file`` on this host (created on first use)."""
+
+    key_file: Path
+
+    async def public_key(self) -> Ed25519PublicKey:
+        """The key file's public half."""
+        return (await asyncio.to_thread(load_or_create_signing_key, self.key_file)).public_key()
+
+    async def checkpoint(self, *, seq: int, hash_: str) -> Checkpoint:
+        """``(seq, hash_)`` signed with the key file (no memory of earlier heads: see the signer)."""
+        key = await asyncio.to_thread(load_or_create_signing_key, self.key_file)
+        return sign(key, seq=seq, hash_=hash_)
+
+
 async def take(
-    log: AuditLog, *, key_file: Path, checkpoint_file: Path, skip_if_unchanged: bool = False
+    log: AuditLog,
+    *,
+    checkpoint_file: Path,
+    key_file: Path | None = None,
+    signer: CheckpointSigner | None = None,
+    publish: Sequence[Publish] = (),
+    skip_if_unchanged: bool = False,
 ) -> Checkpoint | None:
-    """Verify the rows since the file's last checkpoint, then sign and append the current head.
+    """Verify the rows since the file's last checkpoint, then have ``signer`` (default: the key
+    file ``key_file``) sign the current head, append it to the file and ``publish`` it.
 
     Raises :class:`CheckpointError` when the log does not extend the last checkpoint (so a
-    tampered log is never signed). With ``skip_if_unchanged``, returns ``None`` instead of
-    writing a checkpoint identical in seq and hash to the last one (the worker's schedule).
+    tampered log is never signed), when the signer refuses or answers for another head, and
+    when publishing fails (the checkpoint is then in the file, not yet off-host). With
+    ``skip_if_unchanged``, returns ``None`` instead of writing a checkpoint identical in seq
+    and hash to the last one (the worker's schedule).
     """
-    key = await asyncio.to_thread(load_or_create_signing_key, key_file)
-    last = await asyncio.to_thread(read_last, checkpoint_file, key.public_key())
+    if signer is None:
+        if key_file is None:
+            raise CheckpointError("no signer and no audit key file: nothing can sign a checkpoint")
+        signer = KeyFileSigner(key_file)
+    public_key = await signer.public_key()
+    last = await asyncio.to_thread(read_last, checkpoint_file, public_key)
     since = (last.seq, last.hash) if last is not None else None
     result = await log.verify(since=since)
     if not result.ok:
@@ -277,9 +336,36 @@ async def take(
     assert result.head_hash is not None
     if skip_if_unchanged and last is not None and (last.seq, last.hash) == (result.count, result.head_hash):
         return None
-    checkpoint = sign(key, seq=result.count, hash_=result.head_hash)
-    await asyncio.to_thread(append, checkpoint_file, checkpoint)
-    return checkpoint
+    checkpoint = await signer.checkpoint(seq=result.count, hash_=result.head_hash)
+    checked = parse_line(checkpoint.to_line().rstrip("\n"), 0, public_key, where="the signer's answer")
+    if (checked.seq, checked.hash) != (result.count, result.head_hash):
+        raise CheckpointError(f"the signer signed seq {checked.seq}, not the head (seq {result.count})")
+    await asyncio.to_thread(append, checkpoint_file, checked)
+    for send in publish:
+        await send(checked)
+    return checked
+
+
+async def verify_anchored(log: AuditLog, sources: Sequence[tuple[str, Sequence[Checkpoint]]]) -> VerifyResult:
+    """Verify the chain against the checkpoints of every source (``(name, checkpoints)``: a
+    file, the signer's history); two sources that disagree about a seq are a rewritten log."""
+    by_seq: dict[int, tuple[str, Checkpoint]] = {}
+    for name, cps in sources:
+        for cp in cps:
+            seen = by_seq.get(cp.seq)
+            if seen is not None and seen[1].hash != cp.hash:
+                raise CheckpointError(
+                    f"{seen[0]} and {name} sign different hashes for seq {cp.seq}: the log was rewritten"
+                )
+            by_seq.setdefault(cp.seq, (name, cp))
+    result = await log.verify(anchors={seq: cp.hash for seq, (_, cp) in by_seq.items()})
+    hit = by_seq.get(result.checkpoint_seq) if result.checkpoint_seq is not None else None
+    if hit is not None:
+        where = f"line {hit[1].line} of {hit[0]}" if hit[1].line else hit[0]
+        result = dataclasses.replace(
+            result, reason=f"{result.reason} (checkpoint in {where}, signed {iso_utc(hit[1].ts)})"
+        )
+    return result
 
 
 async def verify_against(log: AuditLog, *, key_file: Path, checkpoint_file: Path) -> tuple[VerifyResult, int]:
@@ -302,6 +388,11 @@ async def verify_against(log: AuditLog, *, key_file: Path, checkpoint_file: Path
 __all__ = [
     "Checkpoint",
     "CheckpointError",
+    "CheckpointSigner",
+    "KeyFileSigner",
+    "Publish",
+    "SigningKey",
+    "verify_anchored",
     "anchors",
     "append",
     "key_id",

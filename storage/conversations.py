@@ -51,6 +51,7 @@ def to_conversation(row: ConversationRow) -> Conversation:
         next_seq=row.next_seq,
         meta=dict(row.meta or {}),
         created_at=aware(row.created_at) or wall_clock(),
+        principal_group=row.principal_group,
     )
 
 
@@ -110,7 +111,7 @@ _USAGE: Table = TokenUsageRow.__table__  # type: ignore[assignment]
 _INSERT_CONV = prepared(insert(_CONVS))
 #: The columns ``create`` sets (any other keeps its default).
 _CONV_KEYS = (
-    "id", "channel", "external_ref", "principal_kind", "principal_id", "customer_id", "status",
+    "id", "channel", "external_ref", "principal_kind", "principal_id", "customer_id", "principal_group", "status",
     "loaded_groups", "model", "prompt_version", "next_seq", "meta", "created_at", "updated_at",
 )  # fmt: skip
 _INSERT_RUN = prepared(insert(_RUNS))
@@ -175,6 +176,7 @@ class ConversationRepo:
         prompt_version: str,
         loaded_groups: list[str],
         meta: dict[str, Any] | None = None,
+        principal_group: str | None = None,
     ) -> Conversation:
         """Insert-if-absent on ``external_ref`` (a Slack thread, an email thread)."""
         now = self._clock()
@@ -185,6 +187,7 @@ class ConversationRepo:
             principal_kind=principal_kind,
             principal_id=principal_id,
             customer_id=customer_id,
+            principal_group=principal_group,
             status="open",
             loaded_groups=list(loaded_groups),
             model=model,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, cast
 
-from sqlalchemy import Connection, Table, select, update
+from sqlalchemy import Connection, Table, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -54,10 +54,12 @@ class Inbound:
 
 @dataclass(frozen=True, kw_only=True)
 class Accepted:
-    """What ``accept`` did: ``fresh`` is false for a redelivery (``id`` is then ``None``)."""
+    """What ``accept`` did: ``fresh`` is false for a redelivery (``id`` is then ``None``);
+    ``full`` is true when nothing was stored because the queue is at its cap (retry later)."""
 
     id: str | None
     fresh: bool
+    full: bool = False
 
 
 def _inbound(row: InboundRow) -> Inbound:
@@ -79,6 +81,12 @@ def _dialect_of(conn: Connection) -> Any:
     return postgresql if conn.dialect.name == "postgresql" else sqlite
 
 
+def _queued(conn: Connection, cap: int) -> int:
+    """Inbound messages waiting for the worker, counted up to ``cap`` (bounded work at any depth)."""
+    waiting = select(_INBOUND.c.id).where(_INBOUND.c.status == "queued").limit(cap).subquery()
+    return int(conn.execute(select(func.count()).select_from(waiting)).scalar_one())
+
+
 class _Known(Exception):
     """A key was recorded by a concurrent delivery: roll the whole acceptance back."""
 
@@ -91,9 +99,12 @@ class Inbox:
         self._jobs = jobs
         self._clock = clock or wall_clock
 
-    async def accept(self, face: str, keys: Sequence[str], payload: dict[str, Any]) -> Accepted:
+    async def accept(
+        self, face: str, keys: Sequence[str], payload: dict[str, Any], *, max_queued: int | None = None
+    ) -> Accepted:
         """Record the message under all its ``keys`` and queue its turn, in one transaction;
-        nothing is written when any key was recorded before."""
+        nothing is written when any key was recorded before, nor (``full``) when ``max_queued``
+        messages already wait for the worker (its keys stay unknown, so a retry is accepted)."""
         if not keys or any(not k or len(k) > MAX_KEY for k in keys):
             raise ValueError(f"inbound keys must be 1..{MAX_KEY} characters")
         now = self._clock()
@@ -106,6 +117,8 @@ class Inbox:
             known = conn.execute(select(_KEYS.c.event_id).where(_KEYS.c.event_id.in_(list(keys)))).first()
             if known is not None:
                 return Accepted(id=None, fresh=False)
+            if max_queued is not None and _queued(conn, max_queued) >= max_queued:
+                return Accepted(id=None, fresh=False, full=True)
             insert = _dialect_of(conn).insert
             for key in dict.fromkeys(keys):
                 stmt = (

@@ -46,24 +46,51 @@ _CONVERSATIONS = prepared(
         ConversationRow.created_at >= _SINCE,
     )
 )
-_TOKENS = prepared(
-    select(
-        func.coalesce(
-            func.sum(
-                TokenUsageRow.input_tokens
-                + TokenUsageRow.output_tokens
-                + TokenUsageRow.cache_creation_tokens
-                + TokenUsageRow.cache_read_tokens
-            ),
-            0,
-        )
+# An unbound principal (no account) is counted by its own key, its group by the group.
+_PRINCIPAL_CONVERSATIONS = prepared(
+    select(func.count(ConversationRow.id)).where(
+        ConversationRow.principal_kind == bindparam("k"),
+        ConversationRow.principal_id == bindparam("p"),
+        ConversationRow.customer_id.is_(None),
+        ConversationRow.created_at >= _SINCE,
     )
+)
+_GROUP_CONVERSATIONS = prepared(
+    select(func.count(ConversationRow.id)).where(
+        ConversationRow.principal_group == bindparam("g"),
+        ConversationRow.customer_id.is_(None),
+        ConversationRow.created_at >= _SINCE,
+    )
+)
+_TOKEN_SUM = func.coalesce(
+    func.sum(
+        TokenUsageRow.input_tokens
+        + TokenUsageRow.output_tokens
+        + TokenUsageRow.cache_creation_tokens
+        + TokenUsageRow.cache_read_tokens
+    ),
+    0,
+)
+_TOKENS_SINCE = TokenUsageRow.created_at >= _SINCE
+_PRINCIPAL_TOKENS = prepared(
+    select(_TOKEN_SUM)
     .join(ConversationRow, ConversationRow.id == TokenUsageRow.conversation_id)
     .where(
-        ConversationRow.customer_id == bindparam("c"),
-        ConversationRow.principal_kind == "customer",
-        TokenUsageRow.created_at >= _SINCE,
+        ConversationRow.principal_kind == bindparam("k"),
+        ConversationRow.principal_id == bindparam("p"),
+        ConversationRow.customer_id.is_(None),
+        _TOKENS_SINCE,
     )
+)
+_GROUP_TOKENS = prepared(
+    select(_TOKEN_SUM)
+    .join(ConversationRow, ConversationRow.id == TokenUsageRow.conversation_id)
+    .where(ConversationRow.principal_group == bindparam("g"), ConversationRow.customer_id.is_(None), _TOKENS_SINCE)
+)
+_TOKENS = prepared(
+    select(_TOKEN_SUM)
+    .join(ConversationRow, ConversationRow.id == TokenUsageRow.conversation_id)
+    .where(ConversationRow.customer_id == bindparam("c"), ConversationRow.principal_kind == "customer", _TOKENS_SINCE)
 )
 
 
@@ -100,6 +127,26 @@ class UsageCounts:
         params = {"c": customer_id, "since": _since(window)}
         return int(await self.db.read(lambda conn: conn.execute(_TOKENS, params).scalar_one()))
 
+    async def unbound_conversations(self, kind: str, ident: str, window: timedelta) -> int:
+        """Conversations a principal bound to no account (``kind``, ``ident``) opened in the window."""
+        params = {"k": kind, "p": ident, "since": _since(window)}
+        return int(await self.db.read(lambda conn: conn.execute(_PRINCIPAL_CONVERSATIONS, params).scalar_one()))
+
+    async def unbound_tokens(self, kind: str, ident: str, window: timedelta) -> int:
+        """Model tokens used in the conversations of a principal bound to no account."""
+        params = {"k": kind, "p": ident, "since": _since(window)}
+        return int(await self.db.read(lambda conn: conn.execute(_PRINCIPAL_TOKENS, params).scalar_one()))
+
+    async def group_conversations(self, group: str, window: timedelta) -> int:
+        """Conversations every unbound principal of ``group`` (a Slack team, a sender domain) opened."""
+        params = {"g": group, "since": _since(window)}
+        return int(await self.db.read(lambda conn: conn.execute(_GROUP_CONVERSATIONS, params).scalar_one()))
+
+    async def group_tokens(self, group: str, window: timedelta) -> int:
+        """Model tokens every unbound principal of ``group`` used."""
+        params = {"g": group, "since": _since(window)}
+        return int(await self.db.read(lambda conn: conn.execute(_GROUP_TOKENS, params).scalar_one()))
+
     async def customer_actions(self, customer_id: str, window: timedelta, tools: Collection[str]) -> int:
         """Actions of ``tools`` carried out (ledger entries not ``failed``) in the window in
         the customer's own conversations."""
@@ -107,14 +154,17 @@ class UsageCounts:
         q = _actions_query(tuple(sorted(tools)))
         return int(await self.db.read(lambda conn: conn.execute(q, params).scalar_one()))
 
-    async def executed_by(self, principal: str, window: timedelta, tools: Collection[str]) -> list[Executed]:
-        """Actions of ``tools`` that ``principal`` (``rep:ID``) carried out in the window, across
-        every customer (an approved request counts for the one who requested it)."""
+    async def executed_by(
+        self, principals: Collection[str], window: timedelta, tools: Collection[str]
+    ) -> list[Executed]:
+        """Actions of ``tools`` that any of ``principals`` (one person's keys: ``rep:ID``,
+        ``supervisor:ID``) carried out in the window, across every customer (an approved
+        request counts for the one who requested it)."""
         q = (
             select(ToolExecutionRow.tool, ToolExecutionRow.arguments)
             .join(ProposalRow, ProposalRow.id == ToolExecutionRow.proposal_id)
             .where(
-                ProposalRow.principal == principal,
+                ProposalRow.principal.in_(list(principals)),
                 ToolExecutionRow.tool.in_(list(tools)),
                 ToolExecutionRow.status.in_(_COUNTED),
                 ToolExecutionRow.created_at >= _since(window),
@@ -123,11 +173,14 @@ class UsageCounts:
         async with self.db.reader() as s:
             return [Executed(tool=t, arguments=a) for t, a in (await s.execute(q)).all()]
 
-    async def pending_requested_by(self, principal: str, tools: Collection[str]) -> list[tuple[str, int, str]]:
-        """``(args_hash, amount_minor, currency)`` of every approval ``principal`` requested for
-        ``tools`` that is still pending (if approved, that money moves too)."""
+    async def pending_requested_by(
+        self, principals: Collection[str], tools: Collection[str]
+    ) -> list[tuple[str, int, str]]:
+        """``(args_hash, amount_minor, currency)`` of every approval any of ``principals`` (one
+        person's keys) requested for ``tools`` that is still pending (if approved, that money
+        moves too)."""
         q = select(ApprovalRow.args_hash, ApprovalRow.amount_minor, ApprovalRow.currency).where(
-            ApprovalRow.requester == principal,
+            ApprovalRow.requester.in_(list(principals)),
             ApprovalRow.status == "pending",
             ApprovalRow.tool.in_(list(tools)),
         )

@@ -33,6 +33,7 @@ class ConversationRow(Base):
     """A conversation: its channel, principal, bound customer and loaded tool groups."""
 
     __tablename__ = "conversations"
+    __table_args__ = (Index("ix_conversations_principal", "principal_kind", "principal_id"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     channel: Mapped[str] = mapped_column(String(16))  # slack | api | email | demo | eval
@@ -40,6 +41,8 @@ class ConversationRow(Base):
     principal_kind: Mapped[str] = mapped_column(String(16))  # customer | rep | supervisor
     principal_id: Mapped[str] = mapped_column(String(64))
     customer_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    #: The budget an unbound principal shares (a Slack team, a sender domain): ``Principal.group``.
+    principal_group: Mapped[str | None] = mapped_column(String(128), index=True)
     status: Mapped[str] = mapped_column(String(16), default="open")  # open|escalated|resolved
     loaded_groups: Mapped[list[str]] = mapped_column(JSONType, default=list)
     model: Mapped[str] = mapped_column(String(128))
@@ -212,6 +215,7 @@ class AuditEventRow(Base):
     """Append-only, hash-chained. On PostgreSQL a trigger refuses UPDATE/DELETE."""
 
     __tablename__ = "audit_events"
+    __table_args__ = (Index("ix_audit_events_kind_seq", "kind", "seq"),)
 
     seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     ts: Mapped[datetime] = mapped_column(TS)

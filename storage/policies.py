@@ -1,13 +1,15 @@
-"""Applied policy versions (``policy_versions``): the versioned, audited policy.
+"""Policy versions (``policy_versions``) and the audit events that put them in force.
 
-Each ``signoff policy apply`` adds one row holding the YAML exactly as applied, its
-SHA-256, who applied it and the version it replaced, and appends its audit event in
-the same transaction. The newest row is the active policy. Rows are never updated or
-deleted: a rollback applies the older text again as a new row.
+Each ``signoff policy apply`` adds one row holding the YAML exactly as given, its SHA-256,
+who applied it and the version in force before, and appends its audit event in the same
+transaction: ``policy.applied`` (in force now) or ``policy.proposed`` (a change to approvers,
+ceilings or rollout, in force once a second supervisor's ``policy.applied`` names it). A row
+is in force only through such an event carrying its id and sha256: a row inserted straight
+into the table is ignored. Rows are never updated or deleted: a rollback applies the older
+text again as a new row.
 
-Applies are serialised by the row id: an apply names the id it expects to follow
-(:meth:`PolicyVersions.apply`'s ``after_id``) and takes the next one, so of two
-concurrent applies over the same active version one commits and the other is
+Writes are serialised by the version in force: each names the row it expects in force (the
+newest ``policy.applied`` event's), so of two concurrent applies one commits and the other is
 refused with :class:`PolicyMoved` (nothing of it is stored).
 """
 
@@ -23,10 +25,16 @@ from sqlalchemy.exc import IntegrityError
 
 from storage.audit import AuditEvent, append_audit_sync, sha256_hex, utc
 from storage.db import Database, WriteContext
-from storage.models import PolicyVersionRow
+from storage.models import AuditEventRow, PolicyVersionRow
 from storage.records import wall_clock
 
 _VERSIONS = cast(Table, PolicyVersionRow.__table__)
+_EVENTS = cast(Table, AuditEventRow.__table__)
+#: A row comes into force only with this event (its row id and sha256) in the audit chain.
+APPLIED = "policy.applied"
+#: A change one supervisor made that waits for a second (approvers, ceilings, rollout).
+PROPOSED = "policy.proposed"
+POLICY_EVENTS = (APPLIED, PROPOSED)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +66,17 @@ class PolicyVersion:
     previous_version: str | None
 
 
+@dataclass(frozen=True, kw_only=True)
+class PolicyEvent:
+    """A ``policy.proposed`` or ``policy.applied`` audit event: which row, with which sha256."""
+
+    seq: int
+    kind: str
+    row: int
+    sha256: str
+    data: dict[str, Any]
+
+
 class PolicyMoved(Exception):
     """Another apply committed first: the active version is no longer the one this apply followed."""
 
@@ -75,8 +94,13 @@ class PolicyVersions:
         self._db = db
         self._clock = clock or wall_clock
 
+    @property
+    def db(self) -> Database:
+        """The database the versions (and their audit events) live in."""
+        return self._db
+
     async def latest(self) -> PolicyVersion | None:
-        """The active (newest) applied version, or ``None`` when none was ever applied."""
+        """The newest row stored (in force or not: see ``agent.policy_store.active_policy``)."""
         async with self._db.reader() as s:
             row = (await s.execute(select(_VERSIONS).order_by(_VERSIONS.c.id.desc()).limit(1))).first()
         return _record(row) if row is not None else None
@@ -100,50 +124,92 @@ class PolicyVersions:
             rows = (await s.execute(select(_VERSIONS).order_by(_VERSIONS.c.id.desc()).limit(limit))).all()
         return [_record(r) for r in rows]
 
-    async def apply(
-        self, new: NewPolicyVersion, *, after: PolicyVersion | None, audit: Callable[[int, datetime], AuditEvent]
-    ) -> PolicyVersion:
-        """Store ``new`` as the version following ``after`` (``None``: the first) and append the
-        audit event ``audit(id, applied_at)`` builds, in one transaction.
+    async def get(self, row_id: int) -> PolicyVersion | None:
+        """The row ``row_id``, if it exists."""
+        async with self._db.reader() as s:
+            row = (await s.execute(select(_VERSIONS).where(_VERSIONS.c.id == row_id))).first()
+        return _record(row) if row is not None else None
 
-        Raises :class:`PolicyMoved` (and stores nothing) when ``after`` is no longer the newest row.
-        """
-        after_id = after.id if after is not None else 0
+    async def ids(self) -> list[int]:
+        """Every row id (a handful: one per apply)."""
+        async with self._db.reader() as s:
+            return [int(i) for i in (await s.execute(select(_VERSIONS.c.id).order_by(_VERSIONS.c.id))).scalars()]
+
+    async def events(self) -> list[PolicyEvent]:
+        """Every ``policy.proposed`` and ``policy.applied`` audit event, in seq order."""
+        stmt = select(_EVENTS.c.seq, _EVENTS.c.kind, _EVENTS.c.data).where(_EVENTS.c.kind.in_(POLICY_EVENTS))
+        async with self._db.reader() as s:
+            rows = (await s.execute(stmt.order_by(_EVENTS.c.seq))).all()
+        return [e for e in (_event(seq, kind, data) for seq, kind, data in rows) if e is not None]
+
+    async def latest_event_seq(self) -> int | None:
+        """The newest policy event's seq: the cheap check a running process polls (an index)."""
+        stmt = select(func.max(_EVENTS.c.seq)).where(_EVENTS.c.kind.in_(POLICY_EVENTS))
+        async with self._db.reader() as s:
+            return cast(int | None, (await s.execute(stmt)).scalar())
+
+    async def add(
+        self, new: NewPolicyVersion, *, in_force: PolicyVersion | None, audit: Callable[[int, datetime], AuditEvent]
+    ) -> PolicyVersion:
+        """Store ``new`` (proposed over ``in_force``) with the audit event ``audit(id, at)`` builds
+        (``policy.applied`` puts it in force; ``policy.proposed`` waits for a second supervisor),
+        in one transaction. Raises :class:`PolicyMoved` (storing nothing) when another version
+        came into force meanwhile."""
         now = self._clock()
         values: dict[str, object] = {
-            "id": after_id + 1,
             "version": new.version,
             "yaml": new.yaml,
             "sha256": new.sha256,
             "applied_at": now,
             "applied_by": new.applied_by,
             "operator": new.operator,
-            "previous_version": after.version if after is not None else None,
+            "previous_version": in_force.version if in_force is not None else None,
         }
+        expected = in_force.id if in_force is not None else None
 
-        def _apply(conn: Connection, ctx: WriteContext) -> None:
-            newest = conn.execute(select(func.max(_VERSIONS.c.id))).scalar() or 0
-            if newest != after_id:
-                raise PolicyMoved(f"another policy version was applied meanwhile (row {newest}); run it again")
-            conn.execute(insert(_VERSIONS), values)
-            event = audit(after_id + 1, now)
-            append_audit_sync(conn, [event], ctx.audit_head)
-            ctx.audit_events.append(event)
+        def _add(conn: Connection, ctx: WriteContext) -> int:
+            _check_in_force(conn, expected)
+            row_id = int(conn.execute(select(func.max(_VERSIONS.c.id))).scalar() or 0) + 1
+            conn.execute(insert(_VERSIONS), {**values, "id": row_id})
+            _append(conn, ctx, audit(row_id, now))
+            return row_id
 
         try:
-            await self._db.write(_apply)
+            row_id = await self._db.write(_add)
         except IntegrityError:  # a concurrent apply took the same id first
             raise PolicyMoved("another policy version was applied meanwhile; run it again") from None
-        return PolicyVersion(
-            id=after_id + 1,
-            version=new.version,
-            yaml=new.yaml,
-            sha256=new.sha256,
-            applied_at=utc(now),
-            applied_by=new.applied_by,
-            operator=new.operator,
-            previous_version=after.version if after is not None else None,
-        )
+        return PolicyVersion(id=row_id, **{**values, "applied_at": utc(now)})  # type: ignore[arg-type]
+
+    async def record(self, *, in_force: PolicyVersion | None, event: AuditEvent) -> None:
+        """Append ``event`` (a second supervisor's ``policy.applied`` of a proposed row) if the
+        version in force is still ``in_force``; else :class:`PolicyMoved` and nothing is stored."""
+        expected = in_force.id if in_force is not None else None
+
+        def _record_event(conn: Connection, ctx: WriteContext) -> None:
+            _check_in_force(conn, expected)
+            _append(conn, ctx, event)
+
+        await self._db.write(_record_event)
 
 
-__all__ = ["NewPolicyVersion", "PolicyMoved", "PolicyVersion", "PolicyVersions"]
+def _append(conn: Connection, ctx: WriteContext, event: AuditEvent) -> None:
+    append_audit_sync(conn, [event], ctx.audit_head)
+    ctx.audit_events.append(event)
+
+
+def _check_in_force(conn: Connection, expected: int | None) -> None:
+    """Raise :class:`PolicyMoved` unless the newest ``policy.applied`` event names row ``expected``."""
+    stmt = select(_EVENTS.c.data).where(_EVENTS.c.kind == APPLIED).order_by(_EVENTS.c.seq.desc()).limit(1)
+    data = conn.execute(stmt).scalar()
+    current = data.get("row") if isinstance(data, dict) else None
+    if current != expected:
+        raise PolicyMoved(f"another policy version came into force meanwhile (row {current}); run it again")
+
+
+def _event(seq: int, kind: str, data: Any) -> PolicyEvent | None:
+    if not isinstance(data, dict) or not isinstance(data.get("row"), int) or not isinstance(data.get("sha256"), str):
+        return None
+    return PolicyEvent(seq=seq, kind=kind, row=data["row"], sha256=data["sha256"], data=data)
+
+
+__all__ = ["APPLIED", "PROPOSED", "NewPolicyVersion", "PolicyEvent", "PolicyMoved", "PolicyVersion", "PolicyVersions"]

@@ -46,6 +46,8 @@ class Conversation:
     next_seq: int
     meta: dict[str, Any]
     created_at: datetime
+    #: The budget the (unbound) principal shares: ``tools.context.Principal.group``.
+    principal_group: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

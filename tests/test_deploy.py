@@ -75,7 +75,12 @@ def test_alert_rules_cover_breaker_escalations_and_refunds_on_exported_metrics()
     """The starter rules exist, carry a severity and a summary, and query exported metrics."""
     rules = [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
     names = {r["alert"] for r in rules}
-    assert {"SignoffModelBreakerOpen", "SignoffEscalationSpike", "SignoffRefundAmountSpike"} <= names
+    assert {
+        "SignoffModelBreakerOpen",
+        "SignoffEscalationSpike",
+        "SignoffRefundAmountSpike",
+        "SignoffAuditHeadWentDown",
+    } <= names
     known = exported_series()
     for r in rules:
         assert r["labels"]["severity"] in ("warning", "critical") and r["annotations"]["summary"]

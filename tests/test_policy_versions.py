@@ -20,8 +20,10 @@ from agent.policy_store import (
     PolicyRefused,
     active_policy,
     apply_policy,
+    approve_policy,
     changes,
 )
+from bot.api.auth import make_token
 from bot.app import create_app, demo_dataset_path
 from bot.cli import main
 from bot.settings import load_settings
@@ -66,9 +68,27 @@ def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SIGNOFF_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path / 'p.db'}")
+    monkeypatch.setenv("SIGNOFF_JWT_SECRET", SECRET)
     assert main(["db", "upgrade"]) == 0
     assert main(["store", "load", str(demo_dataset_path())]) == 0
     return tmp_path
+
+
+SECRET = "policy-test-secret-that-is-at-least-32-bytes"
+ROLES = {"S-1": "rep", "S-2": "rep", "S-3": "supervisor", "S-4": "supervisor"}
+
+
+def _in_force(path: Path, proposer: str = "S-3", approver: str = "S-4") -> None:
+    """Apply ``path`` as ``proposer`` and, when it waits for a second supervisor, approve it as ``approver``."""
+    assert main(["policy", "apply", str(path), "--token", tok(proposer)]) == 0
+    rows, kinds = _stored()
+    if kinds and kinds[-1] == "policy.proposed":
+        assert main(["policy", "approve", str(rows), "--token", tok(approver)]) == 0
+
+
+def tok(staff_id: str, role: str | None = None) -> str:
+    """A staff member's JWT, as the HTTP API would accept it (the role the store gives them)."""
+    return make_token(SECRET, sub=staff_id, role=role or ROLES.get(staff_id, "supervisor"), ttl_s=600)
 
 
 def _write(dir: Path, name: str, text: str) -> Path:
@@ -110,7 +130,7 @@ def test_a_bad_file_is_one_error_naming_file_and_field_exit_2_and_nothing_change
     cli: Path, capsys: pytest.CaptureFixture[str], case: str, text: str, says: str
 ) -> None:
     bad = _write(cli, "bad.yaml", text)
-    for argv in (["policy", "diff", str(bad)], ["policy", "apply", str(bad), "--as", "S-3"]):
+    for argv in (["policy", "diff", str(bad)], ["policy", "apply", str(bad), "--token", tok("S-3")]):
         assert main(argv) == 2, (case, argv)
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"signoff: {bad}: ") and says in err and "\n" not in err, err
@@ -122,7 +142,12 @@ def test_show_before_and_after_an_apply(cli: Path, capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert f"active policy: version {load_policy().version}" in out
     assert "bundled default (no version applied to the database yet)" in out
-    assert main(["policy", "apply", str(_write(cli, "v2.yaml", V2)), "--as", "S-3"]) == 0
+    assert main(["policy", "apply", str(_write(cli, "v2.yaml", V2)), "--token", tok("S-3")]) == 0
+    capsys.readouterr()
+    assert main(["policy", "show"]) == 0
+    out = capsys.readouterr().out
+    assert "bundled default" in out and "pending approval: #1 version 2027.1 proposed by S-3" in out
+    assert main(["policy", "approve", "1", "--token", tok("S-4")]) == 0
     capsys.readouterr()
     assert main(["policy", "show"]) == 0
     out = capsys.readouterr().out
@@ -146,18 +171,17 @@ def test_diff_prints_key_paths_and_a_unified_diff(cli: Path, capsys: pytest.Capt
 
 def test_apply_is_audited_and_every_refusal_stores_nothing(cli: Path, capsys: pytest.CaptureFixture[str]) -> None:
     v2 = _write(cli, "v2.yaml", V2)
-    for who, says in (("S-1", "S-1 is a rep; only a supervisor"), ("S-99", "no staff member S-99")):
-        assert main(["policy", "apply", str(v2), "--as", who]) == 1
-        assert says in capsys.readouterr().err
     assert _stored() == (0, [])
-    assert main(["policy", "apply", str(v2), "--as", "S-3"]) == 0
+    assert main(["policy", "apply", str(v2), "--token", tok("S-3")]) == 0
     out = capsys.readouterr().out
-    assert "applied policy 2027.1 as policy_versions #1" in out and "ceilings.rep.USD: 20000 -> 10000" in out
+    assert "proposed policy 2027.1 as policy_versions #1" in out and "ceilings.rep.USD: 20000 -> 10000" in out
+    assert main(["policy", "approve", "1", "--token", tok("S-4")]) == 0
+    capsys.readouterr()
     # nothing changed / content changed under the same version
-    assert main(["policy", "apply", str(v2), "--as", "S-3"]) == 1
+    assert main(["policy", "apply", str(v2), "--token", tok("S-3")]) == 1
     assert "refused: nothing changed" in capsys.readouterr().err
     same_version = _write(cli, "v2b.yaml", _edit(V2, ("rep: {USD: 10000", "rep: {USD: 12000")))
-    assert main(["policy", "apply", str(same_version), "--as", "S-4"]) == 1
+    assert main(["policy", "apply", str(same_version), "--token", tok("S-4")]) == 1
     assert "its version is still '2027.1': bump `version`" in capsys.readouterr().err
     assert _stored()[0] == 1
     # v3, then a file reusing the version 2027.1 with other content is refused; the real v2 text
@@ -165,20 +189,20 @@ def test_apply_is_audited_and_every_refusal_stores_nothing(cli: Path, capsys: py
     v3 = _write(
         cli, "v3.yaml", _edit(V2, ('version: "2027.1"', 'version: "2027.2"'), ("min_samples: 50", "min_samples: 20"))
     )
-    assert main(["policy", "apply", str(v3), "--as", "S-4"]) == 0
+    _in_force(v3, "S-4", "S-3")
     capsys.readouterr()
-    assert main(["policy", "apply", str(same_version), "--as", "S-3"]) == 1
+    assert main(["policy", "apply", str(same_version), "--token", tok("S-3")]) == 1
     assert "version '2027.1' was applied before with different content (policy_versions #1" in capsys.readouterr().err
-    assert main(["policy", "apply", str(v2), "--as", "S-3"]) == 0
+    _in_force(v2)
     assert "policy_versions #3" in capsys.readouterr().out
     rows, kinds = _stored()
-    assert rows == 3 and kinds == ["policy.applied"] * 3
+    assert rows == 3 and kinds == ["policy.proposed", "policy.applied"] * 3
     assert main(["audit", "verify"]) == 0
-    assert "audit chain verified: 3 events" in capsys.readouterr().out
+    assert "audit chain verified: 6 events" in capsys.readouterr().out
 
 
 def test_the_audit_event_says_what_changed_and_who(cli: Path) -> None:
-    assert main(["policy", "apply", str(_write(cli, "v2.yaml", V2)), "--as", "S-3"]) == 0
+    _in_force(_write(cli, "v2.yaml", V2))
 
     async def go() -> None:
         db = create_database(os.environ["SIGNOFF_DATABASE_URL"])
@@ -188,7 +212,8 @@ def test_the_audit_event_says_what_changed_and_who(cli: Path) -> None:
         finally:
             await db.dispose()
         assert row is not None and row.yaml == V2 and row.previous_version is None and row.applied_by == "S-3"
-        assert event.principal == "supervisor:S-3" and event.policy_version == "2027.1"
+        assert event.principal == "supervisor:S-4" and event.policy_version == "2027.1"
+        assert event.data["approved_by"] == "S-4"
         d = event.data
         assert d["from_version"] == load_policy().version and d["to_version"] == "2027.1"
         assert d["sha256"] == row.sha256 and d["row"] == 1 and d["applied_by"] == "S-3" and d["operator"]
@@ -209,7 +234,9 @@ def test_the_applied_version_wins_over_the_file_at_start(cli: Path, monkeypatch:
             await app.close()
 
     assert asyncio.run(start()) == ("file", "file-1", "file-1")
-    assert main(["policy", "apply", str(_write(cli, "v2.yaml", V2)), "--as", "S-3"]) == 0
+    assert main(["policy", "apply", str(_write(cli, "v2.yaml", V2)), "--token", tok("S-3")]) == 0
+    assert asyncio.run(start()) == ("file", "file-1", "file-1")  # proposed, not yet in force
+    assert main(["policy", "approve", "1", "--token", tok("S-4")]) == 0
     assert asyncio.run(start()) == ("database", "2027.1", "2027.1")
 
 
@@ -234,12 +261,16 @@ async def test_a_running_runtime_takes_a_newly_applied_version(any_db: Database)
     stop = asyncio.Event()
     task = asyncio.create_task(refresher.run(stop))
     try:
-        await apply_policy(
+        done = await apply_policy(
             versions,
             active,
             NewPolicyVersion(version="2027.9", yaml=shadow, applied_by="S-3", operator="t"),
             source="t.yaml",
         )
+        assert done.pending  # a rollout change: a second supervisor puts it in force
+        await asyncio.sleep(0.2)
+        assert env.services.policy.version != "2027.9"
+        await approve_policy(versions, active, done.row.id, approver="S-4", operator="t")
         for _ in range(400):  # wait for the background check (no timing is asserted)
             if env.services.policy.version == "2027.9":
                 break
@@ -255,22 +286,17 @@ async def test_a_running_runtime_takes_a_newly_applied_version(any_db: Database)
 async def test_a_stale_apply_is_refused_and_stores_nothing(any_db: Database) -> None:
     versions = PolicyVersions(any_db)
     before = await active_policy(versions, None)
-    v2 = NewPolicyVersion(version="2027.1", yaml=V2, applied_by="S-3", operator="t")
-    await apply_policy(versions, before, v2, source="v2.yaml")
+    other = NewPolicyVersion(version="2027.5", yaml=_version(_bundled(), "2027.5"), applied_by="S-3", operator="t")
+    await apply_policy(versions, before, other, source="o.yaml")
     # a second apply computed against the old active policy (another operator, at the same time)
-    other = _version(_bundled(), "2027.5")
+    v2 = NewPolicyVersion(version="2027.1", yaml=V2, applied_by="S-4", operator="t")
     with pytest.raises(PolicyMoved):
-        await apply_policy(
-            versions,
-            before,
-            NewPolicyVersion(version="2027.5", yaml=other, applied_by="S-4", operator="t"),
-            source="o.yaml",
-        )
-    assert [r.version for r in await versions.history()] == ["2027.1"]
+        await apply_policy(versions, before, v2, source="v2.yaml")
+    assert [r.version for r in await versions.history()] == ["2027.5"]
     assert [e.kind for e in await AuditLog(any_db).list(limit=10)] == ["policy.applied"]
     assert (await AuditLog(any_db).verify()).ok
     with pytest.raises(PolicyRefused):
-        await apply_policy(versions, await active_policy(versions, None), v2, source="v2.yaml")
+        await apply_policy(versions, await active_policy(versions, None), other, source="o.yaml")
 
 
 def test_changes_name_key_paths_and_set_members() -> None:

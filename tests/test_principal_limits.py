@@ -167,6 +167,22 @@ async def test_a_reps_daily_refunds_across_customers_route_to_a_supervisor(any_d
     await audit_ok(env)
 
 
+async def test_one_persons_refunds_as_rep_and_as_supervisor_share_one_daily_cap(any_db: Database) -> None:
+    """S-1 refunds 2000 as a rep, then asks 1500 acting as a supervisor: one person, one budget
+    (3000), so the second is routed to approval rather than counted in a fresh bucket."""
+    policy = policy_with(limits={"max_refund_minor_per_staff_per_day": {"USD": 3000}})
+    env = await make_env(any_db, model=CompromisedModel(), policy=policy)
+    r = await env.runtime.chat(principal=REP, channel="api", message=ask(refund("O-1042", 2000)))
+    first = await env.runtime.confirm(r.pending[0].id, actor=REP, accept=True)
+    assert "refund_id" in first.result
+    same_person = Principal(kind="supervisor", id=REP.id, customer_id="C-9")
+    r = await env.runtime.chat(principal=same_person, channel="api", message=ask(refund("O-1060", 1500)))
+    second = await env.runtime.confirm(r.pending[0].id, actor=same_person, accept=True) if r.pending else None
+    events = await env.services.audit.list(kind="approval.requested")
+    assert events and events[-1].data["reason"] == "staff_daily_over_cap", (r.reply, second)
+    assert len((await store_state(any_db))["refunds"]) == 1
+
+
 def _with_staff_email(email: str) -> dict[str, Any]:
     ds = copy.deepcopy(base_dataset())
     for m in ds["staff"]:

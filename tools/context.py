@@ -26,6 +26,10 @@ class Principal:
     kind: PrincipalKind
     id: str
     customer_id: str | None = None
+    #: Who shares a budget with a principal bound to no account: ``slack-team:T…`` for a Slack
+    #: user nobody linked, ``email-domain:example.com`` for a sender the provider did not vouch
+    #: for (``None``: none, or bound to an account and counted by it).
+    group: str | None = None
 
     @property
     def key(self) -> str:
@@ -42,6 +46,14 @@ class Principal:
     def is_staff(self) -> bool:
         """Whether the principal is a rep or a supervisor."""
         return self.kind in ("rep", "supervisor")
+
+    @property
+    def person_keys(self) -> tuple[str, ...]:
+        """Every key this person acts under: a staff member is one person whether they act as
+        a rep or as a supervisor (per-person caps count both), anyone else has one key."""
+        if self.is_staff:
+            return tuple(f"{role}:{self.id}" for role in ("rep", "supervisor"))
+        return (self.key,)
 
 
 def error_result(code: str, message: str, details: dict[str, Any]) -> dict[str, Any]:

@@ -30,8 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     _run_commands(sub)
     _data_commands(sub)
     _approval_commands(sub)
-    _audit_commands(sub)
-    from bot.cli import policy
+    from bot.cli import audit, policy
+
+    audit.add_parsers(sub)
 
     policy.add_parsers(sub)
     _tooling_commands(sub)
@@ -101,26 +102,6 @@ def _approval_commands(sub: Subparsers) -> None:
         d.add_argument("--version", type=int, help="expected version (default: the current one)")
 
 
-def _audit_commands(sub: Subparsers) -> None:
-    """``audit verify|checkpoint``."""
-    audit = sub.add_parser("audit", help="the audit chain")
-    audit_sub = audit.add_subparsers(dest="audit_command", required=True)
-    verify = audit_sub.add_parser(
-        "verify",
-        help="exit 0 and a count when the chain holds (and every checkpointed head is still in it); else exit 1",
-    )
-    verify.add_argument(
-        "--checkpoint",
-        type=Path,
-        help="checkpoint file to verify against (default: SIGNOFF_AUDIT_CHECKPOINT_FILE, if it exists)",
-    )
-    checkpoint = audit_sub.add_parser(
-        "checkpoint",
-        help="sign the current head (Ed25519, key outside the database) and append it to a checkpoint file",
-    )
-    checkpoint.add_argument("--out", type=Path, help="checkpoint file (default: SIGNOFF_AUDIT_CHECKPOINT_FILE)")
-
-
 def _tooling_commands(sub: Subparsers) -> None:
     """``eval``, ``token``."""
     ev = sub.add_parser("eval", help="run evaluation suites")
@@ -150,6 +131,10 @@ def _tooling_commands(sub: Subparsers) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "audit" and args.audit_command == "signer":
+        from bot.cli.audit import run_signer_command
+
+        return run_signer_command(args)  # apart from the app: no settings, no database
     try:
         return asyncio.run(_dispatch(args))
     except ConfigError as exc:
@@ -180,9 +165,9 @@ async def _dispatch(args: argparse.Namespace) -> int:
         case "approvals":
             return await _approvals(settings, args)
         case "audit":
-            if args.audit_command == "checkpoint":
-                return await _audit_checkpoint(settings, args.out)
-            return await _audit_verify(settings, args.checkpoint)
+            from bot.cli.audit import audit_command
+
+            return await audit_command(settings, args)
         case "token":
             return await _token(settings, args)
         case "policy" | "rollout":
@@ -359,67 +344,6 @@ async def _approvals(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     finally:
         await app.close()
-
-
-async def _audit_verify(settings: Settings, checkpoint_file: Path | None) -> int:
-    """The chain, and every checkpointed head in it: ``--checkpoint FILE``, else the configured
-    (or default) checkpoint file when it exists, so an emptied log with checkpoints never passes."""
-    from storage import checkpoints
-    from storage.audit import AuditLog
-    from storage.db import create_database
-
-    path = checkpoint_file or settings.audit_checkpoint_path
-    exists = _exists(path)
-    if checkpoint_file is not None and not exists:
-        print(f"signoff: {checkpoint_file}: no such checkpoint file", file=sys.stderr)
-        return 1
-    use = exists
-    db = create_database(settings.signoff_database_url)
-    try:
-        log = AuditLog(db)
-        if use:
-            result, count = await checkpoints.verify_against(
-                log, key_file=settings.audit_key_path, checkpoint_file=path
-            )
-        else:
-            result, count = await log.verify(), 0
-    except checkpoints.CheckpointError as exc:
-        print(f"audit checkpoints BROKEN: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        await db.dispose()
-    if result.ok:
-        against = f" and {count} checkpoints in {path}" if use else f" (no checkpoints at {path})"
-        print(f"audit chain verified: {result.count} events{against}")
-        return 0
-    print(f"audit chain BROKEN at seq {result.broken_seq}: {result.reason}", file=sys.stderr)
-    return 1
-
-
-def _exists(path: Path) -> bool:
-    return path.exists()
-
-
-async def _audit_checkpoint(settings: Settings, out: Path | None) -> int:
-    from storage import checkpoints
-    from storage.audit import AuditLog
-    from storage.db import create_database
-
-    path = out or settings.audit_checkpoint_path
-    db = create_database(settings.signoff_database_url)
-    try:
-        cp = await checkpoints.take(AuditLog(db), key_file=settings.audit_key_path, checkpoint_file=path)
-    except checkpoints.CheckpointError as exc:
-        print(f"signoff: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        await db.dispose()
-    assert cp is not None
-    print(
-        f"checkpoint: seq {cp.seq} hash {cp.hash[:16]}… signed with key {cp.key_id} "
-        f"({settings.audit_key_path}), appended to {path}"
-    )
-    return 0
 
 
 async def _token(settings: Settings, args: argparse.Namespace) -> int:

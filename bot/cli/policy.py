@@ -1,4 +1,9 @@
-"""``signoff policy show|diff|apply`` (the versioned, audited policy) and ``signoff rollout report``."""
+"""``signoff policy show|diff|apply|approve`` (the versioned, audited policy) and ``signoff rollout report``.
+
+Whoever applies or approves is authenticated: a supervisor's JWT (``--token`` or
+``SIGNOFF_STAFF_TOKEN``), verified exactly as the HTTP API verifies it (``bot.api.auth``),
+for a staff member the store lists as a supervisor. A change to approvers, ceilings or rollout
+waits for a second, different supervisor's ``approve``."""
 
 from __future__ import annotations
 
@@ -15,11 +20,14 @@ from agent.policy_store import (
     PolicyRefused,
     active_policy,
     apply_policy,
+    approve_policy,
     changes,
+    policy_state,
     refusal,
     unified_diff,
 )
 from bot.settings import Settings
+from storage.audit import AuditLog
 from storage.db import Database, create_database
 from storage.policies import NewPolicyVersion, PolicyMoved, PolicyVersions
 from storage.records import wall_clock
@@ -36,9 +44,16 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     show.add_argument("--yaml", action="store_true", help="print the active policy's full YAML text")
     diff = pol_sub.add_parser("diff", help="validate FILE and print what it changes against the active policy")
     diff.add_argument("file", type=Path)
-    apply = pol_sub.add_parser("apply", help="validate FILE and make it the active policy (a supervisor; audited)")
+    apply = pol_sub.add_parser(
+        "apply",
+        help="validate FILE and make it the active policy (a supervisor's token; approvers, ceilings "
+        "and rollout changes wait for a second supervisor; audited)",
+    )
     apply.add_argument("file", type=Path)
-    apply.add_argument("--as", dest="staff_id", required=True, help="the applying supervisor's staff id")
+    _token_argument(apply)
+    approve = pol_sub.add_parser("approve", help="a second supervisor puts a proposed version in force (audited)")
+    approve.add_argument("id", type=int, help="the proposal's policy_versions id (policy show lists them)")
+    _token_argument(approve)
 
     rollout = sub.add_parser("rollout", help="rollout stages (C16)")
     rollout_sub = rollout.add_subparsers(dest="rollout_command", required=True)
@@ -47,6 +62,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     report.add_argument("--since", default="30d", help="a duration (90m, 24h, 7d, 2w) or an ISO date/time; default 30d")
     report.add_argument("--json", action="store_true", help="the report as JSON")
+
+
+def _token_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--token", help="a supervisor's JWT (default: SIGNOFF_STAFF_TOKEN); --as is not accepted")
 
 
 async def policy_command(settings: Settings, args: argparse.Namespace) -> int:
@@ -58,7 +77,9 @@ async def policy_command(settings: Settings, args: argparse.Namespace) -> int:
             return await _show(versions, active, full=args.yaml)
         if args.policy_command == "diff":
             return _diff(active, args.file)
-        return await _apply(db, versions, active, args.file, args.staff_id)
+        if args.policy_command == "approve":
+            return await _approve(db, settings, versions, active, args)
+        return await _apply(db, settings, versions, active, args)
     finally:
         await db.dispose()
 
@@ -86,6 +107,11 @@ async def _show(versions: PolicyVersions, active: ActivePolicy, *, full: bool) -
         print(f"    {channel}: " + " ".join(f"{kind}={stage}" for kind, stage in kinds.items()))
     adv = rollout.advance
     print(f"  advance: min_samples {adv.min_samples}, min_agreement {adv.min_agreement}")
+    pending = (await policy_state(versions, AuditLog(versions.db))).pending
+    for r, _event in pending:
+        print(
+            f"pending approval: #{r.id} version {r.version} proposed by {r.applied_by} (signoff policy approve {r.id})"
+        )
     history = await versions.history(limit=10)
     if history:
         print("applied versions (newest first):")
@@ -121,37 +147,89 @@ def _diff(active: ActivePolicy, path: Path) -> int:
     return 0
 
 
-async def _apply(db: Database, versions: PolicyVersions, active: ActivePolicy, path: Path, staff_id: str) -> int:
-    from bot.cli.commands import _operator
+async def _supervisor(db: Database, settings: Settings, token: str | None) -> str | None:
+    """The authenticated supervisor's staff id, or ``None`` (why is printed)."""
+    from bot.api.auth import AuthConfig, Authenticator, AuthError
+    from bot.app import build_backend
     from storage.identities import People
+    from storage.records import wall_clock as clock
 
-    text = _read(path)
-    new = parse_policy(text, source=str(path), setting="")  # a bad file: exit 2, before anything else
-    staff = await People(db).staff(staff_id)
-    if staff is None:
-        print(f"signoff: no staff member {staff_id} in the store; nothing applied", file=sys.stderr)
-        return 1
-    if staff.role != APPLIER_ROLE:
+    token = token or reveal(settings.signoff_staff_token)
+    if not token:
         print(
-            f"signoff: {staff_id} is a {staff.role}; only a {APPLIER_ROLE} may apply a policy; nothing applied",
+            "signoff: a supervisor's token is needed (--token or SIGNOFF_STAFF_TOKEN); nothing applied", file=sys.stderr
+        )
+        return None
+    auth = Authenticator(AuthConfig.from_settings(settings), build_backend(settings, db, clock=clock), People(db))
+    try:
+        caller = await auth.authenticate(f"Bearer {token}")
+    except AuthError as exc:
+        print(f"signoff: {exc.message}; nothing applied", file=sys.stderr)
+        return None
+    if caller.role != APPLIER_ROLE:
+        who = caller.principal.id
+        print(
+            f"signoff: {who} is a {caller.role}; only a {APPLIER_ROLE} may change the policy; nothing applied",
             file=sys.stderr,
         )
+        return None
+    return caller.principal.id
+
+
+async def _apply(
+    db: Database, settings: Settings, versions: PolicyVersions, active: ActivePolicy, args: argparse.Namespace
+) -> int:
+    from bot.cli.commands import _operator
+
+    path: Path = args.file
+    text = _read(path)
+    new = parse_policy(text, source=str(path), setting="")  # a bad file: exit 2, before anything else
+    staff_id = await _supervisor(db, settings, args.token)
+    if staff_id is None:
         return 1
-    pending = NewPolicyVersion(version=new.version, yaml=text, applied_by=staff.id, operator=_operator())
+    pending = NewPolicyVersion(version=new.version, yaml=text, applied_by=staff_id, operator=_operator())
     try:
-        row, delta = await apply_policy(versions, active, pending, source=str(path))
+        done = await apply_policy(versions, active, pending, source=str(path))
     except (PolicyRefused, PolicyMoved) as exc:
         print(f"signoff: {path}: refused: {exc}; nothing applied", file=sys.stderr)
         return 1
+    row = done.row
+    verb = "proposed" if done.pending else "applied"
     print(
-        f"applied policy {row.version} as policy_versions #{row.id} (sha256 {row.sha256[:12]}…), "
+        f"{verb} policy {row.version} as policy_versions #{row.id} (sha256 {row.sha256[:12]}…), "
         f"replacing {active.policy.version} ({active.where})"
     )
-    for c in delta:
+    for c in done.changes:
         print(f"  {c.line()}")
+    if done.pending:
+        print(
+            f"audit event policy.proposed appended (by {row.applied_by}); it changes approvers, ceilings or "
+            f"rollout, so it is in force once another supervisor runs `signoff policy approve {row.id}`"
+        )
+        return 0
     print(
         f"audit event policy.applied appended (by {row.applied_by}, os user {row.operator}); "
         f"running serve/worker processes take it within {REFRESH_EVERY_S:.0f} s"
+    )
+    return 0
+
+
+async def _approve(
+    db: Database, settings: Settings, versions: PolicyVersions, active: ActivePolicy, args: argparse.Namespace
+) -> int:
+    from bot.cli.commands import _operator
+
+    staff_id = await _supervisor(db, settings, args.token)
+    if staff_id is None:
+        return 1
+    try:
+        row = await approve_policy(versions, active, args.id, approver=staff_id, operator=_operator())
+    except (PolicyRefused, PolicyMoved) as exc:
+        print(f"signoff: refused: {exc}; nothing applied", file=sys.stderr)
+        return 1
+    print(
+        f"approved policy {row.version} (policy_versions #{row.id}, proposed by {row.applied_by}) by {staff_id}: "
+        f"in force now; running serve/worker processes take it within {REFRESH_EVERY_S:.0f} s"
     )
     return 0
 

@@ -38,7 +38,7 @@ from bot.email.senders import TxtLookup, dns_txt, own_check
 from bot.email.smtp import SmtpConfig
 from bot.email.turns import FACE, answer_by_code, confirm_hints
 from bot.settings import reveal
-from bot.web import ApiError, read_limited
+from bot.web import ApiError, InboxFull, read_limited
 from tools.backend import Customer
 
 log = logging.getLogger(__name__)
@@ -110,11 +110,13 @@ class EmailBridge:
         if customer is None or customer.email.strip().lower() != mail.sender.lower():
             raise ApiError("forbidden", say.EMAIL_UNKNOWN_SENDER)
         verified = check.verdict == "verified"
-        accepted = await self.app.runtime.s.inbox.accept(
+        accepted = await self.app.runtime.accept_inbound(
             FACE,
             [delivery_id(mail)],
             inbound_payload(mail, customer, verified=verified, check=check.reason, text=reply),
         )
+        if accepted.full:  # 503 + Retry-After: the provider redelivers later
+            raise InboxFull(self.app.runtime.s.policy.inbound.retry_after_s)
         if not verified:
             log.info("email %s accepted unverified (%s): public answers only", accepted.id, check.reason)
         return web.json_response(

@@ -87,9 +87,12 @@ def answer_by_code(text: str, pending: list[Confirmation]) -> tuple[Confirmation
 
 
 def unverified_principal(address: str) -> Principal:
-    """Whoever wrote from ``address`` without the provider vouching for it: bound to no account."""
-    digest = hashlib.sha256(address.strip().lower().encode()).hexdigest()[:20]
-    return Principal(kind="customer", id=f"unverified-email:{digest}", customer_id=None)
+    """Whoever wrote from ``address`` without the provider vouching for it: bound to no account,
+    sharing its sender domain's budget (policy ``strangers``)."""
+    normal = address.strip().lower()
+    digest = hashlib.sha256(normal.encode()).hexdigest()[:20]
+    domain = normal.rpartition("@")[2][:100]
+    return Principal(kind="customer", id=f"unverified-email:{digest}", customer_id=None, group=f"email-domain:{domain}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -178,7 +178,13 @@ class Acceptor:
         self.face = face
 
     async def _accept(self, keys: list[str], payload: dict[str, Any]) -> bool:
-        accepted = await self.face.runtime.s.inbox.accept(FACE, keys, payload)
+        accepted = await self.face.runtime.accept_inbound(FACE, keys, payload)
+        if accepted.full:
+            # Slack was already acked (200): its retries (three, minutes apart) would not outlast a
+            # backlog and failing deliveries get the app's events switched off, so the message is
+            # dropped with a warning (Host.accept_inbound), counted as
+            # signoff_limit_refusals_total{limit="inbound_queue"}.
+            return False
         if not accepted.fresh:
             log.info("slack delivery already accepted (%s)", keys[0])
         return accepted.fresh

@@ -113,7 +113,10 @@ class Person:
         if self.kind == "customer":
             return Principal(kind="customer", id=str(self.id), customer_id=self.id)
         # Not linked: a customer with no account — knowledge answers only, no account tools.
-        return Principal(kind="customer", id=f"slack-{self.team}-{self.user}", customer_id=None)
+        # Every such user of one workspace shares the workspace's budget (policy ``strangers``).
+        return Principal(
+            kind="customer", id=f"slack-{self.team}-{self.user}", customer_id=None, group=f"slack-team:{self.team}"
+        )
 
 
 @dataclass

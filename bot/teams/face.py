@@ -31,6 +31,7 @@ from bot.teams.invoke import InvokeReply
 from bot.teams.people import identify
 from bot.teams.routes import teams_routes
 from bot.teams.sender import TeamsDeliveryError, TeamsSender
+from bot.web import InboxFull
 from storage.identities import Staff
 from storage.inbox import Inbound
 from storage.records import wall_clock
@@ -127,7 +128,9 @@ class TeamsFace:
         if isinstance(activity, TeamsCardAction):
             return await self.clicks.handle(activity, reference)
         if isinstance(activity, TeamsMessage | TeamsBotAdded):
-            await self.runtime.s.inbox.accept(FACE, inbound_keys(activity), _payload(activity, reference))
+            accepted = await self.runtime.accept_inbound(FACE, inbound_keys(activity), _payload(activity, reference))
+            if accepted.full:  # 503 + Retry-After (the route): the Bot Connector retries later
+                raise InboxFull(self.runtime.s.policy.inbound.retry_after_s)
         return None
 
     # -- the worker's turn ------------------------------------------------------------

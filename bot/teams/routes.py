@@ -22,6 +22,7 @@ from aiohttp import web
 from bot.teams.auth import AuthFailure, InboundAuthenticator
 from bot.teams.inbound import ActivityError, TeamsActivity, TeamsCardAction, TeamsIgnored, parse_activity
 from bot.teams.invoke import InvokeReply, bad_request_reply, default_reply
+from bot.web import InboxFull, busy_response
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,8 @@ async def handle(request: web.Request, accept: Accept, auth: InboundAuthenticato
         return web.json_response({}, status=200)
     try:
         reply = await accept(activity, raw, parsed.reference)
+    except InboxFull as exc:
+        return busy_response(exc)
     except Exception:
         log.exception("teams accept failed for %s", activity.dedup_key)
         return _error(500, "internal", "The activity could not be taken; retry later.")
