@@ -26,7 +26,7 @@ from agent.policy_store import (
     refusal,
     unified_diff,
 )
-from bot.settings import Settings
+from bot.settings import Settings, reveal
 from storage.audit import AuditLog
 from storage.db import Database, create_database
 from storage.policies import NewPolicyVersion, PolicyMoved, PolicyVersions
