@@ -39,9 +39,16 @@ class ExecOutcome:
     needs_human: bool = False
 
 
+#: How long a request waits for the database to take an outcome before a background task takes over.
+SETTLE_BUDGET_S = 3.0
+
+
 class Executor:
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: Ledger, *, settle_budget_s: float = SETTLE_BUDGET_S) -> None:
         self.ledger = ledger
+        self.settle_budget_s = settle_budget_s
+        #: Outcomes of done side effects the database has not taken yet (owned here, logged).
+        self._settling: set[asyncio.Task[None]] = set()
 
     @traced_execution
     async def run(
@@ -112,16 +119,52 @@ class Executor:
             # A business refusal: nothing happened downstream, so the key is free again.
             await self.ledger.release(key)
             return ExecOutcome(result=f.as_result(), is_error=True, latency_ms=_ms(start))
-        except Exception:  # infrastructure: outcome unknown until reconciled
+        except Exception as exc:  # infrastructure: outcome unknown until reconciled
+            if self.ledger.db.fault(exc) is not None:
+                # Our own database went away under the call: whether the write happened is
+                # unknown and cannot be asked now. The claim stays ``executing``; the worker's
+                # reconciliation settles it once the database is back (agent/reconcile.py).
+                log.warning("tool %s with key %s: database unavailable during the call", tool.name, key)
+                raise
             log.exception("tool %s failed with key %s", tool.name, key)
             entry = await self.ledger.get(key)
             if entry is None:
                 raise
             return await self.reconcile(entry, tool, ctx, audit=audit, start=start)
-        await self.ledger.settle(
-            key, status="succeeded", result=result, audit=[_executed(audit, tool, key, result, start)] if audit else ()
-        )
+        audit_events = [_executed(audit, tool, key, result, start)] if audit else []
+        await self.record(key, status="succeeded", result=result, audit=audit_events)
         return ExecOutcome(result=result, is_error=False, latency_ms=_ms(start))
+
+    async def record(self, key: str, *, status: str, result: Any, audit: list[AuditEvent]) -> None:
+        """Record the outcome of a side effect that is done, whatever the database does: tried
+        again with backoff for ``settle_budget_s`` on the caller's path, then by a background
+        task until the database takes it (the caller goes on with the true result either way)."""
+
+        async def settle() -> None:
+            await self.ledger.settle(key, status=status, result=result, audit=audit)
+
+        try:
+            await self.ledger.db.until_available(settle, budget_s=self.settle_budget_s, what=f"settling {key}")
+        except Exception as exc:
+            if self.ledger.db.fault(exc) is None:
+                raise
+            log.error("ledger %s: %s, but the database is unavailable; settling in the background", key, status)
+            task = asyncio.create_task(
+                self.ledger.db.until_available(settle, budget_s=None, what=f"settling {key}"),
+                name=f"signoff-settle-{key}",
+            )
+            self._settling.add(task)
+            task.add_done_callback(self._settled)
+
+    def _settled(self, task: asyncio.Task[None]) -> None:
+        self._settling.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("settling in the background failed", exc_info=task.exception())
+
+    async def drain(self) -> None:
+        """Wait for the outcomes still being settled in the background (at shutdown, in tests)."""
+        while self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
 
     def _already(self, held: LedgerEntry, tool: ToolDef, proposal_id: str | None, start: float) -> ExecOutcome:
         """The key is taken. Our own proposal's entry (a retry after a crash) answers with its
@@ -157,12 +200,8 @@ class Executor:
         if record is not None:
             # The side effect happened; the backend answers from its record.
             result = await asyncio.wait_for(tool.handler(entry.arguments, keyed), timeout=tool.meta.timeout_s)
-            await self.ledger.settle(
-                entry.key,
-                status="succeeded",
-                result=result,
-                audit=[_executed(audit, tool, entry.key, result, start)] if audit else (),
-            )
+            audit_events = [_executed(audit, tool, entry.key, result, start)] if audit else []
+            await self.record(entry.key, status="succeeded", result=result, audit=audit_events)
             return ExecOutcome(result=result, is_error=False, latency_ms=_ms(start), deduplicated=True)
         if tool.meta.retryable:
             await self.ledger.release(entry.key)
