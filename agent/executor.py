@@ -18,6 +18,7 @@ from typing import Any
 
 from agent.tracing import traced_execution
 from storage.audit import AuditEvent
+from storage.holders import process_id
 from storage.ledger import Ledger
 from storage.records import LedgerEntry
 from tools.context import ToolContext, ToolFailure
@@ -48,7 +49,10 @@ class Executor:
         self.ledger = ledger
         self.settle_budget_s = settle_budget_s
         #: Outcomes of done side effects the database has not taken yet (owned here, logged).
-        self._settling: set[asyncio.Task[None]] = set()
+        self._settling: dict[str, asyncio.Task[None]] = {}
+        #: Keys this executor is calling or settling right now (a claim of ours not among them was
+        #: stranded by a fault in this very process: nobody else will finish it).
+        self._busy: set[str] = set()
 
     @traced_execution
     async def run(
@@ -67,7 +71,11 @@ class Executor:
         if key is None:
             return await self._call(tool, args, ctx, start)
         held = await self.ledger.claim(key=key, tool=tool.name, arguments=args, proposal_id=proposal_id, run_id=run_id)
-        if held is not None and held.proposal_id == proposal_id and self.ledger.abandoned(held):
+        if (
+            held is not None
+            and held.proposal_id == proposal_id
+            and (self.ledger.abandoned(held) or self._stranded(held))
+        ):
             # Our own claim, left by a process that died mid-call: settle it with the downstream
             # now; if the call provably never happened, make it (once) under the same key.
             outcome = await self.reconcile(held, tool, ctx, audit=audit, start=start)
@@ -78,7 +86,17 @@ class Executor:
             )
         if held is not None:
             return self._already(held, tool, proposal_id, start)
-        return await self._call_keyed(tool, args, replace(ctx, idempotency_key=key), key, start, audit)
+        self._busy.add(key)
+        try:
+            return await self._call_keyed(tool, args, replace(ctx, idempotency_key=key), key, start, audit)
+        finally:
+            if key not in self._settling:
+                self._busy.discard(key)
+
+    def _stranded(self, held: LedgerEntry) -> bool:
+        """Our process's own ``executing`` claim that nothing here is calling or settling: a
+        database fault cut its call short (the same click, sent again, reconciles it now)."""
+        return held.status == "executing" and held.holder == process_id() and held.key not in self._busy
 
     async def _call(self, tool: ToolDef, args: dict[str, Any], ctx: ToolContext, start: float) -> ExecOutcome:
         """A read or runtime tool: every failure becomes a result the model can act on."""
@@ -153,18 +171,19 @@ class Executor:
                 self.ledger.db.until_available(settle, budget_s=None, what=f"settling {key}"),
                 name=f"signoff-settle-{key}",
             )
-            self._settling.add(task)
-            task.add_done_callback(self._settled)
+            self._settling[key] = task
+            task.add_done_callback(lambda done: self._settled(key, done))
 
-    def _settled(self, task: asyncio.Task[None]) -> None:
-        self._settling.discard(task)
+    def _settled(self, key: str, task: asyncio.Task[None]) -> None:
+        self._settling.pop(key, None)
+        self._busy.discard(key)
         if not task.cancelled() and task.exception() is not None:
             log.error("settling in the background failed", exc_info=task.exception())
 
     async def drain(self) -> None:
         """Wait for the outcomes still being settled in the background (at shutdown, in tests)."""
         while self._settling:
-            await asyncio.gather(*self._settling, return_exceptions=True)
+            await asyncio.gather(*self._settling.values(), return_exceptions=True)
 
     def _already(self, held: LedgerEntry, tool: ToolDef, proposal_id: str | None, start: float) -> ExecOutcome:
         """The key is taken. Our own proposal's entry (a retry after a crash) answers with its
