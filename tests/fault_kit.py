@@ -51,6 +51,19 @@ def refund_fault(*, after_effect: bool, error: Callable[[], BaseException] | Non
         SandboxStore.issue_refund = original  # type: ignore[method-assign]
 
 
+def told_in(env: Env, conversation_id: str, *, answered: bool = False) -> Callable[[str], Awaitable[bool]]:
+    """The outcome is in the conversation (the runtime's event) and reached the customer: in the
+    answer to their own request (``answered``), or as a follow-up through the notifier."""
+
+    async def told(refund_id: str) -> bool:
+        history = await env.services.conversations.history(conversation_id)
+        said = " ".join(str(b.get("content") or b.get("text") or "") for m in history for b in m.content)
+        followed = [c for c, _reply in env.notifier.of("follow_up") if c == conversation_id]
+        return refund_id in said and (answered or bool(followed))
+
+    return told
+
+
 async def refunds_of(db: Database, order_id: str = "O-1042") -> list[dict[str, Any]]:
     return [r for r in (await store_state(db))["refunds"] if r["order_id"] == order_id]
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from agent.confirmations import ConfirmResult
 from agent.errors import Unavailable
 from agent.metrics import attach_metrics
 from agent.reconcile import reconcile_stuck
@@ -24,22 +23,8 @@ from agent.worker import Worker, WorkerConfig, recover
 from storage.db import Database
 from storage.faults import fault_kind
 from storage.ledger import Ledger
-from tests.fault_kit import ask, assert_exactly_once_and_told, refund_env, refund_fault, refunds_of
+from tests.fault_kit import ask, assert_exactly_once_and_told, refund_env, refund_fault, refunds_of, told_in
 from tests.gatekeeper_kit import C7, Env, ledger_rows
-
-
-def told_in(env: Env, conversation_id: str, answered: ConfirmResult | None = None) -> Any:
-    """The outcome is in the conversation (the runtime's event) and reached the customer: in
-    the answer to their own request (``answered``), or as a follow-up through the notifier."""
-
-    async def told(refund_id: str) -> bool:
-        history = await env.services.conversations.history(conversation_id)
-        said = " ".join(str(b.get("content") or b.get("text") or "") for m in history for b in m.content)
-        followed = [c for c, _reply in env.notifier.of("follow_up") if c == conversation_id]
-        reached = bool(followed) or (answered is not None and answered.reply is not None)
-        return refund_id in said and reached
-
-    return told
 
 
 async def stranded(env: Env, *, after_effect: bool) -> tuple[str, str]:
@@ -102,7 +87,7 @@ async def test_the_same_click_again_reconciles_at_once(db: Database) -> None:
     conv_id, conf_id = await stranded(env, after_effect=True)
     again = await env.runtime.confirm(conf_id, actor=C7, accept=True)
     assert again.result is not None and again.result["refund_id"], again
-    await assert_exactly_once_and_told(env, conf_id, told_in(env, conv_id, again))
+    await assert_exactly_once_and_told(env, conf_id, told_in(env, conv_id, answered=again.reply is not None))
 
 
 async def test_a_claim_whose_conversation_lease_is_held_is_left_to_its_holder(db: Database) -> None:
@@ -127,7 +112,7 @@ async def test_settle_rides_out_a_read_only_window(db: Database, monkeypatch: py
     _read_only_settles(monkeypatch, failures=2)
     done = await env.runtime.confirm(conf_id, actor=C7, accept=True)
     assert done.result is not None and done.result["refund_id"]
-    await assert_exactly_once_and_told(env, conf_id, told_in(env, conv_id, done))
+    await assert_exactly_once_and_told(env, conf_id, told_in(env, conv_id, answered=done.reply is not None))
 
 
 async def test_settle_outlasting_its_budget_finishes_in_the_background(
@@ -143,7 +128,7 @@ async def test_settle_outlasting_its_budget_finishes_in_the_background(
     assert done.result is not None and done.result["refund_id"]
     assert [r["status"] for r in await ledger_rows(db)] == ["executing"]
     await asyncio.wait_for(env.services.executor.drain(), timeout=10)
-    await assert_exactly_once_and_told(env, conf_id, told_in(env, conv_id, done))
+    await assert_exactly_once_and_told(env, conf_id, told_in(env, conv_id, answered=done.reply is not None))
 
 
 async def test_the_worker_reconciles_while_it_runs(db: Database) -> None:
