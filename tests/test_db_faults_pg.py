@@ -328,3 +328,91 @@ async def _until_stopped(pid: int) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError("the replica never stopped")
+
+
+async def test_every_face_answers_503_during_an_outage_and_stores_nothing(server: PgServer) -> None:
+    """With the database down, the API, the email webhook, Slack's events and Teams' messages
+    answer 503 with ``Retry-After``; nothing is stored half-way, so the same deliveries sent again
+    once it is back are accepted as new, once each."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from bot.app import create_app
+    from bot.email.parsing import sign
+    from bot.server import make_web_app
+    from bot.settings import load_settings
+    from tests import slack_kit, teams_kit
+    from tests.api_kit import EMAIL_SECRET, JWT_SECRET, bearer
+    from tests.fakes.bot_connector import TokenIssuer
+    from tests.fakes.slack_api import FakeSlackApi
+    from tests.test_email_bridge import mail
+
+    name, db = await fresh(server)
+    await load_dataset(db, parse_dataset(base_dataset()))
+    await db.dispose()
+    connector = "http://127.0.0.1:9"
+    async with TokenIssuer() as issuer, FakeSlackApi() as slack:
+        env = {
+            "SIGNOFF_DATABASE_URL": server.url(name),
+            "SIGNOFF_ENV": "development",  # the local Teams token issuer is a development setting
+            "SIGNOFF_LLM_PROVIDER": "scripted",
+            "SIGNOFF_JWT_SECRET": JWT_SECRET,
+            "SIGNOFF_EMAIL_SECRET": EMAIL_SECRET,
+            "SLACK_BOT_TOKEN": slack_kit.BOT_TOKEN,
+            "SLACK_SIGNING_SECRET": slack_kit.SIGNING_SECRET,
+            "SIGNOFF_SLACK_API_URL": slack.base_url,
+            **teams_kit.teams_env(issuer=issuer, connector_url=connector),
+        }
+        app = await create_app(load_settings(env))
+        slack_body = slack_kit.event_body(slack_kit.mention("U0MAYA", "where is my order O-1042?"))
+        teams_body = json.dumps(teams_kit.message(connector))
+        email_body = mail("Where is my order?", message_id="<outage-1@example.com>")
+
+        def deliveries() -> list[tuple[str, str | bytes, dict[str, str]]]:
+            stamp = str(int(datetime.now(UTC).timestamp()))
+            email_headers = {"X-Signoff-Timestamp": stamp, "X-Signoff-Signature": sign(EMAIL_SECRET, email_body, stamp)}
+            return [
+                (
+                    "/api/chat",
+                    json.dumps({"message": "Where is my order O-1042?"}),
+                    {"Content-Type": "application/json", **bearer("C-7", "customer")},
+                ),
+                ("/email/inbound", email_body, {"Content-Type": "application/json", **email_headers}),
+                ("/slack/events", slack_body, slack_kit.signed_headers(slack_body)),
+                (
+                    "/teams/messages",
+                    teams_body,
+                    {
+                        "Content-Type": "application/json",
+                        "Authorization": f"Bearer {teams_kit.token(issuer, connector)}",
+                    },
+                ),
+            ]
+
+        try:
+            async with TestClient(TestServer(make_web_app(app))) as client:
+                await server.stop()
+                try:
+                    for path, body, headers in deliveries():
+                        response = await client.post(path, data=body, headers=headers)
+                        assert response.status == 503, (path, response.status, await response.text())
+                        assert response.headers.get("Retry-After", "").isdigit(), path
+                        assert (await response.json())["error"] == "unavailable"
+                finally:
+                    await server.start()
+                for path, body, headers in deliveries():
+                    response = await client.post(path, data=body, headers=headers)
+                    assert response.status < 300, (path, response.status, await response.text())
+                    if path == "/email/inbound":
+                        assert (await response.json())["status"] == "accepted"  # not a duplicate: nothing was kept
+        finally:
+            await app.close()
+        check = create_database(server.url(name))
+        try:
+            assert await _inbound_count(check) == 3  # email, Slack, Teams: once each
+        finally:
+            await check.dispose()
+
+
+async def _inbound_count(db: Database) -> int:
+    async with db.engine.connect() as conn:
+        return int((await conn.execute(text("SELECT count(*) FROM inbound"))).scalar_one())

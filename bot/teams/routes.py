@@ -19,6 +19,7 @@ from typing import Any, TypeAlias
 
 from aiohttp import web
 
+from agent.boundary import unavailable
 from bot.teams.auth import AuthFailure, InboundAuthenticator
 from bot.teams.inbound import ActivityError, TeamsActivity, TeamsCardAction, TeamsIgnored, parse_activity
 from bot.teams.invoke import InvokeReply, bad_request_reply, default_reply
@@ -72,7 +73,9 @@ async def handle(request: web.Request, accept: Accept, auth: InboundAuthenticato
         return web.json_response({}, status=200)
     try:
         reply = await accept(activity, raw, parsed.reference)
-    except Exception:
+    except Exception as exc:
+        if unavailable(exc):
+            raise  # nothing was taken: the web middleware answers 503 with Retry-After
         log.exception("teams accept failed for %s", activity.dedup_key)
         return _error(500, "internal", "The activity could not be taken; retry later.")
     if isinstance(activity, TeamsCardAction):
