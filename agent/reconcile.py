@@ -38,8 +38,9 @@ log = logging.getLogger(__name__)
 
 #: How a stuck claim ended: ``done`` (the shop shows it), ``released`` (it never happened: one
 #: retry), ``needs_human``, ``held`` (a live holder keeps the lease), ``settled`` (its holder
-#: finished it meanwhile), ``orphan`` (no proposal or tool to judge it by).
-Result = Literal["done", "released", "needs_human", "held", "settled", "orphan"]
+#: finished it meanwhile), ``orphan`` (no proposal or tool to judge it by), ``failed`` (an error,
+#: logged: the next pass tries again).
+Result = Literal["done", "released", "needs_human", "held", "settled", "orphan", "failed"]
 
 #: How long the pass waits for a conversation's lease before leaving the claim to its holder.
 LEASE_WAIT_S = 0.25
@@ -62,7 +63,13 @@ async def reconcile_stuck(rt: Runtime, *, older_than_s: float, lease_wait_s: flo
     s.db.announce([AuditEvent(kind="ledger.stuck", data={"count": len(stuck)})])
     done: list[Reconciled] = []
     for entry in stuck:
-        result = await reconcile_entry(rt, entry, lease_wait_s=lease_wait_s)
+        try:
+            result = await reconcile_entry(rt, entry, lease_wait_s=lease_wait_s)
+        except Exception as exc:
+            if s.db.fault(exc) is not None:
+                raise  # the database is gone again: the whole pass waits for the next period
+            log.exception("reconciling ledger %s failed", entry.key)
+            result = "failed"
         if result != "held":
             log.info("reconciled ledger %s (%s): %s", entry.key, entry.tool, result)
         s.db.announce([AuditEvent(kind="ledger.reconciled", idempotency_key=entry.key, data={"result": result})])

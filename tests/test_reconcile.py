@@ -162,3 +162,30 @@ def _read_only_settles(monkeypatch: pytest.MonkeyPatch, *, failures: int) -> Non
         return await settle(self, key, **kw)
 
     monkeypatch.setattr(Ledger, "settle", read_only)
+
+
+async def test_an_approval_cut_by_a_fault_is_not_used_up(db: Database) -> None:
+    """The supervisor's approve meets a dropped connection during the refund's call: the answer
+    is ``Unavailable``, the approval stays approved with no result, and the pass (the shop shows
+    nothing: released) carries it out once and tells the customer it was approved and issued."""
+    from tests.support import SUP_A, seeded
+    from tests.test_loop_support import open_refund_approval
+    from tests.test_resume import follow_up_planner
+
+    h = await seeded(db, follow_up_planner())
+    a = await open_refund_approval(h)
+    with refund_fault(after_effect=False), pytest.raises(Unavailable):
+        await h.runtime.decide(a.id, expected_version=1, decision="approve", actor=SUP_A)
+    held = await h.services.approvals.get(a.id)
+    assert held is not None and held.status == "approved" and held.result is None, held
+    h.clock.now += timedelta(seconds=61)
+    assert [r.result for r in await reconcile_stuck(h.runtime, older_than_s=60)] == ["released"]
+    done = await h.services.approvals.get(a.id)
+    assert done is not None and done.result is not None and done.result["status"] == "REFUNDED", done
+    refunds = [
+        r for r in await refunds_of(db, a.arguments["order_id"]) if r["amount_minor"] == a.arguments["amount_minor"]
+    ]
+    assert len(refunds) == 1
+    assert h.notifier.of("follow_up") == [
+        (a.conversation_id, "Good news: your refund of $189.00 was approved and issued.")
+    ]
