@@ -180,10 +180,17 @@ class Executor:
         if not task.cancelled() and task.exception() is not None:
             log.error("settling in the background failed", exc_info=task.exception())
 
-    async def drain(self) -> None:
-        """Wait for the outcomes still being settled in the background (at shutdown, in tests)."""
-        while self._settling:
-            await asyncio.gather(*self._settling.values(), return_exceptions=True)
+    async def drain(self, *, timeout_s: float | None = None) -> list[str]:
+        """Wait for the outcomes still being settled in the background (at shutdown, in tests), at
+        most ``timeout_s``; the keys still unsettled then (the worker's reconciliation settles them
+        from the backend's record once the database is back)."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while self._settling:
+                    await asyncio.gather(*self._settling.values(), return_exceptions=True)
+        except TimeoutError:
+            log.error("shutting down with unsettled ledger keys: %s", sorted(self._settling))
+        return sorted(self._settling)
 
     def _already(self, held: LedgerEntry, tool: ToolDef, proposal_id: str | None, start: float) -> ExecOutcome:
         """The key is taken. Our own proposal's entry (a retry after a crash) answers with its

@@ -139,6 +139,8 @@ class App:
     policy: ActivePolicy | None = None
 
     async def close(self) -> None:
+        # Outcomes of done side effects still being recorded get a last chance before the engine goes.
+        await self.runtime.s.executor.drain(timeout_s=10.0)
         if self.slack is not None:
             await self.slack.close()
         await self.db.dispose()
