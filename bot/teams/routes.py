@@ -19,7 +19,6 @@ from typing import Any, TypeAlias
 
 from aiohttp import web
 
-from agent.boundary import unavailable
 from bot.teams.auth import AuthFailure, InboundAuthenticator
 from bot.teams.inbound import ActivityError, TeamsActivity, TeamsCardAction, TeamsIgnored, parse_activity
 from bot.teams.invoke import InvokeReply, bad_request_reply, default_reply
@@ -30,11 +29,17 @@ PATH = "/teams/messages"
 Accept: TypeAlias = Callable[[TeamsActivity, dict[str, Any], dict[str, Any]], Awaitable[InvokeReply | None]]
 
 
-def teams_routes(accept: Accept, *, auth: InboundAuthenticator, path: str = PATH) -> list[web.RouteDef]:
+def teams_routes(
+    accept: Accept,
+    *,
+    auth: InboundAuthenticator,
+    path: str = PATH,
+    passthrough: tuple[type[Exception], ...] = (),
+) -> list[web.RouteDef]:
     """The Teams messaging endpoint as aiohttp routes, for ``app.router.add_routes``."""
 
     async def messages(request: web.Request) -> web.Response:
-        return await handle(request, accept, auth)
+        return await handle(request, accept, auth, passthrough)
 
     return [web.post(path, messages)]
 
@@ -43,7 +48,12 @@ def _error(status: int, code: str, message: str) -> web.Response:
     return web.json_response({"error": code, "message": message}, status=status)
 
 
-async def handle(request: web.Request, accept: Accept, auth: InboundAuthenticator) -> web.Response:
+async def handle(
+    request: web.Request,
+    accept: Accept,
+    auth: InboundAuthenticator,
+    passthrough: tuple[type[Exception], ...] = (),
+) -> web.Response:
     """One inbound request; every refusal is JSON ``{"error", "message"}`` and touches nothing."""
     try:
         caller = await auth.verify(request.headers.get("Authorization"))
@@ -73,9 +83,9 @@ async def handle(request: web.Request, accept: Accept, auth: InboundAuthenticato
         return web.json_response({}, status=200)
     try:
         reply = await accept(activity, raw, parsed.reference)
-    except Exception as exc:
-        if unavailable(exc):
-            raise  # nothing was taken: the web middleware answers 503 with Retry-After
+    except passthrough:
+        raise  # e.g. a database outage: nothing was taken; the web middleware answers 503
+    except Exception:
         log.exception("teams accept failed for %s", activity.dedup_key)
         return _error(500, "internal", "The activity could not be taken; retry later.")
     if isinstance(activity, TeamsCardAction):
