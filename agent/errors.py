@@ -43,6 +43,17 @@ class Busy(AgentError):
     """
 
 
+class Unavailable(AgentError):
+    """The database is unavailable right now (a restart, a dropped connection, a read-only
+    window). Nothing was decided by this call, or what was decided is carried on durably (a
+    settled outcome, a confirmation's job); the caller may send the same request again after
+    ``retry_after_s``. Faces answer 503 with ``Retry-After``."""
+
+    def __init__(self, message: str = "The database is briefly unavailable; try again.", *, retry_after_s: int = 2):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 #: Why a decision cannot be taken; each maps to one HTTP status of the API.
 DecisionCode = Literal["not_found", "forbidden", "own_request", "conflict", "expired", "invalid", "rate_limited"]
 

@@ -74,10 +74,11 @@ class Host:
         self.s = services
         self._leases = Leases(services.db)
 
-    def lock(self, conversation_id: str) -> AbstractAsyncContextManager[None]:
+    def lock(self, conversation_id: str, *, wait_s: float | None = None) -> AbstractAsyncContextManager[None]:
         """One turn of this conversation at a time, across replicas and workers (a lease, see
-        :mod:`storage.leases`); a wait that runs out raises ``LockBusy`` (faces see ``Busy``)."""
-        return self._leases.hold(conversation_id)
+        :mod:`storage.leases`); a wait (``wait_s``, default the lease's) that runs out raises
+        ``LockBusy`` (faces see ``Busy``)."""
+        return self._leases.hold(conversation_id, wait_s=wait_s)
 
     # -- conversations ---------------------------------------------------------------
     async def open_conversation(

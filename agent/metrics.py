@@ -192,6 +192,13 @@ class Metrics:
         self.audit_head_seq = Gauge(
             "signoff_audit_head_seq", "The audit chain's head seq as stored, read at scrape time.", registry=r
         )
+        self.ledger_stuck = Gauge(
+            "signoff_ledger_stuck", "Ledger rows executing longer than the reconciliation bound.", registry=r
+        )
+        self.reconciliations = Counter(
+            "signoff_reconciliations", "Stuck ledger rows reconciled, by result.", ["result"], registry=r
+        )
+        self.db_errors = Counter("signoff_database_errors", "Database outages met, by kind.", ["kind"], registry=r)
 
     # -- audit events ------------------------------------------------------------------
     def observe(self, events: list[Any]) -> None:
@@ -207,7 +214,19 @@ class Metrics:
             "gate": Metrics._on_gate,
             "confirmation": Metrics._on_confirmation,
             "approval": Metrics._on_approval,
+            "ledger": Metrics._on_ledger,
         }.get(head)
+
+    def _on_ledger(self, e: Any) -> None:
+        # Announced, never stored, by agent/reconcile.py: one pass's count, one row's result.
+        if e.kind == "ledger.stuck":
+            self.ledger_stuck.set(int(e.data.get("count", 0)))
+        elif e.kind == "ledger.reconciled":
+            self.reconciliations.labels(_label(e.data.get("result"))).inc()
+
+    def record_db_fault(self, kind: str) -> None:
+        """A database outage of ``kind`` (``storage.faults.FaultKind``) was met."""
+        self.db_errors.labels(_label(kind)).inc()
 
     def _on_run(self, e: Any) -> None:
         self.conversations.inc()
@@ -373,6 +392,7 @@ def attach_metrics(services: Services, metrics: Metrics | None = None) -> Metric
     """Feed ``services.db``'s committed audit events into ``metrics`` (a new one by default)."""
     metrics = metrics or Metrics(known_tools=services.registry.tools)
     services.db.observe(metrics.observe)
+    services.db.fault_listeners.append(metrics.record_db_fault)
     return metrics
 
 

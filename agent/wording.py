@@ -9,6 +9,9 @@ CONFIRMED_EVENT = "The {who} confirmed: {summary}. Outcome: {outcome}"
 DECLINED_EVENT = "The {who} declined: {summary}. Nothing was done."
 APPROVED_EVENT = "Approval {id} was approved by a supervisor. Outcome: {outcome}"
 REJECTED_EVENT = "Approval {id} was rejected by a supervisor. Comment: {comment}. Nothing was done."
+RECONCILED_EVENT = (
+    "Checked with the shop after a fault interrupted recording it: the {tool} action you were told about — {outcome}."
+)
 EXPIRED_EVENT = "Approval {id} expired before a supervisor decided. Nothing was done."
 SUPERSEDED_EVENT = "Approval {id} was replaced by a supervisor's edited version ({summary}). Outcome: {outcome}"
 ASKED_WHICH_EVENT = (

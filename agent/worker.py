@@ -14,24 +14,26 @@ its process dying while it ran) is quarantined — terminal, logged, listed by `
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from agent import continuation, gates, steps
+from agent import continuation
 from agent.approvals import RESUME_JOB
 from agent.confirmations import CONFIRM_JOB
-from agent.loop import run_loop
-from agent.outcomes import TurnResult
+from agent.errors import Busy, Unavailable
+from agent.reconcile import LEASE_WAIT_S, finish, finish_run, reconcile_stuck
 from agent.runtime import Runtime
 from storage.holders import is_dead, process_id
 from storage.jobs import Job
 from storage.locks import LockBusy
-from storage.records import Conversation, LedgerEntry, Proposal, Run
-from tools.context import Principal
 
 log = logging.getLogger(__name__)
+
+#: How long a job's end (done, or failed for a retry) waits for the database before its lease decides.
+_MARK_BUDGET_S = 30.0
 
 #: A face's handler for its own job kind (e.g. the Slack face's ``inbound`` turns).
 JobHandler = Callable[[Job], Awaitable[None]]
@@ -49,6 +51,10 @@ class WorkerConfig:
     concurrency: int = 32
     #: How often ``checkpoint`` runs (signing the audit head); ``None``: never.
     checkpoint_every_s: float | None = None
+    #: How often the reconciliation pass (:func:`recover`) runs while the worker runs.
+    reconcile_every_s: float = 10.0
+    #: How long the pass waits for a conversation's lease before leaving a claim to its holder.
+    lease_wait_s: float = LEASE_WAIT_S
     #: The longest one job may run before it is cancelled (a failed attempt).
     job_budget_s: float = 300.0
     #: Attempts (claims) before a job is quarantined.
@@ -102,20 +108,32 @@ class Worker:
         )
 
     async def _run(self, job: Job) -> None:
+        db = self.rt.s.db
         budget = self.config.job_budget_s
+        error: str | None = None
         try:
             async with asyncio.timeout(budget):
                 await self._handle(job)
         except TimeoutError:
             log.error("job %s (%s) ran over its %g s budget and was cancelled", job.id, job.kind, budget)
-            await self._fail(job, f"over its time budget of {budget:g} s")
+            error = f"over its time budget of {budget:g} s"
         except Exception as exc:
-            log.exception("job %s failed", job.id)
-            await self._fail(job, f"{type(exc).__name__}: {exc}"[:500])
-        else:
-            await self.rt.s.jobs.complete(job.id)
+            if db.fault(exc) is not None or isinstance(exc, Unavailable):
+                log.warning("job %s: database unavailable (%s); it runs again later", job.id, type(exc).__name__)
+            else:
+                log.exception("job %s failed", job.id)
+            error = f"{type(exc).__name__}: {exc}"[:500]
+
+        async def end() -> None:
+            await (self.rt.s.jobs.complete(job.id) if error is None else self._fail(job, error))
+
+        try:
+            await db.until_available(end, budget_s=_MARK_BUDGET_S, what=f"job {job.id}")
+        except Exception:  # its lease runs out and it is claimed again (each handler is idempotent)
+            log.exception("job %s: recording how it ended failed", job.id)
 
     async def _fail(self, job: Job, error: str) -> None:
+        """A failed attempt; the last one quarantines the job (logged)."""
         status = await self.rt.s.jobs.fail(job.id, error, max_attempts=self.config.max_attempts)
         if status == "quarantined":
             log.error("job %s (%s) quarantined after %d attempts: %s", job.id, job.kind, job.attempts, error)
@@ -143,15 +161,43 @@ class Worker:
         except Exception:  # a refused or failed checkpoint is loud but never stops the jobs
             log.exception("audit checkpoint failed")
 
+    async def reconcile(self) -> None:
+        """One reconciliation pass: jobs of dead processes taken over, then :func:`recover`. An
+        outage or a failure is logged, never raised: the next pass tries again."""
+        try:
+            released = await self.rt.s.jobs.release_abandoned(is_dead)
+            if released:
+                log.info("took over %d jobs of a process that died", released)
+            await recover(self.rt, orphan_after_s=self.config.orphan_after_s, lease_wait_s=self.config.lease_wait_s)
+        except Exception as exc:
+            kind = self.rt.s.db.fault(exc)
+            if kind is None:
+                log.exception("reconciliation pass failed")
+            else:
+                log.warning("reconciliation pass: database unavailable (%s); trying again", kind)
+
+    async def _reconcile_forever(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self.config.reconcile_every_s)
+            if not stop.is_set():
+                await self.reconcile()
+
     async def run_forever(self, stop: asyncio.Event) -> None:
-        """Until ``stop``: keep up to ``concurrency`` jobs running, claiming more as slots free up."""
-        released = await self.rt.s.jobs.release_abandoned(is_dead)
-        if released:
-            log.info("took over %d jobs of a process that died", released)
+        """Until ``stop``: keep up to ``concurrency`` jobs running, claiming more as slots free up,
+        with the reconciliation pass every ``reconcile_every_s`` (and once first)."""
         quarantined = await self.rt.s.jobs.quarantined()
         if quarantined:
             log.warning("%d jobs are quarantined (newest %s); see `signoff jobs`", len(quarantined), quarantined[0].id)
-        await recover(self.rt, orphan_after_s=self.config.orphan_after_s)
+        await self.reconcile()
+        passes = asyncio.create_task(self._reconcile_forever(stop), name="signoff-reconcile")
+        try:
+            await self._jobs_forever(stop)
+        finally:
+            passes.cancel()
+            await asyncio.gather(passes, return_exceptions=True)
+
+    async def _jobs_forever(self, stop: asyncio.Event) -> None:
         running: set[asyncio.Task[None]] = set()
         done = asyncio.Event()
         while not stop.is_set():
@@ -160,8 +206,11 @@ class Worker:
             if free > 0:
                 try:
                     jobs = await self._claim(min(free, self.config.batch))
-                except Exception:
-                    log.exception("worker iteration failed")
+                except Exception as exc:
+                    if self.rt.s.db.fault(exc) is None:
+                        log.exception("worker iteration failed")
+                    else:  # the database restarts: poll again shortly (the outage is counted)
+                        log.warning("worker: database unavailable (%s); waiting", type(exc).__name__)
             for job in jobs:
                 task = asyncio.create_task(self._run(job), name=f"signoff-job-{job.id}")
                 running.add(task)
@@ -178,85 +227,33 @@ class Worker:
             await asyncio.gather(*running, return_exceptions=True)
 
 
-async def recover(rt: Runtime, *, orphan_after_s: float = 60.0) -> int:
-    """After a crash: settle abandoned ledger claims, finish what people had settled, then
-    finish interrupted turns.
+async def recover(rt: Runtime, *, orphan_after_s: float = 60.0, lease_wait_s: float = LEASE_WAIT_S) -> int:
+    """After a crash or a fault, and periodically while running: settle stuck ledger claims,
+    finish what people had settled, then finish interrupted turns.
 
-    Each abandoned ``executing`` entry (its process is gone, or it is older than
-    ``orphan_after_s``) is reconciled with the downstream by its key (no second side
-    effect); each runtime proposal a crash left undecided (a confirmation's, an approval's)
-    is carried out through the same path a live request takes; each turn left ``running``
-    is repaired (its unanswered tool calls answered from the ledger) and the agent
-    completes its reply.
+    Each ``executing`` claim older than ``orphan_after_s`` (or whose process is gone) that no live
+    turn holds is reconciled with the downstream by its key (:mod:`agent.reconcile`: no second
+    side effect, the conversation told the true outcome); each runtime proposal a crash left
+    undecided (a confirmation's, an approval's) is carried out through the same path a live
+    request takes; each turn left ``running`` is repaired (its unanswered tool calls answered
+    from the ledger) and the agent completes its reply. Returns the claims resolved.
     """
     s = rt.s
     cutoff = s.clock() - timedelta(seconds=orphan_after_s)
-    settled = 0
-    for entry in await s.ledger.in_flight():
-        if s.ledger.abandoned(entry, older_than=cutoff) and await _reconcile(rt, entry):
-            settled += 1
+    resolved = await reconcile_stuck(rt, older_than_s=orphan_after_s, lease_wait_s=lease_wait_s)
     for prop in await s.conversations.undecided_runtime_proposals(older_than=cutoff):
-        await _finish_settled(rt, prop)
+        try:
+            await finish(rt, prop)
+        except Busy:
+            continue  # its conversation is busy right now: the next pass finishes it
     for run in await s.conversations.stale_runs(older_than=cutoff):
         conv = await s.conversations.get(run.conversation_id)
         if conv is None:
             continue
         try:
-            reply = await _finish_run(rt, conv, run)
+            reply = await finish_run(rt, conv, run)
         except LockBusy:
             continue  # another replica holds the conversation right now: its turn is not ours to finish
         if reply is not None:
             await continuation.deliver(rt, conv, reply)
-    return settled
-
-
-async def _finish_run(rt: Runtime, conv: Conversation, run: Run) -> TurnResult | None:
-    """Take over a run a crash left ``running`` and let the agent complete its reply."""
-    s = rt.s
-    async with rt.lock(conv.id):
-        if not await s.conversations.take_over_run(run):
-            return None  # finished meanwhile, or another process took it over
-        fresh = await s.conversations.get_run(run.id) or run
-        turn = await rt.turn(conv, _principal(conv), run=fresh)
-        return await run_loop(turn)
-
-
-async def _finish_settled(rt: Runtime, prop: Proposal) -> None:
-    """A runtime proposal whose decision a crash interrupted: finish it the way a live
-    request would (the whole gate, the ledger's key, the outcome told once)."""
-    kind, _, origin_id = (prop.origin or "").partition(":")
-    if kind == "confirmation":
-        await rt.carry_out_confirmation(origin_id, deliver=True)
-    elif kind == "approval":
-        await rt.resume(origin_id)
-    elif kind == "edit":
-        conv = await rt.s.conversations.get(prop.conversation_id)
-        run = await rt.s.conversations.get_run(prop.run_id)
-        if conv is None or run is None:
-            return
-        async with rt.lock(conv.id):
-            turn = await rt.turn(conv, Principal.from_key(prop.principal, conv.customer_id), run=run)
-            await rt.apply(turn, tool=prop.tool, args=prop.arguments, origin=prop.origin or "", proposal_id=prop.id)
-
-
-async def _reconcile(rt: Runtime, entry: LedgerEntry) -> bool:
-    s = rt.s
-    tool = s.registry.get(entry.tool)
-    prop = await s.conversations.get_proposal(entry.proposal_id) if entry.proposal_id else None
-    if tool is None or prop is None:
-        return False
-    conv = await s.conversations.get(prop.conversation_id)
-    run = await s.conversations.get_run(prop.run_id)
-    if conv is None or run is None:
-        return False
-    principal = Principal.from_key(prop.principal, conv.customer_id)
-    turn = await rt.turn(conv, principal, run=run)
-    base = turn.event("execution", proposal_id=prop.id, tool=prop.tool, args_hash=prop.args_hash)
-    outcome = await s.executor.reconcile(entry, tool, steps.tool_context(turn, prop.id), audit=base)
-    if outcome.needs_human:
-        await gates.escalate(turn, "needs_human", f"{entry.tool} with key {entry.key} may have run; check it.")
-    return True
-
-
-def _principal(conv: Conversation) -> Principal:
-    return Principal(kind=conv.principal_kind, id=conv.principal_id, customer_id=conv.customer_id)  # type: ignore[arg-type]
+    return sum(1 for r in resolved if r.result in ("done", "released", "needs_human"))

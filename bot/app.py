@@ -51,6 +51,9 @@ from tools.catalogue import build_registry
 
 log = logging.getLogger(__name__)
 
+#: How long ``serve`` and ``worker`` wait at start for a database that is unavailable (restarting).
+START_WAIT_S = 120.0
+
 #: A face's worker side: run the turn of one accepted message and deliver its reply.
 InboundHandler = Callable[[Inbound], Awaitable[None]]
 
@@ -144,6 +147,8 @@ class App:
     policy: ActivePolicy | None = None
 
     async def close(self) -> None:
+        # Outcomes of done side effects still being recorded get a last chance before the engine goes.
+        await self.runtime.s.executor.drain(timeout_s=10.0)
         if self.slack is not None:
             await self.slack.close()
         if isinstance(self.backend, ShopifyBackend):
@@ -220,6 +225,8 @@ async def create_app(
     # A bad people file stops the start before anything is touched.
     people = load_people_file(settings.signoff_people_file) if settings.signoff_people_file else None
     db = create_database(settings.signoff_database_url)
+    # A database that is restarting is waited for (a worker started meanwhile comes up once it is back).
+    await db.until_available(db.ping, budget_s=START_WAIT_S, what="start-up: waiting for the database")
     # OTEL_* are the OpenTelemetry SDK's own variables; this root only asks whether to export.
     tracing = install_tracing(os.environ, db)
     active = await active_policy(PolicyVersions(db), settings.signoff_policy_file)
@@ -416,12 +423,15 @@ async def seed_store(db: Database, seed: str | None, *, production: bool = False
     development, nothing in production (an empty production store stays empty).
     """
     try:
-        if not await store_is_empty(db):
-            return False
-    except Exception as exc:  # the tables are missing: migrations were not run
+        empty = await db.until_available(lambda: store_is_empty(db), budget_s=START_WAIT_S, what="start-up")
+    except Exception as exc:  # the tables are missing: migrations were not run (an outage is re-raised)
+        if db.fault(exc) is not None:
+            raise
         raise ConfigError(
             f"SIGNOFF_DATABASE_URL: database not migrated ({type(exc).__name__}); run `signoff db upgrade`"
         ) from None
+    if not empty:
+        return False
     if seed is None and production:
         log.warning(
             "the sandbox store is empty and this is production: the demo data is not loaded "

@@ -35,7 +35,7 @@ from bot.email import bridge as email_bridge
 from bot.email.bridge import EmailBridge, EmailConfig
 from bot.settings import reveal
 from bot.teams.config import is_loopback_host
-from bot.web import error_response, errors
+from bot.web import FAULTS, error_response, errors
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ def make_web_app(
     auth = auth or AuthConfig.from_settings(app.settings)
     email = email or EmailConfig.from_settings(app.settings)
     web_app = web.Application(middlewares=[errors], client_max_size=email.max_body)
+    web_app[FAULTS] = app.runtime.s.db.fault
     web_app[api.STATE] = api.make_state(app, Authenticator(auth, app.backend, app.runtime.s.people))
     web_app[email_bridge.EMAIL] = EmailBridge(app, email)
     web_app[_METRICS] = _Metrics(metrics_render, metrics_token, loopback_only=True)

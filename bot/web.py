@@ -17,7 +17,8 @@ from aiohttp import web
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from agent.errors import Busy, DecisionError, ModelUnavailable
+from agent.boundary import unavailable
+from agent.errors import Busy, DecisionError, ModelUnavailable, Unavailable
 from bot.api import wording as say
 
 log = logging.getLogger(__name__)
@@ -185,12 +186,31 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = web.json_response({"error": code, "message": message}, status=exc.status)
     except (asyncio.CancelledError, KeyboardInterrupt):
         raise
-    except Exception:
-        log.exception("unhandled error in %s %s", request.method, request.path)
-        response = error_response("internal", say.INTERNAL)
+    except Exception as exc:
+        if unavailable(exc):
+            response = unavailable_response(request, exc)
+        else:
+            log.exception("unhandled error in %s %s", request.method, request.path)
+            response = error_response("internal", say.INTERNAL)
     if request.path.startswith(("/api/", "/email/")):
         response.headers.setdefault("Cache-Control", "no-store")
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    return response
+
+
+#: Where the server puts its database's fault counter (``Database.fault``), when it has one.
+FAULTS: web.AppKey[Callable[[BaseException], object]] = web.AppKey("signoff_faults", object)  # type: ignore[arg-type]
+
+
+def unavailable_response(request: web.Request, exc: BaseException) -> web.Response:
+    """A database outage on any face's inbound: 503 with ``Retry-After`` (the request changed
+    nothing that a retry would not find; see ``agent.boundary.unavailable``)."""
+    count = request.app.get(FAULTS)
+    if count is not None:
+        count(exc.__cause__ if isinstance(exc, Unavailable) and exc.__cause__ else exc)
+    log.warning("database unavailable in %s %s: %s", request.method, request.path, type(exc).__name__)
+    response = error_response("unavailable", say.DATABASE_UNAVAILABLE)
+    response.headers["Retry-After"] = str(exc.retry_after_s if isinstance(exc, Unavailable) else 2)
     return response
 
 

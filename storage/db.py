@@ -12,18 +12,19 @@ import asyncio
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from sqlalchemy import JSON, Connection, Engine, MetaData, create_engine, event, make_url
+from sqlalchemy import JSON, Connection, Engine, MetaData, create_engine, event, make_url, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Session
 
 from storage.fastsql import FastConnection
+from storage.faults import FaultKind, FaultListener, noted, until_available
 from storage.inline import BUSY, BUSY_POLL_S, NOT_RUN, RawPath, inline_connect, is_busy
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,8 @@ class Database:
     readers: async_sessionmaker[AsyncSession] | None = None
     #: SQLite only: the stdlib-driver writer behind :meth:`write`.
     sync_writer: SyncWriter | None = None
+    #: Told of each database outage :meth:`fault` classifies (the metrics count them by kind).
+    fault_listeners: list[FaultListener] = field(default_factory=list)
 
     @classmethod
     def of(cls, engine: AsyncEngine) -> Database:
@@ -135,6 +138,20 @@ class Database:
         engine = self.engine.execution_options(signoff_readonly=True) if not self.is_postgres else self.engine
         async with engine.connect() as conn:
             return await conn.run_sync(fn)
+
+    def fault(self, exc: BaseException) -> FaultKind | None:
+        """The outage ``exc`` means (``None``: not one), counted by the fault listeners."""
+        return noted(exc, self.fault_listeners)
+
+    async def until_available(self, fn: Callable[[], Awaitable[T]], *, budget_s: float | None, what: str) -> T:
+        """``await fn()``, retried with backoff while this database is unavailable (see
+        :func:`storage.faults.until_available`)."""
+        return await until_available(fn, budget_s=budget_s, what=what, listeners=self.fault_listeners)
+
+    async def ping(self) -> None:
+        """One trivial round trip (``SELECT 1``): raises when the database does not answer."""
+        async with self.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
 
     def observe(self, observer: Observer) -> None:
         """Call ``observer(events)`` after each commit that appended audit events."""

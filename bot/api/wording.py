@@ -32,6 +32,7 @@ INBOX_FULL = "Too many messages are waiting to be answered; nothing was stored, 
 MODEL_UNAVAILABLE = "The assistant is unavailable right now; try again shortly."
 INTERNAL = "Something went wrong on our side. It has been logged."
 DATABASE_DOWN = "The database is not answering."
+DATABASE_UNAVAILABLE = "Our database is briefly unavailable; send the same request again in a moment."
 METRICS_OFF = "Metrics are not enabled on this server."
 METRICS_TOKEN = "Metrics need Authorization: Bearer <SIGNOFF_METRICS_TOKEN>."
 METRICS_LOOPBACK = (

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 from aiohttp import web
@@ -25,6 +26,7 @@ from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.authorization.async_authorize import AsyncAuthorize
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.boundary import unavailable
 from bot.slack import blocks, ids
 from bot.slack.face import SlackFace, thread_ref
 from bot.slack.sender import SlackSendError
@@ -138,9 +140,22 @@ def events_route(app: AsyncApp) -> web.RouteDef:
     """``POST /slack/events`` on our aiohttp server: events, commands and interactivity."""
 
     async def handle(request: web.Request) -> web.Response:
-        return await to_aiohttp_response(await app.async_dispatch(await to_bolt_request(request)))
+        outages: list[BaseException] = []
+        token = _OUTAGES.set(outages)
+        try:
+            response = await app.async_dispatch(await to_bolt_request(request))
+        finally:
+            _OUTAGES.reset(token)
+        if outages:
+            raise outages[0]  # nothing was accepted: the web middleware answers 503, Slack retries
+        return await to_aiohttp_response(response)
 
     return web.post("/slack/events", handle)
+
+
+#: A database outage a listener met (Bolt answers a listener's error with 500 itself; the
+#: route raises it instead, so the one 503 mapping of ``bot.web`` answers it).
+_OUTAGES: ContextVar[list[BaseException] | None] = ContextVar("signoff_slack_outages", default=None)
 
 
 class UnsignedSlack(ValueError):
@@ -178,7 +193,13 @@ class Acceptor:
         self.face = face
 
     async def _accept(self, keys: list[str], payload: dict[str, Any]) -> bool:
-        accepted = await self.face.runtime.accept_inbound(FACE, keys, payload)
+        try:
+            accepted = await self.face.runtime.accept_inbound(FACE, keys, payload)
+        except Exception as exc:
+            trap = _OUTAGES.get()
+            if trap is not None and unavailable(exc):
+                trap.append(exc)
+            raise
         if accepted.full:
             # Slack was already acked (200): its retries (three, minutes apart) would not outlast a
             # backlog and failing deliveries get the app's events switched off, so the message is

@@ -20,6 +20,8 @@ from typing import Any
 
 from aiohttp import web
 
+from agent.boundary import unavailable
+from agent.errors import Unavailable
 from agent.runtime import Runtime
 from bot.teams import wording as say
 from bot.teams.auth import InboundAuthenticator
@@ -118,7 +120,8 @@ class TeamsFace:
 
     def routes(self) -> list[web.RouteDef]:
         """``POST /teams/messages``."""
-        return teams_routes(self.accept, auth=self.auth)
+        # A database outage goes to the shared 503 mapping (bot/web.py), not the route's own 500.
+        return teams_routes(self.accept, auth=self.auth, passthrough=(Unavailable,))
 
     # -- the route's door -------------------------------------------------------------
     async def accept(
@@ -128,7 +131,12 @@ class TeamsFace:
         if isinstance(activity, TeamsCardAction):
             return await self.clicks.handle(activity, reference)
         if isinstance(activity, TeamsMessage | TeamsBotAdded):
-            accepted = await self.runtime.accept_inbound(FACE, inbound_keys(activity), _payload(activity, reference))
+            try:
+                accepted = await self.runtime.accept_inbound(FACE, inbound_keys(activity), _payload(activity, reference))
+            except Exception as exc:
+                if unavailable(exc):
+                    raise Unavailable() from exc
+                raise
             if accepted.full:  # 503 + Retry-After (the route): the Bot Connector retries later
                 raise InboxFull(self.runtime.s.policy.inbound.retry_after_s)
         return None

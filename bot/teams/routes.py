@@ -30,11 +30,17 @@ PATH = "/teams/messages"
 Accept: TypeAlias = Callable[[TeamsActivity, dict[str, Any], dict[str, Any]], Awaitable[InvokeReply | None]]
 
 
-def teams_routes(accept: Accept, *, auth: InboundAuthenticator, path: str = PATH) -> list[web.RouteDef]:
+def teams_routes(
+    accept: Accept,
+    *,
+    auth: InboundAuthenticator,
+    path: str = PATH,
+    passthrough: tuple[type[Exception], ...] = (),
+) -> list[web.RouteDef]:
     """The Teams messaging endpoint as aiohttp routes, for ``app.router.add_routes``."""
 
     async def messages(request: web.Request) -> web.Response:
-        return await handle(request, accept, auth)
+        return await handle(request, accept, auth, passthrough)
 
     return [web.post(path, messages)]
 
@@ -43,7 +49,12 @@ def _error(status: int, code: str, message: str) -> web.Response:
     return web.json_response({"error": code, "message": message}, status=status)
 
 
-async def handle(request: web.Request, accept: Accept, auth: InboundAuthenticator) -> web.Response:
+async def handle(
+    request: web.Request,
+    accept: Accept,
+    auth: InboundAuthenticator,
+    passthrough: tuple[type[Exception], ...] = (),
+) -> web.Response:
     """One inbound request; every refusal is JSON ``{"error", "message"}`` and touches nothing."""
     try:
         caller = await auth.verify(request.headers.get("Authorization"))
@@ -75,6 +86,8 @@ async def handle(request: web.Request, accept: Accept, auth: InboundAuthenticato
         reply = await accept(activity, raw, parsed.reference)
     except InboxFull as exc:
         return busy_response(exc)
+    except passthrough:
+        raise  # e.g. a database outage: nothing was taken; the web middleware answers 503
     except Exception:
         log.exception("teams accept failed for %s", activity.dedup_key)
         return _error(500, "internal", "The activity could not be taken; retry later.")
