@@ -224,9 +224,7 @@ async def create_app(
     warn_if_development(settings)  # every start of serve, worker and socket comes through here
     # A bad people file stops the start before anything is touched.
     people = load_people_file(settings.signoff_people_file) if settings.signoff_people_file else None
-    db = create_database(settings.signoff_database_url)
-    # A database that is restarting is waited for (a worker started meanwhile comes up once it is back).
-    await db.until_available(db.ping, budget_s=START_WAIT_S, what="start-up: waiting for the database")
+    db = await open_database(settings)
     # OTEL_* are the OpenTelemetry SDK's own variables; this root only asks whether to export.
     tracing = install_tracing(os.environ, db)
     active = await active_policy(PolicyVersions(db), settings.signoff_policy_file)
@@ -274,6 +272,14 @@ async def create_app(
         http_routes=tuple(routes),
         policy=active,
     )
+
+
+async def open_database(settings: Settings) -> Database:
+    """The configured database, once it answers: a database that is restarting is waited for
+    (a worker started meanwhile comes up once it is back)."""
+    db = create_database(settings.signoff_database_url)
+    await db.until_available(db.ping, budget_s=START_WAIT_S, what="start-up: waiting for the database")
+    return db
 
 
 def build_backend(settings: Settings, db: Database, *, clock: Callable[[], datetime]) -> CommerceBackend:

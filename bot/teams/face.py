@@ -132,7 +132,9 @@ class TeamsFace:
             return await self.clicks.handle(activity, reference)
         if isinstance(activity, TeamsMessage | TeamsBotAdded):
             try:
-                accepted = await self.runtime.accept_inbound(FACE, inbound_keys(activity), _payload(activity, reference))
+                accepted = await self.runtime.accept_inbound(
+                    FACE, inbound_keys(activity), _payload(activity, reference)
+                )
             except Exception as exc:
                 if unavailable(exc):
                     raise Unavailable() from exc
