@@ -124,9 +124,9 @@ class Settings(BaseSettings):
     signoff_shopify_shop: str | None = None
     signoff_shopify_api_version: str | None = None
     signoff_shopify_client_id: str | None = None
-    signoff_shopify_client_secret: str | None = Field(default=None, repr=False)
-    signoff_shopify_access_token: str | None = Field(default=None, repr=False)
-    signoff_shopify_webhook_secret: str | None = Field(default=None, repr=False)
+    signoff_shopify_client_secret: SecretStr | None = None
+    signoff_shopify_access_token: SecretStr | None = None
+    signoff_shopify_webhook_secret: SecretStr | None = None
     signoff_shopify_admin_url: str | None = None
 
     @field_validator("signoff_database_url", "signoff_migration_database_url")
@@ -298,9 +298,9 @@ class Settings(BaseSettings):
             shop=self.signoff_shopify_shop,
             api_version=self.signoff_shopify_api_version,
             client_id=self.signoff_shopify_client_id,
-            client_secret=self.signoff_shopify_client_secret,
-            access_token=self.signoff_shopify_access_token,
-            webhook_secret=self.signoff_shopify_webhook_secret,
+            client_secret=reveal(self.signoff_shopify_client_secret),
+            access_token=reveal(self.signoff_shopify_access_token),
+            webhook_secret=reveal(self.signoff_shopify_webhook_secret),
             admin_url=self.signoff_shopify_admin_url,
         )
 

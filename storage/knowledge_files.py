@@ -35,7 +35,6 @@ INTRO = "overview"
 #: A document id: what an evidence id (``tools.schemas.EVIDENCE_ID_PATTERN``) can cite.
 ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 _FRONT_KEYS = frozenset({"id", "title", "kind"})
-_ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 
 
@@ -120,12 +119,30 @@ def markdown_pieces(text: str) -> list[tuple[str | None, str]]:
     for line in text.splitlines():
         if _FENCE.match(line):
             fenced = not fenced
-        m = None if fenced else _ATX.match(line)
-        if m is not None and m.group(2).strip():
-            pieces.append((m.group(2).strip(), []))
+        heading = None if fenced else atx_heading(line)
+        if heading:
+            pieces.append((heading, []))
         else:
             pieces[-1][1].append(line)
     return [(h, "\n".join(lines)) for h, lines in pieces]
+
+
+def atx_heading(line: str) -> str | None:
+    """The text of a Markdown ATX heading (``## Refund window ##``), or ``None``; string
+    operations only, linear in the line (a regular expression here backtracked on long lines)."""
+    indent = len(line) - len(line.lstrip(" "))
+    rest = line[indent:]
+    level = len(rest) - len(rest.lstrip("#"))
+    if indent > 3 or not 1 <= level <= 6:
+        return None
+    body = rest[level:]
+    if body and body[0] not in " \t":
+        return None  # "#hashtag" is text, not a heading
+    body = body.strip(" \t")
+    closing = body.rstrip("#")
+    if closing != body and (not closing or closing[-1] in " \t"):
+        body = closing.rstrip(" \t")  # an optional closing run of #s after a space
+    return body or None
 
 
 def html_pieces(html: str) -> list[tuple[str | None, str]]:

@@ -256,6 +256,19 @@ class Run:
         return {"finished": True}
 
 
+class NoKnowledge:
+    """Knowledge for a shop whose tests bring none (the Shopify backend's): every search finds nothing."""
+
+    async def search(self, query: str, *, kind: Any = None, limit: int = 5) -> list[KnowledgeHit]:
+        return []
+
+
+def _knowledge_of(store: Any) -> Any:
+    """The sandbox's dataset loaded its knowledge into its own database; other shops have none here."""
+    db = getattr(store, "_db", None)
+    return KnowledgeSearch(Knowledge(db)) if isinstance(db, Database) else NoKnowledge()
+
+
 def make_ctx(
     store: SandboxStore,
     customer_id: str | None = "C-7",
@@ -269,7 +282,7 @@ def make_ctx(
         principal=Principal(kind="customer", id=customer_id or "anon", customer_id=customer_id),
         backend=store,
         # Knowledge is signoff's own, in the same database the store's dataset loaded it into.
-        knowledge=KnowledgeSearch(Knowledge(store._db)),
+        knowledge=_knowledge_of(store),
         case=desk or Desk(),
         run=run or Run(),
         rules=rules or Rules(),

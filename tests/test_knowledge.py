@@ -280,3 +280,31 @@ async def test_search_knowledge_reads_signoffs_own_knowledge_whatever_the_backen
     )
     out = await call("search_knowledge", {"query": "refund window days"}, ctx)
     assert [h["evidence_id"] for h in out["hits"]] == ["refunds@1#window"] and run.evidence == {"refunds@1#window"}
+
+
+@pytest.mark.parametrize(
+    ("line", "heading"),
+    [
+        ("# Title", "Title"),
+        ("## Refund window ##", "Refund window"),
+        ("   ### Indented", "Indented"),
+        ("## C# ##", "C#"),
+        ("## a#", "a#"),
+        ("#hashtag", None),
+        ("    # code block", None),
+        ("####### seven", None),
+        ("## ", None),
+    ],
+)
+def test_markdown_headings_are_read_as_commonmark_atx_headings(line: str, heading: str | None) -> None:
+    from storage.knowledge_files import atx_heading
+
+    assert atx_heading(line) == heading
+
+
+def test_a_long_heading_line_is_read_in_linear_time() -> None:
+    """40,000 spaces and hashes (what made the old pattern backtrack) are one quick pass."""
+    from storage.knowledge_files import atx_heading
+
+    assert atx_heading("# " + " \t" * 20_000 + "x " + "#" * 20_000 + " " * 20_000) == "x"
+    assert atx_heading("# x" + " #" * 20_000) == "x" + " #" * 19_999  # only the last run of #s closes it

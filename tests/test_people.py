@@ -134,6 +134,7 @@ async def test_the_people_file_wins_at_start_and_a_bad_one_stops_it(
     db = await make_sqlite(tmp_path / "app.db")
     await db.dispose()
     monkeypatch.setenv("SIGNOFF_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path / 'app.db'}")
+    monkeypatch.setenv("SIGNOFF_ENV", "development")  # the demo dataset seeds the store in development only
     people_file = tmp_path / "people.yaml"
     people_file.write_text(GOOD)
     monkeypatch.setenv("SIGNOFF_PEOPLE_FILE", str(people_file))
