@@ -87,8 +87,8 @@ def cli_env(url: str, tmp: Path) -> dict[str, str]:
         "PYTHONPATH": str(ROOT),
         "SIGNOFF_DATABASE_URL": url,
         "SIGNOFF_LLM_PROVIDER": "scripted",
-        "SIGNOFF_AUDIT_CHECKPOINT_FILE": str(tmp / "no-checkpoints.jsonl"),
-        "SIGNOFF_AUDIT_KEY_FILE": str(tmp / "no-key"),
+        "SIGNOFF_AUDIT_CHECKPOINT_FILE": str(tmp / "checkpoints.jsonl"),
+        "SIGNOFF_AUDIT_KEY_FILE": str(tmp / "audit-key.pem"),
     }
 
 
@@ -106,11 +106,13 @@ async def signoff(url: str, tmp: Path, *argv: str) -> asyncio.subprocess.Process
 
 
 async def audit_verifies(url: str, tmp: Path) -> None:
-    """``signoff audit verify`` over the database passes (the CLI's ``main``, on a thread of its own:
-    it runs its own event loop)."""
+    """``signoff audit checkpoint`` then ``signoff audit verify`` over the database pass (the
+    CLI's ``main``, on a thread of its own: it runs its own event loop). The checkpoint file and
+    its key live in ``tmp``: a configured anchor that is missing fails verify by design."""
     with pytest.MonkeyPatch.context() as env:
         for key, value in cli_env(url, tmp).items():
             env.setenv(key, value)
+        assert await asyncio.to_thread(main, ["audit", "checkpoint"]) == 0
         assert await asyncio.to_thread(main, ["audit", "verify"]) == 0
 
 
@@ -279,7 +281,9 @@ async def test_stopped_replica_holding_the_lease(server: PgServer, tmp_path: Pat
     await asyncio.gather(_stopped_replica(server, tmp_path, "continued"), _stopped_replica(server, tmp_path, "killed"))
 
 
-async def _stopped_replica(server: PgServer, tmp_path: Path, then: str) -> None:
+async def _stopped_replica(server: PgServer, tmp_root: Path, then: str) -> None:
+    tmp_path = tmp_root / then  # each database its own checkpoint file
+    tmp_path.mkdir()
     name, db = await fresh(server)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, str(STOP_DRIVER), server.url(name), env=cli_env(server.url(name), tmp_path),
