@@ -111,6 +111,7 @@ class Worker:
         db = self.rt.s.db
         budget = self.config.job_budget_s
         error: str | None = None
+        outage = False
         try:
             async with asyncio.timeout(budget):
                 await self._handle(job)
@@ -118,23 +119,27 @@ class Worker:
             log.error("job %s (%s) ran over its %g s budget and was cancelled", job.id, job.kind, budget)
             error = f"over its time budget of {budget:g} s"
         except Exception as exc:
-            if db.fault(exc) is not None or isinstance(exc, Unavailable):
+            outage = db.fault(exc) is not None or isinstance(exc, Unavailable)
+            if outage:
                 log.warning("job %s: database unavailable (%s); it runs again later", job.id, type(exc).__name__)
             else:
                 log.exception("job %s failed", job.id)
             error = f"{type(exc).__name__}: {exc}"[:500]
 
         async def end() -> None:
-            await (self.rt.s.jobs.complete(job.id) if error is None else self._fail(job, error))
+            if error is None:
+                await self.rt.s.jobs.complete(job.id)
+            else:  # an outage is not the job's fault: it never counts towards quarantine
+                await self._fail(job, error, counted=not outage)
 
         try:
             await db.until_available(end, budget_s=_MARK_BUDGET_S, what=f"job {job.id}")
         except Exception:  # its lease runs out and it is claimed again (each handler is idempotent)
             log.exception("job %s: recording how it ended failed", job.id)
 
-    async def _fail(self, job: Job, error: str) -> None:
-        """A failed attempt; the last one quarantines the job (logged)."""
-        status = await self.rt.s.jobs.fail(job.id, error, max_attempts=self.config.max_attempts)
+    async def _fail(self, job: Job, error: str, *, counted: bool = True) -> None:
+        """A failed attempt; the last counted one quarantines the job (logged)."""
+        status = await self.rt.s.jobs.fail(job.id, error, max_attempts=self.config.max_attempts, counted=counted)
         if status == "quarantined":
             log.error("job %s (%s) quarantined after %d attempts: %s", job.id, job.kind, job.attempts, error)
 

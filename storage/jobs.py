@@ -216,11 +216,15 @@ class JobQueue:
         retry_in_s: float | None = None,
         max_attempts: int = 5,
         worker_id: str | None = None,
+        counted: bool = True,
     ) -> JobStatus | None:
         """Record a failed attempt: requeue after ``retry_in_s`` (default
         :func:`default_backoff`) or, once ``max_attempts`` claims are used,
         quarantine it. Returns the new status, or ``None`` if the job is
-        not running (or, with ``worker_id``, not held by that worker)."""
+        not running (or, with ``worker_id``, not held by that worker).
+
+        ``counted=False`` (the job met a database outage, not a fault of its own) gives the
+        claim's attempt back and requeues it: an outage never quarantines a job."""
         now = self._now()
         find = select(_JOBS.c.attempts).where(_JOBS.c.id == job_id, _JOBS.c.status == "running")
         if worker_id is not None:
@@ -230,8 +234,11 @@ class JobQueue:
             attempts = conn.execute(find.with_for_update()).scalar_one_or_none()
             if attempts is None:
                 return None
-            status: JobStatus = "quarantined" if attempts >= max_attempts else "queued"
+            status: JobStatus = "quarantined" if counted and attempts >= max_attempts else "queued"
             values: dict[str, Any] = {"status": status, "last_error": error, "locked_by": None}
+            if not counted:
+                attempts = max(attempts - 1, 0)
+                values["attempts"] = attempts
             if status == "queued":
                 delay = default_backoff(attempts) if retry_in_s is None else retry_in_s
                 values["run_after"] = now + timedelta(seconds=delay)

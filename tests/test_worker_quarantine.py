@@ -115,6 +115,32 @@ async def test_a_job_that_keeps_failing_is_quarantined_and_not_run_again_at_rest
     assert await h.runtime.s.jobs.pending_count() == 0
 
 
+async def test_a_database_outage_never_counts_towards_quarantine(db: Database) -> None:
+    """A job that meets the database unavailable (not a fault of its own) gets its attempt back
+    and runs again later: more outages than ``max_attempts`` still end in the job done, never
+    quarantined (a customer's message must not be lost to a long restart)."""
+    from agent.errors import Unavailable
+
+    h = await seeded(db, ScriptedModel([]))
+    outages = 5
+    calls: list[int] = []
+
+    async def flaky(job: Job) -> None:
+        calls.append(job.id)
+        if len(calls) <= outages:
+            raise Unavailable()
+
+    config = WorkerConfig(max_attempts=3)
+    job_id = await _job(h)
+    for n in range(outages):
+        assert await Worker(h.runtime, config=config, handlers={KIND: flaky}).run_once() == 1
+        job = await _get(h, job_id)
+        assert job.status == "queued" and job.attempts == 0, (n, job)
+        h.clock.now += timedelta(minutes=20)
+    assert await Worker(h.runtime, config=config, handlers={KIND: flaky}).run_once() == 1
+    assert (await _get(h, job_id)).status == "done" and len(calls) == outages + 1
+
+
 async def test_a_job_whose_process_dies_on_its_last_attempt_is_quarantined_by_the_next_claim(db: Database) -> None:
     h = await seeded(db, ScriptedModel([]))
     jobs = h.runtime.s.jobs
