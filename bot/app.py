@@ -31,10 +31,6 @@ from bot.telemetry import Tracing, install_tracing
 from sandbox.dataset import load_dataset_file
 from sandbox.io import load_dataset, store_is_empty
 from sandbox.store import SandboxStore
-from shopify.auth import ClientCredentials, StaticToken, TokenSource
-from shopify.client import AdminClient
-from shopify.config import ShopifyConfig
-from shopify.writes import ShopifyBackend
 from storage import checkpoints
 from storage.checkpoints import Checkpoint
 from storage.db import Database, create_database
@@ -46,6 +42,8 @@ from storage.records import wall_clock
 
 if TYPE_CHECKING:
     from bot.slack.face import SlackFace
+    from shopify.config import ShopifyConfig
+    from shopify.writes import ShopifyBackend
 from tools.backend import CommerceBackend
 from tools.catalogue import build_registry
 
@@ -151,7 +149,10 @@ class App:
         await self.runtime.s.executor.drain(timeout_s=10.0)
         if self.slack is not None:
             await self.slack.close()
-        if isinstance(self.backend, ShopifyBackend):
+        if self.settings is not None and self.settings.signoff_backend == "shopify":
+            from shopify.writes import ShopifyBackend
+
+            assert isinstance(self.backend, ShopifyBackend)
             await self.backend.client.close()
         await self.db.dispose()
         if self.tracing is not None:
@@ -291,6 +292,11 @@ def build_backend(settings: Settings, db: Database, *, clock: Callable[[], datet
 
 def shopify_backend(config: ShopifyConfig) -> ShopifyBackend:
     """A :class:`ShopifyBackend` for ``config``: a static token, or the client credentials grant."""
+    # Imported here: the GraphQL client loads graphql-core, which a sandbox deployment never needs.
+    from shopify.auth import ClientCredentials, StaticToken, TokenSource
+    from shopify.client import AdminClient
+    from shopify.writes import ShopifyBackend
+
     tokens: TokenSource
     if config.access_token is not None:
         tokens = StaticToken(config.access_token)
@@ -313,9 +319,12 @@ def shopify_webhooks(
 ) -> list[web.RouteDef]:
     """With a Shopify backend, the webhooks face: its worker handler (into ``inbound``) and
     ``POST /shopify/webhooks``; nothing with the sandbox."""
-    if not isinstance(backend, ShopifyBackend):
+    if settings.signoff_backend != "shopify":
         return []
     from bot.shopify.face import ShopifyFace
+    from shopify.writes import ShopifyBackend
+
+    assert isinstance(backend, ShopifyBackend)
 
     face = ShopifyFace(config=settings.shopify_config(), backend=backend, runtime=runtime)
     inbound["shopify"] = face.handle
