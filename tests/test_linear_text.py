@@ -30,7 +30,7 @@ from tests.slack_kit import SIGNOFF
 from tests.stall_kit import DMS, SLACK_MAX, healthz_during
 
 #: A correctness bound, generous for a loaded machine: the old code took tens of seconds.
-BOUND_S = 1.0
+BOUND_S = 5.0
 N = SLACK_MAX
 
 
@@ -116,6 +116,6 @@ def test_no_pattern_in_the_code_grows_faster_than_linearly() -> None:
 async def test_40000_character_dms_from_a_stranger_leave_healthz_answering(tmp_path: Path) -> None:
     figures = await healthz_during(tmp_path)
     assert figures["non_200"] == 0 and figures["dms"] == len(DMS)
-    # Generous for a shared machine (bench/stall.py gives the precise figure); the old link
-    # pattern alone blocked the loop for minutes on the first of these DMs.
-    assert figures["healthz_max_ms"] < 1000, figures
+    # Not a speed target (bench/stall.py gives the figure): a bound an order of magnitude over
+    # a loaded shared machine's worst, far under the minutes the old link pattern blocked for.
+    assert figures["healthz_max_ms"] < 15_000, figures
