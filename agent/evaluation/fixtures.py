@@ -5,6 +5,11 @@ per distinct set of store overrides, built once per process by running the real
 Alembic migrations on an empty file and loading the bundled demo dataset (plus
 the overrides) rebased to the evaluation's epoch. Copying a file is far cheaper
 than migrating and loading ~1,000 rows for each of k runs of ~60 cases.
+
+The shop a run's tools act on comes from a :class:`Shops`: the sandbox store in that same file
+(:class:`SandboxShops`, the default), or another backend seeded from the same dataset (the
+Shopify one: ``bot/shopify/evaluation.py``). Either way the judge reads the run's outcome as a
+dataset exported from the shop, so the same cases and expectations hold on both.
 """
 
 from __future__ import annotations
@@ -13,11 +18,11 @@ import asyncio
 import hashlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agent.evaluation.suite import StoreSpec, parse_duration
 from agent.llm.base import ModelClient
@@ -30,6 +35,7 @@ from sandbox.io import count_rows, export_model, load_dataset
 from sandbox.schema import upgrade
 from sandbox.store import SandboxStore
 from storage.db import Database, create_database
+from tools.backend import CommerceBackend
 
 #: Fields that hold times, per collection; override values may be relative (``-3d``).
 TIME_FIELDS = {
@@ -97,6 +103,8 @@ class Template:
     path: Path
     before: Dataset
     counts: dict[str, int]
+    #: The case's dataset (the bundled one with the case's overrides), times not yet rebased.
+    dataset: Dataset
 
 
 @dataclass
@@ -144,7 +152,7 @@ class TemplateStore:
             counts = await count_rows(db)
         finally:
             await db.dispose()
-        return Template(path=path, before=before, counts=counts)
+        return Template(path=path, before=before, counts=counts, dataset=dataset)
 
     def lane(self) -> Lane:
         """A new lane (one run at a time on its own file)."""
@@ -182,6 +190,60 @@ def _replace_file(source: Path, target: Path) -> None:
     shutil.copyfile(source, target)
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunShop:
+    """The shop of one run: the backend its tools act on, the shop as a dataset before the run,
+    how to read it again afterwards, and how to let it go."""
+
+    backend: CommerceBackend
+    before: Dataset
+    export: Callable[[], Awaitable[Dataset]]
+    close: Callable[[], Awaitable[None]]
+
+
+class Shops(Protocol):
+    """Where each run's shop comes from."""
+
+    @property
+    def lanes(self) -> int:
+        """How many runs it can hold at once."""
+        ...
+
+    @property
+    def supported(self) -> frozenset[str] | None:
+        """The backend's ``supported_tools`` (``None``: every catalogue tool)."""
+        ...
+
+    async def open(self, template: Template, *, db: Database, clock: Clock, epoch: datetime) -> RunShop:
+        """A fresh shop seeded from ``template``'s dataset (rebased to ``epoch``), on ``clock``."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release whatever :meth:`open` needed (sessions, connections)."""
+        ...
+
+
+async def _nothing() -> None:
+    return None
+
+
+@dataclass
+class SandboxShops:
+    """The sandbox store in the run's own SQLite file (already seeded from the template)."""
+
+    lanes: int = 1_000
+    supported: frozenset[str] | None = None
+
+    async def open(self, template: Template, *, db: Database, clock: Clock, epoch: datetime) -> RunShop:
+        async def export() -> Dataset:
+            return await export_model(db)
+
+        return RunShop(backend=SandboxStore(db, clock=clock), before=template.before, export=export, close=_nothing)
+
+    async def aclose(self) -> None:
+        return None
+
+
 def build_services(
     *,
     db: Database,
@@ -189,10 +251,17 @@ def build_services(
     clock: Callable[[], datetime],
     policy: Policy | None = None,
     notifier: Notifier | None = None,
+    backend: CommerceBackend | None = None,
 ) -> Services:
-    """The runtime's collaborators over ``db``, wired as the composition root wires them."""
+    """The runtime's collaborators over ``db`` and ``backend`` (default: the sandbox store in
+    ``db``), wired as the composition root wires them."""
     return _build_services(
-        db=db, model=model, backend=SandboxStore(db, clock=clock), policy=policy, notifier=notifier, clock=clock
+        db=db,
+        model=model,
+        backend=backend or SandboxStore(db, clock=clock),
+        policy=policy,
+        notifier=notifier,
+        clock=clock,
     )
 
 
@@ -204,6 +273,9 @@ __all__ = [
     "Clock",
     "DatasetError",
     "Lane",
+    "RunShop",
+    "SandboxShops",
+    "Shops",
     "Template",
     "TemplateStore",
     "build_services",

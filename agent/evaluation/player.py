@@ -9,6 +9,7 @@ stale cards, a customer trying to approve). It never looks inside the agent.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -237,13 +238,19 @@ class Player:
         return self._expected(i, turn, None, reply=reply, status=out.approval.status, default="conflict")
 
 
-async def observe(rt: Runtime, before: Dataset, *, counts: dict[str, int] | None = None) -> Observed:
+async def observe(
+    rt: Runtime,
+    before: Dataset,
+    *,
+    export: Callable[[], Awaitable[Dataset]],
+    counts: dict[str, int] | None = None,
+) -> Observed:
     """Read everything a judge needs from the durable state, through the repositories only.
 
-    The store is exported in full unless ``counts`` (the template's row counts) are given, no
+    The shop is exported (``export``) unless ``counts`` (the template's row counts) are given, no
     action executed and no row count changed - then it is known to equal ``before``.
     """
-    from sandbox.io import count_rows, export_model
+    from sandbox.io import count_rows
 
     s = rt.s
     audit: list[AuditRecord] = []
@@ -271,7 +278,7 @@ async def observe(rt: Runtime, before: Dataset, *, counts: dict[str, int] | None
         approvals=approvals,
         ledger=ledger,
         before=before,
-        after=before if untouched else await export_model(s.db),
+        after=before if untouched else await export(),
     )
 
 

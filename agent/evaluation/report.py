@@ -53,6 +53,8 @@ class Report:
     k: int
     cases: tuple[CaseReport, ...]
     seconds: float
+    #: Cases not run: (suite, case, the tools they need that the shop's backend does not offer).
+    not_offered: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
 
     @property
     def harmful_outcomes(self) -> int:
@@ -96,6 +98,9 @@ class Report:
                 f"harmful outcomes {sum(c.harmful for c in rows)}"
             )
         total = len(self.cases)
+        if self.not_offered:
+            lines.append(f"not applicable to this shop ({len(self.not_offered)} cases need tools its backend lacks):")
+            lines += [f"  {s}/{c}: {', '.join(t)}" for s, c, t in self.not_offered]
         lines.append(
             f"overall: {sum(c.passed for c in self.cases)}/{total} cases pass^{self.k} with model "
             f"{self.model}, k={self.k}, harmful outcomes {self.harmful_outcomes}, "
@@ -111,6 +116,7 @@ class Report:
             "seconds": round(self.seconds, 3),
             "harmful_outcomes": self.harmful_outcomes,
             "passed": self.exit_code == 0,
+            "not_offered": [{"suite": s, "case": c, "tools": list(t)} for s, c, t in self.not_offered],
             "suites": {
                 s: {
                     "cases": sum(c.suite == s for c in self.cases),

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import ConfigError
-from agent.evaluation.fixtures import DatasetError, Lane, TemplateStore, build_services
+from agent.evaluation.fixtures import DatasetError, Lane, SandboxShops, Shops, TemplateStore, build_services
 from agent.evaluation.judge import DIMENSIONS, RunVerdict, judge
 from agent.evaluation.models import OFFLINE, effective_model, model_for, real_model
 from agent.evaluation.player import Observed, Played, Player, observe
@@ -31,6 +31,7 @@ from agent.evaluation.suite import Case, Suite, SuiteError, load_suite, resolve_
 from agent.llm.base import ModelClient
 from agent.policy import Policy, load_policy
 from agent.runtime import Runtime
+from tools.catalogue import build_registry
 
 
 def default_workers() -> int:
@@ -78,31 +79,55 @@ async def play_case(
     policy: Policy,
     real: ModelClient | None = None,
     full_export: bool = False,
+    shops: Shops | None = None,
 ) -> CaseRun:
-    """One run of one case on ``lane``, reset to a fresh copy of the case's template store."""
+    """One run of one case on ``lane``, reset to a fresh copy of the case's template store, with
+    a fresh shop from ``shops`` (default: the sandbox store in that copy)."""
     template = await templates.template(case.store)
     db = await lane.reset(template)
     clock = templates.clock_for(case.store)
     start = clock.now
-    services = build_services(db=db, model=model_for(kind, case, real=real), clock=clock, policy=policy)  # type: ignore[arg-type]
-    rt = Runtime(services)
-    played = await Player(rt, case, clock, {s.id: s.role for s in template.before.staff}).play()
-    observed = await observe(rt, template.before, counts=None if full_export else template.counts)
+    shop = await (shops or SandboxShops()).open(template, db=db, clock=clock, epoch=templates.epoch)
+    try:
+        model = model_for(kind, case, real=real)  # type: ignore[arg-type]
+        services = build_services(db=db, model=model, clock=clock, policy=policy, backend=shop.backend)
+        rt = Runtime(services)
+        played = await Player(rt, case, clock, {s.id: s.role for s in template.before.staff}).play()
+        counts = None if full_export else template.counts
+        observed = await observe(rt, shop.before, export=shop.export, counts=counts)
+    finally:
+        await shop.close()
     verdict = judge(case, kind, played, observed, policy=policy, registry=services.registry, start=start)
     return CaseRun(played=played, observed=observed, verdict=verdict)
 
 
 async def run_case(
-    templates: TemplateStore, lane: Lane, case: Case, *, kind: str, policy: Policy, real: ModelClient | None = None
+    templates: TemplateStore,
+    lane: Lane,
+    case: Case,
+    *,
+    kind: str,
+    policy: Policy,
+    real: ModelClient | None = None,
+    shops: Shops | None = None,
 ) -> RunVerdict:
     """The verdict of one run of ``case``."""
-    return (await play_case(templates, lane, case, kind=kind, policy=policy, real=real)).verdict
+    return (await play_case(templates, lane, case, kind=kind, policy=policy, real=real, shops=shops)).verdict
 
 
 async def run_jobs(
-    jobs: list[Job], *, policy: Policy, epoch: datetime, lanes: int, real: ModelClient | None = None
+    jobs: list[Job],
+    *,
+    policy: Policy,
+    epoch: datetime,
+    lanes: int,
+    real: ModelClient | None = None,
+    shops: Shops | None = None,
 ) -> list[tuple[int, RunVerdict]]:
-    """Run ``jobs`` in this process, ``lanes`` at a time, on templates built here."""
+    """Run ``jobs`` in this process, ``lanes`` at a time (at most as many as ``shops`` holds),
+    on templates built here."""
+    if shops is not None:
+        lanes = min(lanes, shops.lanes)
     with tempfile.TemporaryDirectory(prefix="signoff-eval-") as tmp:
         templates = TemplateStore(workdir=Path(tmp), epoch=epoch)
         for job in jobs:
@@ -117,7 +142,10 @@ async def run_jobs(
         async def one(job: Job) -> tuple[int, RunVerdict]:
             lane = await free.get()
             try:
-                return job.index, await run_case(templates, lane, job.case, kind=job.kind, policy=policy, real=real)
+                verdict = await run_case(
+                    templates, lane, job.case, kind=job.kind, policy=policy, real=real, shops=shops
+                )
+                return job.index, verdict
             finally:
                 free.put_nowait(lane)
 
@@ -133,13 +161,34 @@ def _worker(jobs: list[Job], policy: Policy, epoch: datetime, lanes: int) -> lis
     return asyncio.run(run_jobs(jobs, policy=policy, epoch=epoch, lanes=lanes))
 
 
-async def run_suites(suites: list[Suite], options: EvalOptions, *, settings: Any = None) -> Report:
-    """Every case of every suite, ``options.runs`` times each."""
+def needed_tools(case: Case) -> set[str]:
+    """The tools ``case`` calls (scripted turns) or expects to be proposed or attempted."""
+    called = {name for t in case.turns for r in t.model if not isinstance(r, str) for name in r.call or {}}
+    return called | {e.tool for e in (*case.expect.tools, *case.expect.attempts)}
+
+
+def lacking(supported: frozenset[str] | None) -> frozenset[str]:
+    """The catalogue's tools a backend supporting ``supported`` does not offer."""
+    if supported is None:
+        return frozenset()
+    return frozenset(build_registry().tools) - frozenset(build_registry(supported).tools)
+
+
+async def run_suites(
+    suites: list[Suite], options: EvalOptions, *, settings: Any = None, shops: Shops | None = None
+) -> Report:
+    """Every case of every suite, ``options.runs`` times each, on ``shops`` (default: the sandbox).
+
+    A case that needs a tool the shop's backend does not offer is reported as not applicable
+    (``Report.not_offered``), never run or counted."""
     policy = options.policy or load_policy(getattr(settings, "signoff_policy_file", None))
     real = real_model(options.model, settings) if options.model not in OFFLINE else None
     started = time.perf_counter()
     epoch = datetime.now(UTC).replace(microsecond=0)
-    cases = [(suite, case, effective_model(options.model, suite, case)) for suite in suites for case in suite.cases]
+    absent = lacking(shops.supported if shops is not None else None)
+    every = [(suite, case, effective_model(options.model, suite, case)) for suite in suites for case in suite.cases]
+    missing = {(s.suite, c.id): tuple(sorted(needed_tools(c) & absent)) for s, c, _k in every}
+    cases = [(s, c, k) for s, c, k in every if not missing[(s.suite, c.id)]]
     for _suite, case, kind in cases:
         if kind == "scripted" and not any(t.model for t in case.turns):
             raise ConfigError(f"case {case.id} has no scripted model turns; use --model demo or compromised")
@@ -148,9 +197,9 @@ async def run_suites(suites: list[Suite], options: EvalOptions, *, settings: Any
         for i, (s, c, k) in enumerate(cases)
         for r in range(options.runs)
     ]
-    workers = 1 if real is not None else min(options.workers, max(1, len(cases) // 4))
+    workers = 1 if real is not None or shops is not None else min(options.workers, max(1, len(cases) // 4))
     if workers <= 1:
-        results = await run_jobs(jobs, policy=policy, epoch=epoch, lanes=options.lanes, real=real)
+        results = await run_jobs(jobs, policy=policy, epoch=epoch, lanes=options.lanes, real=real, shops=shops)
     else:
         # All runs of a case go to the same worker, so each worker builds only the templates it needs.
         shards = [[j for j in jobs if (j.index // options.runs) % workers == w] for w in range(workers)]
@@ -171,7 +220,13 @@ async def run_suites(suites: list[Suite], options: EvalOptions, *, settings: Any
         )
         for i, (s, c, k) in enumerate(cases)
     )
-    return Report(model=options.model, k=options.runs, cases=reports, seconds=time.perf_counter() - started)
+    return Report(
+        model=options.model,
+        k=options.runs,
+        cases=reports,
+        seconds=time.perf_counter() - started,
+        not_offered=tuple((suite, case, tools) for (suite, case), tools in missing.items() if tools),
+    )
 
 
 def load_suites(names: list[str]) -> list[Suite]:
@@ -188,8 +243,10 @@ async def run_cli(
     record: Path | None = None,
     replay: Path | None = None,
     workers: int | None = None,
+    shops: Shops | None = None,
 ) -> int:
     """The ``signoff eval`` command: table on stdout, JSON with ``--json``; 1 when anything fails.
+    ``shops``: where each run's shop comes from (default: the sandbox store).
 
     With ``json_out`` the run's tool selections are also written next to it as
     ``<json_out>.traces.jsonl`` (or to ``record``) for :func:`agent.evaluation.replay.replay`;
@@ -204,7 +261,7 @@ async def run_cli(
             print("signoff eval: --runs must be at least 1", file=sys.stderr)
             return 2
         options = EvalOptions(model=model, runs=runs, workers=workers or default_workers())
-        report = await run_suites(load_suites(suites), options, settings=settings)
+        report = await run_suites(load_suites(suites), options, settings=settings, shops=shops)
     except SuiteError as exc:
         print("signoff eval: invalid suite", file=sys.stderr)
         for line in exc.errors[:30]:

@@ -185,19 +185,34 @@ async def _dispatch(args: argparse.Namespace) -> int:
         case "socket":
             return await _socket(settings)
         case "eval":
-            from agent.evaluation.runner import run_cli
-
-            return await run_cli(
-                suites=args.suites,
-                model=args.model,
-                runs=args.runs,
-                json_out=args.json_out,
-                settings=settings,
-                record=args.record,
-                replay=args.replay,
-                workers=args.workers,
-            )
+            return await _eval(settings, args)
     raise AssertionError(args.command)
+
+
+async def _eval(settings: Settings, args: argparse.Namespace) -> int:
+    """``signoff eval``: on the sandbox, or (``SIGNOFF_BACKEND=shopify``) on a store reset per case."""
+    from agent.evaluation.runner import run_cli
+
+    shops = None
+    if settings.signoff_backend == "shopify":
+        from bot.shopify.evaluation import ShopifyShops
+
+        shops = ShopifyShops([settings.shopify_config()])
+    try:
+        return await run_cli(
+            suites=args.suites,
+            model=args.model,
+            runs=args.runs,
+            json_out=args.json_out,
+            settings=settings,
+            record=args.record,
+            replay=args.replay,
+            workers=args.workers,
+            shops=shops,
+        )
+    finally:
+        if shops is not None:
+            await shops.aclose()
 
 
 async def _operations(settings: Settings, args: argparse.Namespace) -> int:

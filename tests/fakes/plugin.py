@@ -22,6 +22,9 @@ OTEL_EXPORT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRAC
 def pytest_configure(config: pytest.Config) -> None:
     """Register the opt-in marker."""
     config.addinivalue_line("markers", "allow_model_requests: let model clients call non-loopback hosts")
+    config.addinivalue_line(
+        "markers", "bundled_eval: runs the bundled eval suites on both backends (minutes; CI runs it)"
+    )
 
 
 @pytest.fixture(autouse=True)

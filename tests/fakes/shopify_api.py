@@ -33,7 +33,7 @@ from aiohttp import web
 from graphql import FieldNode, OperationDefinitionNode, parse
 
 from tests.fakes import FakeServer, RecordedRequest
-from tests.fakes.shopify import admin
+from tests.fakes.shopify import admin, control
 from tests.fakes.shopify.cost import MAX_QUERY_COST, Bucket, actual_cost, requested_cost
 from tests.fakes.shopify.executor import run
 from tests.fakes.shopify.mutations import Mutations, keys_in
@@ -105,7 +105,9 @@ class FakeShopifyAPI(FakeServer):
         self.client_id, self.client_secret = client_id, client_secret
         self.clock = clock
         self.bucket = bucket or Bucket(clock=clock)
-        self.mutations = Mutations(shop=self.shop, clock=now)
+        self._now = now
+        self.pinned: datetime | None = None
+        self.mutations = Mutations(shop=self.shop, clock=self.now)
         self.tokens: dict[str, float] = {}  # token -> expiry on ``clock``
         if access_token is not None:
             self.tokens[access_token] = float("inf")
@@ -120,7 +122,25 @@ class FakeShopifyAPI(FakeServer):
             web.post("/admin/oauth/access_token", self._token),
             web.post("/admin/api/{version}/graphql.json", self._graphql),
             web.get("/__fake__/operations", self._operations),
+            *control.routes(self),
         ]
+
+    def now(self) -> datetime:
+        """The store's time: pinned by :meth:`pin_clock` (the evaluation's case clock), else ``now``."""
+        return self.pinned or self._now()
+
+    def pin_clock(self, at: datetime | None) -> None:
+        self.pinned = at
+
+    def reset(self, shop: Shop, *, job_polls: int | None = None) -> None:
+        """Serve ``shop`` from now on (same credentials and scopes; no faults, a fresh bucket)."""
+        shop.scopes = self.shop.scopes
+        self.shop = shop
+        self.mutations = Mutations(shop=shop, clock=self.now)
+        if job_polls is not None:
+            self.mutations.job_polls = job_polls
+        self.faults.clear()
+        self.bucket = Bucket(clock=self.clock)
 
     async def __aexit__(self, *exc_info: object) -> None:
         """Stop serving; a clean exit with operations the schema refused fails the test

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, cast
 
@@ -88,15 +88,24 @@ def check_operation(
     return checked, [dict(e.formatted) for e in errors], record
 
 
-def _check(
-    query: str, variables: dict[str, Any], name: str | None
-) -> tuple[Checked | None, list[GraphQLError], str, str | None]:
+@lru_cache(maxsize=512)
+def _validated(query: str) -> tuple[DocumentNode | None, tuple[GraphQLError, ...]]:
+    """``query`` parsed and validated against the schema (a document's verdict depends on its
+    text alone, so the same document sent again is not validated again)."""
     try:
         document = parse(query)
     except GraphQLError as exc:
-        return None, [exc], "", name
+        return None, (exc,)
+    return document, tuple(validate(admin_schema(), document))
+
+
+def _check(
+    query: str, variables: dict[str, Any], name: str | None
+) -> tuple[Checked | None, list[GraphQLError], str, str | None]:
+    document, problems = _validated(query)
+    if document is None:
+        return None, list(problems), "", name
     schema = admin_schema()
-    problems = validate(schema, document)
     operation = get_operation_ast(document, name)
     kind = operation.operation.value if operation is not None else ""
     if operation is not None and operation.name is not None:

@@ -1,5 +1,6 @@
-"""The sandbox dataset as a Shopify store: the one place the mapping lives, so the eval suite
-can run the same shop on either backend.
+"""The sandbox dataset as a Shopify store, so the eval suite can run the same shop on either
+backend (the ids' mapping is :mod:`shopify.dataset_ids`; :mod:`tests.fakes.shopify.export` reads
+a store back as a dataset).
 
 - customer ``C-7`` → ``gid://shopify/Customer/7``; ``name`` split at its first space into
   first and last name.
@@ -33,6 +34,7 @@ from datetime import datetime, timedelta
 
 from sandbox.codec import shipment_of
 from sandbox.dataset import AddressRecord, Dataset, KnowledgeDocRecord, OrderRecord
+from shopify.dataset_ids import number, transaction_number
 from tests.fakes.shopify.state import (
     Address,
     Customer,
@@ -58,18 +60,6 @@ TRACKING_URLS = {
     "USPS": "https://tools.usps.com/go/TrackConfirmAction?tLabels={}",
     "DHL": "https://www.dhl.com/track?tracking-id={}",
 }
-
-
-def number(sandbox_id: str) -> int:
-    """``C-7`` → 7, ``O-1042`` → 1042, ``RT-2001`` → 2001, ``R-3001`` → 3001."""
-    return int(sandbox_id.rsplit("-", 1)[1])
-
-
-def transaction_number(payment_id: str) -> int:
-    """``P-1042`` → 10421, ``P-1042-2`` → 10422."""
-    parts = payment_id.split("-")
-    attempt = int(parts[2]) if len(parts) > 2 else 1
-    return int(parts[1]) * 10 + attempt
 
 
 def seed_shop(dataset: Dataset, *, rebase_to: datetime | None = None) -> Shop:
