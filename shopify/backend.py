@@ -35,7 +35,6 @@ _EMAIL = re.compile(r"^[^\s\"\\@]{1,64}@[^\s\"\\@]{1,255}$")
 #: only these, beside the runtime's own); the rest are "not offered" (README, the table).
 SUPPORTED_TOOLS = frozenset(
     {
-        "search_knowledge",
         "get_account",
         "update_contact_details",
         "get_order",

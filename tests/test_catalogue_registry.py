@@ -74,7 +74,7 @@ TABLE: dict[str, tuple[str, int, str, bool, bool]] = {
     "retry_payment": ("action", 1, "billing:write", True, False),
 }
 
-RUNTIME = {"get_case", "add_case_note", "escalate_to_human", "finish", "load_tools"}
+RUNTIME = {"search_knowledge", "get_case", "add_case_note", "escalate_to_human", "finish", "load_tools"}
 
 
 def test_registry_holds_the_contract_tool_names_in_stable_group_order() -> None:

@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 
 from sandbox.dataset import DEMO_DATASET_PATH, load_dataset_file
+from tests.fakes.plugin import refused_operations
 from tests.fakes.shopify.cost import Bucket
 from tests.fakes.shopify.seed import seed_shop
 from tests.fakes.shopify_api import INVALID_TOKEN, FakeShopifyAPI, Fault
@@ -245,14 +246,26 @@ async def test_a_5xx_before_applying_changes_nothing(client: Client, shopify: Fa
     ]
 
 
+@pytest.mark.sends_invalid_shopify_operations
 async def test_a_clean_exit_after_an_invalid_operation_fails_the_test() -> None:
-    """By default the fake refuses to end quietly when a document failed validation."""
+    """By default the fake refuses to end quietly when a document failed validation, and the
+    refusal is recorded for the session's check (``tests.fakes.plugin``), which fails any test
+    not marked like this one."""
     api = FakeShopifyAPI(access_token=TOKEN)
+    seen = len(refused_operations())
     with pytest.raises(AssertionError, match="Cannot query field 'nope'"):
         async with api:
             async with aiohttp.ClientSession() as session:
                 await Client(api, session).gql("query Q { shop { nope } }")
     assert [op.name for op in api.invalid_operations] == ["Q"]
+    assert [op["name"] for op in refused_operations()[seen:]] == ["Q"]
+
+
+async def test_a_fake_opened_to_take_invalid_operations_records_none_for_the_session(client: Client) -> None:
+    """The fake's own tests send bad documents on purpose (``allow_invalid``): not our code's."""
+    seen = len(refused_operations())
+    await client.gql("query Bad { shop { nope } }")
+    assert refused_operations()[seen:] == []
 
 
 async def test_the_operations_are_readable_from_another_process(client: Client, shopify: FakeShopifyAPI) -> None:

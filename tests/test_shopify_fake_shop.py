@@ -9,8 +9,10 @@ import hmac
 import json
 
 import aiohttp
+import pytest
 from aiohttp import web
 
+from tests.fakes.plugin import refused_operations
 from tests.fakes.shopify.process import fake_process
 from tests.fakes.shopify_api import FakeShopifyAPI
 from tests.shopify_kit import REFUND, Client, client, refund_input, shopify
@@ -194,6 +196,7 @@ async def test_admin_webhooks_are_delivered_to_a_url(shopify: FakeShopifyAPI) ->
     assert received[0][0]["X-Shopify-Hmac-Sha256"] == cancel.headers("fake-client-secret")["X-Shopify-Hmac-Sha256"]
 
 
+@pytest.mark.sends_invalid_shopify_operations
 async def test_the_fake_runs_as_its_own_process_and_prints_its_url() -> None:
     """fake_process() starts python -m tests.fakes.shopify_api --port 0: its URL answers the token
     grant and GraphQL; a clean SIGTERM exits 0, and 1 when an operation failed validation."""
@@ -206,10 +209,12 @@ async def test_the_fake_runs_as_its_own_process_and_prints_its_url() -> None:
         async with session.post(url, json={"query": "{ shop { name } }"}, headers=headers) as r:
             assert (await r.json())["data"] == {"shop": {"name": "Fernway Outfitters"}}
     assert fake.returncode == 0
+    seen = len(refused_operations())
     async with fake_process("--access-token", "shpat_cli") as bad, aiohttp.ClientSession() as session:
         async with session.post(url.replace(fake.url, bad.url), json={"query": "{ shop { nope } }"}, headers=headers):
             pass
     assert bad.returncode == 1
+    assert [op["query"] for op in refused_operations()[seen:]] == ["{ shop { nope } }"]  # for the session's check
 
 
 async def test_suggested_refund_spreads_a_full_refund_over_both_charges(client: Client) -> None:

@@ -22,7 +22,8 @@ def test_the_registry_offers_only_what_the_backend_declares_and_keeps_the_runtim
     full = build_registry()
     shop = build_registry(SUPPORTED_TOOLS)
     assert set(full.tools) - set(shop.tools) == NOT_OFFERED
-    assert {"finish", "load_tools", "escalate_to_human", "get_case", "add_case_note"} <= set(shop.tools)
+    runtime = {"search_knowledge", "finish", "load_tools", "escalate_to_human", "get_case", "add_case_note"}
+    assert runtime <= set(shop.tools) and not runtime & SUPPORTED_TOOLS  # offered as the runtime's own
     assert SUPPORTED_TOOLS <= set(full.tools)  # every declared tool is a catalogue tool
     specs = {s.name for s in shop.specs_for(["account", "orders", "returns", "billing"])}
     assert not specs & NOT_OFFERED

@@ -60,7 +60,8 @@ class ToolMeta:
     requires_evidence: bool = False
     #: Actions that need the acting principal's confirmation of exact arguments (C6).
     needs_confirmation: bool = False
-    #: Runtime tools (finish, load_tools, case tools) never reach the backend.
+    #: Runtime tools (finish, load_tools, case tools, search_knowledge over signoff's own
+    #: knowledge) never reach the backend: every backend offers them.
     runtime: bool = False
 
 

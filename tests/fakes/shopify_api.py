@@ -41,6 +41,12 @@ from tests.fakes.shopify.schema import API_VERSION, Checked, OperationRecord, ad
 from tests.fakes.shopify.state import Shop
 from tests.fakes.shopify.webhooks import Webhook, compliance_webhook, deliver
 
+#: Every operation a fake (not opened with ``allow_invalid``) refused in this process, in order:
+#: ``tests.fakes.plugin`` fails the test during which one was refused.
+REFUSED: list[OperationRecord] = []
+#: A file the fake in another process (``python -m tests.fakes.shopify_api``) appends the
+#: operations it refused to, one JSON line each (the plugin sets it for the whole test session).
+REFUSED_FILE_ENV = "SIGNOFF_FAKE_SHOPIFY_REFUSED"
 TOKEN_LIFETIME_S = 86399
 INVALID_TOKEN = "[API] Invalid API key or access token (unrecognized login or wrong password)"
 #: The access scopes a Dev Dashboard app for signoff is granted in the fake by default (a test
@@ -265,6 +271,8 @@ class FakeShopifyAPI(FakeServer):
         variables = body.get("variables")
         checked, errors, record = check_operation(body.get("query"), variables, body.get("operationName"))
         self.operations.append(record)
+        if not record.valid and not self.allow_invalid:
+            REFUSED.append(record)
         if checked is None:
             return 200, {"errors": errors}
         fault = self._take_fault(checked, record)

@@ -1,8 +1,8 @@
 """The ``always`` group: knowledge search, the case, finishing and loading tools.
 
+All are runtime tools: none reaches the shop's backend, so every backend offers them.
 ``search_knowledge`` reads signoff's own knowledge (``ctx.knowledge``, the same whatever the
-shop); the others are runtime tools: they act on the conversation (``ctx.case``, ``ctx.run``),
-never on the shop.
+shop); the others act on the conversation (``ctx.case``, ``ctx.run``).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ TOOLS: tuple[ToolDef, ...] = (
             },
             required=("query",),
         ),
-        meta=read_meta("always", "knowledge:read"),
+        meta=read_meta("always", "knowledge:read", runtime=True),
         handler=_search_knowledge,
     ),
     ToolDef(

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -17,7 +18,7 @@ from aiohttp import web
 
 from sandbox.dataset import DEMO_DATASET_PATH, load_dataset_file
 from tests.fakes.shopify.seed import seed_shop
-from tests.fakes.shopify_api import FakeShopifyAPI
+from tests.fakes.shopify_api import REFUSED_FILE_ENV, FakeShopifyAPI
 
 
 async def serve(api: FakeShopifyAPI, port: int, ready: Callable[[str], None]) -> None:
@@ -91,5 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     asyncio.run(serve(api, args.port, lambda url: print(url, flush=True)))
     if api.invalid_operations:
         print(json.dumps({"invalid_operations": api.invalid_report()}), file=sys.stderr)
+        if os.environ.get(REFUSED_FILE_ENV):
+            with open(os.environ[REFUSED_FILE_ENV], "a", encoding="utf-8") as f:
+                f.writelines(json.dumps(op) + "\n" for op in api.invalid_report())
         return 1
     return 0
