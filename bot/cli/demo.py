@@ -167,6 +167,15 @@ async def split(demo: Demo) -> None:
     demo.out(f"refunded without approval in this conversation: {total / 100:.2f} USD")
 
 
+async def scenarios(demo: Demo) -> None:
+    """The four canonical scenarios, in order (on whichever shop ``demo``'s runtime acts)."""
+    c7 = Principal(kind="customer", id="C-7", customer_id="C-7")
+    await canonical(demo, c7)
+    await injection(demo, c7)
+    await cross_account(demo, c7)
+    await split(demo)
+
+
 async def run_demo(*, live: bool) -> int:
     """Run the canonical scenarios and print them; 0 when the audit chain verifies."""
     model, label = _model(live)
@@ -181,11 +190,7 @@ async def run_demo(*, live: bool) -> int:
             print(f"store: temporary SQLite, migrated to head, seeded with the demo dataset rebased to {now:%Y-%m-%d}")
             services = sandbox_services(db=db, model=model, notifier=RecordingNotifier())
             demo = Demo(Runtime(services))
-            c7 = Principal(kind="customer", id="C-7", customer_id="C-7")
-            await canonical(demo, c7)
-            await injection(demo, c7)
-            await cross_account(demo, c7)
-            await split(demo)
+            await scenarios(demo)
             demo.section("approvals")
             why = {
                 e.data.get("approval_id"): e.data.get("reason")
@@ -223,4 +228,4 @@ def _model(live: bool) -> tuple[ModelClient, str]:
     return model, f"the configured {settings.provider} model {model.model_name} (live)"
 
 
-__all__ = ["Demo", "run_demo"]
+__all__ = ["Demo", "run_demo", "scenarios"]
