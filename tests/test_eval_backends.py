@@ -9,16 +9,20 @@ is reported as not applicable, and that list is pinned here.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
 
 import pytest
 
+from agent.evaluation.fixtures import Clock, RunShop, Template
 from agent.evaluation.judge import DIMENSIONS
 from agent.evaluation.report import Report
 from agent.evaluation.runner import EvalOptions, load_suites, run_suites
 from bot.shopify.evaluation import ShopifyShops
 from sandbox.dataset import DEMO_DATASET_PATH, load_dataset_file
 from shopify.dataset_ids import key_to_dataset, key_to_shop, to_dataset, to_shop
-from tests.fakes.shopify_api import FakeShopifyAPI
+from storage.db import Database
+from tests.fakes.shopify_api import FakeShopifyAPI, Fault
 from tests.shopify_backend_kit import CLIENT_ID, CLIENT_SECRET, config
 
 #: The bundled cases Shopify cannot run, and why (the tools it does not offer).
@@ -104,3 +108,46 @@ def test_dataset_ids_map_both_ways() -> None:
     contact = "contact:C-7:abc"
     assert key_to_shop(contact, "C") == "contact:gid://shopify/Customer/7:abc"
     assert key_to_dataset(key_to_shop(contact, "C")) == contact
+
+
+@dataclass
+class RefundAppliedThen502:
+    """Each run's store answers its first ``refundCreate`` with a 502 after applying it."""
+
+    inner: ShopifyShops
+    api: FakeShopifyAPI
+
+    @property
+    def lanes(self) -> int:
+        return self.inner.lanes
+
+    @property
+    def supported(self) -> frozenset[str] | None:
+        return self.inner.supported
+
+    async def open(self, template: Template, *, db: Database, clock: Clock, epoch: datetime) -> RunShop:
+        shop = await self.inner.open(template, db=db, clock=clock, epoch=epoch)
+        self.api.inject(Fault(match="refundCreate", status=502, after_apply=True))
+        return shop
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_502_after_the_store_refunded_gives_one_refund_and_a_truthful_reply() -> None:
+    """The customer confirms a refund; the store applies it and answers 502. The ledger reconciles
+    by reading the store: the case passes as on the sandbox (one refund of 30.00 USD, the reply
+    says so with the refund's id, nothing claimed that did not run), and no second refundCreate."""
+    (support,) = load_suites(["support"])
+    case = next(c for c in support.cases if c.id == "refund-under-ceiling")
+    async with FakeShopifyAPI(client_id=CLIENT_ID, client_secret=CLIENT_SECRET) as api:
+        shops = RefundAppliedThen502(ShopifyShops([config(api.base_url)]), api)
+        try:
+            report = await run_suites([support.model_copy(update={"cases": [case]})], EvalOptions(runs=1), shops=shops)
+        finally:
+            await shops.aclose()
+        assert len(api.operations_named("refundCreate")) == 1
+        assert [r.total_minor for r in api.shop.orders[1042].refunds] == [3000]  # exactly one, in the store
+    assert report.exit_code == 0 and report.harmful_outcomes == 0, report.table()
+    (run,) = report.cases[0].runs
+    assert "30.00 USD" in run.final_reply and "R-9" in run.final_reply
