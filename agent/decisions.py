@@ -9,6 +9,10 @@ from tools.context import StaffRole, error_result
 
 #: The gate's closed set of verdicts, as stored on a proposal and reported to a person.
 DecisionTag = Literal["execute", "reject", "intercept", "confirmation", "approval", "record"]
+#: Why policy sent an action to a supervisor: the gatekeeper emits these, every face names them.
+RoutingReason = Literal[
+    "risk_tier", "over_ceiling", "aggregate_over_ceiling", "cancellation_over_threshold", "staff_daily_over_cap"
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +73,7 @@ class NeedsApproval:
     summary: str
     required_role: StaffRole
     approvals_required: int
-    reason: str
+    reason: RoutingReason
     key: str | None
     routing: Routing | None = None
 

@@ -28,6 +28,7 @@ from agent.decisions import (
     Record,
     Reject,
     Routing,
+    RoutingReason,
 )
 from agent.policy import Policy
 from agent.tracing import traced_judgement
@@ -333,7 +334,7 @@ class Gatekeeper:
             return await self._staff_verdict(money, p, facts)
         dual = self.policy.dual_threshold(money.currency)
         approvers = 2 if aggregate > dual else 1
-        reason = "over_ceiling" if money.amount_minor > ceiling else "aggregate_over_ceiling"
+        reason: RoutingReason = "over_ceiling" if money.amount_minor > ceiling else "aggregate_over_ceiling"
         return _Verdict(
             reason=reason,
             approvers=approvers,
@@ -412,7 +413,7 @@ class Gatekeeper:
 class _Verdict:
     """Policy routes the action to approval: why, by how many, on what figures."""
 
-    reason: str
+    reason: RoutingReason
     approvers: int
     routing: Routing | None
 

@@ -22,6 +22,7 @@ from typing import Any
 from agent.history import EVENT_CLOSE, EVENT_OPEN
 from agent.llm.base import Block, ModelRequest, ModelResponse
 from agent.llm.testing import make_response, text_block, tool_use_block
+from agent.prompt import REP_VOICE
 from tools.catalogue import build_registry
 from tools.registry import Registry, ToolDef
 from tools.results import format_money
@@ -164,7 +165,25 @@ class DemoPlanner:
         return "demo-planner"
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        return make_response(plan(view_of(request, self.catalogue)), model=self.model_name, request=request)
+        reply = plan(view_of(request, self.catalogue))
+        if REP_VOICE in request.system:  # the prompt says the reader is a rep: the account is the customer's
+            reply = third_person(reply)
+        return make_response(reply, model=self.model_name, request=request)
+
+
+#: The planner's second-person phrases about the account, as said to a rep about the customer.
+_THIRD_PERSON = re.compile(r"\b([Yy])our (orders?|account|statement|request|payment|refund)\b")
+
+
+def third_person(reply: Reply) -> Reply:
+    """``reply`` spoken to a rep about the customer: "Your order O-1040" → "The customer's order O-1040"."""
+
+    def say(text: str) -> str:
+        return _THIRD_PERSON.sub(lambda m: f"{'T' if m.group(1) == 'Y' else 't'}he customer's {m.group(2)}", text)
+
+    if isinstance(reply, str):
+        return say(reply)
+    return [text_block(say(str(b.get("text", "")))) if b.get("type") == "text" else b for b in reply]
 
 
 # -- dispatch ------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-PROMPT_VERSION = "p2026.11.1"
+PROMPT_VERSION = "p2026.12.1"
 
 _SYSTEM = """\
 You are signoff, the support agent of an online shop. You help {who} with orders, \
@@ -34,10 +34,17 @@ write those.
 call escalate_to_human with a short reason and summary.
 - When the issue is resolved, call finish with a one-sentence resolution, the ids of the \
 actions that tool results returned, and the evidence ids you relied on.
-- Be brief, warm and concrete. Amounts are in minor units in tool results: 18900 USD is \
+{voice}- Be brief, warm and concrete. Amounts are in minor units in tool results: 18900 USD is \
 $189.00.
 - More tools exist in groups you can add with load_tools; its description lists them.
 """
+
+
+#: For staff: the reader is the rep, the account is someone else's.
+REP_VOICE = (
+    "- You are talking to the rep, not to the customer. Speak of the customer in the third person "
+    '("the customer\'s order O-1040", "it shows on the customer\'s statement"), never "your order".\n'
+)
 
 
 @functools.lru_cache(maxsize=4096)  # one per customer at most; the text is fixed per process
@@ -46,4 +53,5 @@ def system_prompt(*, principal_kind: str, customer_id: str | None) -> str:
     who = "a customer" if principal_kind == "customer" else "a support rep working on a customer's account"
     principal = "customer" if principal_kind == "customer" else "rep"
     account = f"customer {customer_id}" if customer_id else "no account is bound yet"
-    return _SYSTEM.format(who=who, principal=principal, account=account)
+    voice = "" if principal_kind == "customer" else REP_VOICE
+    return _SYSTEM.format(who=who, principal=principal, account=account, voice=voice)

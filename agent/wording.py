@@ -1,5 +1,7 @@
 """What the agent says when code, not the model, has to speak. One place per surface."""
 
+from agent.decisions import RoutingReason
+
 GIVE_UP_REPLY = (
     "I'm sorry — I couldn't finish this myself. I've passed your conversation, with everything "
     "I tried, to a colleague who will follow up with you here."
@@ -44,3 +46,16 @@ def which_one(text: str, items: list[tuple[str, str]]) -> str:
     """What the runtime answers a bare yes/no while several confirmations wait."""
     lines = "\n".join(f"• {summary} — code {code}" for summary, code in items)
     return WHICH_ONE.format(text=text.strip()[:40], lines=lines)
+
+
+#: Why an action waits for a supervisor, in words every face shows (one per gate reason).
+ROUTING_REASONS: dict[RoutingReason, str] = {
+    "over_ceiling": "Over the requester's ceiling",
+    "aggregate_over_ceiling": "Over the ceiling with the day's earlier refunds",
+    "risk_tier": "High-risk action: always needs approval",
+    "cancellation_over_threshold": "Cancelled money over the day's threshold",
+    "staff_daily_over_cap": "Over the requester's daily refund cap",
+}
+OUTCOME_FAILED = "Not done: a precondition no longer holds"
+OUTCOME_REOPENED = "Not done: the policy or ceiling changed while this waited; a new approval was opened"
+OUTCOME_UNKNOWN = "Outcome not recognised"

@@ -11,10 +11,14 @@ from typing import Any
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.views import EscalationView, TraceView, approval_view, confirmation_view, outcome_view
+from agent.wording import OUTCOME_REOPENED
 from bot.slack import blocks, ids, wording
-from bot.slack.view_models import ApprovalRouting, AssistThread, Directory, Escalation, Outbound, Step, TraceStep
+from bot.slack.mrkdwn import date
+from bot.slack.view_models import AssistThread, Directory, Outbound, Step
 from storage.records import Approval, Confirmation, Decision
 from tests.fakes.slack_api import FakeSlackApi, render_blocks, text_size
+from tools.catalogue import build_registry
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 EXPIRES = NOW + timedelta(hours=4)  # 2026-03-01 16:00 UTC = 1772380800
@@ -98,6 +102,23 @@ def confirmation(**changes: Any) -> Confirmation:
     return dataclasses.replace(base, **changes)
 
 
+REGISTRY = build_registry()
+
+
+def confirmation_card(c: Confirmation, *, directory: Directory | None = None) -> Outbound:
+    """The card of ``c`` through its view, as the face draws it."""
+    return blocks.confirmation_card(confirmation_view(c, tool=REGISTRY.get(c.tool)), directory=directory)
+
+
+def view(a: Approval, now: datetime = NOW) -> Any:
+    return approval_view(a, tool=REGISTRY.get(a.tool), now=now)
+
+
+def approval_card(a: Approval, *, directory: Directory | None = None, now: datetime = NOW) -> Outbound:
+    """The card of ``a`` at ``now`` through its view, as the face draws it."""
+    return blocks.approval_card(view(a, now), directory=directory)
+
+
 def of_type(card: Outbound | dict[str, Any], kind: str) -> list[dict[str, Any]]:
     found = card.blocks if isinstance(card, Outbound) else card["blocks"]
     return [b for b in found if b["type"] == kind]
@@ -113,7 +134,7 @@ def seen(card: Outbound) -> str:
 
 # -- confirmation card ---------------------------------------------------------------------
 def test_pending_confirmation_card_reads_the_summary_and_offers_confirm_and_decline() -> None:
-    card = blocks.confirmation_card(confirmation())
+    card = confirmation_card(confirmation())
     assert seen(card) == (
         "*Please confirm:* Refund 189.00 USD on O-1042 (damaged)\n"
         "Nothing happens until you confirm.\n"
@@ -129,21 +150,21 @@ def test_pending_confirmation_card_reads_the_summary_and_offers_confirm_and_decl
 
 
 def test_money_confirmations_ask_again_in_a_dialog_others_do_not() -> None:
-    confirm = buttons(blocks.confirmation_card(confirmation()))[0]
+    confirm = buttons(confirmation_card(confirmation()))[0]
     assert confirm["confirm"]["text"]["text"] == "Refund 189.00 USD on O-1042 (damaged)"
-    other = blocks.confirmation_card(confirmation(tool="update_contact_details", summary="Change email"))
+    other = confirmation_card(confirmation(tool="update_contact_details", summary="Change email"))
     assert "confirm" not in buttons(other)[0]
 
 
 def test_confirmation_card_shows_nothing_internal() -> None:
     """It may be read by the customer's organisation: no ids but the button's, no code, no principal key."""
-    card = blocks.confirmation_card(confirmation())
+    card = confirmation_card(confirmation())
     dumped = json.dumps([b for b in card.blocks if b["type"] != "actions"]) + card.text
     for internal in ("conv_8", "run_4", "prop_9", "K7Q2", "customer:C-7", "C-7", "apr_", "refund:O-1042"):
         assert internal not in dumped
     values = [b["value"] for b in buttons(card)]
     assert all(json.loads(v).keys() == {"id", "version"} for v in values)
-    decided = blocks.confirmation_card(confirmation(status="confirmed", decided_at=NOW))
+    decided = confirmation_card(confirmation(status="confirmed", decided_at=NOW))
     assert "C-7" not in json.dumps(decided.blocks) + decided.text  # no mapping: no one is named
 
 
@@ -164,24 +185,27 @@ AT_NOON = "<!date^1772366400^{date_short_pretty} at {time}|2026-03-01 12:00 UTC>
     ],
 )
 def test_decided_confirmation_card_shows_outcome_who_and_when_without_buttons(status: str, expected: str) -> None:
-    card = blocks.confirmation_card(confirmation(status=status, decided_at=NOW), directory=PEOPLE)
+    card = confirmation_card(confirmation(status=status, decided_at=NOW), directory=PEOPLE)
     assert seen(card) == expected
     assert buttons(card) == []
 
 
 def test_confirmed_card_can_say_a_supervisor_still_has_to_approve() -> None:
-    card = blocks.confirmation_card(confirmation(status="confirmed", decided_at=NOW), awaiting_approval=True)
+    waiting = {"decision": "approval", "approval_id": "apr_1"}
+    card = confirmation_card(confirmation(status="confirmed", decided_at=NOW, outcome=waiting))
     assert seen(card).endswith(wording.CONFIRMATION_AWAITING_APPROVAL)
 
 
 # -- approval card ---------------------------------------------------------------------------
-ROUTING = ApprovalRouting(
-    reason="Refunds above the ceiling need a supervisor", amount_minor=18900, currency="USD", ceiling_minor=10000
-)
+ROUTING: dict[str, Any] = {
+    "amount_minor": 18900,
+    "currency": "USD",
+    "routing": {"reason": "over_ceiling", "ceiling_minor": 10000, "aggregate_minor": 18900},
+}
 
 
 def test_pending_approval_card_text() -> None:
-    card = blocks.approval_card(approval(), routing=ROUTING, directory=PEOPLE)
+    card = approval_card(approval(**ROUTING), directory=PEOPLE)
     assert card.text == "Approval needed: Refund 189.00 USD on O-1042 (damaged)"
     assert seen(card) == "\n".join(
         [
@@ -190,7 +214,7 @@ def test_pending_approval_card_text() -> None:
             "*Requested by*\nRita Rep",
             "*Account*\nC-7",
             "*Amount*\n189.00 USD (ceiling 100.00 USD)",
-            "*Why it needs approval*\nRefunds above the ceiling need a supervisor",
+            "*Why it needs approval*\nOver the requester's ceiling",
             f"*Expires*\n{EXPIRES_TOKEN}",
             "*Policy*\npolicy-3",
             "---",
@@ -218,28 +242,32 @@ def test_pending_approval_card_text() -> None:
 
 def test_approval_card_renders_without_routing_figures() -> None:
     """The record lacks the routing figures today: the amount comes from the exact arguments."""
-    text = seen(blocks.approval_card(approval()))
+    text = seen(approval_card(approval()))
     assert "*Amount*\n189.00 USD\n" in text
     assert wording.FIELD_ROUTING not in text and "ceiling" not in text
     assert "*Requested by*\nrep:S-2" in text  # unknown to the directory: the escaped key
 
 
 def test_approval_card_shows_the_aggregate_that_splitting_adds_up_to() -> None:
-    routing = dataclasses.replace(ROUTING, amount_minor=6000, aggregate_minor=12000)
-    assert "*Amount*\n60.00 USD (ceiling 100.00 USD; 120.00 USD with earlier refunds)" in seen(
-        blocks.approval_card(approval(), routing=routing)
+    split = approval(
+        amount_minor=6000,
+        currency="USD",
+        routing={"reason": "aggregate_over_ceiling", "ceiling_minor": 10000, "aggregate_minor": 12000},
     )
+    text = seen(approval_card(split))
+    assert "*Amount*\n60.00 USD (ceiling 100.00 USD; 120.00 USD with earlier refunds)" in text
+    assert "*Why it needs approval*\nOver the ceiling with the day's earlier refunds" in text
 
 
 def test_two_person_approval_shows_progress_and_who_approved_first() -> None:
-    fresh = seen(blocks.approval_card(approval(approvals_required=2), directory=PEOPLE))
+    fresh = seen(approval_card(approval(approvals_required=2), directory=PEOPLE))
     assert "Needs 2 approvals from different supervisors; 0 so far." in fresh
     half = approval(
         approvals_required=2,
         version=2,
         decisions=(Decision(actor="supervisor:S-1", decision="approve", comment=None, at=NOW.isoformat()),),
     )
-    card = blocks.approval_card(half, directory=PEOPLE)
+    card = approval_card(half, directory=PEOPLE)
     text = seen(card)
     assert text.startswith("Second approval needed\n")
     assert "1 of 2 approvals — approved by <@U0LEAD>; waiting for a second supervisor" in text
@@ -261,7 +289,7 @@ def test_approved_card_shows_who_when_comment_and_the_refund() -> None:
         "amount": "189.00 USD",
         "created_at": NOW.isoformat(),
     }
-    card = blocks.approval_card(
+    card = approval_card(
         decided("approved", decisions=APPROVED_BY, decider="supervisor:S-1", comment="ok <!here>", result=result),
         directory=PEOPLE,
     )
@@ -270,7 +298,7 @@ def test_approved_card_shows_who_when_comment_and_the_refund() -> None:
     assert text.startswith("Approved\n*Refund 189.00 USD on O-1042 (damaged)*\n")
     assert "Approved by <@U0LEAD> · <!date^1772366400^" in text
     assert "Comment: ok &lt;!here&gt;" in text and "<!here>" not in json.dumps(card.blocks)
-    assert text.endswith("Refund issued: refund R-77 · 189.00 USD · order O-1042")
+    assert text.endswith("Refunded 189.00 USD on O-1042 · `R-77`")
     assert buttons(card) == [] and "Evidence cited" not in text
 
 
@@ -281,7 +309,7 @@ def test_rejected_card_shows_the_comment_escaped() -> None:
         comment=INJECTIONS,
         decisions=(Decision(actor="supervisor:S-1", decision="reject", comment=INJECTIONS, at=NOW.isoformat()),),
     )
-    text = seen(blocks.approval_card(rejected, directory=PEOPLE))
+    text = seen(approval_card(rejected, directory=PEOPLE))
     assert text.startswith("Rejected\n")
     assert (
         f"Rejected by <@U0LEAD> · <!date^1772366400^{{date_short_pretty}} at {{time}}|2026-03-01 12:00 UTC>\n"
@@ -290,37 +318,49 @@ def test_rejected_card_shows_the_comment_escaped() -> None:
 
 
 def test_expired_and_superseded_cards_say_nothing_was_done() -> None:
-    expired = seen(blocks.approval_card(decided("expired")))
+    expired = seen(approval_card(decided("expired")))
     assert expired.startswith("Expired\n") and "Nobody decided before it expired. Nothing was done." in expired
-    superseded = seen(blocks.approval_card(decided("superseded", superseded_by="apr_2")))
+    lapsed = approval_card(approval(), now=EXPIRES)  # still pending in the database, but past its expiry
+    assert seen(lapsed).startswith("Expired\n") and buttons(lapsed) == []
+    superseded = seen(approval_card(decided("superseded", superseded_by="apr_2")))
     assert "A newer version replaced this request (apr_2); decide that one instead." in superseded
 
 
+REPLAYED_AT = wording.RESULT_REPLAYED.format(when=date(NOW))
+
+
 @pytest.mark.parametrize(
-    ("result", "expected"),
+    ("tool", "result", "expected"),
     [
-        ({"status": "CANCELLED", "order_id": "O-9"}, "Order cancelled: order O-9"),
+        ("cancel_order", {"status": "CANCELLED", "order_id": "O-9"}, "Cancelled order O-9 · `O-9`"),
         (
+            "issue_refund",
             {
                 "status": "FAILED",
                 "reason": "A precondition no longer holds; nothing was done.",
                 "error": "amount_exceeds_refundable",
             },
-            "Not done: A precondition no longer holds; nothing was done. (`amount_exceeds_refundable`)",
+            "Not done: a precondition no longer holds (`amount_exceeds_refundable`)",
         ),
-        ({"status": "REOPENED", "new_approval_id": "apr_3"}, wording.RESULT_REOPENED),
+        ("issue_refund", {"status": "REOPENED", "new_approval_id": "apr_3"}, f"{OUTCOME_REOPENED} (`apr_3`)"),
         (
+            "issue_refund",
             {"status": "REFUNDED", "refund_id": "R-77", "replayed": True, "executed_at": NOW.isoformat()},
-            "This was already done on <!date^1772366400^{date_short_pretty} at {time}|2026-03-01 12:00 UTC>; "
-            "nothing new happened.: refund R-77",
+            f"{REPLAYED_AT} (Refunded 189.00 USD on O-1042 · `R-77`)",
         ),
-        ({"status": "REFUNDED", "replayed": True}, "This was already done earlier; nothing new happened."),
-        ({"status": "WEIRD<>"}, "Outcome: WEIRD&lt;&gt;"),
-        ("done", "Outcome: done"),
+        (
+            "issue_refund",
+            {"status": "REFUNDED", "replayed": True},
+            f"{wording.RESULT_REPLAYED_NO_TIME} (Refunded 189.00 USD on O-1042)",
+        ),
+        ("no_such_tool", {"status": "WEIRD<>"}, "Outcome not recognised: WEIRD&lt;&gt;"),
+        ("issue_refund", "done", "Outcome not recognised: done"),
     ],
 )
-def test_execution_results_in_words(result: Any, expected: str) -> None:
-    assert blocks.result_text(result) == expected
+def test_execution_results_in_words_come_from_the_tool(tool: str, result: Any, expected: str) -> None:
+    args = {"order_id": "O-9" if tool == "cancel_order" else "O-1042", "amount_minor": 18900, "currency": "USD"}
+    outcome = outcome_view(result, tool=REGISTRY.get(tool), args=args)
+    assert outcome is not None and blocks.outcome_text(outcome) == expected
 
 
 def test_untrusted_text_is_escaped_everywhere_on_the_approval_card() -> None:
@@ -334,7 +374,7 @@ def test_untrusted_text_is_escaped_everywhere_on_the_approval_card() -> None:
         provenance={"order_id": "untrusted_text"},
         policy_version=INJECTIONS,
     )
-    card = blocks.approval_card(hostile, routing=ApprovalRouting(reason=INJECTIONS))
+    card = approval_card(hostile)
     dumped = json.dumps(card.blocks) + card.text
     for raw in ("<!channel>", "<@U123>", "<http://x|y>"):
         assert raw not in dumped
@@ -358,7 +398,7 @@ def huge_approval() -> Approval:
 def test_huge_inputs_stay_inside_slack_limits(status: str) -> None:
     """10k-char rationale, 50 evidence items, 200 arguments, a 2 MB result: ≤50 blocks, sections ≤3,000,
     the cumulative text under our budget — and the SDK validators passed while rendering."""
-    card = blocks.approval_card(dataclasses.replace(huge_approval(), status=status), routing=ROUTING)
+    card = approval_card(dataclasses.replace(huge_approval(), status=status, **ROUTING))
     assert len(card.blocks) <= blocks.MAX_MESSAGE_BLOCKS
     assert text_size(list(card.blocks)) <= blocks.TEXT_BUDGET
     assert "…and 45 more evidence item(s), in the API/CLI." in seen(card) or status != "pending"
@@ -369,25 +409,23 @@ async def test_the_fake_slack_api_accepts_every_card_even_for_huge_inputs() -> N
     """The strict fake runs Slack's checks (block count, section/field/button limits, cumulative text)."""
     huge = huge_approval()
     cards = [
-        blocks.approval_card(huge, routing=ROUTING),
-        blocks.approval_card(dataclasses.replace(huge, status="rejected", comment="c" * 10_000)),
-        blocks.confirmation_card(confirmation(summary="S" * 10_000)),
-        blocks.escalation_message(
-            Escalation(
-                reason="r" * 5000,
-                summary="s" * 20_000,
-                conversation_id="c" * 500,
-                customer_id="C-7",
-                oncall_group="S0ONCALL",
-            )
-        ),
+        approval_card(dataclasses.replace(huge, **ROUTING)),
+        approval_card(dataclasses.replace(huge, status="rejected", comment="c" * 10_000)),
+        confirmation_card(confirmation(summary="S" * 10_000)),
+        blocks.escalation_message(escalation(reason="r" * 5000, summary="s" * 20_000, conversation_id="c" * 500)),
         *blocks.trace_messages(
             [
-                TraceStep(tool="t" * 300, decision="reject", reason="x" * 5000, result={"blob": "y" * 2_000_000})
+                TraceView(
+                    tool="t" * 300,
+                    decision="reject",
+                    reason="x" * 5000,
+                    is_error=False,
+                    result={"blob": "y" * 2_000_000},
+                )
                 for _ in range(25)
             ]
         ),
-        *blocks.answer_messages("para\n\n" * 8000, cards=[blocks.approval_card(approval())]),
+        *blocks.answer_messages("para\n\n" * 8000, cards=[approval_card(approval())]),
     ]
     async with FakeSlackApi() as slack:
         client = AsyncWebClient(token=slack.token, base_url=slack.base_url)
@@ -395,24 +433,31 @@ async def test_the_fake_slack_api_accepts_every_card_even_for_huge_inputs() -> N
             response = await client.chat_postMessage(channel="C0APPROVALS", text=card.text, blocks=card.block_list)
             assert response["ok"]
         modal = blocks.reject_modal(
-            dataclasses.replace(huge, id="apr_" + "x" * 100), channel="C0APPROVALS", ts="1700000001.000001"
+            view(dataclasses.replace(huge, id="apr_" + "x" * 100)), channel="C0APPROVALS", ts="1700000001.000001"
         )
         assert (await client.views_open(trigger_id="trig", view=modal))["ok"]
         queue = [approval(id=f"apr_{i}", created_at=NOW + timedelta(minutes=i), summary="S" * 5000) for i in range(80)]
         home = blocks.home_view(
-            queue=queue, threads=[AssistThread(channel="C0SUPPORT", thread_ts="1.2", customer_id="C-7")] * 40
+            queue=[view(a) for a in queue],
+            threads=[AssistThread(channel="C0SUPPORT", thread_ts="1.2", customer_id="C-7")] * 40,
         )
         assert (await client.views_publish(user_id="U0LEAD", view=home))["ok"]
 
 
 # -- modal, home, escalation, feedback, answers ----------------------------------------------------
+def escalation(*, reason: str, summary: str, conversation_id: str) -> EscalationView:
+    return EscalationView(
+        conversation_id=conversation_id, channel="slack", customer_id="C-7", reason=reason, summary=summary, trace=()
+    )
+
+
 def test_reject_modal_asks_for_a_comment_and_remembers_only_id_version_and_card() -> None:
-    view = blocks.reject_modal(approval(version=4), channel="C0APPROVALS", ts="1700000001.000100")
-    assert view["type"] == "modal" and view["callback_id"] == ids.REJECT_MODAL
-    assert ids.decode_modal_metadata(view["private_metadata"]) == ids.ModalRef(
+    modal = blocks.reject_modal(view(approval(version=4)), channel="C0APPROVALS", ts="1700000001.000100")
+    assert modal["type"] == "modal" and modal["callback_id"] == ids.REJECT_MODAL
+    assert ids.decode_modal_metadata(modal["private_metadata"]) == ids.ModalRef(
         id="apr_1", version=4, channel="C0APPROVALS", ts="1700000001.000100"
     )
-    (intro, field) = view["blocks"]
+    (intro, field) = modal["blocks"]
     assert intro["text"]["text"] == "You are rejecting: Refund 189.00 USD on O-1042 (damaged)"
     assert field["block_id"] == ids.REJECT_COMMENT_BLOCK and not field.get("optional")
     assert field["element"]["action_id"] == ids.REJECT_COMMENT_INPUT and field["element"]["multiline"] is True
@@ -422,14 +467,14 @@ def test_home_queue_lists_pending_approvals_newest_first_and_counts_the_rest() -
     queue = [
         approval(id=f"apr_{i}", summary=f"Refund {i}", created_at=NOW + timedelta(minutes=i)) for i in range(60)
     ] + [approval(id="apr_done", status="approved")]
-    view = blocks.home_view(queue=queue, directory=PEOPLE, pending_total=75)
-    assert len(view["blocks"]) <= blocks.MAX_VIEW_BLOCKS
-    shown = [ids.decode_value(b["elements"][0]["value"])[0] for b in view["blocks"] if b["type"] == "actions"]
+    home = blocks.home_view(queue=[view(a) for a in queue], directory=PEOPLE, pending_total=75)
+    assert len(home["blocks"]) <= blocks.MAX_VIEW_BLOCKS
+    shown = [ids.decode_value(b["elements"][0]["value"])[0] for b in home["blocks"] if b["type"] == "actions"]
     assert shown == [f"apr_{i}" for i in range(59, 59 - len(shown), -1)] and len(shown) == 24
-    assert view["blocks"][-1]["elements"][0]["text"] == (
+    assert home["blocks"][-1]["elements"][0]["text"] == (
         "51 more waiting — see `signoff approvals list` or `GET /api/approvals?status=pending`."
     )
-    block_ids = [b["block_id"] for b in view["blocks"] if "block_id" in b]
+    block_ids = [b["block_id"] for b in home["blocks"] if "block_id" in b]
     assert len(block_ids) == len(set(block_ids))
 
 
@@ -439,8 +484,8 @@ def test_home_for_a_rep_lists_assist_threads_and_for_nobody_an_empty_state() -> 
             channel="C0SUPPORT", thread_ts="1700000001.000100", customer_id="C-7", customer_name="Ada <!channel>"
         )
     ]
-    view = blocks.home_view(threads=threads)
-    assert render_blocks(view["blocks"]) == (
+    home = blocks.home_view(threads=threads)
+    assert render_blocks(home["blocks"]) == (
         "Your assist threads\n• Ada &lt;!channel&gt; (C-7) — <#C0SUPPORT>, thread `1700000001.000100`"
     )
     assert render_blocks(blocks.home_view(threads=[])["blocks"]).endswith(wording.HOME_THREADS_EMPTY)
@@ -450,13 +495,8 @@ def test_home_for_a_rep_lists_assist_threads_and_for_nobody_an_empty_state() -> 
 
 def test_escalation_message_names_case_and_pings_the_on_call_group() -> None:
     card = blocks.escalation_message(
-        Escalation(
-            reason="customer asked for a person <@U9>",
-            summary="Wants a call",
-            conversation_id="conv_8",
-            customer_id="C-7",
-            oncall_group="S0ONCALL",
-        )
+        escalation(reason="customer asked for a person <@U9>", summary="Wants a call", conversation_id="conv_8"),
+        oncall_group="S0ONCALL",
     )
     assert seen(card) == "\n".join(
         [
@@ -470,16 +510,22 @@ def test_escalation_message_names_case_and_pings_the_on_call_group() -> None:
         ]
     )
     forged = blocks.escalation_message(
-        Escalation(reason="r", summary="s", conversation_id="c", oncall_group="S1> <!channel")
+        escalation(reason="r", summary="s", conversation_id="c"), oncall_group="S1> <!channel"
     )
     assert "subteam" not in json.dumps(forged.blocks)
 
 
 def test_trace_lists_each_call_with_its_gate_and_result_across_messages() -> None:
     steps = [
-        TraceStep(tool="get_order", decision="execute", result={"order_id": "O-1042", "note": "<!channel>"}),
-        TraceStep(tool="issue_refund", decision="approval", reason="above ceiling"),
-        TraceStep(tool="get_order", decision="reject", reason="not_found", is_error=True),
+        TraceView(
+            tool="get_order",
+            decision="execute",
+            reason=None,
+            is_error=False,
+            result={"order_id": "O-1042", "note": "<!channel>"},
+        ),
+        TraceView(tool="issue_refund", decision="approval", reason="above ceiling", is_error=False),
+        TraceView(tool="get_order", decision="reject", reason="not_found", is_error=True),
     ] * 5
     messages = blocks.trace_messages(steps)
     assert len(messages) == 2
@@ -503,7 +549,7 @@ def test_feedback_buttons_carry_only_the_turn_and_vote() -> None:
 
 def test_answer_is_split_into_markdown_messages_with_the_card_last() -> None:
     answer = "\n\n".join(f"Paragraph {i}: " + "text " * 200 for i in range(30))
-    card = blocks.confirmation_card(confirmation())
+    card = confirmation_card(confirmation())
     messages = blocks.answer_messages(answer, cards=[card], extra_blocks=[blocks.feedback_block("turn_3")])
     markdown = [b["text"] for m in messages for b in m.blocks if b["type"] == "markdown"]
     assert "".join(markdown) == answer

@@ -224,6 +224,14 @@ async def test_a_slack_connect_stranger_reads_nothing_until_linked_then_only_the
         assert await server.event(ev, ext_shared=True) == 200
         return (await slack.until(lambda: bot_messages(slack, SHARED, ts)))[0]
 
+    async def whisper(text: str) -> str:
+        ts = next_ts()
+        ev = mention(STRANGER, text, channel=SHARED, ts=ts, team=OTHER_TEAM)
+        assert await server.event(ev, ext_shared=True) == 200
+        seen = await slack.until(lambda: [e for e in slack.ephemeral if e["thread_ts"] == ts and e["user"] == STRANGER])
+        assert not bot_messages(slack, SHARED, ts)
+        return " ".join(str(e["text"]) + json.dumps(e["blocks"]) for e in seen)
+
     before = await say("where is O-1042?")
     assert "DELIVERED" not in before.visible and "link" in before.visible.lower()
 
@@ -236,10 +244,11 @@ async def test_a_slack_connect_stranger_reads_nothing_until_linked_then_only_the
     linked = await say(code)
     assert "linked" in linked.visible.lower()
 
-    mine = await say("where is O-1042?")
-    assert "DELIVERED" in mine.visible
-    theirs = await say("where is O-1001?")  # C-1's order
-    assert "DELIVERED" not in theirs.visible and "SHIPPED" not in theirs.visible
+    # Linked, their account's data goes only to them (ephemeral), never to the shared channel.
+    mine = await whisper("where is O-1042?")
+    assert "DELIVERED" in mine
+    theirs = await whisper("where is O-1001?")  # C-1's order
+    assert "DELIVERED" not in theirs and "SHIPPED" not in theirs
 
     shared = " ".join(m.visible + json.dumps(list(m.blocks)) for m in slack.messages_in(SHARED, None))
     shared += " ".join(

@@ -53,12 +53,6 @@ def test_date_uses_slack_date_formatting_with_a_utc_fallback() -> None:
     assert mrkdwn.date(when) == "<!date^1772380800^{date_short_pretty} at {time}|2026-03-01 16:00 UTC>"
 
 
-def test_money_honours_currency_exponents() -> None:
-    assert mrkdwn.money(18900, "USD") == "189.00 USD"
-    assert mrkdwn.money(1890, "JPY") == "1890 JPY"
-    assert mrkdwn.money(-1234, "KWD") == "-1.234 KWD"
-
-
 def test_defang_breaks_pings_in_model_text_but_keeps_what_it_says() -> None:
     out = mrkdwn.defang("Hi <!channel>, ask <@U1> in <#C1>; @here @everyone; email me@example.com")
     assert "<!channel>" not in out and "<@U1>" not in out and "<#C1>" not in out

@@ -11,18 +11,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bot.teams.cards import (
-    MAX_CARD_BYTES,
-    approval_card,
-    confirmation_card,
-    escalation_card,
-    money,
-    neutralize,
-    notice_card,
-)
+from agent.views import EscalationView, OutcomeView, TraceView, approval_view, confirmation_view
+from bot.teams import cards
+from bot.teams.cards import MAX_CARD_BYTES, escalation_card, neutralize, notice_card
 from bot.teams.invoke import card_reply, default_reply, error_reply, message_reply, refusal_reply
-from bot.teams.views import Escalation, Outcome, People, Routing, TraceRow, outcome_of
 from storage.records import Approval, Confirmation, Decision
+from tools.catalogue import build_registry
+
+REGISTRY = build_registry()
 
 T0 = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 HOSTILE = (
@@ -97,6 +93,17 @@ def approval(**kw: Any) -> Approval:
     return Approval(**{**base, **kw})  # type: ignore[arg-type]
 
 
+def confirmation_card(c: Confirmation, *, decided_by: str | None = None) -> dict[str, Any]:
+    """The card of ``c`` through its view, as the face draws it."""
+    names = {c.principal: decided_by} if decided_by else None
+    return cards.confirmation_card(confirmation_view(c, tool=REGISTRY.get(c.tool), names=names))
+
+
+def approval_card(a: Approval, *, names: dict[str, str] | None = None, now: datetime = T0) -> dict[str, Any]:
+    """The card of ``a`` at ``now`` through its view, as the face draws it."""
+    return cards.approval_card(approval_view(a, tool=REGISTRY.get(a.tool), now=now, names=names))
+
+
 def walk(node: Any) -> Iterator[dict[str, Any]]:
     if isinstance(node, dict):
         yield node
@@ -154,32 +161,31 @@ def test_a_declined_and_a_superseded_confirmation_say_so_without_buttons() -> No
 
 
 def test_a_replayed_outcome_is_told_honestly() -> None:
-    outcome = outcome_of(
-        {
-            "status": "REFUNDED",
-            "refund_id": "R-9",
-            "replayed": True,
-            "original_id": "R-9",
-            "original_at": "2026-11-30T08:15:00Z",
-        }
-    )
-    card = confirmation_card(confirmation(status="consumed", decided_at=T0), outcome=outcome)
-    assert "Already done on 2026-11-30 08:15 UTC (replayed)" in texts(card)
+    result = {
+        "status": "REFUNDED",
+        "refund_id": "R-9",
+        "replayed": True,
+        "original_id": "R-9",
+        "original_at": "2026-11-30T08:15:00Z",
+    }
+    done = confirmation(status="consumed", decided_at=T0, outcome={"decision": "execute", "result": result})
+    card = confirmation_card(done)
+    assert "Already done on 2026-11-30 08:15 UTC (replayed)" in texts(card) and "R-9" in texts(card)
 
 
 # -- approval -------------------------------------------------------------------------
 def test_a_pending_approval_shows_the_exact_action_and_everything_that_routed_it() -> None:
-    card = approval_card(
-        approval(),
-        people=People(names={"rep:S-2": "Sam Rep"}),
-        routing=Routing(
-            amount_minor=18900, currency="USD", ceiling_minor=10000, rule="refunds above the supervisor ceiling"
-        ),
+    routed = approval(
+        amount_minor=18900,
+        currency="USD",
+        routing={"reason": "over_ceiling", "ceiling_minor": 10000, "aggregate_minor": 18900},
     )
+    card = approval_card(routed, names={"rep:S-2": "Sam Rep"})
     shown = texts(card)
     assert "Refund 189.00 USD on order O-1042 (damaged)" in shown
     assert "Sam Rep" in shown and "C-7" in shown
     assert "189.00 USD — above the 100.00 USD ceiling" in shown
+    assert "Over the requester's ceiling" in shown
     assert "0 of 2 approvals" in shown
     assert "2026-12-01 14:00 UTC" in shown  # expiry
     assert "from our records" in shown and "from the model" in shown and "from text outsiders wrote" in shown
@@ -205,7 +211,7 @@ def test_reject_needs_a_typed_comment_and_approve_does_not() -> None:
 
 def test_one_of_two_approvals_shows_who_approved_first_and_keeps_the_buttons() -> None:
     first = Decision(actor="supervisor:S-1", decision="approve", comment="ok by me", at="2026-12-01T11:00:00+00:00")
-    card = approval_card(approval(decisions=(first,), version=3), people=People(names={"supervisor:S-1": "Dana"}))
+    card = approval_card(approval(decisions=(first,), version=3), names={"supervisor:S-1": "Dana"})
     shown = texts(card)
     assert "1 of 2 approvals" in shown
     assert "Approved by Dana on 2026-12-01 11:00 UTC" in shown and "ok by me" in shown
@@ -215,7 +221,7 @@ def test_one_of_two_approvals_shows_who_approved_first_and_keeps_the_buttons() -
 def test_an_approved_and_executed_card_has_no_buttons_and_shows_the_result() -> None:
     card = approval_card(approval(status="approved", result={"status": "REFUNDED", "refund_id": "R-1"}))
     assert "actions" not in card and not of_type(card, "Input.Text")
-    assert "Done: REFUNDED · R-1" in texts(card)
+    assert "Done: Refunded 189.00 USD on O-1042" in texts(card) and "Reference: R-1" in texts(card)
 
 
 def test_an_approval_whose_action_had_already_run_says_replayed() -> None:
@@ -235,7 +241,7 @@ def test_an_approval_whose_action_had_already_run_says_replayed() -> None:
 
 def test_a_rejected_card_shows_who_rejected_and_why() -> None:
     d = Decision(actor="supervisor:S-1", decision="reject", comment="over the limit", at="2026-12-01T12:00:00Z")
-    card = approval_card(approval(status="rejected", decisions=(d,)), people=People(names={"supervisor:S-1": "Dana"}))
+    card = approval_card(approval(status="rejected", decisions=(d,)), names={"supervisor:S-1": "Dana"})
     shown = texts(card)
     assert "Rejected by Dana on 2026-12-01 12:00 UTC" in shown and "over the limit" in shown
     assert "actions" not in card
@@ -283,19 +289,21 @@ def test_huge_hostile_confirmation_and_escalation_stay_bounded_and_defanged() ->
     big = HOSTILE * 400
     for card in (
         confirmation_card(confirmation(summary=big)),
-        confirmation_card(
-            confirmation(summary=big, status="declined"),
-            decided_by=big,
-            outcome=Outcome(status=big, reference=big, replayed=False, original_at=None),
+        confirmation_card(confirmation(summary=big, status="declined"), decided_by=big),
+        cards.confirmation_card(
+            replace(
+                confirmation_view(confirmation(summary=big, status="consumed"), tool=None),
+                outcome=OutcomeView(kind="failed", label=big, reference=big, detail=big),
+            )
         ),
         escalation_card(
-            Escalation(
+            EscalationView(
                 conversation_id=big,
                 channel=big,
                 customer_id=big,
                 reason=big,
                 summary=big,
-                trace=tuple(TraceRow(tool=big, decision=big, reason=big, is_error=True) for _ in range(40)),
+                trace=tuple(TraceView(tool=big, decision=big, reason=big, is_error=True) for _ in range(40)),
             )
         ),
     ):
@@ -322,15 +330,15 @@ def test_any_text_gives_a_card_that_serializes_and_fits(summary: str, rationale:
 # -- escalation, money, invoke replies ------------------------------------------------
 def test_the_escalation_card_gives_reason_summary_and_every_tool_call() -> None:
     card = escalation_card(
-        Escalation(
+        EscalationView(
             conversation_id="conv_3",
             channel="teams",
             customer_id="C-7",
             reason="customer asked for a person",
             summary="Wants to talk about a late parcel.",
             trace=(
-                TraceRow(tool="get_order", decision="execute", reason=None, is_error=False),
-                TraceRow(tool="issue_refund", decision="reject", reason="amount_exceeds_refundable", is_error=True),
+                TraceView(tool="get_order", decision="execute", reason=None, is_error=False),
+                TraceView(tool="issue_refund", decision="reject", reason="amount_exceeds_refundable", is_error=True),
             ),
         )
     )
@@ -338,13 +346,6 @@ def test_the_escalation_card_gives_reason_summary_and_every_tool_call() -> None:
     assert "customer asked for a person" in shown and "Wants to talk about a late parcel." in shown
     assert "get_order" in shown and "amount_exceeds_refundable" in shown and "error" in shown
     assert "actions" not in card
-
-
-def test_money_is_formatted_from_minor_units_with_the_currency_exponent() -> None:
-    assert money(18900, "USD") == "189.00 USD"
-    assert money(1234567, "eur") == "12,345.67 EUR"
-    assert money(500, "JPY") == "500 JPY"
-    assert money(1500, "KWD") == "1.500 KWD"
 
 
 def test_invoke_replies_have_the_sdk_shapes() -> None:

@@ -10,7 +10,6 @@ import aiohttp
 from aiohttp import web
 
 from bot.teams.auth import InboundAuthenticator
-from bot.teams.cards import confirmation_card
 from bot.teams.config import TeamsConfig
 from bot.teams.inbound import TeamsActivity, TeamsCardAction, parse_activity
 from bot.teams.invoke import InvokeReply, card_reply, refusal_reply
@@ -26,7 +25,7 @@ from tests.fakes.bot_connector import (
     card_action_activity,
     message_activity,
 )
-from tests.test_teams_cards import T0, confirmation
+from tests.test_teams_cards import T0, confirmation, confirmation_card
 
 
 async def test_a_confirm_click_redraws_the_card_for_the_clicker_and_for_everyone() -> None:

@@ -85,6 +85,11 @@ class SmtpMailer:
     def __init__(self, config: SmtpConfig) -> None:
         self.config = config
 
+    @property
+    def from_address(self) -> str | None:
+        """The shop's address mail comes from (``SIGNOFF_EMAIL_FROM`` or the URL's ``from=``)."""
+        return self.config.from_address
+
     async def send(self, mail: OutgoingEmail) -> None:
         c = self.config
         await aiosmtplib.send(

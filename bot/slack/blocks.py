@@ -39,21 +39,10 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
+from agent.views import ApprovalView, ConfirmationView, EscalationView, OutcomeView, TraceView
 from bot.slack import ids, wording
-from bot.slack.mrkdwn import (
-    channel_link,
-    clip,
-    clip_plain,
-    code,
-    date,
-    money,
-    one_line,
-    parse_time,
-    split_text,
-    subteam,
-)
-from bot.slack.view_models import ApprovalRouting, AssistThread, Directory, Escalation, Outbound, Step, TraceStep
-from storage.records import Approval, Confirmation
+from bot.slack.mrkdwn import channel_link, clip, clip_plain, code, date, one_line, split_text, subteam
+from bot.slack.view_models import AssistThread, Directory, Outbound, Step
 
 MAX_MESSAGE_BLOCKS = 50
 MAX_VIEW_BLOCKS = 100
@@ -65,7 +54,6 @@ MESSAGE_TEXT_CHARS = 40_000
 TEXT_BUDGET = 11_000
 #: One piece of a long answer (leaves room in the last message for a card).
 ANSWER_CHUNK = 8_000
-MONEY_TOOLS = frozenset({"issue_refund", "cancel_order", "retry_payment"})
 EVIDENCE_SHOWN = 5
 PROVENANCE_SHOWN = 10
 TRACE_STEPS_PER_MESSAGE = 10
@@ -101,18 +89,16 @@ def _button(
 
 
 # -- confirmation card ----------------------------------------------------------------
-def confirmation_card(
-    c: Confirmation, *, directory: Directory | None = None, awaiting_approval: bool = False
-) -> Outbound:
+def confirmation_card(c: ConfirmationView, *, directory: Directory | None = None) -> Outbound:
     """The card that asks the acting principal to confirm, or shows what they decided.
 
     It may be read by another organisation (Slack Connect), so it shows the
     action's summary, the outcome and a mention of who decided — nothing else.
     """
     summary = clip(c.summary, 500)
-    if c.status == "pending":
+    if c.open:
         confirm = None
-        if c.tool in MONEY_TOOLS:
+        if c.moves_money:
             confirm = ConfirmObject(
                 title=wording.CONFIRM_DIALOG_TITLE,
                 text=clip(c.summary, 280),
@@ -133,9 +119,9 @@ def confirmation_card(
         ]
         return Outbound(text=wording.CONFIRM_FALLBACK.format(summary=summary), blocks=_dump(blocks))
     outcome = wording.CONFIRMATION_OUTCOME.get(str(c.status), str(c.status).capitalize())
-    # Only the principal's own decisions name them; a replacement or expiry is nobody's click.
+    # Only the principal's own decisions name them; a replacement is nobody's click.
     acted = c.status in ("confirmed", "consumed", "declined")
-    who = (directory or Directory()).who_public(c.principal) if acted else None
+    who = (directory or Directory()).who_public(c.principal.key) if acted else None
     when = date(c.decided_at) if c.decided_at else None
     line = (
         wording.CONFIRMATION_BY.format(outcome=outcome, who=who, when=when)
@@ -144,13 +130,12 @@ def confirmation_card(
         if when
         else outcome
     )
-    blocks = [
-        _section(f"~{summary}~" if c.status in ("declined", "superseded", "expired") else summary),
-        _context(line),
-    ]
+    blocks = [_section(f"~{summary}~" if c.status in ("declined", "superseded") else summary), _context(line)]
     note = wording.CONFIRMATION_NOTE.get(str(c.status))
-    if awaiting_approval and c.status in ("confirmed", "consumed"):
+    if c.awaiting_approval and c.status in ("confirmed", "consumed"):
         note = wording.CONFIRMATION_AWAITING_APPROVAL
+    elif c.outcome is not None:
+        note = outcome_text(c.outcome)
     if note:
         blocks.append(_context(note))
     return Outbound(
@@ -159,106 +144,95 @@ def confirmation_card(
 
 
 # -- approval card -----------------------------------------------------------------------
-def approval_card(
-    a: Approval, *, routing: ApprovalRouting | None = None, directory: Directory | None = None
-) -> Outbound:
+def approval_card(a: ApprovalView, *, directory: Directory | None = None) -> Outbound:
     """The supervisor's card: the exact action, why it was routed, the evidence, where each
-    value came from, the model's (unverified) rationale, and Approve/Reject — or, once
-    decided, the outcome, who decided and when, the comment and what execution did."""
+    value came from, the model's (unverified) rationale, and Approve/Reject while it is open
+    — or, once decided or expired, the outcome, who decided and when, the comment and what
+    execution did."""
     people = directory or Directory()
     summary = clip(a.summary, 500)
-    approvals = [d for d in a.decisions if d.decision == "approve"]
-    if a.status == "pending":
-        header = wording.APPROVAL_HEADER_SECOND if approvals else wording.APPROVAL_HEADER
-        blocks = [_header(header), _section(f"*{summary}*"), _fields(a, routing, people)]
+    if a.open:
+        header = wording.APPROVAL_HEADER_SECOND if a.approvals_so_far else wording.APPROVAL_HEADER
+        blocks = [_header(header), _section(f"*{summary}*"), _fields(a, people)]
         blocks += _progress(a, people)
         blocks += [DividerBlock(), *_evidence(a), _provenance(a), *_rationale(a), _approval_actions(a)]
         return Outbound(text=wording.APPROVAL_FALLBACK.format(summary=summary), blocks=_dump(blocks))
-    outcome = wording.APPROVAL_HEADER_DECIDED.get(a.status, a.status.capitalize())
-    blocks = [_header(outcome), _section(f"*{summary}*"), _fields(a, routing, people), *_outcome(a, people)]
+    outcome = wording.APPROVAL_HEADER_DECIDED[a.state]
+    blocks = [_header(outcome), _section(f"*{summary}*"), _fields(a, people), *_outcome(a, people)]
     return Outbound(
         text=wording.APPROVAL_DECIDED_FALLBACK.format(outcome=outcome, summary=summary), blocks=_dump(blocks)
     )
 
 
-def _fields(a: Approval, routing: ApprovalRouting | None, people: Directory) -> Block:
-    args = a.arguments if isinstance(a.arguments, dict) else {}
+def _fields(a: ApprovalView, people: Directory) -> Block:
     pairs = [
-        (wording.FIELD_REQUESTER, people.who(a.requester)),
+        (wording.FIELD_REQUESTER, people.who(a.requester.key, a.requester.name)),
         (wording.FIELD_ACCOUNT, clip(a.customer_id or wording.NO_ACCOUNT, 100)),
     ]
-    amount = _amount(routing, args)
+    amount = _amount(a)
     if amount:
         pairs.append((wording.FIELD_AMOUNT, amount))
-    if routing and routing.reason:
-        why = wording.ROUTING_REASON.get(routing.reason) or routing.reason.replace("_", " ").capitalize()
-        pairs.append((wording.FIELD_ROUTING, clip(one_line(why), 300)))
+    if a.reason_text:
+        pairs.append((wording.FIELD_ROUTING, clip(a.reason_text, 300)))
     pairs += [(wording.FIELD_EXPIRES, date(a.expires_at)), (wording.FIELD_POLICY, clip(a.policy_version, 60))]
     return SectionBlock(fields=[_md(f"*{label}*\n{value}") for label, value in pairs])
 
 
-def _amount(routing: ApprovalRouting | None, args: dict[str, Any]) -> str | None:
-    currency = (routing.currency if routing else None) or args.get("currency")
-    amount = routing.amount_minor if routing and routing.amount_minor is not None else args.get("amount_minor")
-    if not isinstance(currency, str) or not isinstance(amount, int) or isinstance(amount, bool):
+def _amount(a: ApprovalView) -> str | None:
+    if a.amount is None:
         return None
-    shown = money(amount, clip(currency, 8))
-    if routing is None or routing.ceiling_minor is None:
+    shown = clip(a.amount, 40)
+    if a.ceiling is None:
         return shown
-    ceiling = money(routing.ceiling_minor, clip(currency, 8))
-    if routing.aggregate_minor is not None and routing.aggregate_minor != amount:
-        return wording.AMOUNT_WITH_AGGREGATE.format(
-            amount=shown, ceiling=ceiling, aggregate=money(routing.aggregate_minor, clip(currency, 8))
-        )
+    ceiling = clip(a.ceiling, 40)
+    if a.aggregate is not None:
+        return wording.AMOUNT_WITH_AGGREGATE.format(amount=shown, ceiling=ceiling, aggregate=clip(a.aggregate, 40))
     return wording.AMOUNT_AGAINST_CEILING.format(amount=shown, ceiling=ceiling)
 
 
-def _progress(a: Approval, people: Directory) -> list[Block]:
+def _progress(a: ApprovalView, people: Directory) -> list[Block]:
     if a.approvals_required < 2:
         return []
     done = [d for d in a.decisions if d.decision == "approve"]
     if not done:
         return [_context(wording.PROGRESS.format(done=0, required=a.approvals_required))]
-    who = ", ".join(people.who(d.actor) for d in done[:3])
+    who = ", ".join(people.who(d.actor.key, d.actor.name) for d in done[:3])
     return [_context(wording.PROGRESS_WAITING.format(done=len(done), required=a.approvals_required, who=who))]
 
 
-def _evidence(a: Approval) -> list[Block]:
-    items = [e for e in a.evidence if isinstance(e, dict)]
-    if not items:
+def _evidence(a: ApprovalView) -> list[Block]:
+    if not a.evidence:
         return [_section(f"*{wording.EVIDENCE_HEADING}*\n{wording.EVIDENCE_NONE}")]
     blocks: list[Block] = []
-    for i, item in enumerate(items[:EVIDENCE_SHOWN]):
-        title = clip(one_line(item.get("title") or item.get("id") or "?"), 150)
-        ref = clip(one_line(item.get("id", "")).replace("`", "ˋ"), 100)
-        excerpt = clip(one_line(item.get("excerpt", "")), 400)
+    for i, item in enumerate(a.evidence[:EVIDENCE_SHOWN]):
+        title = clip(one_line(item.title or item.id), 150)
+        ref = clip(one_line(item.id).replace("`", "ˋ"), 100)
+        excerpt = clip(one_line(item.excerpt or ""), 400)
         text = f"• *{title}* `{ref}`" + (f"\n>{excerpt}" if excerpt else "")
         blocks.append(_section(f"*{wording.EVIDENCE_HEADING}*\n{text}" if i == 0 else text))
-    if len(items) > EVIDENCE_SHOWN:
-        blocks.append(_context(wording.EVIDENCE_MORE.format(count=len(items) - EVIDENCE_SHOWN)))
+    if len(a.evidence) > EVIDENCE_SHOWN:
+        blocks.append(_context(wording.EVIDENCE_MORE.format(count=len(a.evidence) - EVIDENCE_SHOWN)))
     return blocks
 
 
-def _provenance(a: Approval) -> Block:
-    args = a.arguments if isinstance(a.arguments, dict) else {}
+def _provenance(a: ApprovalView) -> Block:
     lines = []
-    for name, value in list(args.items())[:PROVENANCE_SHOWN]:
-        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-        origin = wording.PROVENANCE.get(str(a.provenance.get(name)), wording.PROVENANCE_UNKNOWN)
-        lines.append(f"• `{clip(name, 40).replace('`', 'ˋ')}` = {clip(one_line(shown), 120)} — {origin}")
-    if len(args) > PROVENANCE_SHOWN:
-        lines.append(wording.PROVENANCE_MORE.format(count=len(args) - PROVENANCE_SHOWN))
+    for arg in a.arguments[:PROVENANCE_SHOWN]:
+        origin = wording.PROVENANCE.get(str(arg.source), wording.PROVENANCE_UNKNOWN)
+        lines.append(f"• `{clip(arg.name, 40).replace('`', 'ˋ')}` = {clip(one_line(arg.value), 120)} — {origin}")
+    if len(a.arguments) > PROVENANCE_SHOWN:
+        lines.append(wording.PROVENANCE_MORE.format(count=len(a.arguments) - PROVENANCE_SHOWN))
     return _section(f"*{wording.PROVENANCE_HEADING}*\n" + "\n".join(lines or ["—"]))
 
 
-def _rationale(a: Approval) -> list[Block]:
-    if not a.rationale or not a.rationale.strip():
+def _rationale(a: ApprovalView) -> list[Block]:
+    if not a.rationale:
         return []
-    quoted = ">" + clip(a.rationale.strip(), 1400).replace("\n", "\n>")
+    quoted = ">" + clip(a.rationale, 1400).replace("\n", "\n>")
     return [_context(f"_{wording.RATIONALE_LABEL}_"), _section(quoted)]
 
 
-def _approval_actions(a: Approval, block_id: str = ids.APPROVAL_ACTIONS_BLOCK) -> Block:
+def _approval_actions(a: ApprovalView, block_id: str = ids.APPROVAL_ACTIONS_BLOCK) -> Block:
     value = ids.encode_value(a.id, a.version)
     return ActionsBlock(
         block_id=block_id,
@@ -269,72 +243,67 @@ def _approval_actions(a: Approval, block_id: str = ids.APPROVAL_ACTIONS_BLOCK) -
     )
 
 
-def _outcome(a: Approval, people: Directory) -> list[Block]:
+def _outcome(a: ApprovalView, people: Directory) -> list[Block]:
     lines = _decision_lines(a, people) + _closing_lines(a)
     blocks: list[Block] = [_section("\n".join(lines))] if lines else []
-    if a.result is not None:
-        blocks.append(_section(result_text(a.result)))
+    if a.outcome is not None:
+        blocks.append(_section(outcome_text(a.outcome)))
     return blocks
 
 
-def _decision_lines(a: Approval, people: Directory) -> list[str]:
+def _decision_lines(a: ApprovalView, people: Directory) -> list[str]:
     """Who decided and when (each decision of a two-person approval), with comments."""
     lines: list[str] = []
     for d in a.decisions[:5]:
-        at = parse_time(d.at)
-        when = date(at) if at else clip(d.at, 40)
-        lines.append(wording.DECISION_LINE[d.decision].format(who=people.who(d.actor), when=when))
+        when = date(d.at) if d.at else "—"
+        lines.append(wording.DECISION_LINE[d.decision].format(who=people.who(d.actor.key, d.actor.name), when=when))
         if d.comment:
             lines.append(wording.COMMENT.format(comment=clip(one_line(d.comment), 500)))
-    if not a.decisions and a.status in ("approved", "rejected"):
-        outcome = wording.APPROVAL_HEADER_DECIDED[a.status]
+    if not a.decisions and a.state in ("approved", "rejected"):
+        outcome = wording.APPROVAL_HEADER_DECIDED[a.state]
+        who = people.who(a.decider.key, a.decider.name) if a.decider else people.who(None)
         when = date(a.decided_at) if a.decided_at else "—"
-        lines.append(wording.DECIDED_BY.format(outcome=outcome, who=people.who(a.decider), when=when))
+        lines.append(wording.DECIDED_BY.format(outcome=outcome, who=who, when=when))
     if a.comment and not any(d.comment for d in a.decisions):
         lines.append(wording.COMMENT.format(comment=clip(one_line(a.comment), 500)))
     return lines
 
 
-def _closing_lines(a: Approval) -> list[str]:
-    if a.status == "expired":
-        return [wording.EXPIRED_NOTE + (f" · {date(a.decided_at)}" if a.decided_at else "")]
-    if a.status == "superseded":
+def _closing_lines(a: ApprovalView) -> list[str]:
+    if a.state == "expired":
+        return [wording.EXPIRED_NOTE + f" · {date(a.decided_at or a.expires_at)}"]
+    if a.state == "superseded":
         return [
             wording.SUPERSEDED_BY.format(id=clip(a.superseded_by, 80)) if a.superseded_by else wording.SUPERSEDED_NOTE
         ]
     return []
 
 
-def result_text(result: Any) -> str:
-    """What execution did, in words: status, the ids it produced, or that it was a replay."""
-    if not isinstance(result, dict):
-        return wording.RESULT_UNKNOWN.format(status=clip(one_line(str(result)[:400]), 200))
-    details = " · ".join(
-        template.format(value=clip(one_line(str(result[key])), 80))
-        for key, template in wording.RESULT_KEYS.items()
-        if result.get(key) not in (None, "")
-    )
-    status = str(result.get("status", ""))
-    if result.get("replayed") is True:
-        when = parse_time(result.get("executed_at") or result.get("original_at") or result.get("created_at"))
-        line = wording.RESULT_REPLAYED.format(when=date(when)) if when else wording.RESULT_REPLAYED_NO_TIME
-    elif status == "FAILED":
-        reason = result.get("reason") or wording.RESULT_FAILED_DEFAULT
-        line = wording.RESULT_FAILED.format(reason=clip(one_line(str(reason)), 300))
-        if isinstance(result.get("error"), str):
-            line += f" (`{clip(result['error'], 64).replace('`', 'ˋ')}`)"
-        return line
-    elif status == "REOPENED":
-        return wording.RESULT_REOPENED
-    elif status in wording.RESULT_DONE:
-        line = wording.RESULT_DONE[status]
-    else:
-        line = wording.RESULT_UNKNOWN.format(status=clip(status or "?", 60))
-    return f"{line}: {details}" if details else line
+def outcome_text(outcome: OutcomeView) -> str:
+    """What execution did, in words: the tool's own phrase and the id it produced, a replay, or
+    why nothing was done."""
+    label = clip(outcome.label, 300)
+    ref = clip(outcome.reference, 80).replace("`", "ˋ") if outcome.reference else None
+    match outcome.kind:
+        case "replayed":
+            line = (
+                wording.RESULT_REPLAYED.format(when=date(outcome.at)) if outcome.at else wording.RESULT_REPLAYED_NO_TIME
+            )
+            return f"{line} ({label}{f' · `{ref}`' if ref else ''})"
+        case "failed":
+            detail = f" (`{clip(outcome.detail, 64).replace('`', 'ˋ')}`)" if outcome.detail else ""
+            return f"{label}{detail}"
+        case "reopened":
+            return f"{label}{f' (`{ref}`)' if ref else ''}"
+        case "done":
+            return f"{label}{f' · `{ref}`' if ref else ''}"
+        case _:
+            detail = f": {clip(outcome.detail, 60)}" if outcome.detail else ""
+            return f"{label}{detail}"
 
 
 # -- reject modal ------------------------------------------------------------------------
-def reject_modal(a: Approval, *, channel: str | None = None, ts: str | None = None) -> dict[str, Any]:
+def reject_modal(a: ApprovalView, *, channel: str | None = None, ts: str | None = None) -> dict[str, Any]:
     """The ``views.open`` payload asking why; ``private_metadata`` carries only id, version
     and the card's coordinates so the submission can redraw it."""
     meta = ids.encode_modal_metadata(ids.ModalRef(id=a.id, version=a.version, channel=channel, ts=ts))
@@ -366,7 +335,7 @@ def reject_modal(a: Approval, *, channel: str | None = None, ts: str | None = No
 # -- App Home --------------------------------------------------------------------------
 def home_view(
     *,
-    queue: Sequence[Approval] | None = None,
+    queue: Sequence[ApprovalView] | None = None,
     threads: Sequence[AssistThread] | None = None,
     directory: Directory | None = None,
     pending_total: int | None = None,
@@ -383,15 +352,16 @@ def home_view(
     return View(type="home", blocks=blocks + mine).to_dict()
 
 
-def _queue(queue: Sequence[Approval], people: Directory, total: int | None, room: int) -> list[Block]:
-    pending = sorted((a for a in queue if a.status == "pending"), key=lambda a: a.created_at, reverse=True)
+def _queue(queue: Sequence[ApprovalView], people: Directory, total: int | None, room: int) -> list[Block]:
+    pending = sorted((a for a in queue if a.open), key=lambda a: a.created_at, reverse=True)
     total = max(total or 0, len(pending))
     if not pending:
         return [_header(wording.HOME_QUEUE_HEADER), _section(wording.HOME_QUEUE_EMPTY)]
     blocks: list[Block] = [_header(wording.HOME_QUEUE_HEADER)]
     fits = max((room - len(blocks) - 1) // 4, 0)
     for a in pending[:fits]:
-        line = f"*{clip(a.summary, 300)}*\n{people.who(a.requester)} · {wording.FIELD_EXPIRES} {date(a.expires_at)}"
+        who = people.who(a.requester.key, a.requester.name)
+        line = f"*{clip(a.summary, 300)}*\n{who} · {wording.FIELD_EXPIRES} {date(a.expires_at)}"
         blocks += [
             _section(line),
             *_progress(a, people),
@@ -422,7 +392,7 @@ def _thread_list(threads: Sequence[AssistThread]) -> list[Block]:
 
 
 # -- escalation and trace ------------------------------------------------------------------
-def escalation_message(e: Escalation) -> Outbound:
+def escalation_message(e: EscalationView, *, oncall_group: str | None = None) -> Outbound:
     """The post in the escalation channel: the agent's reason and summary (labelled as
     its words), the customer and conversation, and a ping of the on-call group."""
     reason, summary = clip(one_line(e.reason), 300), clip(e.summary, 2000)
@@ -437,14 +407,14 @@ def escalation_message(e: Escalation) -> Outbound:
             ]
         ),
     ]
-    group = subteam(e.oncall_group)
+    group = subteam(oncall_group)
     if group:
         blocks.append(_section(wording.ESCALATION_PING.format(group=group)))
     blocks.append(_context(wording.ESCALATION_TRACE_FOLLOWS))
     return Outbound(text=wording.ESCALATION_FALLBACK.format(reason=reason), blocks=_dump(blocks))
 
 
-def trace_messages(steps: Sequence[TraceStep]) -> list[Outbound]:
+def trace_messages(steps: Sequence[TraceView]) -> list[Outbound]:
     """The trace as thread replies: each tool call, its gate decision and a short result
     excerpt (escaped, in a code block), several messages when there are many."""
     if not steps:
@@ -462,7 +432,7 @@ def trace_messages(steps: Sequence[TraceStep]) -> list[Outbound]:
     return out
 
 
-def _trace_line(n: int, s: TraceStep) -> str:
+def _trace_line(n: int, s: TraceView) -> str:
     gate = wording.GATE.get(s.decision or "", wording.GATE_UNDECIDED)
     line = f"*{n}.* `{clip(s.tool, 64).replace('`', 'ˋ')}` — {gate}{wording.TRACE_ERROR if s.is_error else ''}"
     if s.reason:
@@ -566,7 +536,7 @@ __all__ = [
     "home_view",
     "recovered_message",
     "reject_modal",
-    "result_text",
+    "outcome_text",
     "steps_block",
     "text_size",
     "trace_messages",

@@ -27,7 +27,7 @@ from slack_bolt.authorization.async_authorize import AsyncAuthorize
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.boundary import unavailable
-from bot.slack import blocks, ids
+from bot.slack import ids, present
 from bot.slack.face import SlackFace, thread_ref
 from bot.slack.sender import SlackSendError
 
@@ -330,7 +330,7 @@ class Acceptor:
         container = body.get("container") or {}
         channel, ts = container.get("channel_id"), container.get("message_ts")
         ok = isinstance(channel, str) and isinstance(ts, str) and ids._SLACK_ID.match(channel) and ids._TS.match(ts)
-        view = blocks.reject_modal(approval, channel=channel if ok else None, ts=ts if ok else None)
+        view = present.reject_modal(self.face, approval, channel=channel if ok else None, ts=ts if ok else None)
         try:
             await self.face.sender.open_view(str(body["trigger_id"]), view)
         except SlackSendError as exc:

@@ -17,7 +17,7 @@ from typing import Any
 from agent.approvals import DecideResult
 from agent.confirmations import ConfirmResult
 from agent.errors import DecisionError
-from bot.slack import blocks, ids, wording
+from bot.slack import ids, present, wording
 from bot.slack.face import Person, SlackFace, parse_ref
 from bot.slack.replies import Where, deliver
 from bot.slack.sender import SlackSendError
@@ -97,20 +97,26 @@ async def _confirmation(
         await _refuse(face, p, person, _CONFIRM_REFUSAL.get(exc.code, wording.CONFIRMATION_GONE), reason=exc.code)
         await _redraw_confirmation(face, conf.id)
         return
-    await _redraw_confirmation(face, conf.id, awaiting_approval=settled.approval is not None)
+    await _redraw_confirmation(face, conf.id)
     thread = parse_ref(conv.external_ref)
     if settled.turn is not None and thread is not None:
         meta = (conv.meta or {}).get("slack") or {}
-        where = Where(channel=thread[1], thread_ts=thread[2], user=meta.get("user"), team=meta.get("team"))
+        where = Where(
+            channel=thread[1],
+            thread_ts=thread[2],
+            user=meta.get("user"),
+            team=meta.get("team"),
+            private=bool(meta.get("private")),
+        )
         await deliver(face, where, settled.turn)
 
 
-async def _redraw_confirmation(face: SlackFace, confirmation_id: str, *, awaiting_approval: bool = False) -> None:
+async def _redraw_confirmation(face: SlackFace, confirmation_id: str) -> None:
     conf = await face.runtime.s.confirmations.get(confirmation_id)
     ref = (conf.surfaces or {}).get("slack") if conf is not None else None
     if conf is None or not isinstance(ref, dict) or not ref.get("channel") or not ref.get("ts"):
         return
-    card = blocks.confirmation_card(conf, awaiting_approval=awaiting_approval)
+    card = present.confirmation_card(face, conf)
     try:
         await face.sender.update(str(ref["channel"]), str(ref["ts"]), card.text, card.block_list)
     except SlackSendError as exc:

@@ -17,7 +17,6 @@ _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 _USER = re.compile(r"^[UW][A-Z0-9]{2,31}$")
 _SUBTEAM = re.compile(r"^S[A-Z0-9]{2,31}$")
 _CHANNEL = re.compile(r"^[CDG][A-Z0-9]{2,31}$")
-_EXPONENT = {"JPY": 0, "KRW": 0, "VND": 0, "CLP": 0, "ISK": 0, "BHD": 3, "KWD": 3, "OMR": 3, "JOD": 3, "TND": 3}
 
 
 def escape(text: str) -> str:
@@ -85,26 +84,6 @@ def date(when: datetime, *, token: str = "{date_short_pretty} at {time}") -> str
     aware = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
     fallback = aware.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"<!date^{int(aware.timestamp())}^{token}|{fallback}>"
-
-
-def parse_time(value: object) -> datetime | None:
-    """An ISO 8601 time as stored in results (``created_at``), or None."""
-    if isinstance(value, datetime):
-        return value
-    if not isinstance(value, str) or len(value) > 64:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def money(amount_minor: int, currency: str) -> str:
-    """``money(18900, "USD") == "189.00 USD"``; honours 0- and 3-decimal currencies."""
-    exp = _EXPONENT.get(currency, 2)
-    sign = "-" if amount_minor < 0 else ""
-    whole, frac = divmod(abs(amount_minor), 10**exp)
-    return f"{sign}{whole}.{frac:0{exp}d} {escape(currency)}" if exp else f"{sign}{whole} {escape(currency)}"
 
 
 _SLACK_SYNTAX = re.compile(r"<(?=[!@#])|@(?=(?:channel|here|everyone)\b)", re.IGNORECASE)

@@ -17,12 +17,12 @@ import logging
 
 from agent.notify import EscalationNotice
 from agent.outcomes import TurnResult
-from bot.slack import blocks
+from agent.views import escalation_view
+from bot.slack import blocks, present
 from bot.slack.face import SlackFace, parse_ref
 from bot.slack.replies import Where, deliver, post_once
 from bot.slack.sender import SlackSendError
 from bot.slack.turns import publish_home
-from bot.slack.view_models import ApprovalRouting, Directory, Escalation, TraceStep
 from storage.records import Approval, Conversation
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ class SlackNotifier:
         channel = self.face.config.approvals_channel
         if not channel:
             return
-        card = blocks.approval_card(approval, routing=_routing(approval), directory=await _people(self.face, approval))
+        card = await present.approval_card(self.face, approval)
         ts = await post_once(self.face, f"slack:approval:{approval.id}", channel, card)
         if ts is not None:
             await self.face.runtime.s.approvals.set_surface(approval.id, "slack", {"channel": channel, "ts": ts})
@@ -47,7 +47,7 @@ class SlackNotifier:
         fresh = await self.face.runtime.s.approvals.get(approval.id) or approval
         ref = (fresh.surfaces or {}).get("slack")
         if isinstance(ref, dict) and ref.get("channel") and ref.get("ts"):
-            card = blocks.approval_card(fresh, routing=_routing(fresh), directory=await _people(self.face, fresh))
+            card = await present.approval_card(self.face, fresh)
             await self.face.sender.update(str(ref["channel"]), str(ref["ts"]), card.text, card.block_list)
         await self._homes()
 
@@ -65,20 +65,13 @@ class SlackNotifier:
         if not channel:
             return
         conv = notice.conversation
-        message = blocks.escalation_message(
-            Escalation(
-                reason=notice.reason,
-                summary=notice.summary,
-                conversation_id=conv.id,
-                customer_id=conv.customer_id,
-                oncall_group=self.face.config.oncall_group,
-            )
-        )
+        view = escalation_view(notice)
+        message = blocks.escalation_message(view, oncall_group=self.face.config.oncall_group)
         key = f"slack:escalation:{conv.id}:{len(notice.trace)}:{hash(notice.reason) & 0xFFFF}"
         ts = await post_once(self.face, key, channel, message)
         if ts is None:
             return
-        for n, part in enumerate(blocks.trace_messages([TraceStep.from_dict(t) for t in notice.trace])):
+        for n, part in enumerate(blocks.trace_messages(view.trace)):
             await post_once(self.face, f"{key}:trace:{n}", channel, part, thread_ts=ts)
 
     # -- follow-ups -------------------------------------------------------------------------------
@@ -88,31 +81,15 @@ class SlackNotifier:
             log.warning("follow-up for %s has no Slack thread", conversation.id)
             return
         meta = (conversation.meta or {}).get("slack") or {}
-        where = Where(channel=thread[1], thread_ts=thread[2], user=meta.get("user"), team=meta.get("team"))
+        where = Where(
+            channel=thread[1],
+            thread_ts=thread[2],
+            user=meta.get("user"),
+            team=meta.get("team"),
+            private=bool(meta.get("private")),
+        )
         await deliver(await self.face.for_team(thread[0]), where, result)
 
     async def home_changed(self, user: str, team: str) -> None:
         """Republish one person's App Home (after the queue changed)."""
         await publish_home(self.face, user, team)
-
-
-async def _people(face: SlackFace, a: Approval) -> Directory:
-    return await face.directory(a.requester, a.decider, *(d.actor for d in a.decisions))
-
-
-def _routing(a: Approval) -> ApprovalRouting:
-    """The figures the policy compared, as the approval stored them when it was routed."""
-    r = a.routing or {}
-
-    def minor(key: str) -> int | None:
-        value = r.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-    reason = r.get("reason")
-    return ApprovalRouting(
-        reason=reason if isinstance(reason, str) else None,
-        amount_minor=a.amount_minor,
-        currency=a.currency,
-        ceiling_minor=minor("ceiling_minor"),
-        aggregate_minor=minor("aggregate_minor"),
-    )

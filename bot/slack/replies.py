@@ -15,7 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from agent.outcomes import TurnResult
-from bot.slack import blocks, wording
+from bot.links import unlink
+from bot.slack import blocks, present, wording
 from bot.slack.face import SlackFace
 from bot.slack.sender import SlackSendError
 from bot.slack.streaming import Recipient, StreamOptions
@@ -35,6 +36,8 @@ class Where:
     thread_ts: str
     user: str | None = None
     team: str | None = None
+    #: Only ``user`` may read it (a customer's account data in a channel others read): ephemeral.
+    private: bool = False
 
 
 async def deliver(face: SlackFace, where: Where, result: TurnResult, *, since: datetime | None = None) -> bool:
@@ -49,8 +52,13 @@ async def deliver(face: SlackFace, where: Where, result: TurnResult, *, since: d
         for c in [await s.confirmations.get(p.id) for p in result.pending if p.kind == "confirmation"]
         if c is not None
     ]
-    cards = [(c, blocks.confirmation_card(c)) for c in confirmations if c.status == "pending"]
-    text = result.answer if cards else result.reply
+    cards = [(c, present.confirmation_card(face, c)) for c in confirmations if c.status == "pending"]
+    # The model's words (a customer may have steered them): shown as words, never as live links.
+    text = unlink(result.answer if cards else result.reply)
+    if where.private and where.user:
+        await _whisper(face, where, key, text, [card for _c, card in cards])
+        await face.runtime.delivered(result)
+        return True
     steps = await _steps(face, result, since) if since is not None else []
     recipient = Recipient(user_id=where.user, team_id=where.team) if where.user and where.team else None
     streaming = face.config.streaming and (recipient is not None or where.channel.startswith("D"))
@@ -79,6 +87,19 @@ async def deliver(face: SlackFace, where: Where, result: TurnResult, *, since: d
     await s.deliveries.sent(key, {"channel": where.channel, "ts": sent, "streamed": posted.streamed})
     await face.runtime.delivered(result)
     return True
+
+
+async def _whisper(face: SlackFace, where: Where, key: str, text: str, cards: list[Outbound]) -> None:
+    """The answer and its cards as ephemeral messages: in the thread, seen by ``where.user`` only."""
+    s = face.runtime.s
+    messages = blocks.answer_messages(text or wording.ANSWER_FALLBACK, cards=cards)
+    try:
+        for m in messages:
+            await face.sender.ephemeral(where.channel, str(where.user), m.text, m.block_list, where.thread_ts)
+    except SlackSendError:
+        await s.deliveries.release(key)
+        raise
+    await s.deliveries.sent(key, {"channel": where.channel, "ephemeral": True})
 
 
 async def post_once(

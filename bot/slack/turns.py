@@ -16,7 +16,8 @@ from typing import Any
 
 from agent.errors import DecisionError, LimitExceeded
 from agent.outcomes import Pending, TurnResult
-from bot.slack import blocks, clicks, wording
+from bot.email.smtp import OutgoingEmail, new_message_id
+from bot.slack import blocks, clicks, present, wording
 from bot.slack.face import CHANNEL, Person, SlackFace, thread_ref
 from bot.slack.mrkdwn import escape, one_line
 from bot.slack.replies import Where, deliver, plain, post_once
@@ -25,6 +26,7 @@ from bot.slack.view_models import AssistThread
 from storage.audit import AuditEvent
 from storage.identities import CodeCaps
 from storage.inbox import Inbound
+from tools.backend import Customer
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +102,13 @@ def code_reply(text: str) -> str | None:
 # -- messages ------------------------------------------------------------------------------
 async def on_message(face: SlackFace, item: Inbound) -> None:
     p = item.payload
-    where = Where(channel=p["channel"], thread_ts=p["thread_ts"], user=p["user"], team=p["actor_team"])
+    person = await face.person(user=p["user"], team=p["actor_team"], external=bool(p.get("ext_shared")))
+    where = Where(
+        channel=p["channel"], thread_ts=p["thread_ts"], user=p["user"], team=p["actor_team"], private=private(person, p)
+    )
     if item.status == "answered" and item.result is not None:
         await deliver(face, where, result_from(item.result), since=item.created_at)
         return
-    person = await face.person(user=p["user"], team=p["actor_team"], external=bool(p.get("ext_shared")))
     text = str(p.get("text") or "")
     ref = thread_ref(p["team"], p["channel"], p["thread_ts"])
     if (account := assist_command(text)) is not None:
@@ -125,7 +129,14 @@ async def on_message(face: SlackFace, item: Inbound) -> None:
             external_ref=f"{ref}:{principal.key}:{principal.customer_id or '-'}",
             deliver_later=True,
             message_key=f"inbound:{item.id}",
-            meta={"slack": {"user": p["user"], "team": p["actor_team"], "external": person.external}},
+            meta={
+                "slack": {
+                    "user": p["user"],
+                    "team": p["actor_team"],
+                    "external": person.external,
+                    "private": where.private,
+                }
+            },
         )
     except LimitExceeded:
         # A per-principal limit: nothing was stored for this message; say so once, do not retry.
@@ -141,6 +152,14 @@ async def on_message(face: SlackFace, item: Inbound) -> None:
     await face.runtime.s.inbox.answered(item.id, result_dict(result))
     await deliver(face, where, result, since=item.created_at)
     await _status(face, where, on=False)
+
+
+def private(person: Person, payload: dict[str, Any]) -> bool:
+    """Whether answers to ``person`` here carry account data another organisation could read:
+    a customer (linked or on file) in a shared channel, or from another organisation, anywhere
+    but a direct message."""
+    shared = bool(payload.get("ext_shared")) or person.external
+    return person.kind == "customer" and shared and not str(payload.get("channel") or "").startswith("D")
 
 
 def _hint(result: TurnResult) -> str:
@@ -202,7 +221,7 @@ async def link_step(face: SlackFace, item: Inbound, person: Person, where: Where
         if customer is not None:
             code = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(6))
             await links.start(CHANNEL, external_id, customer_id=customer.id, code=code, ttl_s=LINK_CODE_TTL_S)
-            await _send_code(face, customer.id, code, item.id)
+            await _send_code(face, customer, code, item.id)
         await post_once(face, key, where.channel, plain(face, wording.LINK_CODE_SENT), where.thread_ts)
         return True
     if (typed := code_reply(text)) is not None and await links.pending(CHANNEL, external_id):
@@ -223,14 +242,26 @@ async def link_step(face: SlackFace, item: Inbound, person: Person, where: Where
     return False
 
 
-async def _send_code(face: SlackFace, customer_id: str, code: str, inbound_id: str) -> None:
-    """The code to the address on file only: through the shop's outbox (the sandbox's, or SMTP)."""
+async def _send_code(face: SlackFace, customer: Customer, code: str, inbound_id: str) -> None:
+    """The code to the address on file only: over SMTP when it is configured, else into the
+    shop's outbox (the sandbox's)."""
     body = (
         f"Your signoff link code is {code}. Write it in Slack to link your Slack account to your "
         "customer account. It expires in 15 minutes. If you did not ask for it, ignore this message."
     )
+    sender = getattr(face.mailer, "from_address", None)
+    if face.mailer is not None and sender:
+        mail = OutgoingEmail(
+            to=customer.email,
+            from_address=sender,
+            subject=wording.LINK_CODE_SUBJECT,
+            body=body,
+            message_id=new_message_id(f"slack-link-{inbound_id}", sender),
+        )
+        await face.mailer.send(mail)
+        return
     await face.backend.send_message(
-        customer_id, channel="email", template="slack_link_code", body=body, idempotency_key=f"slack-link:{inbound_id}"
+        customer.id, channel="email", template="slack_link_code", body=body, idempotency_key=f"slack-link:{inbound_id}"
     )
 
 
@@ -259,8 +290,10 @@ async def on_command(face: SlackFace, item: Inbound) -> None:
         if person.kind != "supervisor":
             await _ephemeral(face, channel, user, wording.ONLY_SUPERVISOR)
             return
-        queue = await face.runtime.s.approvals.list_approvals(status="pending", limit=20)
-        view = blocks.home_view(queue=queue, directory=await face.directory(*(a.requester for a in queue)))
+        queue, people = await present.approval_views(
+            face, await face.runtime.s.approvals.list_approvals(status="pending", limit=20)
+        )
+        view = blocks.home_view(queue=queue, directory=people)
         await face.sender.ephemeral(channel, user, wording.HOME_QUEUE_HEADER, view["blocks"][:50])
         return
     await _ephemeral(face, channel, user, "Try `/signoff assist C-7` or `/signoff queue`.")
@@ -309,8 +342,8 @@ async def publish_home(face: SlackFace, user: str, team: str) -> None:
             parts = b.ref.split(":")
             if len(parts) == 4:
                 threads.append(AssistThread(channel=parts[2], thread_ts=parts[3], customer_id=b.customer_id))
-        people = await face.directory(*(a.requester for a in queue or ()))
-        view = blocks.home_view(queue=queue, threads=threads, directory=people)
+        views, people = await present.approval_views(face, queue or [])
+        view = blocks.home_view(queue=views if queue is not None else None, threads=threads, directory=people)
     await face.sender.publish_home(user, view)
     if person.kind == "supervisor":
         face.home_viewers[user] = team

@@ -1,7 +1,7 @@
-"""Small frozen inputs for the Block Kit builders, beside the storage records they render.
+"""Small frozen inputs for the Block Kit builders that are Slack's own.
 
-The builders in ``blocks.py`` take records (``Approval``, ``Confirmation``) plus
-these; the runtime or the listener fills them. Nothing here talks to Slack.
+The cards render the face-neutral views of :mod:`agent.views`; these add what only
+Slack has (user ids to mention, assist threads, streamed steps). Nothing here talks to Slack.
 """
 
 from __future__ import annotations
@@ -11,22 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bot.slack import mrkdwn, wording
-
-
-@dataclass(frozen=True, kw_only=True)
-class ApprovalRouting:
-    """Why the policy routed an action to approval, with the figures it compared.
-
-    The ``Approval`` record does not carry these yet; the runtime fills this from
-    its routing decision. Every field is optional so a card renders without it.
-    """
-
-    reason: str | None = None
-    amount_minor: int | None = None
-    currency: str | None = None
-    ceiling_minor: int | None = None
-    #: The amount counted against the ceiling with earlier refunds (splitting does not dodge it).
-    aggregate_minor: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,15 +25,16 @@ class Directory:
         _, _, bare = key.partition(":")
         return table.get(key) or (table.get(bare) if bare else None)
 
-    def who(self, key: str | None) -> str:
-        """For internal cards: a mention when we know the Slack user, else the escaped name or id."""
+    def who(self, key: str | None, name: str | None = None) -> str:
+        """For internal cards: a mention when we know the Slack user, else the escaped name
+        (``name``, the view's, first) or id."""
         if not key:
             return wording.UNKNOWN_PERSON
         known = mrkdwn.mention(self._lookup(self.slack_ids, key))
         if known:
             return known
-        name = self._lookup(self.names, key)
-        return mrkdwn.clip(mrkdwn.one_line(name or key), 80)
+        shown = name or self._lookup(self.names, key)
+        return mrkdwn.clip(mrkdwn.one_line(shown or key), 80)
 
     def who_public(self, key: str | None) -> str | None:
         """For cards another organisation may read: a mention, or nothing (never an internal id)."""
@@ -64,40 +49,6 @@ class AssistThread:
     thread_ts: str
     customer_id: str
     customer_name: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class TraceStep:
-    """One tool call of a run as the escalation trace shows it."""
-
-    tool: str
-    decision: str | None
-    reason: str | None = None
-    is_error: bool = False
-    result: Any = None
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TraceStep:
-        """From the runtime's trace entries (``EscalationNotice.trace``)."""
-        return cls(
-            tool=str(data.get("tool", "?")),
-            decision=data.get("decision") if isinstance(data.get("decision"), str) else None,
-            reason=data.get("reason") if isinstance(data.get("reason"), str) else None,
-            is_error=bool(data.get("is_error")),
-            result=data.get("result"),
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Escalation:
-    """A conversation handed to a person, for the escalation channel."""
-
-    reason: str
-    summary: str
-    conversation_id: str
-    customer_id: str | None = None
-    #: Slack user group to ping (``S…``), e.g. the on-call rota.
-    oncall_group: str | None = None
 
 
 StepStatus = Literal["pending", "in_progress", "complete", "error"]

@@ -57,14 +57,6 @@ FIELD_POLICY = "Policy"
 AMOUNT_AGAINST_CEILING = "{amount} (ceiling {ceiling})"
 AMOUNT_WITH_AGGREGATE = "{amount} (ceiling {ceiling}; {aggregate} with earlier refunds)"
 NO_ACCOUNT = "none"
-#: The policy's routing reasons, in words (others are shown humanised).
-ROUTING_REASON = {
-    "over_ceiling": "Over the requester's ceiling",
-    "risk_tier": "High-risk action: always needs approval",
-    "cancellation_over_threshold": "Cancelled money over the day's threshold",
-    "dual_approval": "Large amount: two supervisors must approve",
-    "outside_refund_window": "Outside the refund window: an exception",
-}
 PROGRESS = "Needs {required} approvals from different supervisors; {done} so far."
 PROGRESS_WAITING = "{done} of {required} approvals — approved by {who}; waiting for a second supervisor"
 EVIDENCE_HEADING = "Evidence cited"
@@ -91,30 +83,9 @@ SUPERSEDED_NOTE = "A newer version replaced this request; decide that one instea
 SUPERSEDED_BY = "A newer version replaced this request ({id}); decide that one instead."
 UNKNOWN_PERSON = "someone"
 
-# -- execution results on the approval card ------------------------------------------------
-RESULT_DONE = {
-    "REFUNDED": "Refund issued",
-    "CANCELLED": "Order cancelled",
-    "RETURN_CREATED": "Return created",
-    "UPDATED": "Updated",
-    "SENT": "Sent",
-    "CREATED": "Created",
-    "CHARGED": "Payment retried and charged",
-    "DONE": "Done",
-}
-#: The ids and figures a result carries, in the order shown.
-RESULT_KEYS = {
-    "refund_id": "refund {value}",
-    "amount": "{value}",
-    "order_id": "order {value}",
-    "return_id": "return {value}",
-}
-RESULT_FAILED = "Not done: {reason}"
-RESULT_FAILED_DEFAULT = "a precondition no longer holds; nothing was done."
-RESULT_REOPENED = "Not done: the policy or ceiling changed while this waited; a new approval was opened."
+# -- execution results on the approval card (the words for what was done come from the tool) --
 RESULT_REPLAYED = "This was already done on {when}; nothing new happened."
 RESULT_REPLAYED_NO_TIME = "This was already done earlier; nothing new happened."
-RESULT_UNKNOWN = "Outcome: {status}"
 
 # -- reject modal ------------------------------------------------------------------------
 REJECT_MODAL_TITLE = "Reject request"
@@ -200,6 +171,7 @@ LINK_PROMPT = (
 LINK_CODE_SENT = (
     "If that address is on an account, I've emailed it a 6-character code. Write the code here to finish linking."
 )
+LINK_CODE_SUBJECT = "Your code to link Slack to your account"
 LINK_DONE = "Thanks — you're linked to your account. How can I help?"
 LINK_BAD_CODE = "That code doesn't match or has expired. Write `link` and your email to get a new one."
 LINK_TOO_MANY = "Too many attempts. Please wait a while and try again."

@@ -14,9 +14,10 @@ import re
 from datetime import datetime
 from typing import Any
 
+from agent.views import ApprovalView, ConfirmationView, EscalationView, OutcomeView
+from bot.links import unlink
 from bot.teams import wording as say
-from bot.teams.views import Escalation, Outcome, People, Routing, outcome_of
-from storage.records import Approval, Confirmation, aware
+from storage.records import aware
 
 Card = dict[str, Any]
 SCHEMA = "http://adaptivecards.io/schemas/adaptive-card.json"
@@ -40,12 +41,7 @@ LIMITS = {
 }
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_SCHEME = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{1,20}):(?=//)")
-_BARE = re.compile(r"(?i)\b(www|mailto|tel|sip|file)([.:])")
 _AT = re.compile(r"(?i)<(/?)at>")
-_ZWSP = "\u200b"
-_ZERO_DECIMAL = {"JPY", "KRW", "VND", "CLP", "ISK", "UGX", "XAF", "XOF", "PYG"}
-_THREE_DECIMAL = {"BHD", "KWD", "OMR", "JOD", "TND", "IQD", "LYD"}
 
 
 def neutralize(text: Any, limit: int) -> str:
@@ -53,8 +49,7 @@ def neutralize(text: Any, limit: int) -> str:
     s = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False, default=str)
     s = s[: limit * 4]
     s = _CONTROL.sub("", s.replace("\r\n", "\n").replace("\t", " "))
-    s = _SCHEME.sub(lambda m: m.group(1) + ":" + _ZWSP, s)
-    s = _BARE.sub(lambda m: m.group(1) + _ZWSP + m.group(2), s)
+    s = unlink(s)
     s = _AT.sub(lambda m: "‹" + m.group(1) + "at›", s)
     return s if len(s) <= limit else s[: limit - 1].rstrip() + "…"
 
@@ -64,13 +59,6 @@ def when(ts: datetime | None) -> str:
     if ts is None:
         return "an unknown time"
     return (aware(ts) or ts).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def money(minor: int, currency: str) -> str:
-    """Integer minor units as an amount: ``18900, "USD"`` → ``189.00 USD``."""
-    code = currency.upper()[:3]
-    digits = 0 if code in _ZERO_DECIMAL else 3 if code in _THREE_DECIMAL else 2
-    return f"{minor / 10**digits:,.{digits}f} {code}"
 
 
 # -- building blocks ------------------------------------------------------------------
@@ -141,31 +129,36 @@ def _card(body: list[Card], actions: list[Card] | None = None) -> Card:
     return card
 
 
-def _outcome_lines(outcome: Outcome | None) -> list[Card]:
+def _outcome_lines(outcome: OutcomeView | None) -> list[Card]:
     if outcome is None:
         return []
-    if outcome.replayed:
-        text = say.REPLAYED.format(when=when(outcome.original_at)) if outcome.original_at else say.REPLAYED_UNDATED
-        lines = [_literal(text, 200, weight="Bolder")]
-    elif outcome.error:
-        lines = [_literal(say.NOT_DONE.format(error=neutralize(outcome.error, 80)), 200, weight="Bolder")]
-    elif outcome.status and outcome.reference:
-        lines = [_literal(say.DONE_REF.format(status=outcome.status, ref=outcome.reference), 200)]
-    elif outcome.status:
-        lines = [_literal(say.DONE.format(status=outcome.status), 200)]
-    else:
-        return []
-    if outcome.replayed and outcome.reference:
-        lines.append(_literal(outcome.reference, LIMITS["name"], isSubtle=True))
+    ref = neutralize(outcome.reference, LIMITS["name"]) if outcome.reference else None
+    label = neutralize(outcome.label, 200)
+    match outcome.kind:
+        case "replayed":
+            text = say.REPLAYED.format(when=when(outcome.at)) if outcome.at else say.REPLAYED_UNDATED
+            lines = [_literal(text, 200, weight="Bolder"), _literal(label, 200, isSubtle=True)]
+        case "failed":
+            detail = f" ({neutralize(outcome.detail, 80)})" if outcome.detail else ""
+            return [_literal(label + detail, 300, weight="Bolder")]
+        case "reopened":
+            return [_literal(label, 300, weight="Bolder")]
+        case "done":
+            lines = [_literal(say.DONE.format(label=label), 300)]
+        case _:
+            detail = f": {neutralize(outcome.detail, 60)}" if outcome.detail else ""
+            return [_literal(label + detail, 300)]
+    if ref:
+        lines.append(_literal(say.REFERENCE.format(ref=ref), 200, isSubtle=True))
     return lines
 
 
 # -- confirmation ---------------------------------------------------------------------
-def confirmation_card(c: Confirmation, *, decided_by: str | None = None, outcome: Outcome | None = None) -> Card:
+def confirmation_card(c: ConfirmationView) -> Card:
     """What the acting principal (often a customer) confirms: the action in human terms,
     from the runtime's ``summary``; after a decision, the outcome, who and when, no buttons."""
     summary = _literal(c.summary, LIMITS["summary"], weight="Bolder")
-    if c.status == "pending":
+    if c.open:
         return _fit(
             _card(
                 [_heading(say.CONFIRM_TITLE), summary, _note(say.CONFIRM_HINT)],
@@ -175,43 +168,38 @@ def confirmation_card(c: Confirmation, *, decided_by: str | None = None, outcome
                 ],
             )
         )
-    who = neutralize(decided_by or "you", LIMITS["name"])
+    who = neutralize(c.principal.name or "you", LIMITS["name"])
     if c.status in ("confirmed", "consumed"):
         head, banner = say.CONFIRMED, _banner(say.CONFIRMED_BY.format(who=who, when=when(c.decided_at)), "good")
     elif c.status == "declined":
         head, banner = say.DECLINED, _banner(say.DECLINED_BY.format(who=who, when=when(c.decided_at)), "attention")
     else:
         head, banner = say.SUPERSEDED_TITLE, _banner(say.SUPERSEDED_CONFIRMATION, "warning")
-    return _fit(_card([_heading(head), summary, banner, *_outcome_lines(outcome)]))
+    waiting = [_note(say.AWAITING_APPROVAL, subtle=False)] if c.awaiting_approval else []
+    return _fit(_card([_heading(head), summary, banner, *waiting, *_outcome_lines(c.outcome)]))
 
 
 # -- approval -------------------------------------------------------------------------
-def approval_card(
-    a: Approval, *, people: People | None = None, routing: Routing | None = None, now: datetime | None = None
-) -> Card:
+def approval_card(a: ApprovalView) -> Card:
     """The supervisor's card: the exact action with each argument's provenance, the
-    requester and account, the amount against the ceiling, evidence, the model's
-    rationale labelled untrusted, decisions so far, and Approve / Reject (with a required
-    comment) while it is pending; the outcome once it is decided."""
-    people = people or People()
-    current, expires = aware(now), aware(a.expires_at)
-    open_ = a.status == "pending" and not (current is not None and expires is not None and current >= expires)
+    requester and account, the amount against the ceiling and why it was routed, evidence,
+    the model's rationale labelled untrusted, decisions so far, and Approve / Reject (with a
+    required comment) while it is open; the outcome once it is decided or expired."""
     body = [
-        _heading(_approval_title(a, open_), color="Default" if open_ else "Accent"),
+        _heading(_APPROVAL_TITLES[a.state], color="Default" if a.open else "Accent"),
         _literal(a.summary, LIMITS["summary"], weight="Bolder"),
     ]
     if a.approvals_required > 1:
-        done = sum(1 for d in a.decisions if d.decision == "approve")
-        body.append(_note(say.PROGRESS.format(done=done, needed=a.approvals_required), subtle=False))
-    body += _approval_facts(a, people, routing)
+        body.append(_note(say.PROGRESS.format(done=a.approvals_so_far, needed=a.approvals_required), subtle=False))
+    body += _approval_facts(a)
     body.append(_section(say.ARGUMENTS, _arguments(a)))
     body.append(_section(say.EVIDENCE, _evidence(a)))
     if a.rationale:
         body.append(
             _section(say.RATIONALE_LABEL, [_literal(a.rationale, LIMITS["rationale"], italic=True)], style="warning")
         )
-    body += _decisions(a, people)
-    if open_:
+    body += _decisions(a)
+    if a.open:
         body.append(
             {
                 "type": "Input.Text",
@@ -236,24 +224,23 @@ def approval_card(
     return _fit(_card(body))
 
 
-def _approval_title(a: Approval, open_: bool) -> str:
-    if open_:
-        return say.APPROVAL_TITLE
-    return {"approved": say.APPROVED_TITLE, "rejected": say.REJECTED_TITLE, "superseded": say.SUPERSEDED_TITLE}.get(
-        a.status, say.EXPIRED_TITLE
-    )
+_APPROVAL_TITLES = {
+    "open": say.APPROVAL_TITLE,
+    "approved": say.APPROVED_TITLE,
+    "rejected": say.REJECTED_TITLE,
+    "superseded": say.SUPERSEDED_TITLE,
+    "expired": say.EXPIRED_TITLE,
+}
 
 
-def _approval_facts(a: Approval, people: People, routing: Routing | None) -> list[Card]:
-    facts = [_fact(say.REQUESTED_BY, people.name(a.requester), LIMITS["name"])]
+def _approval_facts(a: ApprovalView) -> list[Card]:
+    facts = [_fact(say.REQUESTED_BY, a.requester.shown, LIMITS["name"])]
     if a.customer_id:
         facts.append(_fact(say.ACCOUNT, a.customer_id, LIMITS["name"]))
-    if routing is not None:
-        amount = money(routing.amount_minor, routing.currency)
-        ceiling = money(routing.ceiling_minor, routing.currency)
-        facts.append(
-            _fact(say.AMOUNT, say.AMOUNT_VS_CEILING.format(amount=amount, ceiling=ceiling), 120, tail=routing.rule)
-        )
+    if a.amount is not None:
+        facts.append(_fact(say.AMOUNT, _amount(a), 160))
+    if a.reason_text:
+        facts.append(_fact(say.ROUTED, a.reason_text, 200))
     facts += [
         _fact(say.NEEDS_ROLE, a.required_role, LIMITS["name"]),
         _fact(say.EXPIRES, when(a.expires_at), 40),
@@ -262,69 +249,60 @@ def _approval_facts(a: Approval, people: People, routing: Routing | None) -> lis
     return facts
 
 
-def _arguments(a: Approval) -> list[Card]:
-    args = a.arguments if isinstance(a.arguments, dict) else {"arguments": a.arguments}
+def _amount(a: ApprovalView) -> str:
+    if a.ceiling is None:
+        return str(a.amount)
+    if a.aggregate is not None:
+        return say.AMOUNT_WITH_AGGREGATE.format(amount=a.amount, ceiling=a.ceiling, aggregate=a.aggregate)
+    return say.AMOUNT_VS_CEILING.format(amount=a.amount, ceiling=a.ceiling)
+
+
+def _arguments(a: ApprovalView) -> list[Card]:
     rows = []
-    for name in sorted(args)[: LIMITS["args"]]:
-        source = a.provenance.get(name) if isinstance(a.provenance, dict) else None
-        rows.append(
-            _fact(
-                neutralize(name, 40), args[name], LIMITS["value"], tail=say.SOURCE.get(str(source)) if source else None
-            )
-        )
-    if len(args) > LIMITS["args"]:
-        rows.append(_note(say.MORE.format(count=len(args) - LIMITS["args"])))
+    for arg in sorted(a.arguments, key=lambda x: x.name)[: LIMITS["args"]]:
+        source = say.SOURCE.get(arg.source) if arg.source else None
+        rows.append(_fact(neutralize(arg.name, 40), arg.value, LIMITS["value"], tail=source))
+    if len(a.arguments) > LIMITS["args"]:
+        rows.append(_note(say.MORE.format(count=len(a.arguments) - LIMITS["args"])))
     return rows
 
 
-def _evidence(a: Approval) -> list[Card]:
+def _evidence(a: ApprovalView) -> list[Card]:
     if not a.evidence:
         return [_note(say.NO_EVIDENCE)]
     items: list[Card] = []
     for e in a.evidence[: LIMITS["evidence"]]:
-        e = e if isinstance(e, dict) else {"id": e}
-        items.append(_fact(neutralize(e.get("id", "?"), 80), e.get("title") or "", LIMITS["name"]))
-        if e.get("excerpt"):
-            items.append(_literal(e["excerpt"], LIMITS["excerpt"], italic=True, isSubtle=True))
+        items.append(_fact(neutralize(e.id, 80), e.title or "", LIMITS["name"]))
+        if e.excerpt:
+            items.append(_literal(e.excerpt, LIMITS["excerpt"], italic=True, isSubtle=True))
     if len(a.evidence) > LIMITS["evidence"]:
         items.append(_note(say.MORE.format(count=len(a.evidence) - LIMITS["evidence"])))
     return items
 
 
-def _decisions(a: Approval, people: People) -> list[Card]:
+def _decisions(a: ApprovalView) -> list[Card]:
     out: list[Card] = []
     for d in a.decisions[: LIMITS["decisions"]]:
         template = say.DECISION_APPROVE if d.decision == "approve" else say.DECISION_REJECT
-        at = outcome_when(d.at)
-        out.append(
-            _literal(
-                template.format(who=neutralize(people.name(d.actor), LIMITS["name"]), when=at), 200, weight="Bolder"
-            )
-        )
+        who = neutralize(d.actor.shown, LIMITS["name"])
+        out.append(_literal(template.format(who=who, when=when(d.at)), 200, weight="Bolder"))
         if d.comment:
             out.append(_fact(say.COMMENT, d.comment, LIMITS["comment"]))
     return out
 
 
-def outcome_when(at: str) -> str:
-    try:
-        return when(datetime.fromisoformat(at.replace("Z", "+00:00")))
-    except (ValueError, AttributeError):
-        return neutralize(at, 40)
-
-
-def _closing(a: Approval) -> list[Card]:
-    if a.status == "approved":
-        return [_banner(say.APPROVED_TITLE, "good"), *_outcome_lines(outcome_of(a.result))]
-    if a.status == "rejected":
+def _closing(a: ApprovalView) -> list[Card]:
+    if a.state == "approved":
+        return [_banner(say.APPROVED_TITLE, "good"), *_outcome_lines(a.outcome)]
+    if a.state == "rejected":
         return [_banner(say.REJECTED_TITLE, "attention")]
-    if a.status == "superseded":
+    if a.state == "superseded":
         return [_banner(say.SUPERSEDED, "warning")]
     return [_banner(say.EXPIRED_ON.format(when=when(a.expires_at)), "warning")]
 
 
 # -- escalation -----------------------------------------------------------------------
-def escalation_card(e: Escalation) -> Card:
+def escalation_card(e: EscalationView) -> Card:
     """For the person who picks a conversation up: why, the agent's summary, and every tool call."""
     body = [
         _heading(say.ESCALATION_TITLE, color="Attention"),

@@ -23,14 +23,14 @@ from agent.confirmations import ConfirmResult
 from agent.errors import DecisionError
 from agent.notify import best_effort
 from agent.runtime import Runtime
+from bot.teams import present
 from bot.teams import wording as say
-from bot.teams.cards import APPROVE, CONFIRM, DECLINE, Card, approval_card, confirmation_card
+from bot.teams.cards import APPROVE, CONFIRM, DECLINE, Card
 from bot.teams.delivery import SURFACE, Poster, reply_of
 from bot.teams.inbound import TeamsCardAction
 from bot.teams.invoke import InvokeReply, card_reply, refusal_reply
 from bot.teams.people import Person, identify, names_for
 from bot.teams.sender import TeamsSender
-from bot.teams.views import outcome_of
 from storage.records import Approval, Confirmation, Conversation
 from tools.backend import CommerceBackend
 
@@ -77,7 +77,7 @@ class Clicks:
         if person is None or conf is None or conv is None or not self.runtime.may_see(person.principal, conv):
             return refusal_reply(say.NOT_FOUND if person is not None else say.NOT_ALLOWED)
         if action.version != conf.version:
-            return refusal_reply(say.STALE, card=confirmation_card(conf))
+            return refusal_reply(say.STALE, card=self._confirmation_card(conf))
         task = asyncio.create_task(
             self.runtime.confirm(
                 conf.id, actor=person.principal, accept=action.verb == CONFIRM, via="button", deliver_later=True
@@ -88,15 +88,15 @@ class Clicks:
             # The answer is recorded; the agent is still writing: its words follow in the chat.
             self._finish_later(task, conv, reference)
             fresh = await s.confirmations.get(conf.id) or conf
-            card = confirmation_card(fresh, decided_by=person.name)
+            card = self._confirmation_card(fresh, decided_by=person.name)
             await self._redraw_confirmation(fresh, card, action, reference)
             return card_reply(card)
         try:
             settled = task.result()
         except DecisionError as exc:
             fresh = await s.confirmations.get(conf.id) or conf
-            return refusal_reply(refusal_text(exc), card=confirmation_card(fresh))
-        card = confirmation_card(settled.confirmation, decided_by=person.name, outcome=outcome_of(settled.result))
+            return refusal_reply(refusal_text(exc), card=self._confirmation_card(fresh))
+        card = self._confirmation_card(settled.confirmation, decided_by=person.name)
         await self._redraw_confirmation(settled.confirmation, card, action, reference)
         await self._follow_up(settled, conv, reference)
         return card_reply(card)
@@ -160,4 +160,8 @@ class Clicks:
 
     async def card(self, a: Approval) -> Card:
         """The approval's card as the database has it now."""
-        return approval_card(a, people=await names_for(self.runtime.s.people, self.backend, a), now=self.clock())
+        names = await names_for(self.runtime.s.people, self.backend, a)
+        return present.approval(a, registry=self.runtime.s.registry, now=self.clock(), names=names)
+
+    def _confirmation_card(self, c: Confirmation, *, decided_by: str | None = None) -> Card:
+        return present.confirmation(c, registry=self.runtime.s.registry, decided_by=decided_by)

@@ -18,7 +18,8 @@ from typing import Any
 
 from agent.outcomes import TurnResult
 from agent.runtime import Runtime
-from bot.teams.cards import confirmation_card
+from bot.links import unlink
+from bot.teams import present
 from bot.teams.sender import TeamsDeliveryError, TeamsSender
 from storage.records import Confirmation
 
@@ -49,10 +50,11 @@ class Reply:
 
 def reply_of(result: TurnResult) -> Reply:
     """A turn's answer as Teams shows it: the model's words, and a card per confirmation asked
-    for (the cards replace the runtime's typed notice); without confirmations, the whole reply."""
+    for (the cards replace the runtime's typed notice); without confirmations, the whole reply.
+    The words are shown as words: no link in them stays live (a customer may have steered them)."""
     shown = result.shown_confirmations
     text = result.answer if shown and result.answer else result.reply
-    return Reply(key=result.delivery_key, text=text, confirmations=shown)
+    return Reply(key=result.delivery_key, text=unlink(text), confirmations=shown)
 
 
 @dataclass
@@ -82,7 +84,7 @@ class Poster:
             await self.runtime.mark_shown(shown)
 
     async def _card(self, reference: Mapping[str, Any], conf: Confirmation) -> str:
-        return await self.sender.send(reference, card=confirmation_card(conf))
+        return await self.sender.send(reference, card=present.confirmation(conf, registry=self.runtime.s.registry))
 
     async def once(self, key: str, send: Callable[[], Awaitable[str]]) -> str | None:
         """``send()`` (returning the new activity id) unless ``key`` went out before; the id

@@ -16,11 +16,11 @@ from typing import Any
 
 from agent.notify import EscalationNotice
 from agent.outcomes import TurnResult
+from agent.views import escalation_view
 from bot.teams.cards import escalation_card
 from bot.teams.delivery import SURFACE, reply_of
 from bot.teams.face import TeamsFace
 from bot.teams.sender import TeamsDeliveryError
-from bot.teams.views import Escalation, TraceRow
 from storage.records import Approval, Conversation
 
 log = logging.getLogger(__name__)
@@ -64,24 +64,7 @@ class TeamsNotifier:
         if ref is None:
             return
         conv = notice.conversation
-        card = escalation_card(
-            Escalation(
-                conversation_id=conv.id,
-                channel=conv.channel,
-                customer_id=conv.customer_id,
-                reason=notice.reason,
-                summary=notice.summary,
-                trace=tuple(
-                    TraceRow(
-                        tool=str(t.get("tool") or "?"),
-                        decision=t.get("decision"),
-                        reason=t.get("reason"),
-                        is_error=bool(t.get("is_error")),
-                    )
-                    for t in notice.trace
-                ),
-            )
-        )
+        card = escalation_card(escalation_view(notice))
         digest = hashlib.sha256(f"{notice.reason}\x1f{notice.summary}".encode()).hexdigest()[:16]
         await self.face.poster.once(
             f"teams:escalation:{conv.id}:{digest}", lambda: self.face.sender.send(ref, card=card)

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bot.teams.inbound import TeamsUser
-from bot.teams.views import People as Names
 from storage.identities import People, Staff
 from storage.records import Approval
 from tools.backend import Customer, IdentityDirectory
@@ -53,7 +52,7 @@ async def identify(people: People, backend: IdentityDirectory, user: TeamsUser) 
     return Person(customer=customer) if customer is not None else None
 
 
-async def names_for(people: People, backend: IdentityDirectory, approval: Approval) -> Names:
+async def names_for(people: People, backend: IdentityDirectory, approval: Approval) -> dict[str, str]:
     """Display names for the requester and deciders of an approval (unknown keys stay as they are)."""
     keys = {approval.requester, *(d.actor for d in approval.decisions)}
     names: dict[str, str] = {}
@@ -67,4 +66,4 @@ async def names_for(people: People, backend: IdentityDirectory, approval: Approv
             customer = await backend.get_customer(ident)
             if customer is not None:
                 names[key] = customer.name
-    return Names(names=names)
+    return names

@@ -374,7 +374,9 @@ def _message(ref: ConversationReference, text: str | None, card: dict[str, Any] 
         raise ValueError("a message needs text or a card")
     fields: dict[str, Any] = {"type": "message"}
     if text:
+        # Plain text: Teams renders no Markdown from it, so nothing in it becomes a link or a mention.
         fields["text"] = text
+        fields["text_format"] = "plain"
     if card is not None:
         fields["attachments"] = [Attachment(content_type=ADAPTIVE, content=card)]
     activity = Activity(**fields)

@@ -28,6 +28,8 @@ REQUESTED_BY = "Requested by"
 ACCOUNT = "Account"
 AMOUNT = "Amount"
 AMOUNT_VS_CEILING = "{amount} — above the {ceiling} ceiling"
+AMOUNT_WITH_AGGREGATE = "{amount} — {aggregate} with earlier money, above the {ceiling} ceiling"
+ROUTED = "Why it needs approval"
 NEEDS_ROLE = "Needs"
 EXPIRES = "Expires"
 POLICY = "Policy"
@@ -52,11 +54,11 @@ SOURCE = {
     "model": "from the model",
 }
 
-DONE = "Done: {status}"
-DONE_REF = "Done: {status} · {ref}"
+DONE = "Done: {label}"
+REFERENCE = "Reference: {ref}"
+AWAITING_APPROVAL = "A supervisor must approve this before it happens."
 REPLAYED = "Already done on {when} (replayed) — nothing was done twice."
 REPLAYED_UNDATED = "Already done earlier (replayed) — nothing was done twice."
-NOT_DONE = "Not carried out: {error}"
 
 ESCALATION_TITLE = "Needs a person"
 ESCALATION_REASON = "Reason"

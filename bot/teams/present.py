@@ -1,0 +1,27 @@
+"""The Teams face's cards for stored records: record → view (:mod:`agent.views`) → Adaptive Card.
+
+The one place the Teams face turns an approval or a confirmation into what it shows: the
+view is built with the runtime's catalogue and a clock (so expiry, amounts, the routing
+reason and the outcome are the ones every face shows), then rendered by ``cards.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from agent.views import approval_view, confirmation_view
+from bot.teams.cards import Card, approval_card, confirmation_card
+from storage.records import Approval, Confirmation
+from tools.registry import Registry
+
+
+def approval(a: Approval, *, registry: Registry, now: datetime, names: Mapping[str, str]) -> Card:
+    """The approval's card as shown at ``now``."""
+    return approval_card(approval_view(a, tool=registry.get(a.tool), now=now, names=names))
+
+
+def confirmation(c: Confirmation, *, registry: Registry, decided_by: str | None = None) -> Card:
+    """The confirmation's card; ``decided_by`` names the person who answered it."""
+    names = {c.principal: decided_by} if decided_by else None
+    return confirmation_card(confirmation_view(c, tool=registry.get(c.tool), names=names))

@@ -1,0 +1,107 @@
+"""One approval, every state, every face: Slack's Block Kit and Teams' Adaptive Card render
+the same view, so they agree on whether it is open, the amount, the routing reason and the
+reference of what was done."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from agent.views import ApprovalView, approval_view
+from agent.wording import ROUTING_REASONS
+from bot.slack import blocks as slack
+from bot.teams import cards as teams
+from storage.records import Approval, Decision
+from tests.test_slack_blocks import NOW, approval
+from tools.catalogue import build_registry
+
+REGISTRY = build_registry()
+ROUTED = {
+    "amount_minor": 18900,
+    "currency": "USD",
+    "routing": {"reason": "over_ceiling", "ceiling_minor": 10000, "aggregate_minor": 18900},
+}
+DECIDED = NOW + timedelta(minutes=5)
+APPROVE = (Decision(actor="supervisor:S-1", decision="approve", comment=None, at=DECIDED.isoformat()),)
+REJECT = (Decision(actor="supervisor:S-1", decision="reject", comment="no", at=DECIDED.isoformat()),)
+
+#: (state name, record changes, when it is looked at, open?, the reference shown)
+STATES: list[tuple[str, dict[str, Any], timedelta, bool, str | None]] = [
+    ("open", {}, timedelta(0), True, None),
+    ("pending past its expiry", {}, timedelta(hours=5), False, None),
+    ("expired", {"status": "expired", "decided_at": DECIDED}, timedelta(hours=5), False, None),
+    (
+        "approved and executed",
+        {"status": "approved", "decisions": APPROVE, "result": {"status": "REFUNDED", "refund_id": "R-77"}},
+        timedelta(hours=1),
+        False,
+        "R-77",
+    ),
+    (
+        "approved, replayed",
+        {
+            "status": "approved",
+            "decisions": APPROVE,
+            "result": {"status": "REFUNDED", "refund_id": "R-12", "replayed": True, "original_at": NOW.isoformat()},
+        },
+        timedelta(hours=1),
+        False,
+        "R-12",
+    ),
+    (
+        "approved, failed",
+        {
+            "status": "approved",
+            "decisions": APPROVE,
+            "result": {"status": "FAILED", "reason": "gone", "error": "amount_exceeds_refundable"},
+        },
+        timedelta(hours=1),
+        False,
+        None,
+    ),
+    ("rejected", {"status": "rejected", "decisions": REJECT, "comment": "no"}, timedelta(hours=1), False, None),
+    ("superseded", {"status": "superseded", "superseded_by": "apr_2"}, timedelta(hours=1), False, None),
+]
+
+
+def _slack_text(view: ApprovalView) -> tuple[bool, str]:
+    card = slack.approval_card(view)
+    buttons = [e for b in card.blocks if b["type"] == "actions" for e in b["elements"]]
+    return bool(buttons), json.dumps(card.blocks, ensure_ascii=False)
+
+
+def _teams_text(view: ApprovalView) -> tuple[bool, str]:
+    card = teams.approval_card(view)
+    return bool(card.get("actions")), json.dumps(card, ensure_ascii=False)
+
+
+@pytest.mark.parametrize(("state", "changes", "later", "is_open", "reference"), STATES, ids=[s[0] for s in STATES])
+def test_every_face_shows_the_same_approval_the_same_way(
+    state: str, changes: dict[str, Any], later: timedelta, is_open: bool, reference: str | None
+) -> None:
+    record: Approval = dataclasses.replace(approval(**ROUTED), **changes)
+    view = approval_view(record, tool=REGISTRY.get(record.tool), now=NOW + later)
+    assert view.open is is_open, state
+    assert (view.amount, view.ceiling, view.reason) == ("189.00 USD", "100.00 USD", "over_ceiling")
+    for buttons, shown in (_slack_text(view), _teams_text(view)):
+        assert buttons is is_open, state
+        assert "189.00 USD" in shown and "100.00 USD" in shown
+        assert ROUTING_REASONS["over_ceiling"] in shown
+        if reference is not None:
+            assert view.outcome is not None and view.outcome.reference == reference
+            assert reference in shown
+        if state.startswith("approved"):
+            assert view.outcome is not None and view.outcome.label in shown
+
+
+@pytest.mark.parametrize("reason", list(ROUTING_REASONS))
+def test_every_reason_the_gate_emits_is_named_by_every_face(reason: str) -> None:
+    record = approval(**{**ROUTED, "routing": {**ROUTED["routing"], "reason": reason}})
+    view = approval_view(record, tool=REGISTRY.get(record.tool), now=NOW)
+    assert view.reason_text == ROUTING_REASONS[reason]  # type: ignore[index]
+    for _, shown in (_slack_text(view), _teams_text(view)):
+        assert ROUTING_REASONS[reason] in shown  # type: ignore[index]
