@@ -148,7 +148,7 @@ async def run_slack_demo() -> int:
                     print(api.transcript(APPROVALS))
                     print(api.transcript(SUPPORT, api.calls("chat.postMessage")[0].args.get("thread_ts")))
                     ok = False
-                verdict = await app.runtime.s.audit.verify()
+                verdict = await app.services.audit.verify()
             finally:
                 stop.set()
                 await worker
