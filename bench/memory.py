@@ -41,7 +41,7 @@ def rss_mb(pid: int | str = "self", field: str = "VmRSS") -> float:
 
 
 async def idle(tmp: Path, settle_s: float) -> dict[str, Any]:
-    from bot.slack.recording import FakeSlackApi
+    from sandbox.slack_web import FakeSlackApi
     from tests.fakes.anthropic_api import FakeAnthropicAPI
     from tests.slack_kit import DEMO, Serve, env_for, run_cli
 

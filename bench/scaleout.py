@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.common import PG_URL_ENV, environment, over_rounds, summary, write_result  # noqa: E402
 from bot.api.auth import make_token  # noqa: E402
-from bot.slack.recording import FakeSlackApi  # noqa: E402
+from sandbox.slack_web import FakeSlackApi  # noqa: E402
 from tests.fakes.anthropic_api import FakeAnthropicAPI, text_turn, tool_turn  # noqa: E402
 from tests.slack_kit import (  # noqa: E402
     DEMO,

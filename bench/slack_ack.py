@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import environment, summary, write_result  # noqa: E402
-from bot.slack.recording import FakeSlackApi  # noqa: E402
+from sandbox.slack_web import FakeSlackApi  # noqa: E402
 from tests.fakes.anthropic_api import FakeAnthropicAPI, text_turn  # noqa: E402
 from tests.slack_kit import DEMO, SIGNOFF, Serve, env_for, event_body, run_cli, signed_headers  # noqa: E402
 

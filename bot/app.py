@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from agent.errors import ConfigError
+from agent.face_port import FacePort
 from agent.llm.base import ModelClient
 from agent.metrics import InstrumentedModel, Metrics, attach_metrics
 from agent.notify import LogNotifier, Notifier, RoutingNotifier
@@ -24,9 +25,14 @@ from agent.runtime import Runtime
 from agent.services import Services, build_services
 from agent.tracing import TracedModel
 from agent.worker import Worker, WorkerConfig
+from bot.email import wiring as email_wiring
 from bot.email.smtp import Mailer
+from bot.faces import Face, FaceFactory, FaceKit
 from bot.production import warn_if_development
 from bot.settings import Settings, reveal
+from bot.shopify import wiring as shopify_wiring
+from bot.slack import wiring as slack_wiring
+from bot.teams import wiring as teams_wiring
 from bot.telemetry import Tracing, install_tracing
 from sandbox.dataset import load_dataset_file
 from sandbox.io import load_dataset, store_is_empty
@@ -138,17 +144,29 @@ class App:
     inbound: Mapping[str, InboundHandler] = field(default_factory=dict)
     #: The Slack face, when SLACK_BOT_TOKEN (or the OAuth client) is set.
     slack: SlackFace | None = None
+    #: Every face this process runs (``FACES``, those configured), closed with the app.
+    faces: tuple[Face, ...] = ()
     #: HTTP routes the faces built (Teams: ``POST /teams/messages``); the server mounts them.
     http_routes: tuple[web.AbstractRouteDef, ...] = ()
     #: The policy in force at start and where it came from (the database's newest applied
     #: version wins over the file); :meth:`policy_refresher` picks up later applies.
     policy: ActivePolicy | None = None
 
+    @property
+    def port(self) -> FacePort:
+        """What a face holds of the runtime (faces never see :attr:`services`)."""
+        return FacePort(self.runtime)
+
+    @property
+    def services(self) -> Services:
+        """The runtime's repositories, for the operator's commands (CLI, ``/metrics``), never a face."""
+        return self.runtime.s
+
     async def close(self) -> None:
         # Outcomes of done side effects still being recorded get a last chance before the engine goes.
         await self.runtime.s.executor.drain(timeout_s=10.0)
-        if self.slack is not None:
-            await self.slack.close()
+        for face in self.faces:
+            await face.close()
         if self.settings is not None and self.settings.signoff_backend == "shopify":
             from shopify.writes import ShopifyBackend
 
@@ -213,6 +231,16 @@ class App:
         await handler(item)
 
 
+#: Every face, one line each (a folder under bot/ and its line here): its factory reads its own
+#: settings and builds it over a :class:`~bot.faces.FaceKit`, or says it is not configured.
+FACES: tuple[FaceFactory, ...] = (
+    email_wiring.face,
+    slack_wiring.face,
+    teams_wiring.face,
+    shopify_wiring.face,
+)
+
+
 async def create_app(
     settings: Settings,
     *,
@@ -220,8 +248,10 @@ async def create_app(
     notifier: Notifier | None = None,
     clock: Callable[[], datetime] | None = None,
     seed: bool = True,
+    faces: Sequence[FaceFactory] = FACES,
 ) -> App:
-    """Build the runtime from settings; seed an empty store with the configured dataset."""
+    """Build the runtime from settings, then every configured face over its port; seed an
+    empty store with the configured dataset."""
     warn_if_development(settings)  # every start of serve, worker and socket comes through here
     # A bad people file stops the start before anything is touched.
     people = load_people_file(settings.signoff_people_file) if settings.signoff_people_file else None
@@ -230,35 +260,24 @@ async def create_app(
     tracing = install_tracing(os.environ, db)
     active = await active_policy(PolicyVersions(db), settings.signoff_policy_file)
     log.info("policy %s from %s (%s)", active.policy.version, active.where, active.source)
-    policy = active.policy
     metrics = Metrics(known_tools=build_registry().tools)
     instrumented = TracedModel(
         InstrumentedModel(model or build_model(settings, metrics), metrics), provider=settings.provider
     )
     clock = clock or wall_clock  # the one clock of every timestamp: the shop's and the runtime's
     backend = build_backend(settings, db, clock=clock)
-    mailer, faces = email_face(settings, backend)
-    teams = teams_face(settings, backend, clock=clock)
-    staff: list[Notifier] = []
-    if teams is not None:
-        faces["teams"], teams_staff = teams.notifiers()
-        staff += teams_staff
-    routed = RoutingNotifier(faces=faces, staff=staff, fallback=notifier or LogNotifier())
-    services = build_services(db=db, model=instrumented, backend=backend, policy=policy, notifier=routed, clock=clock)
+    routed = RoutingNotifier(fallback=notifier or LogNotifier())  # the faces plug in below
+    services = build_services(
+        db=db, model=instrumented, backend=backend, policy=active.policy, notifier=routed, clock=clock
+    )
     attach_metrics(services, metrics)
     await seed_data(settings, services, people, store=seed and settings.signoff_backend == "sandbox")
     runtime = Runtime(services)
-    inbound: dict[str, InboundHandler] = email_inbound(settings, runtime, mailer)  # the email face's worker side
-    slack = slack_face(settings, runtime, backend, mailer)
-    if slack is not None:
-        await slack[0].start()
-        routed.add("slack", slack[1], staff=True)
-        inbound["slack"] = slack[2]
-    routes: list[web.AbstractRouteDef] = [*shopify_webhooks(settings, backend, runtime, inbound)]
-    if teams is not None:
-        teams.face.attach(runtime)
-        inbound["teams"] = teams.face.handle
-        routes += teams.face.routes()
+    mailer = build_mailer(settings)
+    kit = FaceKit(
+        settings=settings, port=FacePort(runtime), backend=backend, clock=clock, mailer=mailer, engine=db.engine
+    )
+    built = await plug_faces(faces, kit, routed)
     return App(
         settings=settings,
         db=db,
@@ -268,11 +287,26 @@ async def create_app(
         metrics=metrics,
         tracing=tracing,
         mailer=mailer,
-        inbound=inbound,
-        slack=slack[0] if slack is not None else None,
-        http_routes=tuple(routes),
+        inbound={f.name: f.handle for f in built},
+        faces=tuple(built),
+        slack=next((getattr(f, "inner", None) for f in built if f.name == "slack"), None),
+        http_routes=tuple(r for f in built for r in f.routes()),
         policy=active,
     )
+
+
+async def plug_faces(factories: Sequence[FaceFactory], kit: FaceKit, routed: RoutingNotifier) -> list[Face]:
+    """Build each configured face, start it and route its notifications to it."""
+    built: list[Face] = []
+    for factory in factories:
+        face = factory(kit)
+        if face is None:
+            continue
+        await face.start()
+        if face.notifier is not None:
+            routed.add(face.name, face.notifier, staff=face.staff)
+        built.append(face)
+    return built
 
 
 async def open_database(settings: Settings) -> Database:
@@ -314,109 +348,13 @@ def shopify_backend(config: ShopifyConfig) -> ShopifyBackend:
     return ShopifyBackend(holder[0])
 
 
-def shopify_webhooks(
-    settings: Settings, backend: CommerceBackend, runtime: Runtime, inbound: dict[str, InboundHandler]
-) -> list[web.RouteDef]:
-    """With a Shopify backend, the webhooks face: its worker handler (into ``inbound``) and
-    ``POST /shopify/webhooks``; nothing with the sandbox."""
-    if settings.signoff_backend != "shopify":
-        return []
-    from bot.shopify.face import ShopifyFace
-    from shopify.writes import ShopifyBackend
-
-    assert isinstance(backend, ShopifyBackend)
-
-    face = ShopifyFace(config=settings.shopify_config(), backend=backend, runtime=runtime)
-    inbound["shopify"] = face.handle
-    return face.routes()
-
-
-def slack_face(
-    settings: Settings, runtime: Runtime, backend: CommerceBackend, mailer: Mailer | None
-) -> tuple[SlackFace, Notifier, InboundHandler] | None:
-    """The Slack face (client, sender), its notifier and its worker handler; ``None`` without Slack."""
-    from bot.slack import turns
-    from bot.slack.face import SlackConfig
-    from bot.slack.face import SlackFace as Face
-    from bot.slack.notifier import SlackNotifier
-
-    cfg = SlackConfig.from_settings(settings)
-    if cfg is None:
-        return None
-    face = Face.build(cfg, runtime, backend, mailer)
-
-    async def handle(item: Inbound) -> None:
-        await turns.handle(face, item)
-
-    return face, SlackNotifier(face), handle
-
-
-def email_inbound(settings: Settings, runtime: Runtime, mailer: Mailer | None) -> dict[str, InboundHandler]:
-    """``App.inbound`` for the email face: each accepted mail's turn and its one reply."""
+def build_mailer(settings: Settings) -> Mailer | None:
+    """The one SMTP client (email replies and follow-ups, Slack link codes), when configured."""
     from bot.email.bridge import smtp_config
-    from bot.email.turns import FACE, EmailTurns
-    from storage.mailbox import SentMail
+    from bot.email.smtp import SmtpMailer
 
     cfg = smtp_config(settings)
-    shop = cfg.from_address if cfg is not None else None
-    return {FACE: EmailTurns(runtime=runtime, mailer=mailer, from_address=shop, sent=SentMail(runtime.s.db))}
-
-
-class Face(Protocol):
-    """A face that needs the runtime after it is built (its notifier is one of the runtime's
-    collaborators), works accepted messages in the worker and serves its own HTTP routes."""
-
-    def attach(self, runtime: Runtime) -> None: ...
-    async def handle(self, item: Inbound) -> None: ...
-    def routes(self) -> list[web.RouteDef]: ...
-
-
-@dataclass(frozen=True, kw_only=True)
-class TeamsWiring:
-    """The Teams face and its notifier (follow-ups; approval cards when a conversation is set)."""
-
-    face: Face
-    notifier: Notifier
-    staff_surface: bool
-
-    def notifiers(self) -> tuple[Notifier, list[Notifier]]:
-        return self.notifier, [self.notifier] if self.staff_surface else []
-
-
-def teams_face(
-    settings: Settings, backend: CommerceBackend, *, clock: Callable[[], datetime] | None = None
-) -> TeamsWiring | None:
-    """The Teams face when ``SIGNOFF_TEAMS_APP_ID``/``_TENANT_ID`` are set (imported only then:
-    the Agents SDK is a second's import). Outbound tokens: MSAL client credentials, or the
-    development token (loopback connectors only)."""
-    config = settings.teams_config()
-    if config is None:
-        return None
-    from bot.teams.face import TeamsFace, approvals_reference
-    from bot.teams.notifier import TeamsNotifier
-    from bot.teams.sender import TeamsSender, dev_token_connections, msal_connections
-
-    dev_token = reveal(settings.signoff_teams_dev_outbound_token)
-    connections = dev_token_connections(config, dev_token) if dev_token else msal_connections(config)
-    sender = TeamsSender(config, connections=connections, loopback_only=dev_token is not None)
-    conversation, service_url = settings.signoff_teams_approvals_conversation, settings.signoff_teams_service_url
-    ref = approvals_reference(config, conversation, service_url) if conversation and service_url else None
-    face = TeamsFace(config, sender=sender, backend=backend, approvals_reference=ref, clock=clock)
-    return TeamsWiring(face=face, notifier=TeamsNotifier(face), staff_surface=ref is not None)
-
-
-def email_face(settings: Settings, backend: CommerceBackend) -> tuple[Mailer | None, dict[str, Notifier]]:
-    """The SMTP client (built once, for replies and follow-ups) and the email face's notifier."""
-    from bot.email.bridge import smtp_config
-    from bot.email.smtp import EmailFollowUps, SmtpMailer
-
-    cfg = smtp_config(settings)
-    if cfg is None:
-        return None, {}
-    mailer = SmtpMailer(cfg)
-    if not cfg.from_address:
-        return mailer, {}
-    return mailer, {"email": EmailFollowUps(mailer=mailer, backend=backend, from_address=cfg.from_address)}
+    return SmtpMailer(cfg) if cfg is not None else None
 
 
 async def seed_data(settings: Settings, services: Services, people: PeopleSeed | None, *, store: bool) -> None:

@@ -61,8 +61,8 @@ def make_web_app(
     auth = auth or AuthConfig.from_settings(app.settings)
     email = email or EmailConfig.from_settings(app.settings)
     web_app = web.Application(middlewares=[errors], client_max_size=email.max_body)
-    web_app[FAULTS] = app.runtime.s.db.fault
-    web_app[api.STATE] = api.make_state(app, Authenticator(auth, app.backend, app.runtime.s.people))
+    web_app[FAULTS] = app.db.fault
+    web_app[api.STATE] = api.make_state(app, Authenticator(auth, app.backend, app.services.people))
     web_app[email_bridge.EMAIL] = EmailBridge(app, email)
     web_app[_METRICS] = _Metrics(metrics_render, metrics_token, loopback_only=True)
     web_app.router.add_get("/healthz", healthz)
@@ -125,7 +125,7 @@ async def _read_audit_head(app: App) -> None:
     if app.metrics is None:
         return
     try:
-        app.metrics.audit_head_seq.set(await app.runtime.s.audit.head_seq())
+        app.metrics.audit_head_seq.set(await app.services.audit.head_seq())
     except Exception:
         log.warning("audit head not read for /metrics", exc_info=True)
 
@@ -135,7 +135,7 @@ def make_metrics_app(
 ) -> web.Application:
     """The separate metrics listener: ``/metrics`` (token-guarded when configured) and ``/healthz``."""
     web_app = web.Application(middlewares=[errors])
-    web_app[api.STATE] = api.make_state(app, Authenticator(AuthConfig(), app.backend, app.runtime.s.people))
+    web_app[api.STATE] = api.make_state(app, Authenticator(AuthConfig(), app.backend, app.services.people))
     web_app[_METRICS] = _Metrics(metrics_render, metrics_token)
     web_app.router.add_get("/healthz", healthz)
     web_app.router.add_get("/metrics", metrics)

@@ -9,10 +9,13 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import func, select
 
+from agent.face_port import FacePort
 from bot.api import routes as api_routes
 from bot.api.auth import make_token
-from bot.app import App, email_face, email_inbound
+from bot.app import App, build_mailer
+from bot.email import wiring as email_wiring
 from bot.email.smtp import Mailer
+from bot.faces import FaceKit
 from bot.server import make_web_app
 from bot.settings import Settings, load_settings
 from storage.db import Database
@@ -46,8 +49,11 @@ def app_of(h: Harness, s: Settings | None = None, *, mailer: Mailer | None = Non
     """An App over the harness's runtime, with the SMTP client the composition root would build
     (or ``mailer``) and the email face's worker side."""
     s = s or settings()
-    built, _faces = email_face(s, h.services.backend)  # type: ignore[arg-type]
-    mailer = mailer or built
+    mailer = mailer or build_mailer(s)
+    backend: Any = h.services.backend
+    kit = FaceKit(settings=s, port=FacePort(h.runtime), backend=backend, clock=h.services.clock, mailer=mailer)
+    email = email_wiring.face(kit)
+    assert email is not None
     return App(
         settings=s,
         db=h.db,
@@ -55,7 +61,8 @@ def app_of(h: Harness, s: Settings | None = None, *, mailer: Mailer | None = Non
         backend=h.services.backend,  # type: ignore[arg-type]
         notifier=h.notifier,
         mailer=mailer,
-        inbound=email_inbound(s, h.runtime, mailer),
+        inbound={email.name: email.handle},
+        faces=(email,),
     )
 
 

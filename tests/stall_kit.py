@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from bot.slack.recording import FakeSlackApi
+from sandbox.slack_web import FakeSlackApi
 from tests.fakes.anthropic_api import FakeAnthropicAPI, text_turn
 from tests.slack_kit import DEMO, Serve, env_for, event_body, run_cli, signed_headers
 

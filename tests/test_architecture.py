@@ -5,6 +5,7 @@ in their adapters, and there is no SQL outside storage/ and the sandbox store.""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -327,3 +328,62 @@ def test_public_functions_need_docstrings_in_storage_tools_and_sandbox(filename:
         check=False,
     )
     assert ("D103" in run.stdout) is enforced, run.stdout + run.stderr
+
+
+# -- faces hold the FacePort, never the runtime's repositories -------------------------------
+
+#: The composition root builds the runtime and its repositories; every other module of bot/
+#: reaches the runtime through ``agent.face_port.FacePort`` (or, for operator commands, the
+#: ``App.services`` the root hands out).
+COMPOSITION_ROOT = {"bot/app.py"}
+#: The faces' own folders: not even ``App.services`` there.
+FACE_FOLDERS = ("bot/api/", "bot/email/", "bot/slack/", "bot/teams/", "bot/shopify/")
+_REACH = re.compile(r"\bruntime\.s\.|\b_runtime\.s\.")
+_SERVICES = re.compile(r"\bapp\.services\b")
+
+
+def repository_reaches(paths: list[Path], root: Path = ROOT) -> list[str]:
+    """``file:line`` of each reach into ``Runtime.s`` outside the composition root (and of
+    ``App.services`` inside a face's folder)."""
+    out = []
+    for path in paths:
+        rel = path.relative_to(root).as_posix()
+        if rel in COMPOSITION_ROOT:
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if _REACH.search(line) or (rel.startswith(FACE_FOLDERS) and _SERVICES.search(line)):
+                out.append(f"{rel}:{n}")
+    return out
+
+
+def test_faces_reach_the_runtime_only_through_the_port() -> None:
+    """No ``runtime.s.`` under bot/ outside the composition root."""
+    assert repository_reaches(_modules("bot")) == []
+
+
+def test_a_planted_repository_reach_is_caught(tmp_path: Path) -> None:
+    """A face that reads a repository off the runtime, or off ``App.services``, is caught; the
+    composition root is not."""
+    for folder in ("bot/slack", "bot/cli"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "bot" / "slack" / "x.py").write_text(
+        "async def f(face):\n    return await face.runtime.s.approvals.get('a')\n", encoding="utf-8"
+    )
+    (tmp_path / "bot" / "slack" / "y.py").write_text("def g(app):\n    return app.services.audit\n", encoding="utf-8")
+    (tmp_path / "bot" / "cli" / "z.py").write_text("def h(app):\n    return app.services.jobs\n", encoding="utf-8")
+    (tmp_path / "bot" / "app.py").write_text("def i(runtime):\n    return runtime.s.db\n", encoding="utf-8")
+    paths = sorted((tmp_path / "bot").rglob("*.py"))
+    assert repository_reaches(paths, tmp_path) == ["bot/slack/x.py:2", "bot/slack/y.py:2"]
+
+
+def test_settings_import_no_face() -> None:
+    """Each face reads its own section of the settings in its folder; ``bot/settings.py`` imports
+    no face when it is imported (a face's section is asked for lazily)."""
+    tree = ast.parse((ROOT / "bot" / "settings.py").read_text(encoding="utf-8"))
+    faces = tuple(f.replace("/", ".") for f in FACE_FOLDERS)
+    names = [
+        n.module if isinstance(n, ast.ImportFrom) else a.name
+        for n in _import_time_imports(tree)
+        for a in (n.names if isinstance(n, ast.Import) else [n])  # type: ignore[list-item]
+    ]
+    assert [n for n in names if n and f"{n}.".startswith(faces)] == []

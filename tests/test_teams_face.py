@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -98,6 +99,13 @@ class Rig:
 
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    async with open_rig(tmp_path) as opened:
+        yield opened
+
+
+@asynccontextmanager
+async def open_rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    """The app over a SQLite file with the Teams face, served on a local port, its connector faked."""
     url = f"sqlite+aiosqlite:///{tmp_path / 'teams.db'}"
     await upgrade(url)
     async with TokenIssuer() as issuer, FakeBotConnector(accept_token=lambda t: t == DEV_TOKEN) as connector:
@@ -183,10 +191,10 @@ async def _to_approval(rig: Rig) -> tuple[Any, str]:
         )
     )
     assert status == 200 and answer["type"] == "application/vnd.microsoft.card.adaptive", answer
-    assert "actions" not in answer["value"]
-    (shown,) = [a for a in rig.said() if a.id == card.id]
-    assert shown.updates == 1 and shown.card == answer["value"]  # everyone's copy, not only the clicker's
+    assert "actions" not in answer["value"] and say.WORKING in json.dumps(answer["value"])  # decided in the worker
     await rig.work()
+    (shown,) = [a for a in rig.said() if a.id == card.id]
+    assert shown.updates == 1 and "actions" not in shown.card  # everyone's copy, not only the clicker's
     (approval_msg,) = rig.said(APPROVALS)
     return approval_msg, conf["id"]
 
@@ -206,6 +214,7 @@ async def test_only_the_customer_confirms_their_card_and_a_replayed_confirm_runs
                 target=data["id"],
                 version=data["version"],
                 card_activity_id=card.id,
+                invoke_id=f"f:invoke-{aad[:8]}",  # each click is its own invoke activity
             )
         )
         assert status == 200 and answer["statusCode"] == 200
@@ -244,10 +253,11 @@ async def test_a_supervisor_approves_by_card_the_requester_and_others_cannot(rig
     assert "O-1042" not in if_not_staff  # a non-staff click is not shown the card's contents
     status, answer = await rig.post(click(base, aad=SUP, invoke_id="f:invoke-sup", **approve))
     assert status == 200 and "actions" not in answer["value"], answer
-    assert "Approved" in json.dumps(answer["value"])
+    assert say.WORKING in json.dumps(answer["value"])  # answered at once; the worker decides
+    await rig.work()
     (shown,) = rig.said(APPROVALS)
     assert shown.updates >= 1 and "actions" not in shown.card and "Grace Liu" in json.dumps(shown.card)
-    await rig.work()
+    assert "Approved" in json.dumps(shown.card)
     assert await rig.count(StoreRefundRow) == refunds + 1
     assert rig.said()[-1].text == "The refund went through.", [(a.text, a.card is not None) for a in rig.said()]
     # The same approve again (replayed invoke): refused as decided, nothing runs twice.

@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from bot.teams import wording as say
 from tests.fakes.anthropic_api import FakeAnthropicAPI, text_turn, tool_turn
 from tests.fakes.bot_connector import FakeBotConnector, TokenIssuer, bearer
 from tests.slack_kit import SIGNOFF, Serve, run_cli
@@ -171,7 +172,7 @@ async def test_a_supervisor_approves_by_card_the_requester_and_a_stranger_cannot
             assert status == 200 and "O-1042" not in json.dumps(answer), answer
         assert world.rows("SELECT count(*) FROM approvals WHERE status = 'pending'") == 1
         status, answer = await world.post(server, click(base, aad=SUP, invoke_id="f:sup", **approve))
-        assert status == 200 and "actions" not in answer["value"] and "Grace Liu" in json.dumps(answer)
+        assert status == 200 and "actions" not in answer["value"] and say.WORKING in json.dumps(answer)
         await world.until(PERSONAL, 4)
         status, _ = await world.post(server, click(base, aad=SUP, invoke_id="f:sup", **approve))  # replayed
         assert status == 200
@@ -182,5 +183,56 @@ async def test_a_supervisor_approves_by_card_the_requester_and_a_stranger_cannot
     assert world.texts().count("The refund went through.") == 1
     (shown,) = world.connector.visible(APPROVALS)
     assert "actions" not in shown.card and shown.updates >= 1  # redrawn for everyone
+    assert "Grace Liu" in json.dumps(shown.card)  # by the worker, once it decided
+    code, out = await run_cli(world.env, "audit", "verify")
+    assert code == 0, out
+
+
+async def test_a_sigkill_right_after_the_invokes_200_still_executes_the_approval_exactly_once(world: World) -> None:
+    """The click is persisted with its job before the 200: a server killed the moment Teams got
+    its answer (its worker may be anywhere in the decision) leaves it to the next server, which
+    executes the refund once and tells the customer once."""
+    base = world.connector.base_url
+    first = Serve(world.env)
+    await first.start()
+    try:
+        await world.post(first, message(base))
+        await world.until(PERSONAL, 2)
+        card = world.connector.visible(PERSONAL)[1]
+        data = card.card["actions"][0]["data"]
+        confirm = click(
+            base, aad=C7, verb="signoff.confirm", target=data["id"], version=data["version"], card_activity_id=card.id
+        )
+        assert (await world.post(first, confirm))[0] == 200
+        await world.until(APPROVALS, 1)
+        (approval,) = world.connector.visible(APPROVALS)
+        data = next(a["data"] for a in approval.card["actions"] if a["verb"] == "signoff.approve")
+        approve = click(
+            base,
+            aad=SUP,
+            invoke_id="f:kill",
+            verb="signoff.approve",
+            target=data["id"],
+            version=data["version"],
+            card_activity_id=approval.id,
+            conversation_id=APPROVALS,
+        )
+        refunds = world.rows("SELECT count(*) FROM store_refunds WHERE order_id = 'O-1042'")
+        status, answer = await world.post(first, approve)
+        assert status == 200 and "actions" not in answer["value"], answer
+    finally:
+        await first.kill()
+    assert world.rows("SELECT count(*) FROM inbound WHERE face = 'teams'") == 3  # the message and both clicks
+    second = Serve(world.env)
+    await second.start()
+    try:
+        await world.connector.wait_for(lambda _: "The refund went through." in world.texts(), within_s=60)
+        assert (await world.post(second, approve))[0] == 200  # Teams' late retry of the same invoke
+    finally:
+        await second.stop()
+    assert world.rows("SELECT count(*) FROM store_refunds WHERE order_id = 'O-1042'") == refunds + 1
+    assert world.texts().count("The refund went through.") == 1
+    (shown,) = world.connector.visible(APPROVALS)
+    assert "actions" not in shown.card  # the approvals card shows the decision
     code, out = await run_cli(world.env, "audit", "verify")
     assert code == 0, out

@@ -318,7 +318,7 @@ async def _approvals(settings: Settings, args: argparse.Namespace) -> int:
 
     app = await create_app(settings, seed=False)
     try:
-        approvals = app.runtime.s.approvals
+        approvals = app.services.approvals
         if args.approvals_command == "list":
             rows = await approvals.list_approvals(status=None if args.status == "all" else args.status)
             if not rows:
@@ -336,7 +336,7 @@ async def _approvals(settings: Settings, args: argparse.Namespace) -> int:
         if args.approvals_command == "show":
             print(json.dumps(a.as_public(), indent=2, ensure_ascii=False, default=str))
             return 0
-        staff = await app.runtime.s.people.staff(args.staff_id)
+        staff = await app.port.staff(args.staff_id)
         if staff is None:
             print(f"signoff: no staff member {args.staff_id}", file=sys.stderr)
             return 1

@@ -20,7 +20,7 @@ async def jobs_command(settings: Settings, args: argparse.Namespace) -> int:
 
     app = await create_app(settings, seed=False)
     try:
-        queue = app.runtime.s.jobs
+        queue = app.services.jobs
         if args.jobs_command == "retry":
             if not await queue.requeue(args.id):
                 print(f"signoff: job {args.id} is not quarantined")

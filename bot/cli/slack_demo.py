@@ -2,7 +2,7 @@
 
 A temporary SQLite store (migrated, seeded with the demo data), the composition root's
 own app with the Slack face, its aiohttp server on a local port, and a local recording
-Slack Web API (``bot/slack/recording.py``) that the real ``AsyncWebClient`` talks to.
+Slack Web API (``sandbox/slack_web/``) that the real ``AsyncWebClient`` talks to.
 Every request reaches ``POST /slack/events`` signed as Slack signs it; the worker
 answers as it does in production. What each person would see is printed from what the
 recording API holds: the thread, the confirmation card, the approval card before and
@@ -29,10 +29,10 @@ from aiohttp import web
 from bot.app import create_app, demo_dataset_path
 from bot.server import make_web_app
 from bot.settings import load_settings
-from bot.slack.recording import BOT_USER_ID, TEAM_ID, FakeSlackApi, SeenMessage
 from sandbox.dataset import load_dataset_file
 from sandbox.io import load_dataset
 from sandbox.schema import upgrade
+from sandbox.slack_web import BOT_USER_ID, TEAM_ID, FakeSlackApi, SeenMessage
 from storage.db import create_database
 
 SECRET = "demo-signing-secret"
@@ -148,7 +148,7 @@ async def run_slack_demo() -> int:
                     print(api.transcript(APPROVALS))
                     print(api.transcript(SUPPORT, api.calls("chat.postMessage")[0].args.get("thread_ts")))
                     ok = False
-                verdict = await app.runtime.s.audit.verify()
+                verdict = await app.services.audit.verify()
             finally:
                 stop.set()
                 await worker

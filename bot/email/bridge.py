@@ -110,13 +110,13 @@ class EmailBridge:
         if customer is None or customer.email.strip().lower() != mail.sender.lower():
             raise ApiError("forbidden", say.EMAIL_UNKNOWN_SENDER)
         verified = check.verdict == "verified"
-        accepted = await self.app.runtime.accept_inbound(
+        accepted = await self.app.port.accept(
             FACE,
             [delivery_id(mail)],
             inbound_payload(mail, customer, verified=verified, check=check.reason, text=reply),
         )
         if accepted.full:  # 503 + Retry-After: the provider redelivers later
-            raise InboxFull(self.app.runtime.s.policy.inbound.retry_after_s)
+            raise InboxFull(self.app.port.retry_after_s)
         if not verified:
             log.info("email %s accepted unverified (%s): public answers only", accepted.id, check.reason)
         return web.json_response(

@@ -25,16 +25,16 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from agent import queries
+from agent.face_port import FacePort
 from agent.gates import CODE_ALPHABET
 from agent.outcomes import TurnResult
-from agent.runtime import Runtime
 from bot.email import wording as say
 from bot.email.parsing import thread_ref
 from bot.email.smtp import Mailer, OutgoingEmail, new_message_id, reply_subject, valid_message_id
 from storage.inbox import Inbound
 from storage.mailbox import SentMail
 from storage.records import Confirmation, Conversation
+from tools.backend import CommerceBackend
 from tools.context import Principal
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,8 @@ def unverified_principal(address: str) -> Principal:
 class EmailTurns:
     """``App.inbound["email"]``: runs an accepted mail's turn and sends the reply once."""
 
-    runtime: Runtime
+    port: FacePort
+    backend: CommerceBackend
     mailer: Mailer | None
     from_address: str | None
     sent: SentMail
@@ -107,14 +108,14 @@ class EmailTurns:
     async def __call__(self, item: Inbound) -> None:
         reply = item.result if item.status == "answered" else await self._answer(item)
         if reply is not None:
-            await self._send(item.id, reply)
+            await self._send(item, reply)
 
     # -- the turn ------------------------------------------------------------------------
     async def _answer(self, item: Inbound) -> dict[str, Any] | None:
-        rt, p = self.runtime, item.payload
-        customer = await rt.s.backend.get_customer(str(p.get("customer_id", "")))
+        port, p = self.port, item.payload
+        customer = await self.backend.get_customer(str(p.get("customer_id", "")))
         if customer is None:  # the account went away between the webhook and now
-            await rt.s.inbox.finish(item.id, "ignored")
+            await port.item(item).finished("ignored")
             return None
         verified = p.get("verified") is True
         if verified:
@@ -125,7 +126,7 @@ class EmailTurns:
         text = str(p.get("text") or "") or str(p.get("subject") or "").strip() or "(empty message)"
         turn = await self._turn(item, conv, principal, text)
         reply = (turn.notice if turn and turn.outcome == "asked" else turn.answer if turn else "") or say.EMPTY_REPLY
-        waiting = await queries.pending_confirmations(rt, conv.id, principal.key)
+        waiting = await port.pending_confirmations(conv.id, principal.key)
         if not verified:  # a stranger's links never go out from the shop's address
             reply = without_links(reply, str(p.get("text") or "") + " " + str(p.get("subject") or ""))
         body = (
@@ -154,17 +155,19 @@ class EmailTurns:
             "delivery_key": f"email:{turn.delivery_key if turn else item.id}",
             "shown": [c.id for c in waiting],
         }
-        await rt.s.inbox.answered(item.id, result)
+        await port.item(item).answered(result)
         return result
 
     async def _turn(self, item: Inbound, conv: Conversation, principal: Principal, text: str) -> TurnResult | None:
-        rt = self.runtime
-        pending = await queries.pending_confirmations(rt, conv.id, principal.key)
+        port = self.port
+        pending = await port.pending_confirmations(conv.id, principal.key)
         answer = answer_by_code(text, pending)
         if answer is not None:
-            settled = await rt.confirm(answer[0].id, actor=principal, accept=answer[1], via="code", deliver_later=True)
+            settled = await port.confirm(
+                answer[0].id, actor=principal, accept=answer[1], via="code", deliver_later=True
+            )
             return settled.turn
-        turn = await rt.take_message(
+        turn = await port.take_message(
             principal=principal,
             channel=FACE,
             message=text,
@@ -179,56 +182,54 @@ class EmailTurns:
     async def _thread(self, item: Inbound, principal: Principal) -> Conversation:
         """The conversation a mail belongs to: the one of a Message-ID *we* sent this principal
         that it cites, else a new one (one per accepted mail, so a retry finds it again)."""
-        rt, p = self.runtime, item.payload
+        port, p = self.port, item.payload
         cited = [r for r in (*p.get("references", []), p.get("in_reply_to")) if isinstance(r, str)]
         cid = await self.sent.conversation_for(cited, principal=principal.key)
-        if cid is not None and (conv := await queries.visible_conversation(rt, principal, cid)) is not None:
+        if cid is not None and (conv := await port.visible_conversation(principal, cid)) is not None:
             return conv
         meta = {"email": {"subject": str(p.get("subject") or ""), "message_ids": []}}
-        return await rt.open_conversation(
+        return await port.open_conversation(
             principal=principal, channel=FACE, external_ref=thread_ref(principal.id, f"in:{item.id}"), meta=meta
         )
 
     async def _remember(self, conv: Conversation, ids: list[str]) -> None:
         """The thread's Message-IDs in the conversation's meta (follow-ups reply in the thread)."""
-        fresh = await self.runtime.s.conversations.get(conv.id) or conv
+        fresh = await self.port.conversation(conv.id) or conv
         thread = dict(fresh.meta.get("email") or {})
         seen = [i for i in thread.get("message_ids", []) if isinstance(i, str)]
         thread["message_ids"] = (seen + [i for i in ids if i not in seen])[-100:]
-        await self.runtime.s.conversations.set_meta(conv.id, {**fresh.meta, "email": thread})
+        await self.port.set_face_meta(conv.id, "email", thread)
 
     # -- the reply -----------------------------------------------------------------------
-    async def _send(self, inbound_id: str, r: dict[str, Any]) -> None:
-        rt = self.runtime
-        if self.mailer is None or not self.from_address:
+    async def _send(self, item: Inbound, r: dict[str, Any]) -> None:
+        life = self.port.item(item)
+        mailer, shop = self.mailer, self.from_address
+        if mailer is None or not shop:
             log.warning("no SIGNOFF_SMTP_URL: the reply in %s is not emailed", r["conversation_id"])
-            await rt.s.inbox.finish(inbound_id, "failed")
+            await life.finished("failed")
             return
-        key = str(r["delivery_key"])[:200]
-        state = await rt.s.deliveries.begin(key)
-        if state == "busy":
-            raise Busy(f"another process is sending {key}")
-        if state == "go":
+
+        async def send() -> dict[str, Any]:
             # Recorded first: a reply to this mail must find its thread even if we die after SMTP.
             await self.sent.record(r["message_id"], conversation_id=r["conversation_id"], principal=r["principal"])
-            try:
-                await self.mailer.send(
-                    OutgoingEmail(
-                        to=r["to"],
-                        from_address=self.from_address,
-                        subject=r["subject"],
-                        body=r["body"],
-                        message_id=r["message_id"],
-                        in_reply_to=r["in_reply_to"],
-                        references=tuple(r["references"]),
-                    )
+            await mailer.send(
+                OutgoingEmail(
+                    to=r["to"],
+                    from_address=shop,
+                    subject=r["subject"],
+                    body=r["body"],
+                    message_id=r["message_id"],
+                    in_reply_to=r["in_reply_to"],
+                    references=tuple(r["references"]),
                 )
-            except Exception:
-                await rt.s.deliveries.release(key)
-                raise
-            await rt.s.deliveries.sent(key, {"message_id": r["message_id"]})
-        await rt.mark_shown(list(r.get("shown", [])))
-        await rt.s.inbox.finish(inbound_id, "delivered")
+            )
+            return {"message_id": r["message_id"]}
+
+        key = str(r["delivery_key"])[:200]
+        if (await self.port.once(key, send)).state == "busy":
+            raise Busy(f"another process is sending {key}")
+        await self.port.mark_shown(list(r.get("shown", [])))
+        await life.delivered()
 
 
 def attachments_note(names: Any) -> str:

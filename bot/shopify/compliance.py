@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.runtime import Runtime
-from storage.audit import AuditEvent, hash_personal
-from storage.privacy import CustomerData
+from agent.face_port import FacePort
+from storage.audit import hash_personal
 
 
 def customer_ids(body: dict[str, Any]) -> list[str]:
@@ -25,29 +24,19 @@ def customer_ids(body: dict[str, Any]) -> list[str]:
     return []
 
 
-async def handle(runtime: Runtime, topic: str, body: dict[str, Any], *, event: str) -> dict[str, Any]:
+async def handle(port: FacePort, topic: str, body: dict[str, Any], *, event: str) -> dict[str, Any]:
     """Do what ``topic`` asks; the result is stored with the delivery."""
-    data = CustomerData(runtime.s.db)
+    data = port.customer_data()
     ids = customer_ids(body)
     ref = hash_personal(ids[0]) if ids else None
     if topic == "customers/data_request":
         export = await data.export(ids) if ids else {"customer_ids": [], "conversations": []}
-        await runtime.s.audit.append(
-            AuditEvent(
-                kind="compliance.export",
-                data={"event": event, "customer": ref, "conversations": len(export["conversations"])},
-                ts=runtime.s.clock(),
-            )  # fmt: skip
+        await port.face_event(
+            "compliance.export", {"event": event, "customer": ref, "conversations": len(export["conversations"])}
         )
         return {"topic": topic, "export": export}
     if topic == "customers/redact" and not ids:
         return {"topic": topic, "redacted": {}, "note": "no customer id in the request"}
     counts = await data.redact(ids if topic == "customers/redact" else None)
-    await runtime.s.audit.append(
-        AuditEvent(
-            kind="compliance.redact",
-            data={"event": event, "topic": topic, "customer": ref, **counts},
-            ts=runtime.s.clock(),
-        )  # fmt: skip
-    )
+    await port.face_event("compliance.redact", {"event": event, "topic": topic, "customer": ref, **counts})
     return {"topic": topic, "redacted": counts}

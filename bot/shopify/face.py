@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agent.runtime import Runtime
+from agent.face_port import FacePort
 from bot.shopify import compliance
 from shopify.config import ShopifyConfig
 from shopify.webhooks import (
@@ -32,7 +32,7 @@ from shopify.webhooks import (
 )
 from shopify.writes import ShopifyBackend
 from storage.inbox import Inbound
-from storage.rollout import OutsideActions, StaffAction
+from storage.rollout import StaffAction
 
 log = logging.getLogger("signoff.shopify")
 FACE = "shopify"
@@ -50,7 +50,7 @@ class ShopifyFace:
 
     config: ShopifyConfig
     backend: ShopifyBackend
-    runtime: Runtime
+    port: FacePort
 
     def routes(self) -> list[web.RouteDef]:
         """``POST /shopify/webhooks``."""
@@ -78,23 +78,25 @@ class ShopifyFace:
         if topic not in TOPICS and topic not in COMPLIANCE_TOPICS:
             return web.json_response({"ok": True, "ignored": topic[:64]})
         payload = {"topic": topic, "event_id": event, "body": body}
-        accepted = await self.runtime.s.inbox.accept(FACE, [f"shopify:{event}"], payload)
+        # Not capped: the shop's deliveries are few and each one must be recorded.
+        accepted = await self.port.accept(FACE, [f"shopify:{event}"], payload, capped=False)
         return web.json_response({"ok": True, "duplicate": not accepted.fresh})
 
     # -- the worker's side ---------------------------------------------------------------
     async def handle(self, item: Inbound) -> None:
         """One accepted delivery (``App.inbound["shopify"]``); safe to run again."""
+        life = self.port.item(item)
         topic = str(item.payload.get("topic", ""))
         body = item.payload.get("body") or {}
         event = str(item.payload.get("event_id", item.id))
         if topic in COMPLIANCE_TOPICS:
-            result = await compliance.handle(self.runtime, topic, body, event=event)
-            await self.runtime.s.inbox.answered(item.id, result)
-            await self.runtime.s.inbox.finish(item.id, "delivered")
+            result = await compliance.handle(self.port, topic, body, event=event)
+            await life.answered(result)
+            await life.delivered()
             return
         action = await self._outside_action(topic, body)
         if action is None:
-            await self.runtime.s.inbox.finish(item.id, "ignored")
+            await life.finished("ignored")
             return
         # One row per admin action, whichever topic or redelivery told us (a return's request
         # and approval are one return): keyed by the object, else by the event.
@@ -107,9 +109,9 @@ class ShopifyFace:
             principal=ADMIN_PRINCIPAL,
             customer_id=action.customer_id,
         )
-        await OutsideActions(self.runtime.s.db).record(staff, source=FACE)
+        await self.port.record_outside_action(staff, source=FACE)
         log.info("shopify: a staff %s made in the admin recorded (event %s)", action.tool, event)
-        await self.runtime.s.inbox.finish(item.id, "delivered")
+        await life.delivered()
 
     async def _outside_action(self, topic: str, body: dict[str, Any]) -> OutsideAction | None:
         if topic == "refunds/create":

@@ -194,7 +194,7 @@ class Acceptor:
 
     async def _accept(self, keys: list[str], payload: dict[str, Any]) -> bool:
         try:
-            accepted = await self.face.runtime.accept_inbound(FACE, keys, payload)
+            accepted = await self.face.port.accept(FACE, keys, payload)
         except Exception as exc:
             trap = _OUTAGES.get()
             if trap is not None and unavailable(exc):
@@ -240,10 +240,7 @@ class Acceptor:
         thread_ts = str(event.get("thread_ts") or ts)
         if not is_dm and not mentioned:
             # A channel message that does not mention us counts only inside an assist thread.
-            if (
-                not event.get("thread_ts")
-                or await self.face.runtime.s.bindings.get(thread_ref(team, channel, thread_ts)) is None
-            ):
+            if not event.get("thread_ts") or await self.face.port.binding(thread_ref(team, channel, thread_ts)) is None:
                 return
         keys = [f"slack:msg:{team}:{channel}:{ts}"]
         if body.get("event_id"):
@@ -324,7 +321,7 @@ class Acceptor:
             approval_id, _version = ids.decode_value(action.get("value"))
         except ids.BadValue:
             return
-        approval = await self.face.runtime.s.approvals.get(approval_id)
+        approval = await self.face.port.approval(approval_id)
         if approval is None or approval.status != "pending" or not body.get("trigger_id"):
             return
         container = body.get("container") or {}

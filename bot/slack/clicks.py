@@ -21,7 +21,6 @@ from bot.slack import ids, present, wording
 from bot.slack.face import Person, SlackFace, parse_ref
 from bot.slack.replies import Where, deliver
 from bot.slack.sender import SlackSendError
-from storage.audit import AuditEvent
 from storage.inbox import Inbound
 from tools.context import Principal
 
@@ -78,9 +77,9 @@ async def on_reject(face: SlackFace, item: Inbound) -> None:
 async def _confirmation(
     face: SlackFace, p: dict[str, Any], person: Person, confirmation_id: str, version: int, *, accept: bool
 ) -> None:
-    rt = face.runtime
-    conf = await rt.s.confirmations.get(confirmation_id)
-    conv = await rt.s.conversations.get(conf.conversation_id) if conf is not None else None
+    port = face.port
+    conf = await port.confirmation(confirmation_id)
+    conv = await port.conversation(conf.conversation_id) if conf is not None else None
     if conf is None or conv is None:
         await _refuse(face, p, person, wording.BAD_BUTTON, reason="unknown confirmation")
         return
@@ -92,7 +91,9 @@ async def _confirmation(
         await _refuse(face, p, person, wording.BAD_BUTTON, reason="stale version", target=conf.id)
         return
     try:
-        settled: ConfirmResult = await rt.confirm(conf.id, actor=actor, accept=accept, via="button", deliver_later=True)
+        settled: ConfirmResult = await port.confirm(
+            conf.id, actor=actor, accept=accept, via="button", deliver_later=True
+        )
     except DecisionError as exc:
         await _refuse(face, p, person, _CONFIRM_REFUSAL.get(exc.code, wording.CONFIRMATION_GONE), reason=exc.code)
         await _redraw_confirmation(face, conf.id)
@@ -112,7 +113,7 @@ async def _confirmation(
 
 
 async def _redraw_confirmation(face: SlackFace, confirmation_id: str) -> None:
-    conf = await face.runtime.s.confirmations.get(confirmation_id)
+    conf = await face.port.confirmation(confirmation_id)
     ref = (conf.surfaces or {}).get("slack") if conf is not None else None
     if conf is None or not isinstance(ref, dict) or not ref.get("channel") or not ref.get("ts"):
         return
@@ -134,29 +135,26 @@ async def _decide(
     decision: str,
     comment: str | None = None,
 ) -> None:
-    rt = face.runtime
     if person.external or person.kind != "supervisor":
         await _refuse(face, p, person, wording.ONLY_SUPERVISOR, reason="not a supervisor", target=approval_id)
         return
     actor = Principal(kind="supervisor", id=str(person.id))
     try:
-        decided: DecideResult = await rt.decide(
-            approval_id, expected_version=version, decision=decision, actor=actor, comment=comment
+        decided: DecideResult = await face.port.decide(
+            approval_id,
+            expected_version=version,
+            decision=decision,
+            actor=actor,
+            comment=comment,
+            via={"surface": "slack", "user": person.user, "team": person.team},
         )
     except DecisionError as exc:
         await _refuse(face, p, person, _DECIDE_REFUSAL.get(exc.code, wording.APPROVAL_CHANGED), reason=exc.code)
         return
-    await rt.s.audit.append(
-        AuditEvent(
-            kind="slack.decided",
-            principal=actor.key,
-            data={
-                "approval_id": approval_id,
-                "decision": decision,
-                "slack_user": person.user,
-                "slack_team": person.team,
-            },
-        )
+    await face.port.face_event(
+        "slack.decided",
+        {"approval_id": approval_id, "decision": decision, "slack_user": person.user, "slack_team": person.team},
+        principal=actor.key,
     )
     log.info("approval %s is %s (from Slack)", approval_id, decided.approval.status)
 
@@ -167,20 +165,18 @@ async def _feedback(face: SlackFace, p: dict[str, Any], person: Person) -> None:
         turn_id, vote = ids.decode_feedback(p.get("value"))
     except ids.BadValue:
         return
-    event = AuditEvent(
-        kind="feedback",
-        principal=person.principal().key,
-        data={"turn": turn_id, "vote": vote, "channel": "slack", "slack_user": person.user, "slack_team": person.team},
-    )
-    await _audit_click(face, person, event)
+    data = {"turn": turn_id, "vote": vote, "channel": "slack", "slack_user": person.user, "slack_team": person.team}
+    await _audit_click(face, person, "feedback", data, principal=person.principal().key)
     await _ephemeral(face, p, wording.FEEDBACK_THANKS)
 
 
-async def _audit_click(face: SlackFace, person: Person, event: AuditEvent) -> None:
+async def _audit_click(
+    face: SlackFace, person: Person, kind: str, data: dict[str, Any], *, principal: str | None = None
+) -> None:
     """A click that changes nothing is audited within the clicker's budget (one per Slack person)."""
-    rt = face.runtime
-    await face.click_audit.append(
-        rt.s.db, rt.s.audit, event, person=f"slack:{person.team}:{person.user}", channel="slack"
+    who = f"slack:{person.team}:{person.user}"
+    await face.port.face_event(
+        kind, data, principal=principal or who, budget=face.click_audit, person=who, channel="slack"
     )
 
 
@@ -195,18 +191,14 @@ async def _refuse(
 async def _audit_refusal(
     face: SlackFace, p: dict[str, Any], person: Person, *, reason: str, target: str | None = None
 ) -> None:
-    event = AuditEvent(
-        kind="slack.click_refused",
-        principal=f"slack:{person.team}:{person.user}",
-        data={
-            "action": str(p.get("action_id") or p.get("kind")),
-            "target": target,
-            "reason": reason[:200],
-            "slack_user": person.user,
-            "slack_team": person.team,
-        },
-    )
-    await _audit_click(face, person, event)
+    data = {
+        "action": str(p.get("action_id") or p.get("kind")),
+        "target": target,
+        "reason": reason[:200],
+        "slack_user": person.user,
+        "slack_team": person.team,
+    }
+    await _audit_click(face, person, "slack.click_refused", data)
 
 
 async def _ephemeral(face: SlackFace, p: dict[str, Any], text: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.audit_budget import AuditBudget
-from agent.runtime import Runtime
+from agent.face_port import FacePort
 from bot.settings import reveal
 from bot.slack.sender import SenderConfig, SlackSender, SlackSendError, make_client
 from bot.slack.view_models import Directory
@@ -124,7 +124,7 @@ class SlackFace:
     """The Slack face's collaborators, shared by the Bolt app, the worker side and the notifier."""
 
     config: SlackConfig
-    runtime: Runtime
+    port: FacePort
     backend: CommerceBackend
     client: AsyncWebClient
     sender: SlackSender
@@ -144,17 +144,19 @@ class SlackFace:
     click_audit: AuditBudget = field(default_factory=AuditBudget)
 
     @classmethod
-    def build(cls, config: SlackConfig, runtime: Runtime, backend: CommerceBackend, mailer: Any = None) -> SlackFace:
+    def build(
+        cls, config: SlackConfig, port: FacePort, backend: CommerceBackend, mailer: Any = None, *, engine: Any = None
+    ) -> SlackFace:
+        """``engine``: the database's, where the OAuth install flow keeps its stores (with ``client_id``)."""
         client = make_client(config.bot_token or "", config.base_url)
         sender = SlackSender(client, SenderConfig(min_interval_s=config.min_interval_s))
-        face = cls(config=config, runtime=runtime, backend=backend, client=client, sender=sender, mailer=mailer)
+        face = cls(config=config, port=port, backend=backend, client=client, sender=sender, mailer=mailer)
         if config.client_id:
             from slack_sdk.oauth.installation_store.sqlalchemy import AsyncSQLAlchemyInstallationStore
             from slack_sdk.oauth.state_store.sqlalchemy import AsyncSQLAlchemyOAuthStateStore
 
             from bot.slack.installations import SealedInstallations, Sealer
 
-            engine = runtime.s.db.engine
             if not config.secret_key:
                 raise ValueError("SIGNOFF_SECRET_KEY: required with SLACK_CLIENT_ID (tokens are encrypted at rest)")
             face.installations = SealedInstallations(
@@ -184,7 +186,7 @@ class SlackFace:
         client = make_client(bot.bot_token, self.config.base_url)
         face = SlackFace(
             config=self.config,
-            runtime=self.runtime,
+            port=self.port,
             backend=self.backend,
             client=client,
             sender=SlackSender(client, SenderConfig(min_interval_s=self.config.min_interval_s)),
@@ -219,15 +221,14 @@ class SlackFace:
         look-up that fails counts against the user (fail closed)."""
         own, _ = await self.who_am_i()
         external = external or own is None or team != own
-        people = self.runtime.s.people
-        on_file = await people.identify(CHANNEL, user)
+        on_file = await self.port.identify(CHANNEL, user)
         if on_file is not None and on_file.staff is not None and not external:
             in_group = await self.in_supervisor_group(user)
             role: Kind = "supervisor" if on_file.role == "supervisor" or in_group else "rep"
             return Person(user=user, team=team, kind=role, id=on_file.id)
         if on_file is not None and on_file.kind == "customer":
             return Person(user=user, team=team, kind="customer", id=on_file.id, external=external)
-        linked = await people.identify(CHANNEL, f"{team}:{user}")
+        linked = await self.port.identify(CHANNEL, f"{team}:{user}")
         if linked is not None and linked.kind == "customer":
             return Person(user=user, team=team, kind="customer", id=linked.id, external=external)
         return Person(user=user, team=team, kind="stranger", external=external)
@@ -257,7 +258,7 @@ class SlackFace:
         for key in {k for k in keys if k}:
             kind, _, ident = key.partition(":")
             if kind in ("rep", "supervisor"):
-                staff = await self.runtime.s.people.staff(ident)
+                staff = await self.port.staff(ident)
                 if staff is not None and staff.slack_user_id:
                     slack_ids[key] = staff.slack_user_id
                 elif staff is not None:

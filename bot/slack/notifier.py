@@ -40,11 +40,11 @@ class SlackNotifier:
         card = await present.approval_card(self.face, approval)
         ts = await post_once(self.face, f"slack:approval:{approval.id}", channel, card)
         if ts is not None:
-            await self.face.runtime.s.approvals.set_surface(approval.id, "slack", {"channel": channel, "ts": ts})
+            await self.face.port.show_approval(approval.id, "slack", {"channel": channel, "ts": ts})
         await self._homes()
 
     async def approval_decided(self, approval: Approval) -> None:
-        fresh = await self.face.runtime.s.approvals.get(approval.id) or approval
+        fresh = await self.face.port.approval(approval.id) or approval
         ref = (fresh.surfaces or {}).get("slack")
         if isinstance(ref, dict) and ref.get("channel") and ref.get("ts"):
             card = await present.approval_card(self.face, fresh)

@@ -21,9 +21,8 @@ async def approval_views(face: SlackFace, approvals: Sequence[Approval]) -> tupl
     """The approvals as shown now, and who their people are in Slack."""
     keys = [k for a in approvals for k in (a.requester, a.decider, *(d.actor for d in a.decisions))]
     people = await face.directory(*keys)
-    s = face.runtime.s
-    now = s.clock()
-    views = [approval_view(a, tool=s.registry.get(a.tool), now=now, names=people.names) for a in approvals]
+    now = face.port.clock()
+    views = [approval_view(a, tool=face.port.tool(a.tool), now=now, names=people.names) for a in approvals]
     return views, people
 
 
@@ -35,12 +34,11 @@ async def approval_card(face: SlackFace, approval: Approval) -> Outbound:
 
 def confirmation_card(face: SlackFace, confirmation: Confirmation) -> Outbound:
     """The confirmation's card as the record has it."""
-    tool = face.runtime.s.registry.get(confirmation.tool)
+    tool = face.port.tool(confirmation.tool)
     return blocks.confirmation_card(confirmation_view(confirmation, tool=tool))
 
 
 def reject_modal(face: SlackFace, approval: Approval, *, channel: str | None, ts: str | None) -> dict[str, Any]:
     """The reject dialog for the approval as it stands (no look-ups: it opens within Slack's 3 s)."""
-    s = face.runtime.s
-    view = approval_view(approval, tool=s.registry.get(approval.tool), now=s.clock())
+    view = approval_view(approval, tool=face.port.tool(approval.tool), now=face.port.clock())
     return blocks.reject_modal(view, channel=channel, ts=ts)

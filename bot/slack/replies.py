@@ -21,7 +21,7 @@ from bot.slack.face import SlackFace
 from bot.slack.sender import SlackSendError
 from bot.slack.streaming import Recipient, StreamOptions
 from bot.slack.view_models import Outbound, Step
-from storage.records import Proposal
+from storage.records import Confirmation, Proposal
 
 log = logging.getLogger(__name__)
 #: Plumbing the reader does not need to watch (loading a tool group).
@@ -43,23 +43,16 @@ class Where:
 async def deliver(face: SlackFace, where: Where, result: TurnResult, *, since: datetime | None = None) -> bool:
     """Post ``result`` into ``where`` unless it went out before; mark its confirmations shown.
     True when this call sent it. ``since``: show as steps the tool calls made after it."""
-    s = face.runtime.s
-    key = f"slack:{result.delivery_key}"
-    if await s.deliveries.begin(key) != "go":
-        return False
     confirmations = [
         c
-        for c in [await s.confirmations.get(p.id) for p in result.pending if p.kind == "confirmation"]
+        for c in [await face.port.confirmation(p.id) for p in result.pending if p.kind == "confirmation"]
         if c is not None
     ]
     cards = [(c, present.confirmation_card(face, c)) for c in confirmations if c.status == "pending"]
     # The model's words (a customer may have steered them): shown as words, never as live links.
     text = unlink(result.answer if cards else result.reply)
     if where.private and where.user:
-        await _whisper(face, where, key, text, [card for _c, card in cards])
-        await face.runtime.delivered(result)
-        return True
-    steps = await _steps(face, result, since) if since is not None else []
+        return await _whisper(face, where, result, text, [card for _c, card in cards])
     recipient = Recipient(user_id=where.user, team_id=where.team) if where.user and where.team else None
     streaming = face.config.streaming and (recipient is not None or where.channel.startswith("D"))
     reply = face.sender.reply(
@@ -68,55 +61,58 @@ async def deliver(face: SlackFace, where: Where, result: TurnResult, *, since: d
         recipient=recipient,
         options=StreamOptions(enabled=streaming),
     )
-    try:
-        for step in steps:
+    shown: list[tuple[Confirmation, str]] = []
+
+    async def send() -> dict[str, Any]:
+        for step in await _steps(face, result, since) if since is not None else []:
             await reply.step(step)
         await reply.write(text or wording.ANSWER_FALLBACK)
         posted = await reply.finish(extra_blocks=[blocks.feedback_block(_turn_id(result))])
         # Each card is a message of its own, so a click redraws the card and leaves the answer.
-        shown = [
-            (c, await face.sender.post(where.channel, card.text, card.block_list, where.thread_ts)) for c, card in cards
-        ]
-    except SlackSendError:
-        if not reply.ts:
-            await s.deliveries.release(key)  # nothing went out: the retry may send it whole
-        raise
+        for c, card in cards:
+            shown.append((c, await face.sender.post(where.channel, card.text, card.block_list, where.thread_ts)))
+        return {"channel": where.channel, "ts": [*posted.ts, *(ts for _c, ts in shown)], "streamed": posted.streamed}
+
+    # Nothing went out yet: the retry may send it whole; else the key stays claimed (no double post).
+    done = await face.port.once(
+        f"slack:{result.delivery_key}", send, release=lambda exc: isinstance(exc, SlackSendError) and not reply.ts
+    )
+    if not done.sent_now:
+        return False
     for c, ts in shown:
-        await s.confirmations.set_surface(c.id, "slack", {"channel": where.channel, "ts": ts})
-    sent = [*posted.ts, *(ts for _c, ts in shown)]
-    await s.deliveries.sent(key, {"channel": where.channel, "ts": sent, "streamed": posted.streamed})
-    await face.runtime.delivered(result)
+        await face.port.show_confirmation(c.id, "slack", {"channel": where.channel, "ts": ts})
+    await face.port.delivered(result)
     return True
 
 
-async def _whisper(face: SlackFace, where: Where, key: str, text: str, cards: list[Outbound]) -> None:
-    """The answer and its cards as ephemeral messages: in the thread, seen by ``where.user`` only."""
-    s = face.runtime.s
+async def _whisper(face: SlackFace, where: Where, result: TurnResult, text: str, cards: list[Outbound]) -> bool:
+    """The answer and its cards as ephemeral messages, once: in the thread, seen by ``where.user`` only."""
     messages = blocks.answer_messages(text or wording.ANSWER_FALLBACK, cards=cards)
-    try:
+
+    async def send() -> dict[str, Any]:
         for m in messages:
             await face.sender.ephemeral(where.channel, str(where.user), m.text, m.block_list, where.thread_ts)
-    except SlackSendError:
-        await s.deliveries.release(key)
-        raise
-    await s.deliveries.sent(key, {"channel": where.channel, "ephemeral": True})
+        return {"channel": where.channel, "ephemeral": True}
+
+    done = await face.port.once(
+        f"slack:{result.delivery_key}", send, release=lambda exc: isinstance(exc, SlackSendError)
+    )
+    if not done.sent_now:
+        return False
+    await face.port.delivered(result)
+    return True
 
 
 async def post_once(
     face: SlackFace, key: str, channel: str, message: Outbound, thread_ts: str | None = None
 ) -> str | None:
     """One message of our own (a notice, a card) posted at most once under ``key``; its ts."""
-    s = face.runtime.s
-    if await s.deliveries.begin(key) != "go":
-        ref = await s.deliveries.ref(key)
-        return str(ref.get("ts")) if ref and ref.get("ts") else None
-    try:
-        ts = await face.sender.post(channel, message.text, message.block_list, thread_ts)
-    except SlackSendError:
-        await s.deliveries.release(key)
-        raise
-    await s.deliveries.sent(key, {"channel": channel, "ts": ts})
-    return ts
+
+    async def send() -> dict[str, Any]:
+        return {"channel": channel, "ts": await face.sender.post(channel, message.text, message.block_list, thread_ts)}
+
+    done = await face.port.once(key, send, release=lambda exc: isinstance(exc, SlackSendError))
+    return str(done.ref["ts"]) if done.ref and done.ref.get("ts") else None
 
 
 def _turn_id(result: TurnResult) -> str:
@@ -125,14 +121,14 @@ def _turn_id(result: TurnResult) -> str:
 
 async def _steps(face: SlackFace, result: TurnResult, since: datetime) -> list[Step]:
     """The tool calls of this answer's run made after ``since``, titled by our code."""
-    state = await face.runtime.s.conversations.turn_state(result.conversation_id, result.run_id)
+    state = await face.port.turn_state(result.conversation_id, result.run_id)
     shown = [p for p in state.proposals if p.created_at >= since and p.tool not in HIDDEN_STEPS]
     return [step_of(face, p) for p in shown][:20]
 
 
 def step_of(face: SlackFace, p: Proposal) -> Step:
     """A proposal as a step: what the tool did with its arguments and what the gate decided."""
-    tool = face.runtime.s.registry.get(p.tool)
+    tool = face.port.tool(p.tool)
     args = p.arguments if isinstance(p.arguments, dict) else {}
     if tool is not None and tool.meta.kind == "action":
         what = tool.describe(args) if tool.summary is not None else tool.name.replace("_", " ").capitalize()

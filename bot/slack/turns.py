@@ -23,7 +23,6 @@ from bot.slack.mrkdwn import escape, one_line
 from bot.slack.replies import Where, deliver, plain, post_once
 from bot.slack.sender import SlackSendError
 from bot.slack.view_models import AssistThread
-from storage.audit import AuditEvent
 from storage.identities import CodeCaps
 from storage.inbox import Inbound
 from tools.backend import Customer
@@ -60,7 +59,7 @@ async def handle(face: SlackFace, item: Inbound) -> None:
         await on_command(face, item)
     elif kind in ("home", "welcome"):
         await on_visit(face, item)
-    await face.runtime.s.inbox.finish(item.id, "delivered")
+    await face.port.item(item).delivered()
 
 
 # -- commands (string operations only: a message is untrusted and up to 40,000 characters) ------
@@ -114,7 +113,7 @@ async def on_message(face: SlackFace, item: Inbound) -> None:
     if (account := assist_command(text)) is not None:
         await assist(face, item, person, where, account)
         return
-    binding = await face.runtime.s.bindings.get(ref)
+    binding = await face.port.binding(ref)
     if binding is not None and not person.is_staff:
         return  # other people's messages in an assist thread are not for the agent
     if not person.is_staff and person.kind == "stranger" and await link_step(face, item, person, where, text):
@@ -122,7 +121,7 @@ async def on_message(face: SlackFace, item: Inbound) -> None:
     principal = person.principal(binding.customer_id if binding is not None and person.is_staff else None)
     await _status(face, where, on=True)
     try:
-        result = await face.runtime.take_message(
+        result = await face.port.take_message(
             principal=principal,
             channel=CHANNEL,
             message=text,
@@ -149,7 +148,7 @@ async def on_message(face: SlackFace, item: Inbound) -> None:
         return  # a live process is answering this message; it delivers
     if person.kind == "stranger" and not person.is_staff:
         result = dataclasses.replace(result, reply=f"{result.reply}\n\n{wording.LINK_PROMPT}", answer=_hint(result))
-    await face.runtime.s.inbox.answered(item.id, result_dict(result))
+    await face.port.item(item).answered(result_dict(result))
     await deliver(face, where, result, since=item.created_at)
     await _status(face, where, on=False)
 
@@ -190,13 +189,11 @@ async def assist(face: SlackFace, item: Inbound, person: Person, where: Where, c
         await post_once(face, key, where.channel, plain(face, wording.ASSIST_UNKNOWN), where.thread_ts)
         return
     ref = thread_ref(item.payload["team"], where.channel, where.thread_ts)
-    await face.runtime.s.bindings.bind(ref, customer_id=customer.id, staff_id=str(person.id))
-    await face.runtime.s.audit.append(
-        AuditEvent(
-            kind="slack.assist_bound",
-            principal=person.principal().key,
-            data={"customer_id": customer.id, "thread": ref, "slack_user": person.user, "slack_team": person.team},
-        )
+    await face.port.bind(ref, customer_id=customer.id, staff_id=str(person.id))
+    await face.port.face_event(
+        "slack.assist_bound",
+        {"customer_id": customer.id, "thread": ref, "slack_user": person.user, "slack_team": person.team},
+        principal=person.principal().key,
     )
     name = escape(one_line(f"{customer.name} ({customer.id})"))
     await post_once(face, key, where.channel, plain(face, wording.ASSIST_BOUND.format(customer=name)), where.thread_ts)
@@ -209,7 +206,7 @@ async def link_step(face: SlackFace, item: Inbound, person: Person, where: Where
     only to the address on file; code requests are capped per address and per requester
     (:data:`LINK_CODE_CAPS`); attempts are limited over a window (a new code gives no more)
     and codes expire."""
-    links = face.runtime.s.links
+    links = face.port.links
     key = f"slack:inbound:{item.id}"
     external_id = person.slack_key
     if (address := link_command(text)) is not None:
@@ -227,12 +224,10 @@ async def link_step(face: SlackFace, item: Inbound, person: Person, where: Where
     if (typed := code_reply(text)) is not None and await links.pending(CHANNEL, external_id):
         attempt = await links.attempt(CHANNEL, external_id, typed)
         if attempt.outcome == "linked":
-            await face.runtime.s.audit.append(
-                AuditEvent(
-                    kind="slack.user_linked",
-                    principal=f"customer:{attempt.customer_id}",
-                    data={"slack_user": person.user, "slack_team": person.team, "customer_id": attempt.customer_id},
-                )
+            await face.port.face_event(
+                "slack.user_linked",
+                {"slack_user": person.user, "slack_team": person.team, "customer_id": attempt.customer_id},
+                principal=f"customer:{attempt.customer_id}",
             )
             say = wording.LINK_DONE
         else:
@@ -290,9 +285,7 @@ async def on_command(face: SlackFace, item: Inbound) -> None:
         if person.kind != "supervisor":
             await _ephemeral(face, channel, user, wording.ONLY_SUPERVISOR)
             return
-        queue, people = await present.approval_views(
-            face, await face.runtime.s.approvals.list_approvals(status="pending", limit=20)
-        )
+        queue, people = await present.approval_views(face, await face.port.pending_approvals(limit=20))
         view = blocks.home_view(queue=queue, directory=people)
         await face.sender.ephemeral(channel, user, wording.HOME_QUEUE_HEADER, view["blocks"][:50])
         return
@@ -331,12 +324,8 @@ async def publish_home(face: SlackFace, user: str, team: str) -> None:
     if not person.is_staff:
         view = blocks.home_view()
     else:
-        queue = (
-            await face.runtime.s.approvals.list_approvals(status="pending", limit=20)
-            if person.kind == "supervisor"
-            else None
-        )
-        mine = await face.runtime.s.bindings.of_staff(str(person.id))
+        queue = await face.port.pending_approvals(limit=20) if person.kind == "supervisor" else None
+        mine = await face.port.bindings_of(str(person.id))
         threads = []
         for b in mine:
             parts = b.ref.split(":")

@@ -1,33 +1,37 @@
-"""Adaptive Card clicks (``Action.Execute``): authorized, decided by the runtime, redrawn.
+"""Adaptive Card clicks (``Action.Execute``): answered at once, decided in the worker.
 
 ``signoff.confirm`` / ``signoff.decline`` are the acting principal's alone (``Runtime.confirm``
 checks the conversation's principal); ``signoff.approve`` / ``signoff.reject`` are staff's
-with the approval's role (``Runtime.decide``, version-checked with the card's version). The
-clicker's card is replaced by one drawn from the database afterwards; a refused click
-changes nothing and shows the refusal — on the current card only to someone entitled to
-see it, else as a bare notice (a forged id reveals nothing). A replayed click finds the
-decision taken: the runtime returns the stored outcome or refuses the stale version, and
-nothing runs twice.
+with the approval's role (``Runtime.decide``, version-checked with the card's version).
+
+In the request (:meth:`Clicks.answer`), within Teams' budget, nothing is decided: a click
+that cannot be acted on (unknown clicker, a card they may not see, an old version) is refused
+there and changes nothing — on the current card only to someone entitled to see it, else as a
+bare notice (a forged id reveals nothing); any other click is persisted with its job by the
+face (``Inbox.accept``, keyed by the activity, so a redelivery is one click) and answered with
+the card as stored and a "working on it" notice. The worker then decides (:meth:`Clicks.decide`),
+the refund or cancellation runs there, and every copy of the card is redrawn with the outcome.
+A replayed or retried click finds the decision taken: the runtime returns the stored outcome
+or refuses the stale version, and nothing runs twice.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
 from agent.confirmations import ConfirmResult
 from agent.errors import DecisionError
+from agent.face_port import FacePort
 from agent.notify import best_effort
-from agent.runtime import Runtime
 from bot.teams import present
 from bot.teams import wording as say
-from bot.teams.cards import APPROVE, CONFIRM, DECLINE, Card
+from bot.teams.cards import APPROVE, CONFIRM, DECLINE, Card, with_notice
 from bot.teams.delivery import SURFACE, Poster, reply_of
-from bot.teams.inbound import TeamsCardAction
+from bot.teams.inbound import TeamsCardAction, TeamsUser
 from bot.teams.invoke import InvokeReply, card_reply, refusal_reply
 from bot.teams.people import Person, identify, names_for
 from bot.teams.sender import TeamsSender
@@ -48,66 +52,150 @@ def refusal_text(exc: DecisionError, *, role: str | None = None) -> str:
     }.get(exc.code, say.NOT_ALLOWED)
 
 
+def working(card: Card) -> Card:
+    """The clicked card while the worker decides: as stored, without its buttons, marked "working on it"."""
+    return with_notice({k: v for k, v in card.items() if k != "actions"}, say.WORKING)
+
+
+def click_payload(action: TeamsCardAction, reference: Mapping[str, Any]) -> dict[str, Any]:
+    """What the worker needs of a click, as JSON (the inbound item's payload)."""
+    return {
+        "kind": "click",
+        "activity_id": action.activity_id,
+        "verb": action.verb,
+        "target_id": action.target_id,
+        "version": action.version,
+        "comment": action.comment,
+        "card_activity_id": action.card_activity_id,
+        "sender": asdict(action.sender),
+        "reference": dict(reference),
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Click:
+    """A persisted click, read back in the worker."""
+
+    verb: str
+    target_id: str
+    version: int
+    comment: str | None
+    card_activity_id: str | None
+    sender: TeamsUser
+    reference: dict[str, Any]
+
+    @classmethod
+    def of(cls, payload: Mapping[str, Any]) -> Click:
+        return cls(
+            verb=str(payload["verb"]),
+            target_id=str(payload["target_id"]),
+            version=int(payload["version"]),
+            comment=payload.get("comment"),
+            card_activity_id=payload.get("card_activity_id"),
+            sender=TeamsUser(**payload["sender"]),
+            reference=dict(payload["reference"]),
+        )
+
+
 @dataclass
 class Clicks:
-    """Decides card clicks for one Teams face."""
+    """Card clicks of one Teams face: answered in the request, decided in the worker."""
 
-    runtime: Runtime
+    port: FacePort
     backend: CommerceBackend
     sender: TeamsSender
     poster: Poster
     clock: Callable[[], datetime]
-    #: How long a click waits for the agent's follow-up turn before answering with the card.
-    budget_s: float = 4.0
-    _background: set[asyncio.Task[None]] = field(default_factory=set)
 
-    async def handle(self, action: TeamsCardAction, reference: Mapping[str, Any]) -> InvokeReply:
-        person = await identify(self.runtime.s.people, self.backend, action.sender)
+    # -- in the request: read only ---------------------------------------------------------
+    async def answer(self, action: TeamsCardAction) -> tuple[InvokeReply, bool]:
+        """The invoke's answer, and whether the click goes to the worker (``False``: refused here)."""
+        person = await identify(self.port, self.backend, action.sender)
         if action.verb in (CONFIRM, DECLINE):
-            return await self._confirmation(action, person, reference)
-        return await self._approval(action, person)
+            conf, conv = await self._confirmation(action.target_id)
+            if person is None or conf is None or conv is None or not self.port.may_see(person.principal, conv):
+                return refusal_reply(say.NOT_FOUND if person is not None else say.NOT_ALLOWED), False
+            if action.version != conf.version:
+                return refusal_reply(say.STALE, card=self._confirmation_card(conf)), False
+            return card_reply(working(self._confirmation_card(conf))), True
+        if person is None or person.staff is None:
+            return refusal_reply(say.NOT_ALLOWED), False  # not staff: not even the card is shown again
+        a = await self.port.approval(action.target_id)
+        if a is None:
+            return refusal_reply(say.NOT_FOUND), False
+        if action.version != a.version:
+            return refusal_reply(say.STALE, card=await self.card(a)), False
+        return card_reply(working(await self.card(a))), True
 
-    # -- confirmations --------------------------------------------------------------
-    async def _confirmation(
-        self, action: TeamsCardAction, person: Person | None, reference: Mapping[str, Any]
-    ) -> InvokeReply:
-        s = self.runtime.s
-        conf = await s.confirmations.get(action.target_id)
-        conv = await s.conversations.get(conf.conversation_id) if conf is not None else None
-        if person is None or conf is None or conv is None or not self.runtime.may_see(person.principal, conv):
-            return refusal_reply(say.NOT_FOUND if person is not None else say.NOT_ALLOWED)
-        if action.version != conf.version:
-            return refusal_reply(say.STALE, card=self._confirmation_card(conf))
-        task = asyncio.create_task(
-            self.runtime.confirm(
-                conf.id, actor=person.principal, accept=action.verb == CONFIRM, via="button", deliver_later=True
-            )
-        )
-        done, _ = await asyncio.wait({task}, timeout=self.budget_s)
-        if not done:
-            # The answer is recorded; the agent is still writing: its words follow in the chat.
-            self._finish_later(task, conv, reference)
-            fresh = await s.confirmations.get(conf.id) or conf
-            card = self._confirmation_card(fresh, decided_by=person.name)
-            await self._redraw_confirmation(fresh, card, action, reference)
-            return card_reply(card)
+    # -- in the worker: the decision ---------------------------------------------------------
+    async def decide(self, payload: Mapping[str, Any]) -> None:
+        """Decide one persisted click and redraw its cards; safe to run again (a retry finds the
+        decision taken and redraws)."""
+        click = Click.of(payload)
+        person = await identify(self.port, self.backend, click.sender)
+        if person is None:
+            return
+        if click.verb in (CONFIRM, DECLINE):
+            await self._confirm(click, person)
+        elif person.staff is not None:
+            await self._approve(click, person)
+
+    async def _confirm(self, click: Click, person: Person) -> None:
+        conf, conv = await self._confirmation(click.target_id)
+        if conf is None or conv is None or not self.port.may_see(person.principal, conv):
+            return
         try:
-            settled = task.result()
+            settled = await self.port.confirm(
+                conf.id, actor=person.principal, accept=click.verb == CONFIRM, via="button", deliver_later=True
+            )
         except DecisionError as exc:
-            fresh = await s.confirmations.get(conf.id) or conf
-            return refusal_reply(refusal_text(exc), card=self._confirmation_card(fresh))
+            fresh = await self.port.confirmation(conf.id) or conf
+            await self._redraw_confirmation(
+                fresh, with_notice(self._confirmation_card(fresh), refusal_text(exc)), click
+            )
+            return
         card = self._confirmation_card(settled.confirmation, decided_by=person.name)
-        await self._redraw_confirmation(settled.confirmation, card, action, reference)
-        await self._follow_up(settled, conv, reference)
-        return card_reply(card)
+        await self._redraw_confirmation(settled.confirmation, card, click)
+        await self._follow_up(settled, conv, click.reference)
 
-    async def _redraw_confirmation(
-        self, conf: Confirmation, card: Card, action: TeamsCardAction, reference: Mapping[str, Any]
-    ) -> None:
+    async def _approve(self, click: Click, person: Person) -> None:
+        a = await self.port.approval(click.target_id)
+        if a is None:
+            return
+        try:
+            out = await self.port.decide(
+                a.id,
+                expected_version=click.version,
+                decision="approve" if click.verb == APPROVE else "reject",
+                actor=person.principal,
+                comment=click.comment,
+                via={"surface": "teams", "user": click.sender.aad_object_id or click.sender.id},
+            )
+            decided, notice = out.approval, None
+        except DecisionError as exc:
+            decided = await self.port.approval(a.id) or a
+            # A retry of a decision that went through finds the version moved: the card says where it stands.
+            notice = None if exc.code == "conflict" else refusal_text(exc, role=a.required_role)
+        # The approvals conversation's copy is redrawn by the notifier (approval_decided); the
+        # clicked copy may be another one.
+        shown = decided.surfaces.get(SURFACE) or {}
+        if click.card_activity_id and click.card_activity_id != shown.get("activity_id"):
+            card = await self.card(decided)
+            card = with_notice(card, notice) if notice else card
+            await best_effort(
+                self.sender.update(click.reference, activity_id=click.card_activity_id, card=card), "teams card update"
+            )
+
+    async def _confirmation(self, confirmation_id: str) -> tuple[Confirmation | None, Conversation | None]:
+        conf = await self.port.confirmation(confirmation_id)
+        conv = await self.port.conversation(conf.conversation_id) if conf is not None else None
+        return conf, conv
+
+    async def _redraw_confirmation(self, conf: Confirmation, card: Card, click: Click) -> None:
         """Everyone's copy of the card, not only the clicker's."""
         shown = conf.surfaces.get(SURFACE) or {}
-        ref = shown.get("reference") or reference
-        activity_id = shown.get("activity_id") or action.card_activity_id
+        ref = shown.get("reference") or click.reference
+        activity_id = shown.get("activity_id") or click.card_activity_id
         if activity_id:
             await best_effort(self.sender.update(ref, activity_id=activity_id, card=card), "teams card update")
 
@@ -115,53 +203,12 @@ class Clicks:
         if settled.turn is None:
             return
         ref = (conv.meta.get("teams") or {}).get("reference") or reference
-        await best_effort(self.poster.post(reply_of(settled.turn), ref), "teams follow-up")
-
-    def _finish_later(self, task: asyncio.Task[ConfirmResult], conv: Conversation, ref: Mapping[str, Any]) -> None:
-        async def finish() -> None:
-            try:
-                settled = await task
-            except DecisionError:
-                return
-            await self._follow_up(settled, conv, ref)
-
-        later = asyncio.create_task(finish(), name=f"teams-confirm-{conv.id}")
-        self._background.add(later)
-        later.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        self._background.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("a Teams confirmation's follow-up failed", exc_info=task.exception())
-
-    # -- approvals ------------------------------------------------------------------
-    async def _approval(self, action: TeamsCardAction, person: Person | None) -> InvokeReply:
-        if person is None or person.staff is None:
-            return refusal_reply(say.NOT_ALLOWED)  # not staff: not even the card is shown again
-        s = self.runtime.s
-        a = await s.approvals.get(action.target_id)
-        if a is None:
-            return refusal_reply(say.NOT_FOUND)
-        if action.version != a.version:
-            return refusal_reply(say.STALE, card=await self.card(a))
-        try:
-            out = await self.runtime.decide(
-                a.id,
-                expected_version=action.version,
-                decision="approve" if action.verb == APPROVE else "reject",
-                actor=person.principal,
-                comment=action.comment,
-            )
-        except DecisionError as exc:
-            fresh = await s.approvals.get(a.id) or a
-            return refusal_reply(refusal_text(exc, role=a.required_role), card=await self.card(fresh))
-        # Everyone's copy is redrawn by the notifier (approval_decided), on every surface.
-        return card_reply(await self.card(out.approval))
+        await self.poster.post(reply_of(settled.turn), ref)
 
     async def card(self, a: Approval) -> Card:
         """The approval's card as the database has it now."""
-        names = await names_for(self.runtime.s.people, self.backend, a)
-        return present.approval(a, registry=self.runtime.s.registry, now=self.clock(), names=names)
+        names = await names_for(self.port, self.backend, a)
+        return present.approval(a, tool_of=self.port.tool, now=self.clock(), names=names)
 
     def _confirmation_card(self, c: Confirmation, *, decided_by: str | None = None) -> Card:
-        return present.confirmation(c, registry=self.runtime.s.registry, decided_by=decided_by)
+        return present.confirmation(c, tool_of=self.port.tool, decided_by=decided_by)

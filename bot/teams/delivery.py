@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agent.face_port import FacePort
 from agent.outcomes import TurnResult
-from agent.runtime import Runtime
 from bot.links import unlink
 from bot.teams import present
 from bot.teams.sender import TeamsDeliveryError, TeamsSender
@@ -61,7 +61,7 @@ def reply_of(result: TurnResult) -> Reply:
 class Poster:
     """Posts :class:`Reply` objects once per key through the sender."""
 
-    runtime: Runtime
+    port: FacePort
     sender: TeamsSender
 
     async def post(self, reply: Reply, reference: Mapping[str, Any]) -> None:
@@ -71,35 +71,29 @@ class Poster:
             await self.once(reply.key, lambda: self.sender.send(reference, text=reply.text))
         shown: list[str] = []
         for cid in reply.confirmations:
-            conf = await self.runtime.s.confirmations.get(cid)
+            conf = await self.port.confirmation(cid)
             if conf is None:
                 continue
             activity_id = await self.once(f"{reply.key}:card:{cid}", functools.partial(self._card, reference, conf))
             if activity_id is not None:
-                await self.runtime.s.confirmations.set_surface(
+                await self.port.show_confirmation(
                     cid, SURFACE, {"reference": dict(reference), "activity_id": activity_id}
                 )
             shown.append(cid)
         if shown:
-            await self.runtime.mark_shown(shown)
+            await self.port.mark_shown(shown)
 
     async def _card(self, reference: Mapping[str, Any], conf: Confirmation) -> str:
-        return await self.sender.send(reference, card=present.confirmation(conf, registry=self.runtime.s.registry))
+        return await self.sender.send(reference, card=present.confirmation(conf, tool_of=self.port.tool))
 
     async def once(self, key: str, send: Callable[[], Awaitable[str]]) -> str | None:
         """``send()`` (returning the new activity id) unless ``key`` went out before; the id
         of what is shown under ``key`` either way (``None`` if it was not recorded)."""
-        deliveries = self.runtime.s.deliveries
-        match await deliveries.begin(key):
-            case "sent":
-                ref = await deliveries.ref(key)
-                return str(ref["activity_id"]) if ref and ref.get("activity_id") else None
-            case "busy":
-                raise DeliveryBusy(key)
-        try:
-            activity_id = await send()
-        except TeamsDeliveryError:
-            await deliveries.release(key)
-            raise
-        await deliveries.sent(key, {"activity_id": activity_id})
-        return str(activity_id)
+
+        async def post() -> dict[str, Any]:
+            return {"activity_id": await send()}
+
+        done = await self.port.once(key, post, release=lambda exc: isinstance(exc, TeamsDeliveryError))
+        if done.state == "busy":
+            raise DeliveryBusy(key)
+        return str(done.ref["activity_id"]) if done.ref and done.ref.get("activity_id") else None

@@ -7,7 +7,8 @@ route answers 202; a redelivery writes nothing. The worker then calls :meth:`Tea
 (``App.inbound["teams"]``): who the sender is (``teams_user_id`` in the dataset), the turn
 (``Runtime.take_message`` keyed ``inbound:<id>``, so a retry returns the answer owed instead
 of asking twice), the answer stored (``Inbox.answered``), posted once per key, ``delivered``.
-Card clicks are decided synchronously (:mod:`bot.teams.clicks`).
+A card click is persisted the same way and answered at once with a "working on it" card;
+the worker decides it (:mod:`bot.teams.clicks`).
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from aiohttp import web
 
 from agent.boundary import unavailable
 from agent.errors import Unavailable
-from agent.runtime import Runtime
+from agent.face_port import FacePort
 from bot.teams import wording as say
 from bot.teams.auth import InboundAuthenticator
-from bot.teams.clicks import Clicks
+from bot.teams.clicks import Clicks, click_payload
 from bot.teams.config import TeamsConfig
 from bot.teams.delivery import Poster, Reply, reply_of
 from bot.teams.inbound import TeamsActivity, TeamsBotAdded, TeamsCardAction, TeamsMessage, TeamsUser
@@ -74,7 +75,6 @@ class TeamsFace:
         sender: TeamsSender,
         backend: CommerceBackend,
         approvals_reference: Mapping[str, Any] | None = None,
-        invoke_budget_s: float = 4.0,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.config = config
@@ -82,29 +82,23 @@ class TeamsFace:
         self.backend = backend
         self.auth = InboundAuthenticator(config)
         self.approvals_reference = dict(approvals_reference) if approvals_reference else None
-        self.invoke_budget_s = invoke_budget_s
         self.clock = clock or wall_clock
-        self._runtime: Runtime | None = None
+        self._port: FacePort | None = None
         self._poster: Poster | None = None
         self._clicks: Clicks | None = None
 
-    def attach(self, runtime: Runtime) -> None:
-        self._runtime = runtime
-        self._poster = Poster(runtime=runtime, sender=self.sender)
+    def attach(self, port: FacePort) -> None:
+        self._port = port
+        self._poster = Poster(port=port, sender=self.sender)
         self._clicks = Clicks(
-            runtime=runtime,
-            backend=self.backend,
-            sender=self.sender,
-            poster=self._poster,
-            clock=self.clock,
-            budget_s=self.invoke_budget_s,
+            port=port, backend=self.backend, sender=self.sender, poster=self._poster, clock=self.clock
         )
 
     @property
-    def runtime(self) -> Runtime:
-        if self._runtime is None:
+    def port(self) -> FacePort:
+        if self._port is None:
             raise RuntimeError("the Teams face was not attached to a runtime")
-        return self._runtime
+        return self._port
 
     @property
     def poster(self) -> Poster:
@@ -127,26 +121,36 @@ class TeamsFace:
     async def accept(
         self, activity: TeamsActivity, raw: dict[str, Any], reference: dict[str, Any]
     ) -> InvokeReply | None:
-        """Persist a message before the 202; decide a click now (Teams waits for its card)."""
+        """Persist a message before the 202; persist a click and answer it with its card marked
+        "working on it" (the worker decides it), or refuse it here, persisting nothing."""
         if isinstance(activity, TeamsCardAction):
-            return await self.clicks.handle(activity, reference)
+            reply, act = await self.clicks.answer(activity)
+            if act:
+                await self._persist(activity, click_payload(activity, reference))
+            return reply
         if isinstance(activity, TeamsMessage | TeamsBotAdded):
-            try:
-                accepted = await self.runtime.accept_inbound(
-                    FACE, inbound_keys(activity), _payload(activity, reference)
-                )
-            except Exception as exc:
-                if unavailable(exc):
-                    raise Unavailable() from exc
-                raise
-            if accepted.full:  # 503 + Retry-After (the route): the Bot Connector retries later
-                raise InboxFull(self.runtime.s.policy.inbound.retry_after_s)
+            await self._persist(activity, _payload(activity, reference))
         return None
+
+    async def _persist(self, activity: TeamsActivity, payload: dict[str, Any]) -> None:
+        try:
+            accepted = await self.port.accept(FACE, inbound_keys(activity), payload)
+        except Exception as exc:
+            if unavailable(exc):
+                raise Unavailable() from exc
+            raise
+        if accepted.full:  # 503 + Retry-After (the route): the Bot Connector retries later
+            raise InboxFull(self.port.retry_after_s)
 
     # -- the worker's turn ------------------------------------------------------------
     async def handle(self, item: Inbound) -> None:
-        """Answer one accepted message and post the answer once (``App.inbound["teams"]``)."""
-        inbox = self.runtime.s.inbox
+        """Answer one accepted message and post the answer once, or decide one accepted click
+        (``App.inbound["teams"]``)."""
+        life = self.port.item(item)
+        if item.payload.get("kind") == "click":
+            await self.clicks.decide(item.payload)
+            await life.delivered()
+            return
         if item.status == "answered" and item.result:
             reply = Reply.from_dict(item.result)
         else:
@@ -154,13 +158,13 @@ class TeamsFace:
             if answer is None:
                 raise TurnInProgress(item.id)
             reply = answer
-            await inbox.answered(item.id, reply.as_dict())
+            await life.answered(reply.as_dict())
         await self.poster.post(reply, item.payload["reference"])
-        await inbox.finish(item.id, "delivered")
+        await life.delivered()
 
     async def _answer(self, item: Inbound) -> Reply | None:
         payload = item.payload
-        person = await identify(self.runtime.s.people, self.backend, TeamsUser(**payload["sender"]))
+        person = await identify(self.port, self.backend, TeamsUser(**payload["sender"]))
         key = f"teams:inbound:{item.id}"
         if payload["kind"] == "welcome":
             staff = person is not None and person.staff is not None
@@ -182,7 +186,7 @@ class TeamsFace:
             return await self._assist(item, staff, words[1])
         if text.lower() == "queue":
             return Reply(key=key, text=await self._queue(staff))
-        binding = await self.runtime.s.bindings.get(thread_ref(conversation_id))
+        binding = await self.port.binding(thread_ref(conversation_id))
         if binding is None:
             return Reply(key=key, text=say.ASSIST_HINT)
         principal = Principal(kind=staff.role, id=staff.id, customer_id=binding.customer_id)
@@ -198,7 +202,7 @@ class TeamsFace:
         if customer is None:
             return Reply(key=key, text=say.ASSIST_UNKNOWN.format(customer=customer_id[:64]))
         where = thread_ref(item.payload["conversation_id"])
-        await self.runtime.s.bindings.bind(where, customer_id=customer.id, staff_id=staff.id)
+        await self.port.bind(where, customer_id=customer.id, staff_id=staff.id)
         return Reply(key=key, text=say.ASSIST_BOUND.format(customer=customer.id, name=customer.name))
 
     async def _own_people_only(self, item: Inbound) -> bool:
@@ -216,7 +220,7 @@ class TeamsFace:
     async def _queue(self, staff: Staff) -> str:
         if staff.role != "supervisor":
             return say.QUEUE_SUPERVISORS_ONLY
-        waiting = await self.runtime.s.approvals.list_approvals(status="pending", limit=20)
+        waiting = await self.port.pending_approvals(limit=20)
         if not waiting:
             return say.QUEUE_EMPTY
         lines = [
@@ -229,7 +233,7 @@ class TeamsFace:
         reference = item.payload["reference"]
         conversation_id = item.payload["conversation_id"]
         external = f"teams:{_digest(conversation_id, principal.key, principal.customer_id or '')}"
-        result = await self.runtime.take_message(
+        result = await self.port.take_message(
             principal=principal,
             channel=CHANNEL,
             message=text,
@@ -245,10 +249,7 @@ class TeamsFace:
 
     async def remember(self, conversation_id: str, reference: Mapping[str, Any]) -> None:
         """Keep the conversation's latest Teams reference (follow-ups are posted with it)."""
-        conversations = self.runtime.s.conversations
-        conv = await conversations.get(conversation_id)
-        if conv is not None and (conv.meta.get("teams") or {}).get("reference") != dict(reference):
-            await conversations.set_meta(conversation_id, {**conv.meta, "teams": {"reference": dict(reference)}})
+        await self.port.set_face_meta(conversation_id, "teams", {"reference": dict(reference)})
 
 
 def _payload(activity: TeamsMessage | TeamsBotAdded, reference: dict[str, Any]) -> dict[str, Any]:

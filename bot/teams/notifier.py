@@ -47,12 +47,10 @@ class TeamsNotifier:
             f"teams:approval:{approval.id}", lambda: self.face.sender.send(ref, card=card)
         )
         if activity_id is not None:
-            await self.face.runtime.s.approvals.set_surface(
-                approval.id, SURFACE, {"reference": ref, "activity_id": activity_id}
-            )
+            await self.face.port.show_approval(approval.id, SURFACE, {"reference": ref, "activity_id": activity_id})
 
     async def approval_decided(self, approval: Approval) -> None:
-        fresh = await self.face.runtime.s.approvals.get(approval.id) or approval
+        fresh = await self.face.port.approval(approval.id) or approval
         shown: dict[str, Any] = fresh.surfaces.get(SURFACE) or {}
         if not shown.get("reference") or not shown.get("activity_id"):
             return

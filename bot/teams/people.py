@@ -9,14 +9,22 @@ name, not the channel id (``29:…``), not anything in the message.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from bot.teams.inbound import TeamsUser
-from storage.identities import People, Staff
+from storage.identities import Identity, Staff
 from storage.records import Approval
 from tools.backend import Customer, IdentityDirectory
 from tools.context import Principal
 
 CHANNEL = "teams"
+
+
+class People(Protocol):
+    """Who a user is (``FacePort.identify`` / ``FacePort.staff``)."""
+
+    async def identify(self, provider: str, external_id: str) -> Identity | None: ...
+    async def staff(self, staff_id: str) -> Staff | None: ...
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,21 +7,24 @@ reason and the outcome are the ones every face shows), then rendered by ``cards.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from agent.views import approval_view, confirmation_view
 from bot.teams.cards import Card, approval_card, confirmation_card
 from storage.records import Approval, Confirmation
-from tools.registry import Registry
+from tools.registry import ToolDef
+
+#: The catalogue's entry for a tool name (``FacePort.tool``).
+ToolOf = Callable[[str], ToolDef | None]
 
 
-def approval(a: Approval, *, registry: Registry, now: datetime, names: Mapping[str, str]) -> Card:
+def approval(a: Approval, *, tool_of: ToolOf, now: datetime, names: Mapping[str, str]) -> Card:
     """The approval's card as shown at ``now``."""
-    return approval_card(approval_view(a, tool=registry.get(a.tool), now=now, names=names))
+    return approval_card(approval_view(a, tool=tool_of(a.tool), now=now, names=names))
 
 
-def confirmation(c: Confirmation, *, registry: Registry, decided_by: str | None = None) -> Card:
+def confirmation(c: Confirmation, *, tool_of: ToolOf, decided_by: str | None = None) -> Card:
     """The confirmation's card; ``decided_by`` names the person who answered it."""
     names = {c.principal: decided_by} if decided_by else None
-    return confirmation_card(confirmation_view(c, tool=registry.get(c.tool), names=names))
+    return confirmation_card(confirmation_view(c, tool=tool_of(c.tool), names=names))

@@ -10,7 +10,7 @@ from typing import Any, TypeAlias
 
 from aiohttp import web
 
-from bot.slack.recording import LocalServer
+from sandbox.slack_web import LocalServer
 
 #: A responder's answer: a (partial) success body, or ``(status, headers, body)``.
 Reply: TypeAlias = dict[str, Any] | tuple[int, dict[str, str], Any]

@@ -1,7 +1,7 @@
 """The strict local Slack Web API the tests talk to: the product's own recording API
-(``bot/slack/recording.py``, which ``signoff demo --slack`` uses), under the fakes' names."""
+(``sandbox/slack_web/``, which ``signoff demo --slack`` uses), under the fakes' names."""
 
-from bot.slack.recording import (
+from sandbox.slack_web import (
     BOT_ID,
     BOT_USER_ID,
     TEAM_ID,

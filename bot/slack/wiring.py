@@ -1,0 +1,34 @@
+"""The Slack face in the registry (``bot.app.FACES``). Its HTTP routes are the Bolt app's,
+mounted by the server from ``App.slack`` (they need the signing secret; Socket Mode needs none)."""
+
+from __future__ import annotations
+
+from bot.faces import Face, FaceKit, Plain
+from storage.inbox import Inbound
+
+
+def face(kit: FaceKit) -> Face | None:
+    """``None`` without ``SLACK_BOT_TOKEN`` or the OAuth client (the SDK is not even imported)."""
+    s = kit.settings
+    if not (s.slack_bot_token or s.slack_client_id):
+        return None
+    from bot.slack import turns
+    from bot.slack.face import SlackConfig, SlackFace
+    from bot.slack.notifier import SlackNotifier
+
+    cfg = SlackConfig.from_settings(s)
+    assert cfg is not None
+    slack = SlackFace.build(cfg, kit.port, kit.backend, kit.mailer, engine=kit.engine)
+
+    async def handle(item: Inbound) -> None:
+        await turns.handle(slack, item)
+
+    return Plain(
+        name="slack",
+        handler=handle,
+        notifier=SlackNotifier(slack),
+        staff=True,
+        on_start=slack.start,
+        on_close=slack.close,
+        inner=slack,
+    )
