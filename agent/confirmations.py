@@ -177,7 +177,7 @@ async def record(
             args_hash=conf.args_hash,
             principal=acting.key,
             step=turn.facts.step,
-            policy_version=rt.s.policy.version,
+            policy_version=turn.policy.version,
         )
         step.new_proposals.append(prop)
         step.audit.append(

@@ -132,9 +132,14 @@ class Gatekeeper:
         approval: Approval | None = None,
         dedup: bool = True,
         key: str | None = None,
+        policy: Policy | None = None,
     ) -> Decision:
         """The decision on ``p``. ``key``: the idempotency key fixed when this action was first
-        judged (a confirmation's or an approval's); without one it is derived now."""
+        judged (a confirmation's or an approval's); without one it is derived now. ``policy``: the
+        run's pinned version (else the one in force now). Either way it is read ONCE: the stage,
+        limits, caps and approval routing of one decision all come from that one snapshot, however
+        many awaits the decision spans while a new version is swapped in."""
+        pol = policy or self.policy
         tool = self.registry.get(p.tool)
         if tool is None:
             return Reject(reason="unknown_tool", message=f"There is no tool named {p.tool[:64]!r}.")
@@ -149,12 +154,12 @@ class Gatekeeper:
             prev = self._recent(p, facts)
             if prev is not None:
                 return Intercept(previous=prev.result, step=prev.step)
-        missing = tool.meta.scopes - self.policy.scopes_for(facts.principal.kind)
+        missing = tool.meta.scopes - pol.scopes_for(facts.principal.kind)
         if missing:
             return Reject(reason="not_permitted", message="This action is not available to you here.")
-        stage = self.policy.stage(facts.channel, facts.principal.kind)
+        stage = pol.stage(facts.channel, facts.principal.kind, tool.name)
         if tool.meta.kind == "action" and not tool.meta.runtime:
-            refusal = self._stage_refusal(tool, stage)
+            refusal = _stage_refusal(pol, tool, stage)
             if refusal is not None:
                 return refusal
         refusal = await _check(tool, p, ctx)
@@ -162,10 +167,11 @@ class Gatekeeper:
             return refusal
         if tool.meta.kind == "read" or tool.meta.runtime:
             return Execute(key=None)
-        return await self._judge_action(tool, p, facts, ctx, stage, approval, key)
+        return await self._judge_action(pol, tool, p, facts, ctx, stage, approval, key)
 
     async def _judge_action(
         self,
+        pol: Policy,
         tool: ToolDef,
         p: Proposed,
         facts: RunFacts,
@@ -174,13 +180,13 @@ class Gatekeeper:
         approval: Approval | None,
         pinned_key: str | None,
     ) -> Decision:
-        refusal = await self._principal_refusal(facts, ctx, approval)
+        refusal = await self._principal_refusal(pol, facts, ctx, approval)
         if refusal is not None:
             return refusal
-        refusal = self._limits_and_evidence(tool, p, facts, approval)
+        refusal = _limits_and_evidence(pol, tool, p, facts, approval)
         if refusal is not None:
             return refusal
-        verdict = await self._approval_verdict(tool, p, facts, ctx)
+        verdict = await self._approval_verdict(pol, tool, p, facts, ctx)
         if isinstance(verdict, Reject):
             return verdict
         summary = tool.describe(p.args)
@@ -203,7 +209,7 @@ class Gatekeeper:
                 return Execute(key=key)
             return NeedsApproval(
                 summary=summary,
-                required_role=self.policy.approvers.required_role,
+                required_role=pol.approvers.required_role,
                 approvals_required=verdict.approvers,
                 reason=verdict.reason,
                 key=key,
@@ -211,36 +217,9 @@ class Gatekeeper:
             )
         return Execute(key=key)
 
-    def _limits_and_evidence(
-        self, tool: ToolDef, p: Proposed, facts: RunFacts, approval: Approval | None
+    async def _principal_refusal(
+        self, pol: Policy, facts: RunFacts, ctx: ToolContext, approval: Approval | None
     ) -> Reject | None:
-        """The run's action and per-tool caps, and the evidence an action must cite (retrieved in this run)."""
-        lim = self.policy.limits
-        if approval is None and facts.action_counts.total() >= lim.max_actions_per_run:
-            return Reject(
-                reason="run_action_limit_reached",
-                message="Too many actions in this conversation; escalate to a person.",
-            )
-        if facts.tool_counts[tool.name] >= lim.max_calls_per_tool_per_run:
-            return Reject(reason="tool_call_limit_reached", message="Escalate to a person.")
-        if not tool.meta.requires_evidence:
-            return None
-        cited = p.args.get("evidence") or []
-        if not cited:
-            return Reject(
-                reason="evidence_required",
-                message="Cite the evidence ids search_knowledge returned in this conversation.",
-            )
-        unknown = [e for e in cited if e not in facts.knowledge_ids]
-        if unknown:
-            return Reject(
-                reason="evidence_not_retrieved",
-                details={"unknown_evidence": unknown},
-                message="Only evidence ids returned by search_knowledge in this run count.",
-            )
-        return None
-
-    async def _principal_refusal(self, facts: RunFacts, ctx: ToolContext, approval: Approval | None) -> Reject | None:
         """Who acts on whose account, across conversations: a rep never acts on an account
         linked to their own email; a customer's actions per day are bounded (an approved
         action was counted when it was requested and is not refused now)."""
@@ -256,7 +235,7 @@ class Gatekeeper:
                         message="Staff cannot act on an account linked to their own email; a colleague must handle it.",
                     )
         if who.kind == "customer" and customer and approval is None:
-            limit = self.policy.customer.max_actions_per_day
+            limit = pol.customer.max_actions_per_day
             if await self.usage.customer_actions(customer, DAY, self._actions) >= limit:
                 return Reject(
                     reason="daily_action_limit_reached",
@@ -265,7 +244,7 @@ class Gatekeeper:
                 )
         return None
 
-    async def _staff_verdict(self, money: Money, p: Proposed, facts: RunFacts) -> _Verdict | None:
+    async def _staff_verdict(self, pol: Policy, money: Money, p: Proposed, facts: RunFacts) -> _Verdict | None:
         """A staff member's refunds across all customers in the last 24 h (as a rep and as a
         supervisor: one person, one budget), plus their refund
         requests still pending and this one: above the policy's per-staff cap a supervisor
@@ -285,7 +264,7 @@ class Gatekeeper:
             if currency == money.currency and h != p.hash
         )
         aggregate = money.amount_minor + moved + pending
-        cap = self.policy.staff_daily_refund_cap(money.currency)
+        cap = pol.staff_daily_refund_cap(money.currency)
         if aggregate <= cap:
             return None
         return _Verdict(
@@ -300,14 +279,14 @@ class Gatekeeper:
         )
 
     async def _approval_verdict(
-        self, tool: ToolDef, p: Proposed, facts: RunFacts, ctx: ToolContext
+        self, pol: Policy, tool: ToolDef, p: Proposed, facts: RunFacts, ctx: ToolContext
     ) -> _Verdict | Reject | None:
         """Whether policy routes this action to a supervisor (``None``: it does not), why, and
         how many must approve; a :class:`Reject` when no approval could allow it today."""
         money = tool.money(p.args) if tool.money else None
         if money is None and tool.money_at_stake is not None:
             money = await tool.money_at_stake(p.args, ctx)
-        if tool.meta.risk_tier >= self.policy.always_approve_tier:
+        if tool.meta.risk_tier >= pol.always_approve_tier:
             routing = (
                 None
                 if money is None
@@ -322,17 +301,17 @@ class Gatekeeper:
         if money is None:
             return None
         if tool.money_kind == "cancellation":
-            return await self._cancellation_verdict(money, p, facts, ctx)
+            return await self._cancellation_verdict(pol, money, p, facts, ctx)
         aggregate = money.amount_minor + await self._money_today(money.currency, p, facts, ctx, kinds=("refund",))
-        if aggregate > self.policy.daily_refund_cap(money.currency):
+        if aggregate > pol.daily_refund_cap(money.currency):
             return Reject(
                 reason="daily_amount_limit_reached",
                 message="This exceeds what can be refunded today; escalate to a person.",
             )
-        ceiling = self.policy.ceiling(facts.principal.kind, money.currency)
+        ceiling = pol.ceiling(facts.principal.kind, money.currency)
         if aggregate <= ceiling:
-            return await self._staff_verdict(money, p, facts)
-        dual = self.policy.dual_threshold(money.currency)
+            return await self._staff_verdict(pol, money, p, facts)
+        dual = pol.dual_threshold(money.currency)
         approvers = 2 if aggregate > dual else 1
         reason: RoutingReason = "over_ceiling" if money.amount_minor > ceiling else "aggregate_over_ceiling"
         return _Verdict(
@@ -347,17 +326,17 @@ class Gatekeeper:
         )
 
     async def _cancellation_verdict(
-        self, money: Money, p: Proposed, facts: RunFacts, ctx: ToolContext
+        self, pol: Policy, money: Money, p: Proposed, facts: RunFacts, ctx: ToolContext
     ) -> _Verdict | None:
         """A cancellation needs a supervisor only where the retailer set a threshold; it is
         measured against the day's cancelled money, never against the refund ceilings."""
-        threshold = self.policy.cancellation_threshold(money.currency)
+        threshold = pol.cancellation_threshold(money.currency)
         if threshold is None:
             return None
         aggregate = money.amount_minor + await self._money_today(money.currency, p, facts, ctx, kinds=("cancellation",))
         if aggregate <= threshold:
             return None
-        approvers = 2 if aggregate > self.policy.dual_threshold(money.currency) else 1
+        approvers = 2 if aggregate > pol.dual_threshold(money.currency) else 1
         return _Verdict(
             reason="cancellation_over_threshold",
             approvers=approvers,
@@ -391,15 +370,6 @@ class Gatekeeper:
         )
         return moved + pending
 
-    def _stage_refusal(self, tool: ToolDef, stage: str) -> Reject | None:
-        if stage == "reads":
-            return Reject(
-                reason="action_not_enabled", message="Actions are not enabled on this channel yet; offer to escalate."
-            )
-        if stage == "actions" and tool.name not in self.policy.rollout.enabled_actions:
-            return Reject(reason="action_not_enabled", message="This action is not enabled yet; offer to escalate.")
-        return None
-
     def _recent(self, p: Proposed, facts: RunFacts) -> RecentCall | None:
         for call in reversed(facts.recent):
             if facts.step - call.step > DEDUP_WINDOW_STEPS:
@@ -416,6 +386,46 @@ class _Verdict:
     reason: RoutingReason
     approvers: int
     routing: Routing | None
+
+
+def _limits_and_evidence(
+    pol: Policy, tool: ToolDef, p: Proposed, facts: RunFacts, approval: Approval | None
+) -> Reject | None:
+    """The run's action and per-tool caps, and the evidence an action must cite (retrieved in this run)."""
+    lim = pol.limits
+    if approval is None and facts.action_counts.total() >= lim.max_actions_per_run:
+        return Reject(
+            reason="run_action_limit_reached",
+            message="Too many actions in this conversation; escalate to a person.",
+        )
+    if facts.tool_counts[tool.name] >= lim.max_calls_per_tool_per_run:
+        return Reject(reason="tool_call_limit_reached", message="Escalate to a person.")
+    if not tool.meta.requires_evidence:
+        return None
+    cited = p.args.get("evidence") or []
+    if not cited:
+        return Reject(
+            reason="evidence_required",
+            message="Cite the evidence ids search_knowledge returned in this conversation.",
+        )
+    unknown = [e for e in cited if e not in facts.knowledge_ids]
+    if unknown:
+        return Reject(
+            reason="evidence_not_retrieved",
+            details={"unknown_evidence": unknown},
+            message="Only evidence ids returned by search_knowledge in this run count.",
+        )
+    return None
+
+
+def _stage_refusal(pol: Policy, tool: ToolDef, stage: str) -> Reject | None:
+    if stage == "reads":
+        return Reject(
+            reason="action_not_enabled", message="Actions are not enabled on this channel yet; offer to escalate."
+        )
+    if stage == "actions" and tool.name not in pol.rollout.enabled_actions:
+        return Reject(reason="action_not_enabled", message="This action is not enabled yet; offer to escalate.")
+    return None
 
 
 async def _check(tool: ToolDef, p: Proposed, ctx: ToolContext) -> Reject | None:

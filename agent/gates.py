@@ -99,8 +99,8 @@ async def request_approval(
         evidence=tuple({"id": e, **turn.facts_notes().get(e, {})} for e in cited),
         provenance=provenance(turn.history, p.args),
         idempotency_key=decision.key,
-        policy_version=s.policy.version,
-        expires_at=now + timedelta(seconds=s.policy.expiry_s(p.tool)),
+        policy_version=turn.policy.version,
+        expires_at=now + timedelta(seconds=turn.policy.expiry_s(p.tool)),
         created_at=now,
         **_money(decision),
     )

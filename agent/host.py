@@ -215,16 +215,19 @@ class Host:
         s = self.s
         run = run or await s.conversations.open_run(conv.id)
         if run is None:
+            policy = s.policy  # read once: the version this run starts with and pins
             run_id = new_id("run")
             run = await s.conversations.create_run(
                 id=run_id,
                 conversation_id=conv.id,
                 model=s.model.model_name,
                 prompt_version=PROMPT_VERSION,
-                policy_version=s.policy.version,
+                policy_version=policy.version,
                 trace_id=uuid.uuid4().hex,
-                audit=[_run_event(run_id, principal, s.policy.version, s.model.model_name, s.clock())],
+                audit=[_run_event(run_id, principal, policy.version, s.model.model_name, s.clock())],
             )
+        else:
+            policy = await s.pinned_policy(run.policy_version)
         # Every log line from here on carries the run's trace (structured JSON logs).
         structlog.contextvars.bind_contextvars(trace_id=run.trace_id, run_id=run.id, conversation_id=conv.id)
         state = await s.conversations.turn_state(conv.id, run.id)
@@ -255,6 +258,7 @@ class Host:
             model=s.model,
             history=history,
             facts=facts,
+            policy=policy,
             now=s.clock(),
             tokens_before=state.tokens_used,
             customer_tokens_before=await self.customer_tokens_today(principal),
@@ -333,7 +337,7 @@ async def _propose(turn: Turn, p: Proposed, origin: str) -> str:
         args_hash=p.hash,
         principal=turn.principal.key,
         step=turn.facts.step,
-        policy_version=turn.services.policy.version,
+        policy_version=turn.policy.version,
     )
     event = turn.event("proposal", proposal_id=prop_id, tool=p.tool, args_hash=p.hash, data={"origin": origin})
     await turn.commit(

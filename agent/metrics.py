@@ -199,6 +199,35 @@ class Metrics:
             "signoff_reconciliations", "Stuck ledger rows reconciled, by result.", ["result"], registry=r
         )
         self.db_errors = Counter("signoff_database_errors", "Database outages met, by kind.", ["kind"], registry=r)
+        self._rollout_metrics(r)
+
+    def _rollout_metrics(self, r: CollectorRegistry) -> None:
+        """The rollout report's figures per unit (channel, kind, tool), read at scrape time at most
+        every few minutes (``agent.rollout_metrics``)."""
+        unit = ["channel", "kind", "tool"]
+        self.rollout_proposed = Gauge(
+            "signoff_rollout_proposed", "Shadow proposals in the report window, per unit.", unit, registry=r
+        )
+        self.rollout_agreement = Gauge(
+            "signoff_rollout_agreement",
+            "Share of shadow proposals staff then carried out with the same arguments (0..1), per unit.",
+            unit,
+            registry=r,
+        )
+        self.rollout_misses = Gauge(
+            "signoff_rollout_misses",
+            "Staff actions in shadow conversations the agent proposed nothing for.",
+            unit,
+            registry=r,
+        )
+        self.rollout_false_actions = Gauge(
+            "signoff_rollout_false_actions",
+            "Shadow proposals staff did something else about, or nothing, within the matching window.",
+            unit,
+            registry=r,
+        )
+        #: When the rollout gauges were last computed (``time.monotonic``), ``None``: never.
+        self.rollout_read_at: float | None = None
 
     # -- audit events ------------------------------------------------------------------
     def observe(self, events: list[Any]) -> None:

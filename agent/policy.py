@@ -115,9 +115,23 @@ class Advance(_Strict):
     min_agreement: float = Field(default=0.95, ge=0, le=1, strict=True)
 
 
+class UnitStages(_Strict):
+    """One channel and principal kind staged tool by tool: ``stage`` for every tool not listed
+    (``None``: ``rollout.default``), ``tools`` for those that moved on their own
+    (``rollout.channels.api.customer.tools.issue_refund: assist``)."""
+
+    stage: Stage | None = None
+    tools: dict[str, Stage] = Field(default_factory=dict)
+
+    def __str__(self) -> str:
+        own = ", ".join(f"{tool}={stage}" for tool, stage in sorted(self.tools.items()))
+        return f"{self.stage or '(default)'}" + (f" ({own})" if own else "")
+
+
 class Rollout(_Strict):
     default: Stage
-    channels: dict[str, dict[StagedKind, Stage]]
+    #: Per channel and principal kind: a stage, or :class:`UnitStages` (a stage per tool).
+    channels: dict[str, dict[StagedKind, Stage | UnitStages]]
     enabled_actions: frozenset[str]
     advance: Advance = Field(default_factory=Advance)
 
@@ -169,10 +183,16 @@ class Policy(_Strict):
     def expiry_s(self, tool: str) -> int:
         return self.approval_expiry_s.get(tool, self.approval_expiry_s.get("default", 86400))
 
-    def stage(self, channel: str, kind: PrincipalKind) -> Stage:
+    def stage(self, channel: str, kind: PrincipalKind, tool: str | None = None) -> Stage:
+        """How far the agent may go for ``kind`` on ``channel`` (with ``tool``: that tool's own
+        stage where the policy sets one, else the channel and kind's)."""
         if kind == "system":
             return "full"
-        return self.rollout.channels.get(channel, {}).get(kind, self.rollout.default)
+        set_ = self.rollout.channels.get(channel, {}).get(kind)
+        if isinstance(set_, UnitStages):
+            own = set_.tools.get(tool) if tool is not None else None
+            return own or set_.stage or self.rollout.default
+        return set_ or self.rollout.default
 
     def rules(self) -> Rules:
         lim = self.limits

@@ -23,8 +23,9 @@ from typing import Any, Literal
 
 from agent.errors import ConfigError
 from agent.policy import Policy, parse_policy, read_policy_text
+from agent.policy_versions import order_refusal
 from storage.audit import AuditEvent, AuditLog, sha256_hex
-from storage.policies import APPLIED, PROPOSED, NewPolicyVersion, PolicyEvent, PolicyVersion, PolicyVersions
+from storage.policies import APPLIED, AT_START, PROPOSED, NewPolicyVersion, PolicyEvent, PolicyVersion, PolicyVersions
 
 log = logging.getLogger(__name__)
 
@@ -185,10 +186,13 @@ class PolicyRefused(Exception):
     """An apply that must not happen (nothing was stored); the message says why."""
 
 
-def refusal(active: ActivePolicy, new: Policy, new_text: str, earlier: list[PolicyVersion]) -> str | None:
+def refusal(
+    active: ActivePolicy, new: Policy, new_text: str, earlier: list[PolicyVersion], recorded: list[PolicyVersion]
+) -> str | None:
     """Why ``new`` must not be applied over ``active`` (``None``: it may).
 
-    ``earlier``: the applied rows that carried ``new.version`` before."""
+    ``earlier``: the rows that carried ``new.version`` before (applied, or recorded at start-up);
+    ``recorded``: every row (versions are ordered: a lower one is refused)."""
     sha = sha256_hex(new_text)
     if active.source == "database" and sha == active.sha256:
         return f"nothing changed: this is the active policy (version {new.version}, {active.where})"
@@ -199,12 +203,13 @@ def refusal(active: ActivePolicy, new: Policy, new_text: str, earlier: list[Poli
         )
     clash = next((r for r in earlier if r.sha256 != sha), None)
     if clash is not None:
+        how = "in force at start-up" if clash.applied_by == AT_START else "applied before"
         return (
-            f"version {new.version!r} was applied before with different content "
+            f"version {new.version!r} was {how} with different content "
             f"(policy_versions #{clash.id}, {clash.applied_at:%Y-%m-%d %H:%M}Z, sha256 {clash.sha256[:12]}…): "
             "choose a new version"
         )
-    return None
+    return order_refusal(new.version, new_text, recorded, active=(active.policy.version, active.where))
 
 
 def needs_second_supervisor(delta: list[Change]) -> bool:
@@ -232,7 +237,7 @@ async def apply_policy(
     policy = parse_policy(new.yaml, source=source, setting="")
     if policy.version != new.version:
         raise AssertionError("NewPolicyVersion.version must be the file's version")
-    why = refusal(active, policy, new.yaml, await versions.with_version(policy.version))
+    why = refusal(active, policy, new.yaml, await versions.with_version(policy.version), await versions.history(10_000))
     if why is not None:
         raise PolicyRefused(why)
     delta = changes(active.policy, policy)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from agent.executor import Executor
@@ -12,6 +13,7 @@ from agent.knowledge import KnowledgeSearch
 from agent.llm.base import ModelClient
 from agent.notify import Notifier, RecordingNotifier
 from agent.policy import Policy, load_policy
+from agent.policy_versions import stored_version
 from storage.audit import AuditLog
 from storage.conversations import ConversationRepo
 from storage.db import Database
@@ -27,6 +29,8 @@ from storage.records import wall_clock
 from tools.backend import CommerceBackend
 from tools.catalogue import build_registry, supported_by
 from tools.registry import Registry
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,13 +63,33 @@ class Services:
     knowledge: KnowledgeSearch
     #: What each principal used across conversations (the per-principal limits).
     usage: UsageCounts
+    #: Every policy version this process has held or read, by version string (runs pin theirs).
+    known_policies: dict[str, Policy] = field(default_factory=dict)
 
     def use_policy(self, policy: Policy) -> None:
         """Put ``policy`` in force (a newly applied version, ``agent.policy_store.PolicyRefresher``):
-        every later decision and audit event reads it; a step already judged keeps its verdict.
-        The one field that changes after start, swapped together with the gatekeeper's."""
+        every run started later reads it; a run already going keeps the version it started with
+        (:meth:`pinned_policy`). The one field that changes after start, swapped together with
+        the gatekeeper's."""
+        self.known_policies.setdefault(self.policy.version, self.policy)
+        self.known_policies[policy.version] = policy
         object.__setattr__(self, "policy", policy)
         self.gatekeeper.policy = policy
+
+    async def pinned_policy(self, version: str) -> Policy:
+        """The policy a run started with: one this process held, else the stored row of that version
+        (a version string names one text: reuse with other content is refused). A version nowhere to
+        be found (a run from before versions were recorded) is judged under the one in force."""
+        if version == self.policy.version:
+            return self.policy
+        found = self.known_policies.get(version) or await stored_version(self.db, version)
+        if found is None:
+            log.warning(
+                "policy version %s of a running run is not stored; it continues under %s", version, self.policy.version
+            )
+            return self.policy
+        self.known_policies[version] = found
+        return found
 
 
 def build_services(

@@ -128,7 +128,7 @@ async def run_tools(turn: Turn, response: ModelResponse | None, uses: list[ToolU
             args_hash=args_hash(str(u.get("name")), u.get("input")),
             principal=turn.principal.key,
             step=turn.facts.step,
-            policy_version=turn.services.policy.version,
+            policy_version=turn.policy.version,
         )
         for u in uses
         if u["id"] not in known
@@ -235,7 +235,9 @@ async def decide(
         held = await turn.services.ledger.by_proposal(proposal_id)
         if held is not None:
             return Execute(key=held.key)
-    return await turn.services.gatekeeper.judge(p, turn.facts, ctx, approval=approval, dedup=dedup, key=key)
+    return await turn.services.gatekeeper.judge(
+        p, turn.facts, ctx, approval=approval, dedup=dedup, key=key, policy=turn.policy
+    )
 
 
 def money_lock(turn: Turn, tool: str) -> AbstractAsyncContextManager[None]:
@@ -370,7 +372,7 @@ def tool_context(turn: Turn, proposal_id: str | None = None) -> ToolContext:
         knowledge=turn.services.knowledge,
         case=TurnDesk(turn),
         run=TurnControl(turn),
-        rules=turn.services.policy.rules(),
+        rules=turn.policy.rules(),
         now=turn.now,
         proposal_id=proposal_id,
     )

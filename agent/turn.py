@@ -19,6 +19,7 @@ from agent.gatekeeper import RunFacts
 from agent.history import merged
 from agent.llm.base import ModelClient, ModelRequest, ModelResponse, ToolSpec
 from agent.outcomes import Outcome, Pending, TurnResult
+from agent.policy import Policy
 from agent.prompt import system_prompt
 from agent.services import Services
 from agent.wording import confirmation_notice
@@ -40,6 +41,9 @@ class Turn:
     history: list[StoredMessage]
     facts: RunFacts
     now: datetime
+    #: The policy version the run started with (C16): every decision, limit and stamp of this
+    #: turn reads it, whatever version is applied meanwhile.
+    policy: Policy
     iterations: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -80,7 +84,7 @@ class Turn:
 
     def check_budgets(self) -> None:
         """Raise when the step cap, the conversation's token budget or the wall-time cap is spent."""
-        limits = self.services.policy.run
+        limits = self.policy.run
         if self.iterations >= limits.max_steps_per_turn:
             raise StepLimitExceeded(f"{self.iterations} steps without an answer")
         if self.tokens_before + self.input_tokens + self.output_tokens >= limits.max_tokens_per_conversation:
@@ -88,7 +92,7 @@ class Turn:
         spent = self.input_tokens + self.output_tokens
         if (
             self.customer_tokens_before is not None
-            and self.customer_tokens_before + spent >= self.services.policy.customer.max_model_tokens_per_day
+            and self.customer_tokens_before + spent >= self.policy.customer.max_model_tokens_per_day
         ):
             raise BudgetExceeded("the customer's model tokens for today are spent")
         if time.monotonic() - self.started > limits.max_seconds_per_turn:
@@ -202,7 +206,7 @@ class Turn:
             principal=self.principal.key,
             model=self.run.model,
             prompt_version=self.run.prompt_version,
-            policy_version=self.services.policy.version,
+            policy_version=self.policy.version,
             **fields,
         )
 

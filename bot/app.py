@@ -21,6 +21,7 @@ from agent.notify import LogNotifier, Notifier, RoutingNotifier
 from agent.people import load_people_file
 from agent.policy import Policy
 from agent.policy_store import REFRESH_EVERY_S, ActivePolicy, PolicyRefresher, active_policy
+from agent.policy_versions import record_start
 from agent.runtime import Runtime
 from agent.services import Services, build_services
 from agent.tracing import TracedModel
@@ -231,6 +232,16 @@ class App:
         await handler(item)
 
 
+async def start_policy(db: Database, settings: Settings) -> ActivePolicy:
+    """The policy in force at start; a file or bundled one is recorded under its version the
+    first time it is seen (that version string then names this text for good)."""
+    active = await active_policy(PolicyVersions(db), settings.signoff_policy_file)
+    if active.source != "database":
+        await record_start(PolicyVersions(db), active.policy.version, active.yaml, source=active.where)
+    log.info("policy %s from %s (%s)", active.policy.version, active.where, active.source)
+    return active
+
+
 #: Every face, one line each (a folder under bot/ and its line here): its factory reads its own
 #: settings and builds it over a :class:`~bot.faces.FaceKit`, or says it is not configured.
 FACES: tuple[FaceFactory, ...] = (
@@ -258,8 +269,7 @@ async def create_app(
     db = await open_database(settings)
     # OTEL_* are the OpenTelemetry SDK's own variables; this root only asks whether to export.
     tracing = install_tracing(os.environ, db)
-    active = await active_policy(PolicyVersions(db), settings.signoff_policy_file)
-    log.info("policy %s from %s (%s)", active.policy.version, active.where, active.source)
+    active = await start_policy(db, settings)
     metrics = Metrics(known_tools=build_registry().tools)
     instrumented = TracedModel(
         InstrumentedModel(model or build_model(settings, metrics), metrics), provider=settings.provider

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from agent import queries
+from agent import queries, rollout_metrics
 from bot.api import routes as api
 from bot.api import wording as say
 from bot.api.auth import AuthConfig, Authenticator
@@ -128,6 +128,10 @@ async def _read_audit_head(app: App) -> None:
         app.metrics.audit_head_seq.set(await app.services.audit.head_seq())
     except Exception:
         log.warning("audit head not read for /metrics", exc_info=True)
+    try:
+        await rollout_metrics.refresh(app.metrics, app.runtime.s)
+    except Exception:
+        log.warning("rollout figures not read for /metrics", exc_info=True)
 
 
 def make_metrics_app(

@@ -34,7 +34,12 @@ _EVENTS = cast(Table, AuditEventRow.__table__)
 APPLIED = "policy.applied"
 #: A change one supervisor made that waits for a second (approvers, ceilings, rollout).
 PROPOSED = "policy.proposed"
-POLICY_EVENTS = (APPLIED, PROPOSED)
+#: The version a process started with (the policy file or the bundled default) seen for the first
+#: time: its row records that text under that version string, never in force through this event.
+RECORDED = "policy.recorded"
+POLICY_EVENTS = (APPLIED, PROPOSED, RECORDED)
+#: ``applied_by`` of a row :meth:`PolicyVersions.record_seen` stored.
+AT_START = "(start-up)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,6 +160,19 @@ class PolicyVersions:
         (``policy.applied`` puts it in force; ``policy.proposed`` waits for a second supervisor),
         in one transaction. Raises :class:`PolicyMoved` (storing nothing) when another version
         came into force meanwhile."""
+        try:
+            return await self._insert(new, in_force, audit, check=True)
+        except IntegrityError:  # a concurrent apply took the same id first
+            raise PolicyMoved("another policy version was applied meanwhile; run it again") from None
+
+    async def _insert(
+        self,
+        new: NewPolicyVersion,
+        in_force: PolicyVersion | None,
+        audit: Callable[[int, datetime], AuditEvent],
+        *,
+        check: bool = False,
+    ) -> PolicyVersion:
         now = self._clock()
         values: dict[str, object] = {
             "version": new.version,
@@ -168,17 +186,35 @@ class PolicyVersions:
         expected = in_force.id if in_force is not None else None
 
         def _add(conn: Connection, ctx: WriteContext) -> int:
-            _check_in_force(conn, expected)
+            if check:
+                _check_in_force(conn, expected)
             row_id = int(conn.execute(select(func.max(_VERSIONS.c.id))).scalar() or 0) + 1
             conn.execute(insert(_VERSIONS), {**values, "id": row_id})
             _append(conn, ctx, audit(row_id, now))
             return row_id
 
-        try:
-            row_id = await self._db.write(_add)
-        except IntegrityError:  # a concurrent apply took the same id first
-            raise PolicyMoved("another policy version was applied meanwhile; run it again") from None
+        row_id = await self._db.write(_add)
         return PolicyVersion(id=row_id, **{**values, "applied_at": utc(now)})  # type: ignore[arg-type]
+
+    async def record_seen(self, version: str, text: str, *, source: str) -> PolicyVersion:
+        """The row holding ``version``: the one stored (whatever its text: the caller compares the
+        sha256), else a new row for ``text`` with its ``policy.recorded`` audit event, in one
+        transaction (two processes starting at once store it once)."""
+        new = NewPolicyVersion(version=version, yaml=text, applied_by=AT_START, operator=source[-64:])
+
+        def event(row_id: int, at: datetime) -> AuditEvent:
+            data = {"row": row_id, "sha256": new.sha256, "version": version, "source": source}
+            return AuditEvent(kind=RECORDED, principal="system", policy_version=version, ts=at, data=data)
+
+        for _ in range(3):
+            rows = await self.with_version(version)
+            if rows:
+                return rows[-1]
+            try:
+                return await self._insert(new, None, event)
+            except IntegrityError:  # another process stored a row first: read it
+                continue
+        raise PolicyMoved("policy_versions kept moving while recording the start-up version")
 
     async def record(self, *, in_force: PolicyVersion | None, event: AuditEvent) -> None:
         """Append ``event`` (a second supervisor's ``policy.applied`` of a proposed row) if the
@@ -212,4 +248,14 @@ def _event(seq: int, kind: str, data: Any) -> PolicyEvent | None:
     return PolicyEvent(seq=seq, kind=kind, row=data["row"], sha256=data["sha256"], data=data)
 
 
-__all__ = ["APPLIED", "PROPOSED", "NewPolicyVersion", "PolicyEvent", "PolicyMoved", "PolicyVersion", "PolicyVersions"]
+__all__ = [
+    "APPLIED",
+    "AT_START",
+    "PROPOSED",
+    "RECORDED",
+    "NewPolicyVersion",
+    "PolicyEvent",
+    "PolicyMoved",
+    "PolicyVersion",
+    "PolicyVersions",
+]

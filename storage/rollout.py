@@ -15,17 +15,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, func, or_, select
+from sqlalchemy import Connection, Table, case, func, literal, null, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from storage.audit import utc
 from storage.db import Database
-from storage.models import ConversationRow, MessageRow, OutsideStaffActionRow, ProposalRow
+from storage.models import ConversationRow, MessageRow, OutsideStaffActionRow, ProposalRow, RunRow
 
 _P = cast(Table, ProposalRow.__table__)
 _C = cast(Table, ConversationRow.__table__)
 _M = cast(Table, MessageRow.__table__)
 _O = cast(Table, OutsideStaffActionRow.__table__)
+_R = cast(Table, RunRow.__table__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +42,8 @@ class ShadowProposal:
     principal_kind: str
     customer_id: str | None
     policy_version: str
+    #: What the gate answered (``would_need``: ``approval`` or ``execute`` had it not been shadow).
+    result: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +56,23 @@ class StaffAction:
     created_at: datetime
     principal: str
     customer_id: str | None
+    #: ``signoff`` (assist, approvals, the CLI), or where the shop told us: ``shopify`` (its
+    #: webhooks), ``sandbox`` (``signoff store admin``).
+    source: str = "signoff"
+    #: The signoff conversation it was taken in (``None``: outside signoff).
+    conversation_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationFacts:
+    """A conversation active in the window: its unit, customer, start, whether it escalated."""
+
+    id: str
+    channel: str
+    principal_kind: str
+    customer_id: str | None
+    started_at: datetime
+    escalated: bool
 
 
 class RolloutFacts:
@@ -71,6 +91,7 @@ class RolloutFacts:
                 _P.c.arguments,
                 _P.c.created_at,
                 _P.c.policy_version,
+                _P.c.result,
                 _C.c.channel,
                 _C.c.principal_kind,
                 _C.c.customer_id,
@@ -96,6 +117,8 @@ class RolloutFacts:
                 _P.c.created_at,
                 _P.c.principal,
                 _C.c.customer_id,
+                literal("signoff").label("source"),
+                _P.c.conversation_id,
             )
             .join(_C, _C.c.id == _P.c.conversation_id)
             .where(
@@ -109,12 +132,38 @@ class RolloutFacts:
             .order_by(_P.c.created_at, _P.c.id)
         )
         outside = select(
-            _O.c.id.label("proposal_id"), _O.c.tool, _O.c.arguments, _O.c.created_at, _O.c.principal, _O.c.customer_id
+            _O.c.id.label("proposal_id"), _O.c.tool, _O.c.arguments, _O.c.created_at, _O.c.principal,
+            _O.c.customer_id, _O.c.source, null().label("conversation_id"),
         ).where(_O.c.tool.in_(names), _O.c.created_at >= since, _O.c.created_at <= until)  # fmt: skip
         async with self._db.reader() as s:
             rows = [*(await s.execute(stmt)).all(), *(await s.execute(outside)).all()]
         actions = [StaffAction(**{**r._mapping, "created_at": utc(r.created_at)}) for r in rows]
         return sorted(actions, key=lambda a: (a.created_at, a.proposal_id))
+
+    async def conversations(self, *, since: datetime, until: datetime) -> list[ConversationFacts]:
+        """Every conversation with a run started in ``[since, until]``: its first run's start, and
+        whether any of its runs escalated (oldest first)."""
+        escalated = func.max(case((_R.c.status == "escalated", 1), else_=0))
+        stmt = (
+            select(
+                _C.c.id,
+                _C.c.channel,
+                _C.c.principal_kind,
+                _C.c.customer_id,
+                func.min(_R.c.created_at).label("started_at"),
+                escalated.label("escalated"),
+            )
+            .join(_R, _R.c.conversation_id == _C.c.id)
+            .where(_R.c.created_at >= since, _R.c.created_at <= until)
+            .group_by(_C.c.id, _C.c.channel, _C.c.principal_kind, _C.c.customer_id)
+            .order_by("started_at", _C.c.id)
+        )
+        async with self._db.reader() as s:
+            rows = (await s.execute(stmt)).all()
+        return [
+            ConversationFacts(**{**r._mapping, "started_at": utc(r.started_at), "escalated": bool(r.escalated)})
+            for r in rows
+        ]
 
     async def outside_counts(self, *, since: datetime, until: datetime) -> dict[str, int]:
         """Staff actions made outside signoff (the shop's admin) in ``[since, until]``, by tool."""
@@ -147,7 +196,7 @@ class RolloutFacts:
         return out
 
 
-__all__ = ["RolloutFacts", "ShadowProposal", "StaffAction"]
+__all__ = ["ConversationFacts", "RolloutFacts", "ShadowProposal", "StaffAction"]
 
 
 class OutsideActions:

@@ -27,7 +27,7 @@ from tests.gatekeeper_kit import make_env
 from tests.test_policy_versions import V2, _bundled, _edit, _stored, _version, _write, cli, tok  # noqa: F401
 
 LIFTED = _edit(
-    _version(_bundled(), "evil-1"),
+    _version(_bundled(), "2027.2"),
     ("rep: {USD: 20000, EUR: 20000, GBP: 16000}", "rep: {USD: 999999999, EUR: 20000, GBP: 16000}"),
 )
 WINDOW = _edit(_version(_bundled(), "2027.3"), ("refund_window_days: 30", "refund_window_days: 45"))
@@ -90,7 +90,7 @@ def test_ceilings_approvers_and_rollout_need_a_second_different_supervisor(
     assert "S-3 proposed policy_versions #1; another supervisor must approve it" in capsys.readouterr().err
     assert _stored() == (1, ["policy.proposed"])
     assert main(["policy", "approve", "1", "--token", tok("S-4")]) == 0
-    assert _active_version() == "evil-1"
+    assert _active_version() == "2027.2"
     assert main(["policy", "approve", "1", "--token", tok("S-4")]) == 1  # not pending any more
     assert "not a proposal waiting" in capsys.readouterr().err
     approvers = _edit(
@@ -99,7 +99,7 @@ def test_ceilings_approvers_and_rollout_need_a_second_different_supervisor(
     )
     assert main(["policy", "apply", str(_write(cli, "a.yaml", approvers)), "--token", tok("S-4")]) == 0
     assert "policy.proposed" in capsys.readouterr().out
-    assert _active_version() == "evil-1"
+    assert _active_version() == "2027.2"
 
 
 def test_a_proposal_made_against_an_older_policy_is_not_approved(cli: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -119,7 +119,7 @@ async def test_a_row_inserted_straight_into_the_table_is_ignored_and_logged(
     refresher = PolicyRefresher(versions, env.services.use_policy, seen_id=None, every_s=0.05)
     row = {
         "id": 1,
-        "version": "evil-1",
+        "version": "2027.2",
         "yaml": LIFTED,
         "sha256": sha256_hex(LIFTED),
         "applied_at": env.clock.now,

@@ -223,7 +223,7 @@ def test_the_audit_event_says_what_changed_and_who(cli: Path) -> None:
 
 
 def test_the_applied_version_wins_over_the_file_at_start(cli: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SIGNOFF_POLICY_FILE", str(_write(cli, "file.yaml", _version(_bundled(), "file-1"))))
+    monkeypatch.setenv("SIGNOFF_POLICY_FILE", str(_write(cli, "file.yaml", _version(_bundled(), "2026.12.20"))))
 
     async def start() -> tuple[str, str, str]:
         app = await create_app(load_settings(), seed=False)
@@ -233,10 +233,11 @@ def test_the_applied_version_wins_over_the_file_at_start(cli: Path, monkeypatch:
         finally:
             await app.close()
 
-    assert asyncio.run(start()) == ("file", "file-1", "file-1")
+    assert asyncio.run(start()) == ("file", "2026.12.20", "2026.12.20")
     assert main(["policy", "apply", str(_write(cli, "v2.yaml", V2)), "--token", tok("S-3")]) == 0
-    assert asyncio.run(start()) == ("file", "file-1", "file-1")  # proposed, not yet in force
-    assert main(["policy", "approve", "1", "--token", tok("S-4")]) == 0
+    assert asyncio.run(start()) == ("file", "2026.12.20", "2026.12.20")  # proposed, not yet in force
+    # row #1 records the start-up version (policy.recorded); the proposal is #2
+    assert main(["policy", "approve", "2", "--token", tok("S-4")]) == 0
     assert asyncio.run(start()) == ("database", "2027.1", "2027.1")
 
 
@@ -286,13 +287,14 @@ async def test_a_running_runtime_takes_a_newly_applied_version(any_db: Database)
 async def test_a_stale_apply_is_refused_and_stores_nothing(any_db: Database) -> None:
     versions = PolicyVersions(any_db)
     before = await active_policy(versions, None)
-    other = NewPolicyVersion(version="2027.5", yaml=_version(_bundled(), "2027.5"), applied_by="S-3", operator="t")
+    lower = "2026.12.9"  # above the bundled version, below V2's
+    other = NewPolicyVersion(version=lower, yaml=_version(_bundled(), lower), applied_by="S-3", operator="t")
     await apply_policy(versions, before, other, source="o.yaml")
     # a second apply computed against the old active policy (another operator, at the same time)
     v2 = NewPolicyVersion(version="2027.1", yaml=V2, applied_by="S-4", operator="t")
     with pytest.raises(PolicyMoved):
         await apply_policy(versions, before, v2, source="v2.yaml")
-    assert [r.version for r in await versions.history()] == ["2027.5"]
+    assert [r.version for r in await versions.history()] == ["2026.12.9"]
     assert [e.kind for e in await AuditLog(any_db).list(limit=10)] == ["policy.applied"]
     assert (await AuditLog(any_db).verify()).ok
     with pytest.raises(PolicyRefused):

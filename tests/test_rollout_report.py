@@ -16,7 +16,8 @@ import pytest
 from agent.errors import ConfigError
 from agent.planner import DemoPlanner
 from agent.policy import Policy
-from agent.rollout import Report, as_json, build_report, parse_since, render
+from agent.rollout import Report, build_report, parse_since
+from agent.rollout_render import as_json, render
 from bot.cli import main
 from storage.audit import sha256_hex
 from storage.conversations import ConversationRepo
@@ -188,7 +189,7 @@ async def test_scripted_shadow_proposals_against_staff_actions(any_db: Database)
     # shadow surfaces the policy names are listed even with nothing recorded; stages come from the policy
     assert {(r.channel, r.kind) for r in report.tools} == {("slack", "customer")}
     text = render(report)
-    assert "slack/customer issue_refund" in text and "not yet: agreement 33.3% < 50%" in text
+    assert "slack/customer/issue_refund" in text and "not yet: agreement 33.3% < 50%" in text
     data = as_json(report)
     assert data["advance"] == {"min_samples": 3, "min_agreement": 0.5}
     row = next(t for t in data["tools"] if t["tool"] == "issue_refund")
@@ -196,14 +197,23 @@ async def test_scripted_shadow_proposals_against_staff_actions(any_db: Database)
         "channel": "slack",
         "principal_kind": "customer",
         "tool": "issue_refund",
+        "unit": "slack/customer/issue_refund",
         "stage": "shadow",
         "next_stage": "assist",
         "proposed": 3,
         "staff_did_same": 2,
         "same_arguments": 1,
         "agreement": None,
+        "false_actions": 1,
+        "misses": 0,
+        "would_need_approval": 0,
+        "agent_would_have_moved_minor": {"USD": 10000},
+        "staff_moved_minor": {"USD": 7000},
         "verdict": "not yet: agreement 33.3% < 50%",
     }
+    # the rep's cancellation of O-1063 came before the agent's proposal, inside the window of C-9's
+    # shadow conversation: a miss (and the proposal, which nothing answered, a false action)
+    assert (cancels.figures.misses, cancels.figures.false_actions) == (1, 1)
     assert row["agreement"] == pytest.approx(1 / 3, abs=1e-4)
 
 
@@ -307,7 +317,7 @@ def test_cli_report_text_json_and_a_bad_since(
     capsys.readouterr()
     assert main(["rollout", "report", "--since", "7d"]) == 0
     out = capsys.readouterr().out
-    assert "slack/customer -" in out and "not yet: 0/50 samples" in out
+    assert "slack/customer/-" in out and "not yet: 0/50 samples" in out
     assert main(["rollout", "report", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["tools"][0]["verdict"] == "not yet: 0/50 samples"

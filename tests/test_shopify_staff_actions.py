@@ -11,7 +11,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import func, select
 
-from agent.rollout import build_report, render
+from agent.rollout import build_report
+from agent.rollout_render import render
 from bot.app import App, create_app
 from bot.server import make_web_app
 from bot.settings import load_settings

@@ -62,7 +62,7 @@ def _run_commands(sub: Subparsers) -> None:
 
 
 def _data_commands(sub: Subparsers) -> None:
-    """``db upgrade``, ``store load|export``."""
+    """``db upgrade``, ``store load|export|admin``."""
     db = sub.add_parser("db", help="database migrations")
     db_sub = db.add_subparsers(dest="db_command", required=True)
     db_sub.add_parser(
@@ -82,6 +82,9 @@ def _data_commands(sub: Subparsers) -> None:
     )
     export = store_sub.add_parser("export", help="the store's current state in the dataset format")
     export.add_argument("--out", type=Path)
+    from bot.cli import store_admin
+
+    store_admin.add_parser(store_sub)
 
 
 def _approval_commands(sub: Subparsers) -> None:
@@ -171,7 +174,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
         case "token":
             return await _token(settings, args)
         case "policy" | "rollout":
-            from bot.cli.policy import policy_command, rollout_command
+            from bot.cli.policy import policy_command
+            from bot.cli.rollout import rollout_command
 
             return await (policy_command if args.command == "policy" else rollout_command)(settings, args)
         case "teams" | "jobs" | "knowledge" | "shopify":
@@ -268,6 +272,10 @@ async def _store(settings: Settings, args: argparse.Namespace) -> int:
 
     db = create_database(settings.signoff_database_url)
     try:
+        if args.store_command == "admin":
+            from bot.cli.store_admin import admin_command
+
+            return await admin_command(settings, db, args)
         if args.store_command == "load":
             try:
                 dataset = load_dataset_file(args.file)

@@ -1,4 +1,5 @@
-"""``signoff policy show|diff|apply|approve`` (the versioned, audited policy) and ``signoff rollout report``.
+"""``signoff policy show|diff|apply|approve`` (the versioned, audited policy); ``signoff rollout`` is
+:mod:`bot.cli.rollout`.
 
 Whoever applies or approves is authenticated: a supervisor's JWT (``--token`` or
 ``SIGNOFF_STAFF_TOKEN``), verified exactly as the HTTP API verifies it (``bot.api.auth``),
@@ -8,7 +9,6 @@ waits for a second, different supervisor's ``approve``."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -26,18 +26,18 @@ from agent.policy_store import (
     refusal,
     unified_diff,
 )
+from bot.cli import rollout as rollout_cli
 from bot.settings import Settings, reveal
 from storage.audit import AuditLog
 from storage.db import Database, create_database
 from storage.policies import NewPolicyVersion, PolicyMoved, PolicyVersions
-from storage.records import wall_clock
 
 #: Who may apply a policy (a staff member in the store with this role).
 APPLIER_ROLE = "supervisor"
 
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``policy show|diff|apply`` and ``rollout report``."""
+    """``policy show|diff|apply|approve``, and ``rollout report|advance``."""
     pol = sub.add_parser("policy", help="the versioned policy: show the active one, diff or apply a file (audited)")
     pol_sub = pol.add_subparsers(dest="policy_command", required=True)
     show = pol_sub.add_parser("show", help="the active policy: version, source, applied at/by, recent versions")
@@ -55,13 +55,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     approve.add_argument("id", type=int, help="the proposal's policy_versions id (policy show lists them)")
     _token_argument(approve)
 
-    rollout = sub.add_parser("rollout", help="rollout stages (C16)")
-    rollout_sub = rollout.add_subparsers(dest="rollout_command", required=True)
-    report = rollout_sub.add_parser(
-        "report", help="shadow proposals vs what staff did, per intent and tool, and the stage thresholds"
-    )
-    report.add_argument("--since", default="30d", help="a duration (90m, 24h, 7d, 2w) or an ISO date/time; default 30d")
-    report.add_argument("--json", action="store_true", help="the report as JSON")
+    rollout_cli.add_parsers(sub)
 
 
 def _token_argument(p: argparse.ArgumentParser) -> None:
@@ -137,7 +131,7 @@ def _diff(active: ActivePolicy, path: Path) -> int:
         print("no setting changes" + ("" if text == active.yaml else " (the text differs: comments or layout)"))
     for c in delta:
         print(f"  {c.line()}")
-    why = refusal(active, new, text, [])
+    why = refusal(active, new, text, [], [])
     if why is not None:
         print(f"apply would be refused: {why}")
     patch = unified_diff(active.yaml, text, old_name=f"active ({active.where})", new_name=str(path))
@@ -231,26 +225,4 @@ async def _approve(
         f"approved policy {row.version} (policy_versions #{row.id}, proposed by {row.applied_by}) by {staff_id}: "
         f"in force now; running serve/worker processes take it within {REFRESH_EVERY_S:.0f} s"
     )
-    return 0
-
-
-async def rollout_command(settings: Settings, args: argparse.Namespace) -> int:
-    from agent.rollout import as_json, build_report, parse_since, render
-    from storage.rollout import RolloutFacts
-    from tools.catalogue import build_registry
-
-    now = wall_clock()
-    since = parse_since(args.since, now)
-    db = create_database(settings.signoff_database_url)
-    try:
-        active = await active_policy(PolicyVersions(db), settings.signoff_policy_file)
-        report = await build_report(
-            RolloutFacts(db), registry=build_registry(), policy=active.policy, since=since, until=now
-        )
-    finally:
-        await db.dispose()
-    if args.json:
-        print(json.dumps(as_json(report), indent=2))
-    else:
-        sys.stdout.write(render(report))
     return 0
