@@ -10,8 +10,10 @@ from typing import Any, cast
 
 import pytest
 from sqlalchemy import Table, delete, insert, select, text, update
+from sqlalchemy import event as sa_event
 from sqlalchemy.exc import DBAPIError
 
+from storage import fastsql
 from storage.audit import (
     GENESIS_HASH,
     PG_AUDIT_GUARD_DROP_SQL,
@@ -21,6 +23,7 @@ from storage.audit import (
     VerifyResult,
     append_audit,
     append_audit_many,
+    append_audit_sync,
     canonical_json,
     chain_hash,
     genesis,
@@ -436,3 +439,60 @@ async def test_pg_head_guard_refuses_rewinding_forging_and_removing_the_head(
             await s.execute(text(sql))
     assert (await AuditLog(pg_db).verify()).count == 3
     assert await AuditLog(pg_db).append(ev(4)) == 4
+
+
+# ------------------------------------------------------------------ no single hot row
+
+
+def _runs_in_other_partitions(n: int) -> list[str]:
+    """``n`` run ids whose events land in ``n`` different partitions."""
+    found: dict[int, str] = {}
+    i = 0
+    while len(found) < n:
+        found.setdefault(partition_of(f"run_{i}"), f"run_{i}")
+        i += 1
+    return list(found.values())
+
+
+async def test_pg_writers_of_different_partitions_never_wait_for_each_other(pg_db: Database) -> None:
+    """A transaction holding its partition's head (uncommitted) does not block an append to
+    another partition (with one head row for the whole log, the second waited until the first
+    committed: here it would hit its lock timeout). Both commit and the log verifies."""
+    first, second = _runs_in_other_partitions(2)
+    async with pg_db.sessions() as holder, holder.begin():
+        await append_audit(holder, ev(1, run_id=first))  # holds first's head row until commit
+        async with pg_db.sessions() as other, other.begin():
+            await other.execute(text("SET LOCAL lock_timeout = '5s'"))
+            await append_audit_many(other, [ev(2, run_id=second), ev(3, run_id=second)])
+    result = await AuditLog(pg_db).verify()
+    assert result.ok and result.count == 3
+
+
+async def test_an_append_with_its_partition_head_cached_is_two_statements(any_db: Database) -> None:
+    """The hot path: one guarded head UPDATE and one bulk INSERT per append, whatever the
+    number of events, once this process wrote the partition's head."""
+    seen: list[str] = []
+    engine = any_db.engine.sync_engine
+    writer = any_db.sync_writer
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        seen.append(statement)
+
+    async def step(i: int) -> None:
+        events = [ev(i, run_id="run_hot"), ev(i + 1, run_id="run_hot"), ev(i + 2, run_id="run_hot")]
+        await any_db.write(lambda conn, ctx: append_audit_sync(conn, events, ctx.audit_head))
+
+    await step(1)  # the first append reads and locks the head
+    engines = [engine, *(writer.engines if writer is not None else [])]
+    for e in engines:
+        sa_event.listen(e, "before_cursor_execute", count)
+    fastsql.TRACE.append(seen.append)
+    try:
+        await step(4)
+    finally:
+        fastsql.TRACE.remove(seen.append)
+        for e in engines:
+            sa_event.remove(e, "before_cursor_execute", count)
+    work = [s for s in seen if s.split()[0].upper() in ("UPDATE", "INSERT", "SELECT")]
+    assert [s.split()[0].upper() for s in work] == ["UPDATE", "INSERT"], seen
+    assert (await AuditLog(any_db).verify()).count == 6
