@@ -356,6 +356,17 @@ async def test_verify_names_an_inserted_row(any_db: Database, valid_hash: bool) 
     assert (result.ok, result.broken_seq, result.count) == (False, N + 1, N)
 
 
+@pytest.mark.parametrize("garble", ["data = '{not json'", "ts = 'not a time'"])
+async def test_verify_names_a_garbled_row_of_a_partition(db: Database, garble: str) -> None:
+    """A row its driver cannot decode (SQLite only: PostgreSQL's types refuse such a value) is
+    broken at its position in its partition, not a traceback."""
+    await build_chain(db)
+    await as_dba(db, lambda s: s.execute(text(f"UPDATE audit_events SET {garble} WHERE part = {PART} AND pseq = 17")))
+    result = await AuditLog(db).verify(batch=BATCH)
+    assert (result.ok, result.part, result.broken_seq, result.count) == (False, PART, 17, 16)
+    assert "garbled" in (result.reason or "")
+
+
 async def as_dba_on_head(db: Database, work: Callable[[Any], Awaitable[None]]) -> None:
     """Run ``work(session)`` with the PostgreSQL head guard switched off."""
     async with db.sessions() as s, s.begin():
