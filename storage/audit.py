@@ -1,17 +1,30 @@
-"""The append-only, hash-chained audit log.
+"""The append-only, hash-chained audit log, in partitions.
 
-Every event's hash covers the previous event's hash and the canonical JSON of
-all its own fields (including ``seq`` and ``ts``), so an edited, deleted,
-reordered or inserted row breaks the chain at a seq that :meth:`AuditLog.verify`
-names. The single ``audit_head`` row holds the last seq and hash: locking it
-serialises appenders, and comparing it with the last row catches a deleted tail.
+Every event belongs to one partition's chain: the events of a run go to the partition its
+run id hashes to (:func:`partition_of`, ``PARTITIONS`` of them), events without a run to
+the root partition (:data:`ROOT`, which also holds every event written before partitions
+existed). An event's hash covers the previous event's hash in its partition and the
+canonical JSON of all its own fields (including its position ``pseq`` and ``ts``); each
+partition's chain starts from its own genesis hash. An edited, deleted, reordered or
+inserted row breaks its partition's chain at a position :meth:`AuditLog.verify` names.
+
+Each partition has one ``audit_head`` row (``id`` = the partition) holding its last
+position and hash: locking it serialises that partition's appenders only, so writers of
+different conversations (and replicas) no longer queue on one row. ``seq`` is the global
+order, assigned by the database (``INTEGER PRIMARY KEY`` on SQLite, a sequence on
+PostgreSQL); within a partition it must grow with the position.
+
+The partitions are joined by ``audit.join`` events in the root partition, each recording
+every partition's head (:meth:`AuditLog.join`, appended before each checkpoint). A signed
+checkpoint of the root head therefore vouches, through the joins it covers, for every
+partition up to the heads they name (:mod:`storage.checkpoints`).
 
 Events are appended inside the caller's transaction so that an event commits
 atomically with the state change it describes. On PostgreSQL a trigger refuses
 UPDATE, DELETE and TRUNCATE of ``audit_events`` (:data:`PG_AUDIT_GUARD_SQL`).
 
 The chain is unkeyed: by itself it proves integrity against edits that leave
-the head alone, not against someone who rewrites rows *and* the head, or
+the heads alone, not against someone who rewrites rows *and* heads, or
 empties the table. Signed checkpoints kept outside the database
 (:mod:`storage.checkpoints`, ``verify(anchors=...)``) close that gap; on
 PostgreSQL the application's role also lacks the privileges to try
@@ -26,6 +39,7 @@ import hashlib
 import json
 import math
 import uuid
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -43,7 +57,6 @@ from storage.models import AuditEventRow, AuditHeadRow
 from storage.records import wall_clock
 
 GENESIS_HASH = "0" * 64
-_HEAD_ID = 1
 _PERSONAL_PREFIX = "signoff/personal/v1\x00"
 _STR_FIELDS = (
     "run_id", "proposal_id", "trace_id", "principal", "tool", "args_hash",
@@ -165,9 +178,12 @@ class AuditEvent:
 
 @dataclass(frozen=True, kw_only=True)
 class AuditRecord(AuditEvent):
-    """A stored audit event with its place in the chain (``ts`` in UTC)."""
+    """A stored audit event: its global ``seq``, its partition ``part`` and position ``pseq``
+    there, and its link in that partition's chain (``ts`` in UTC)."""
 
     seq: int
+    part: int
+    pseq: int
     prev_hash: str
     hash: str
 
@@ -177,8 +193,9 @@ class VerifyResult:
     """Outcome of :meth:`AuditLog.verify`.
 
     ``count`` is the number of rows verified (all when ``ok``, else those
-    before ``broken_seq``, the first seq at which the chain is wrong);
-    ``head_hash`` is the verified chain's last hash, for anchoring elsewhere.
+    before the break); ``broken_seq`` is the position in partition ``part``
+    at which a chain is wrong. ``head_seq`` and ``head_hash`` are the root
+    partition's verified head: what a checkpoint signs.
     """
 
     ok: bool
@@ -186,20 +203,46 @@ class VerifyResult:
     broken_seq: int | None = None
     reason: str | None = None
     head_hash: str | None = None
-    #: The checkpointed seq the log failed to match, when a checkpoint caught it.
+    #: The checkpointed root seq that vouched for what the log failed to match, when one did.
     checkpoint_seq: int | None = None
+    #: The partition of the break (``None`` when ``ok``).
+    part: int | None = None
+    head_seq: int = 0
 
 
-# --------------------------------------------------------------------------- hashing
+# --------------------------------------------------------------------------- partitions and hashing
 
-_HASHED_FIELDS = ("seq", "ts", "kind", *_STR_FIELDS, "latency_ms", "data")
+#: The partition of events without a run, of the joins and of every event from before partitions.
+ROOT = 1
+#: How many partitions runs are spread over (ids ``ROOT + 1`` .. ``ROOT + PARTITIONS``; the
+#: migration creates their head rows, so changing it needs a migration).
+PARTITIONS = 16
+#: The root event that records every other partition's head.
+JOIN_KIND = "audit.join"
+_GENESIS_PREFIX = "signoff/audit-partition/v1\x00"
+_HASHED_FIELDS = ("ts", "kind", *_STR_FIELDS, "latency_ms", "data")
 
 
-def _row_values(seq: int, prev_hash: str, event: AuditEvent) -> dict[str, Any]:
-    """Column values for ``event`` at ``seq``, normalised so they hash identically
-    before insert and after reading back on either database."""
+def partition_of(run_id: str | None) -> int:
+    """The partition a run's events go to (the root for events without a run)."""
+    if run_id is None:
+        return ROOT
+    return ROOT + 1 + zlib.crc32(run_id.encode("utf-8")) % PARTITIONS
+
+
+def genesis(part: int) -> str:
+    """The hash a partition's first event links to (the root's is :data:`GENESIS_HASH`, as
+    the single chain's always was)."""
+    return GENESIS_HASH if part == ROOT else sha256_hex(f"{_GENESIS_PREFIX}{part}")
+
+
+def _row_values(part: int, pseq: int, prev_hash: str, event: AuditEvent) -> dict[str, Any]:
+    """Column values for ``event`` at position ``pseq`` of ``part``, normalised so they hash
+    identically before insert and after reading back on either database (``seq`` is the
+    database's)."""
     values: dict[str, Any] = {name: getattr(event, name) for name in _STR_FIELDS}
-    values["seq"] = seq
+    values["part"] = part
+    values["pseq"] = pseq
     values["kind"] = event.kind
     values["ts"] = utc(event.ts)
     values["latency_ms"] = None if event.latency_ms is None else float(event.latency_ms)
@@ -210,12 +253,14 @@ def _row_values(seq: int, prev_hash: str, event: AuditEvent) -> dict[str, Any]:
 
 
 def chain_hash(prev_hash: str, fields: dict[str, Any]) -> str:
-    """``sha256(prev_hash + canonical_json(event fields incl. seq and ts))``.
+    """``sha256(prev_hash + canonical_json(event fields incl. its position and ts))``.
 
-    ``fields`` may hold extra keys (``prev_hash``, ``hash``); only the event's
-    own fields are hashed.
+    The position is hashed under the name ``seq`` (``fields["pseq"]``): a row written before
+    partitions hashes exactly as it did. ``fields`` may hold extra keys (``prev_hash``,
+    ``hash``, the global ``seq``); only the event's own fields are hashed.
     """
     body = {name: fields[name] for name in _HASHED_FIELDS}
+    body["seq"] = fields["pseq"]
     body["ts"] = iso_utc(body["ts"])
     return sha256_hex(prev_hash + canonical_json(body))
 
@@ -225,60 +270,105 @@ def chain_hash(prev_hash: str, fields: dict[str, Any]) -> str:
 _EVENTS = cast(Table, AuditEventRow.__table__)
 _HEAD = cast(Table, AuditHeadRow.__table__)
 # SQLite ignores FOR UPDATE; there BEGIN IMMEDIATE already holds the write lock.
-_READ_HEAD = prepared(select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == _HEAD_ID).with_for_update())
-_WRITE_HEAD = prepared(update(_HEAD).where(_HEAD.c.id == _HEAD_ID))
+_READ_HEAD = prepared(select(_HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id == bindparam("h_part")).with_for_update())
+_WRITE_HEAD = prepared(
+    update(_HEAD)
+    .where(_HEAD.c.id == bindparam("h_part"))
+    .values(seq=bindparam("h_seq", type_=_HEAD.c.seq.type), hash=bindparam("h_hash", type_=_HEAD.c.hash.type))
+)
 _GUARDED_WRITE_HEAD = prepared(
     _WRITE_HEAD.where(_HEAD.c.seq == bindparam("old_seq"), _HEAD.c.hash == bindparam("old_hash"))
 )
 _INSERT_EVENTS = prepared(insert(_EVENTS))
+_OTHER_HEADS = prepared(select(_HEAD.c.id, _HEAD.c.seq, _HEAD.c.hash).where(_HEAD.c.id != ROOT, _HEAD.c.seq > 0))
+_LAST_JOIN = prepared(
+    select(_EVENTS.c.data)
+    .where(_EVENTS.c.kind == JOIN_KIND, _EVENTS.c.part == ROOT)
+    .order_by(_EVENTS.c.seq.desc())
+    .limit(1)
+)
 
 
-def _lock_head(conn: Connection) -> tuple[int, str]:
-    """Lock the head row (creating it race-safely on first use); return (seq, hash)."""
-    head = conn.execute(_READ_HEAD).first()
+@dataclass(frozen=True, kw_only=True)
+class Appended:
+    """Where an append put its events: positions ``first``..``last`` of partition ``part``."""
+
+    part: int
+    first: int
+    last: int
+
+
+def _lock_head(conn: Connection, part: int) -> tuple[int, str]:
+    """Lock ``part``'s head row (creating it race-safely on first use); return (pseq, hash)."""
+    head = conn.execute(_READ_HEAD, {"h_part": part}).first()
     if head is None:
         dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
         conn.execute(
             dialect.insert(_HEAD)
-            .values(id=_HEAD_ID, seq=0, hash=GENESIS_HASH)
+            .values(id=part, seq=0, hash=genesis(part))
             .on_conflict_do_nothing(index_elements=["id"])
         )
-        head = conn.execute(_READ_HEAD).one()
+        head = conn.execute(_READ_HEAD, {"h_part": part}).one()
     return int(head.seq), str(head.hash)
 
 
-def append_audit_sync(conn: Connection, events: Sequence[AuditEvent], cache: dict[str, Any] | None = None) -> list[int]:
-    """Append ``events`` in order inside ``conn``'s open transaction; return their seqs.
+def _extend(conn: Connection, part: int, events: Sequence[AuditEvent], cached: Any) -> list[dict[str, Any]]:
+    """Move ``part``'s head past ``events``; their rows. ``cached`` is this process's last
+    (pseq, hash) there: a guarded UPDATE (``WHERE seq = ? AND hash = ?``) both validates it
+    and takes the partition's lock in one statement; if anyone else moved the head, the head
+    is read locked instead."""
+    if cached:
+        rows = _chain(part, cached[0], cached[1], events)
+        params = {"h_part": part, "h_seq": rows[-1]["pseq"], "h_hash": rows[-1]["hash"]}
+        if conn.execute(_GUARDED_WRITE_HEAD, {**params, "old_seq": cached[0], "old_hash": cached[1]}).rowcount == 1:
+            return rows
+    pseq, prev_hash = _lock_head(conn, part)
+    rows = _chain(part, pseq, prev_hash, events)
+    conn.execute(_WRITE_HEAD, {"h_part": part, "h_seq": rows[-1]["pseq"], "h_hash": rows[-1]["hash"]})
+    return rows
 
-    ``cache`` is the process's last-written head, shared per Database: a guarded
-    UPDATE (``WHERE seq = ? AND hash = ?``) both validates it and takes the
-    chain lock in one round trip; if anyone else moved the head, the head is
-    read locked instead. One head statement, one bulk insert.
+
+def append_audit_sync(
+    conn: Connection, events: Sequence[AuditEvent], cache: dict[str, Any] | None = None
+) -> Appended | None:
+    """Append ``events`` in order inside ``conn``'s open transaction, all to the partition of
+    the first one's run (:func:`partition_of`); where they went (``None``: nothing to append).
+
+    ``cache`` is the process's last-written head per partition, shared per Database (a
+    rollback leaves it stale; the guarded UPDATE then falls back). One head statement, one
+    bulk insert; the global ``seq`` is the database's.
     """
     if not events:
-        return []
-    rows: list[dict[str, Any]] = []
-    if cache and "seq" in cache:
-        rows = _chain(cache["seq"], cache["hash"], events)
-        moved = conn.execute(
-            _GUARDED_WRITE_HEAD,
-            {"seq": rows[-1]["seq"], "hash": rows[-1]["hash"], "old_seq": cache["seq"], "old_hash": cache["hash"]},
-        )
-        if moved.rowcount != 1:
-            rows = []
-    if not rows:
-        seq, prev_hash = _lock_head(conn)
-        rows = _chain(seq, prev_hash, events)
-        conn.execute(_WRITE_HEAD, {"seq": rows[-1]["seq"], "hash": rows[-1]["hash"]})
+        return None
+    part = partition_of(events[0].run_id)
+    key = str(part)
+    rows = _extend(conn, part, events, cache.get(key) if cache is not None else None)
     conn.execute(_INSERT_EVENTS, rows)
     if cache is not None:
-        # A rollback leaves this stale; the guarded UPDATE above then falls back.
-        cache.update(seq=rows[-1]["seq"], hash=rows[-1]["hash"])
-    return [row["seq"] for row in rows]
+        cache[key] = (rows[-1]["pseq"], rows[-1]["hash"])
+    return Appended(part=part, first=rows[0]["pseq"], last=rows[-1]["pseq"])
+
+
+def append_join_sync(conn: Connection, cache: dict[str, Any] | None = None) -> Appended | None:
+    """Append an ``audit.join`` event to the root recording every other partition's head,
+    unless none moved since the last join (``None``). The root's lock is taken first, so
+    joins record heads in the order they are appended."""
+    _lock_head(conn, ROOT)
+    heads = {str(r.id): [int(r.seq), str(r.hash)] for r in conn.execute(_OTHER_HEADS).all()}
+    last = conn.execute(_LAST_JOIN).scalar_one_or_none()
+    if not heads or (isinstance(last, dict) and last.get("heads") == heads):
+        return None
+    return append_audit_sync(conn, [AuditEvent(kind=JOIN_KIND, data={"heads": heads})], cache)
+
+
+_SEQS = select(_EVENTS.c.seq).where(
+    _EVENTS.c.part == bindparam("s_part"), _EVENTS.c.pseq.between(bindparam("s_first"), bindparam("s_last"))
+)
 
 
 async def append_audit_many(session: AsyncSession, events: Sequence[AuditEvent]) -> list[int]:
-    """Append ``events`` inside the session's open transaction (see :func:`append_audit_sync`).
+    """Append ``events`` inside the session's open transaction (see :func:`append_audit_sync`);
+    their global seqs.
 
     The events commit or roll back together with whatever else the caller's
     transaction does; observers (metrics) hear about them after commit.
@@ -286,16 +376,24 @@ async def append_audit_many(session: AsyncSession, events: Sequence[AuditEvent])
     if not events:
         return []
     cache: dict[str, Any] | None = session.info.get("audit_head")
-    seqs = await session.run_sync(lambda ss: append_audit_sync(ss.connection(), events, cache))
+
+    def _append(ss: Any) -> list[int]:
+        conn = ss.connection()
+        at = append_audit_sync(conn, events, cache)
+        assert at is not None
+        params = {"s_part": at.part, "s_first": at.first, "s_last": at.last}
+        return sorted(conn.execute(_SEQS.order_by(_EVENTS.c.pseq), params).scalars().all())
+
+    seqs = await session.run_sync(_append)
     session.info.setdefault("audit_events", []).extend(events)
     return seqs
 
 
-def _chain(seq: int, prev_hash: str, events: Sequence[AuditEvent]) -> list[dict[str, Any]]:
+def _chain(part: int, pseq: int, prev_hash: str, events: Sequence[AuditEvent]) -> list[dict[str, Any]]:
     rows = []
     for event in events:
-        seq += 1
-        row = _row_values(seq, prev_hash, event)
+        pseq += 1
+        row = _row_values(part, pseq, prev_hash, event)
         rows.append(row)
         prev_hash = row["hash"]
     return rows
@@ -310,14 +408,15 @@ async def append_audit(session: AsyncSession, event: AuditEvent) -> int:
 # --------------------------------------------------------------------------- reading
 
 
-def _record(row: Any) -> AuditRecord:
+def record_of(row: Any) -> AuditRecord:
+    """A stored row as an :class:`AuditRecord`."""
     values = dict(row._mapping)
     values["ts"] = utc(values["ts"])
     return AuditRecord(**values)
 
 
 class AuditLog:
-    """Repository over the audit chain: append, list and verify."""
+    """Repository over the audit log: append, join, list and verify."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
@@ -331,6 +430,10 @@ class AuditLog:
         """Append several events in one transaction; return their seqs."""
         async with self._db.sessions() as s, s.begin():
             return await append_audit_many(s, events)
+
+    async def join(self) -> Appended | None:
+        """Record every partition's head in the root (:func:`append_join_sync`)."""
+        return await self._db.write(lambda conn, ctx: append_join_sync(conn, ctx.audit_head))
 
     async def list(
         self,
@@ -350,169 +453,46 @@ class AuditLog:
         if kind is not None:
             stmt = stmt.where(_EVENTS.c.kind == kind)
         async with self._db.sessions() as s, s.begin():
-            return [_record(r) for r in (await s.execute(stmt)).all()]
+            return [record_of(r) for r in (await s.execute(stmt)).all()]
 
     async def verify(
         self, *, batch: int = 1000, anchors: Mapping[int, str] | None = None, since: tuple[int, str] | None = None
     ) -> VerifyResult:
-        """Walk the chain in seq order, ``batch`` rows per query, up to the head
-        as it was when verify started (so it ends while appenders are busy).
+        """Walk every partition's chain in position order, ``batch`` rows per query, up to its
+        head as it was when verify started (so it ends while appenders are busy): the root
+        first, then each other partition.
 
-        Fails at the first seq that is missing (deleted row), whose
-        ``prev_hash`` does not link to the row before (deleted, swapped or
-        reordered rows), whose hash does not match its contents (edited row),
-        or where the head disagrees with the rows (deleted tail, or a row
+        Fails at the first position that is missing (deleted row), whose ``prev_hash`` does
+        not link to the row before (deleted, swapped or reordered rows), whose hash does not
+        match its contents (edited row), whose global seq does not grow with its position
+        (renumbered), or where a head disagrees with its rows (deleted tail, or a row
         inserted past the head).
 
-        ``anchors`` maps seqs to the hashes signed checkpoints hold for them
-        (:mod:`storage.checkpoints`): a row whose hash differs (history rewritten
-        and re-chained) or an anchored seq the log no longer reaches (wiped or
-        truncated, the head rewritten to match) fails too, naming the checkpoint
-        in :attr:`VerifyResult.checkpoint_seq`. ``since`` starts the walk after a
-        trusted ``(seq, hash)`` instead of at the genesis (checking only new rows).
+        ``anchors`` maps root seqs to the hashes signed checkpoints hold for them
+        (:mod:`storage.checkpoints`); the joins in the root do the same for every other
+        partition. A row whose hash differs (history rewritten and re-chained) or an anchored
+        position the log no longer reaches (wiped or truncated, the head rewritten to match)
+        fails too, naming the root seq that vouched for it in :attr:`VerifyResult.checkpoint_seq`.
+        ``since`` starts the root's walk after a trusted ``(seq, hash)``, and every other
+        partition's after the heads of the last join up to there (checking only new rows).
         """
-        anchors = anchors or {}
-        head = await self._snapshot()
-        bound = head.seq if head.seq is not None else head.max_seq
-        last_seq, last_hash = since or (0, GENESIS_HASH)
-        if bound < last_seq:
-            return _broken(
-                bound + 1,
-                f"the log ends at seq {bound}, before the checkpointed seq {last_seq}: rows deleted or the log wiped",
-                checkpoint_seq=last_seq,
-            )
-        walked = await self._walk(_Walked(seq=last_seq, hash=last_hash), bound, batch, anchors)
-        if isinstance(walked, VerifyResult):
-            return walked
-        return _check_end(head, anchors, walked)
+        from storage.audit_verify import verify_log
 
-    async def _walk(self, start: _Walked, bound: int, batch: int, anchors: Mapping[int, str]) -> VerifyResult | _Walked:
-        """Check every row after ``start`` up to ``bound``: the first broken one, or where the walk ended."""
-        last, matched = start, start.seq
-        while last.seq < bound:
-            try:
-                rows = await self._batch(last.seq, bound, batch)
-            except (ValueError, TypeError):  # a column the driver cannot decode (garbled JSON, time)
-                return await self._garbled(last.seq, min(bound, last.seq + batch))
-            if not rows:
-                return _broken(last.seq + 1, f"deleted tail: the head is at seq {bound}")
-            for row in rows:
-                values = dict(row._mapping)
-                broken = _check_row(values, last, anchors.get(values["seq"]), matched)
-                if broken is not None:
-                    return broken
-                if values["seq"] in anchors:
-                    matched = values["seq"]
-                last = _Walked(seq=values["seq"], hash=values["hash"])
-        return last
-
-    async def _garbled(self, after_seq: int, upto_seq: int) -> VerifyResult:
-        """The first row after ``after_seq`` that cannot be read (one batch failed to decode)."""
-        for seq in range(after_seq + 1, upto_seq + 1):
-            try:
-                await self._batch(seq - 1, seq, 1)
-            except (ValueError, TypeError) as exc:
-                return _broken(seq, f"the row cannot be read (garbled: {type(exc).__name__})")
-        return _broken(after_seq + 1, "a row cannot be read (garbled)")
+        return await verify_log(self._db, batch=batch, anchors=anchors or {}, since=since)
 
     async def row_intact(self, seq: int) -> bool:
-        """Whether row ``seq`` hashes to its stored hash and links to the row before it (the
-        genesis for seq 1): an event relied on (``policy.applied``) was not forged in place."""
-        rows = await self._batch(max(seq - 2, 0), seq, 2)
-        by_seq = {r._mapping["seq"]: dict(r._mapping) for r in rows}
-        row = by_seq.get(seq)
-        if row is None:
-            return False
-        prev_hash = by_seq[seq - 1]["hash"] if seq > 1 and seq - 1 in by_seq else GENESIS_HASH
-        if seq > 1 and seq - 1 not in by_seq:
-            return False
-        return _check_row(row, _Walked(seq=seq - 1, hash=prev_hash), None, seq - 1) is None
+        """Whether the row at global ``seq`` hashes to its stored hash and links to the row
+        before it in its partition (the genesis for the first): an event relied on
+        (``policy.applied``) was not forged in place."""
+        from storage.audit_verify import row_intact
+
+        return await row_intact(self._db, seq)
 
     async def head_seq(self) -> int:
-        """The audit head's seq as stored (0: none yet); exported as a gauge, which an alert
-        watches for going down (a truncated log with its head rewritten)."""
-        return (await self._snapshot()).seq or 0
-
-    async def _snapshot(self) -> _Snapshot:
-        """Head and highest stored seq, read in one statement (one snapshot)."""
-        stmt = select(
-            select(_HEAD.c.seq).where(_HEAD.c.id == _HEAD_ID).scalar_subquery(),
-            select(_HEAD.c.hash).where(_HEAD.c.id == _HEAD_ID).scalar_subquery(),
-            select(func.coalesce(func.max(_EVENTS.c.seq), 0)).scalar_subquery(),
-        )
+        """How many events the partition heads account for (0: none yet); exported as a gauge,
+        which an alert watches for going down (a truncated log with its heads rewritten)."""
         async with self._db.sessions() as s, s.begin():
-            seq, hash_, max_seq = (await s.execute(stmt)).one()
-        return _Snapshot(seq=seq, hash=hash_, max_seq=int(max_seq))
-
-    async def _batch(self, after_seq: int, upto_seq: int, limit: int) -> Sequence[Any]:
-        where = (_EVENTS.c.seq > after_seq) & (_EVENTS.c.seq <= upto_seq)
-        stmt = select(_EVENTS).where(where).order_by(_EVENTS.c.seq).limit(limit)
-        async with self._db.sessions() as s, s.begin():
-            return (await s.execute(stmt)).all()
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Snapshot:
-    seq: int | None  # None: no head row
-    hash: str | None
-    max_seq: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Walked:
-    """The last row a walk checked (or the trusted start): its seq and hash."""
-
-    seq: int
-    hash: str
-
-
-def _check_row(values: dict[str, Any], last: _Walked, signed: str | None, matched: int) -> VerifyResult | None:
-    """The row after ``last``: linked, intact and, when checkpointed, the row the checkpoint signed."""
-    seq = values["seq"]
-    if seq != last.seq + 1:
-        return _broken(last.seq + 1, f"missing row: next row is seq {seq}")
-    if values["prev_hash"] != last.hash:
-        return _broken(seq, "prev_hash does not link to the previous row")
-    if chain_hash(last.hash, values) != values["hash"]:
-        return _broken(seq, "hash does not match the row's contents")
-    if signed is not None and signed != values["hash"]:
-        return _broken(
-            seq,
-            f"seq {seq} is not the row its checkpoint signed: history between "
-            f"seq {matched + 1} and {seq} was rewritten and re-chained",
-            checkpoint_seq=seq,
-        )
-    return None
-
-
-def _check_end(head: _Snapshot, anchors: Mapping[int, str], last: _Walked) -> VerifyResult:
-    """Where the walk ended against the checkpoints and the head row."""
-    beyond = [seq for seq in anchors if seq > last.seq]
-    if beyond:
-        top = max(beyond)
-        return _broken(
-            last.seq + 1,
-            f"checkpointed seq {top} is gone: the log ends at seq {last.seq} "
-            "(rows deleted or the log wiped, the head rewritten to match)",
-            checkpoint_seq=top,
-        )
-    if head.seq is None:
-        if last.seq == 0:
-            return _ok(0, GENESIS_HASH)
-        return _broken(last.seq, "the audit head row is missing")
-    if head.hash != last.hash:
-        return _broken(last.seq, "the head hash does not match the last row")
-    if head.max_seq > head.seq:
-        return _broken(head.seq + 1, f"row beyond the head (seq {head.seq}): inserted")
-    return _ok(last.seq, last.hash)
-
-
-def _ok(count: int, head_hash: str) -> VerifyResult:
-    return VerifyResult(ok=True, count=count, head_hash=head_hash)
-
-
-def _broken(seq: int, reason: str, *, checkpoint_seq: int | None = None) -> VerifyResult:
-    return VerifyResult(ok=False, count=seq - 1, broken_seq=seq, reason=reason, checkpoint_seq=checkpoint_seq)
+            return int((await s.execute(select(func.coalesce(func.sum(_HEAD.c.seq), 0)))).scalar_one())
 
 
 # --------------------------------------------------------------------------- PostgreSQL guard
@@ -620,9 +600,36 @@ PG_AUDIT_HEAD_GUARD_DROP_SQL: list[str] = [
     "DROP FUNCTION IF EXISTS audit_head_forward_only()",
 ]
 
+#: The head guard's row check for partitioned heads (migration 0020): a head names a row of its
+#: own partition (``id``) at its position (``seq``), with that hash.
+PG_AUDIT_PARTITION_SQL: list[str] = [
+    """
+    CREATE OR REPLACE FUNCTION audit_head_names_a_row() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        found boolean;
+    BEGIN
+        IF NEW.seq = 0 THEN
+            RETURN NULL;
+        END IF;
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.audit_events WHERE part = $1 AND pseq = $2 AND hash = $3)',
+                       TG_TABLE_SCHEMA)
+            INTO found USING NEW.id, NEW.seq, NEW.hash;
+        IF NOT found THEN
+            RAISE EXCEPTION USING
+                MESSAGE = 'audit_head names seq ' || NEW.seq || ' of partition ' || NEW.id
+                          || ', which is not in audit_events with that hash',
+                ERRCODE = 'integrity_constraint_violation';
+        END IF;
+        RETURN NULL;
+    END;
+    $$
+    """,
+]
+
 # Databases built with ``create_all`` (tests) get the guards too.
 for _statement in PG_AUDIT_GUARD_SQL:
     sa_event.listen(_EVENTS, "after_create", DDL(_statement).execute_if(dialect="postgresql"))
-for _statement in PG_AUDIT_HEAD_GUARD_SQL:
+for _statement in [*PG_AUDIT_HEAD_GUARD_SQL, *PG_AUDIT_PARTITION_SQL]:
     # DDL %-formats its text; format()'s %I must survive that.
     sa_event.listen(_HEAD, "after_create", DDL(_statement.replace("%", "%%")).execute_if(dialect="postgresql"))

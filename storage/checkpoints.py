@@ -1,4 +1,4 @@
-"""Signed checkpoints of the audit chain's head, kept outside the database.
+"""Signed checkpoints of the audit log's root head, kept outside the database.
 
 The chain alone proves that rows were not edited *unless* someone rewrites the
 rows and the head together (or empties the table). A checkpoint closes that gap
@@ -16,8 +16,12 @@ The file is JSON lines, one checkpoint per line::
 ``sig`` signs :data:`DOMAIN` + the canonical JSON of the other five fields.
 Verification uses the configured key, never a key named in the file.
 
+The log is partitioned (:mod:`storage.audit`): a checkpoint signs the root
+partition's head, and taking one first appends a join to the root naming every
+other partition's head, so the signature covers the whole log up to then.
+
 Taking a checkpoint verifies the rows added since the file's last checkpoint
-(the whole chain for the first one), so a checkpoint never blesses a log that
+(the whole log for the first one), so a checkpoint never blesses a log that
 does not extend the one signed before it.
 """
 
@@ -31,11 +35,11 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -51,6 +55,7 @@ _TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 _FIELDS = {"v", "seq", "hash", "ts", "key", "sig"}
 _MAX_LINE = 1024
 _TAIL = 4096
+T = TypeVar("T")
 
 
 class CheckpointError(Exception):
@@ -311,8 +316,9 @@ async def take(
     publish: Sequence[Publish] = (),
     skip_if_unchanged: bool = False,
 ) -> Checkpoint | None:
-    """Verify the rows since the file's last checkpoint, then have ``signer`` (default: the key
-    file ``key_file``) sign the current head, append it to the file and ``publish`` it.
+    """Join the partitions into the root (:meth:`AuditLog.join`), verify the rows since the
+    file's last checkpoint, then have ``signer`` (default: the key file ``key_file``) sign the
+    root's head, append it to the file and ``publish`` it.
 
     Raises :class:`CheckpointError` when the log does not extend the last checkpoint (so a
     tampered log is never signed), when the signer refuses or answers for another head, and
@@ -327,6 +333,7 @@ async def take(
     public_key = await signer.public_key()
     last = await asyncio.to_thread(read_last, checkpoint_file, public_key)
     since = (last.seq, last.hash) if last is not None else None
+    await log.join()
     result = await log.verify(since=since)
     if not result.ok:
         base = f"the last checkpoint (seq {last.seq})" if last is not None else "the genesis"
@@ -334,12 +341,13 @@ async def take(
             f"refusing to sign: the log does not extend {base}: broken at seq {result.broken_seq}: {result.reason}"
         )
     assert result.head_hash is not None
-    if skip_if_unchanged and last is not None and (last.seq, last.hash) == (result.count, result.head_hash):
+    head = (result.head_seq, result.head_hash)
+    if skip_if_unchanged and last is not None and (last.seq, last.hash) == head:
         return None
-    checkpoint = await signer.checkpoint(seq=result.count, hash_=result.head_hash)
+    checkpoint = await signer.checkpoint(seq=head[0], hash_=head[1])
     checked = parse_line(checkpoint.to_line().rstrip("\n"), 0, public_key, where="the signer's answer")
-    if (checked.seq, checked.hash) != (result.count, result.head_hash):
-        raise CheckpointError(f"the signer signed seq {checked.seq}, not the head (seq {result.count})")
+    if (checked.seq, checked.hash) != head:
+        raise CheckpointError(f"the signer signed seq {checked.seq}, not the head (seq {head[0]})")
     await asyncio.to_thread(append, checkpoint_file, checked)
     for send in publish:
         await send(checked)
@@ -359,7 +367,7 @@ async def verify_anchored(log: AuditLog, sources: Sequence[tuple[str, Sequence[C
                 )
             by_seq.setdefault(cp.seq, (name, cp))
     result = await log.verify(anchors={seq: cp.hash for seq, (_, cp) in by_seq.items()})
-    hit = by_seq.get(result.checkpoint_seq) if result.checkpoint_seq is not None else None
+    hit = _covering(by_seq, result.checkpoint_seq)
     if hit is not None:
         where = f"line {hit[1].line} of {hit[0]}" if hit[1].line else hit[0]
         result = dataclasses.replace(
@@ -376,13 +384,22 @@ async def verify_against(log: AuditLog, *, key_file: Path, checkpoint_file: Path
     checkpoints = await asyncio.to_thread(read_all, checkpoint_file, public_key)
     by_seq = anchors(checkpoints)
     result = await log.verify(anchors={seq: cp.hash for seq, cp in by_seq.items()})
-    cp = by_seq.get(result.checkpoint_seq) if result.checkpoint_seq is not None else None
+    cp = _covering(by_seq, result.checkpoint_seq)
     if cp is not None:
         result = dataclasses.replace(
             result,
             reason=f"{result.reason} (checkpoint on line {cp.line} of {checkpoint_file}, signed {iso_utc(cp.ts)})",
         )
     return result, len(checkpoints)
+
+
+def _covering(by_seq: Mapping[int, T], seq: int | None) -> T | None:
+    """The first checkpoint at or after root seq ``seq`` (it covers what that seq vouched for:
+    a join's partition heads, or the row itself)."""
+    if seq is None:
+        return None
+    after = [s for s in by_seq if s >= seq]
+    return by_seq[min(after)] if after else None
 
 
 __all__ = [

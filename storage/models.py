@@ -215,9 +215,16 @@ class AuditEventRow(Base):
     """Append-only, hash-chained. On PostgreSQL a trigger refuses UPDATE/DELETE."""
 
     __tablename__ = "audit_events"
-    __table_args__ = (Index("ix_audit_events_kind_seq", "kind", "seq"),)
+    __table_args__ = (
+        Index("ix_audit_events_kind_seq", "kind", "seq"),
+        Index("ix_audit_events_part_pseq", "part", "pseq", unique=True),
+    )
 
+    #: The global order, assigned by the database (a sequence on PostgreSQL).
     seq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    #: The partition (``storage.audit.partition_of``) and the position in its chain.
+    part: Mapped[int] = mapped_column(Integer)
+    pseq: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"))
     ts: Mapped[datetime] = mapped_column(TS)
     kind: Mapped[str] = mapped_column(String(48))
     run_id: Mapped[str | None] = mapped_column(String(64), index=True)
@@ -238,7 +245,8 @@ class AuditEventRow(Base):
 
 
 class AuditHeadRow(Base):
-    """One row: the chain's last seq and hash. Serialises appends; detects tail deletion."""
+    """One row per partition (``id``): its chain's last position and hash. Serialises that
+    partition's appends; detects tail deletion."""
 
     __tablename__ = "audit_head"
 

@@ -10,19 +10,25 @@ from typing import Any, cast
 
 import pytest
 from sqlalchemy import Table, delete, insert, select, text, update
+from sqlalchemy import event as sa_event
 from sqlalchemy.exc import DBAPIError
 
+from storage import fastsql
 from storage.audit import (
     GENESIS_HASH,
     PG_AUDIT_GUARD_DROP_SQL,
+    ROOT,
     AuditEvent,
     AuditLog,
     VerifyResult,
     append_audit,
     append_audit_many,
+    append_audit_sync,
     canonical_json,
     chain_hash,
+    genesis,
     hash_personal,
+    partition_of,
     sha256_hex,
 )
 from storage.db import Database
@@ -54,10 +60,16 @@ def ev(i: int, **over: Any) -> AuditEvent:
     return AuditEvent(**fields)
 
 
-async def build_chain(db: Database, n: int = N) -> None:
+#: Every event of the tampering chain belongs to one run, so to one partition (not the root):
+#: with nothing else written, its positions are the global seqs.
+ONE_RUN = "run_tampered"
+PART = partition_of(ONE_RUN)
+
+
+async def build_chain(db: Database, n: int = N, run_id: str | None = ONE_RUN) -> None:
     log = AuditLog(db)
     for i in range(1, n + 1, 2):
-        await log.append_many([ev(i), ev(i + 1)] if i < n else [ev(i)])
+        await log.append_many([ev(i, run_id=run_id), ev(i + 1, run_id=run_id)] if i < n else [ev(i, run_id=run_id)])
 
 
 # ------------------------------------------------------------------ helpers
@@ -127,9 +139,14 @@ async def test_busy_chain_from_20_concurrent_appenders_verifies(any_db: Database
     assert result.ok and result.count == 500 and result.broken_seq is None
     records = await log.list(limit=1000)
     assert [r.seq for r in records] == list(range(1, 501))
-    assert records[0].prev_hash == GENESIS_HASH
-    assert all(b.prev_hash == a.hash for a, b in zip(records, records[1:], strict=False))
-    assert result.head_hash == records[-1].hash
+    parts = {r.part for r in records}
+    assert len(parts) > 1 and ROOT not in parts  # runs spread over partitions; none in the root
+    for part in parts:
+        chain = [r for r in records if r.part == part]
+        assert [r.pseq for r in chain] == list(range(1, len(chain) + 1))
+        assert chain[0].prev_hash == genesis(part) != GENESIS_HASH
+        assert all(b.prev_hash == a.hash for a, b in zip(chain, chain[1:], strict=False))
+    assert result.head_hash == GENESIS_HASH and result.head_seq == 0  # the root: nothing yet
     for w in range(20):
         mine = [r.data["i"] for r in records if r.run_id == f"w{w}"]
         assert mine == sorted(mine) and len(mine) in (24, 26)
@@ -143,7 +160,10 @@ async def test_event_commits_or_rolls_back_with_the_callers_transaction(any_db: 
             await append_audit(s, ev(1))
             raise RuntimeError("state change failed")
     assert (await log.verify()).count == 0
-    assert await log.append(ev(2)) == 1
+    seq = await log.append(ev(2))
+    (record,) = await log.list()
+    # The position in the partition has no gap; the global seq may skip one (a PostgreSQL sequence).
+    assert record.seq == seq and record.pseq == 1
     assert (await log.verify()).count == 1
 
 
@@ -176,7 +196,8 @@ async def test_stored_values_hash_the_same_after_a_round_trip(any_db: Database) 
 async def test_list_filters_by_run_proposal_kind_and_pages(any_db: Database) -> None:
     """list() narrows by run, proposal and kind, in seq order, with after_seq paging."""
     log = AuditLog(any_db)
-    await build_chain(any_db, 12)
+    for i in range(1, 13):
+        await log.append(ev(i))
     await log.append(ev(99, kind="approval.decided", proposal_id="prop_3"))
     assert [r.seq for r in await log.list(run_id="run_1")] == [1, 5, 9]
     assert [r.kind for r in await log.list(proposal_id="prop_3")] == [
@@ -291,7 +312,7 @@ async def test_verify_names_a_deleted_tail(any_db: Database, removed: int) -> No
 async def test_verify_names_swapped_rows(any_db: Database, with_hashes: bool) -> None:
     """Swapping two rows' contents (with or without their hash columns) breaks at the first."""
     await build_chain(any_db)
-    keep = {"seq"} if with_hashes else {"seq", "hash", "prev_hash"}
+    keep = {"seq", "part", "pseq"} if with_hashes else {"seq", "part", "pseq", "hash", "prev_hash"}
 
     async def work(s: Any) -> None:
         a, b = await row(s, 10), await row(s, 20)
@@ -304,17 +325,19 @@ async def test_verify_names_swapped_rows(any_db: Database, with_hashes: bool) ->
     assert (result.ok, result.broken_seq) == (False, 10)
 
 
-async def test_verify_names_reordered_rows(any_db: Database) -> None:
-    """Renumbering two rows (swapping their seqs) breaks at the lower one."""
+@pytest.mark.parametrize(("column", "broken"), [("pseq", 21), ("seq", 22)])
+async def test_verify_names_reordered_rows(any_db: Database, column: str, broken: int) -> None:
+    """Renumbering two rows (swapping their positions, or their global seqs) breaks the chain
+    at the lower position, or where the global order goes backwards."""
     await build_chain(any_db)
 
     async def work(s: Any) -> None:
         for old, new in ((21, -1), (22, 21), (-1, 22)):
-            await s.execute(update(EVENTS).where(EVENTS.c.seq == old).values(seq=new))
+            await s.execute(update(EVENTS).where(EVENTS.c[column] == old).values({column: new}))
 
     await as_dba(any_db, work)
     result = await AuditLog(any_db).verify(batch=BATCH)
-    assert (result.ok, result.broken_seq) == (False, 21)
+    assert (result.ok, result.broken_seq, result.part) == (False, broken, PART)
 
 
 @pytest.mark.parametrize("valid_hash", [True, False])
@@ -324,13 +347,24 @@ async def test_verify_names_an_inserted_row(any_db: Database, valid_hash: bool) 
 
     async def work(s: Any) -> None:
         last = await row(s, N)
-        forged = {**last, "seq": N + 1, "kind": "forged", "prev_hash": last["hash"]}
+        forged = {**last, "seq": N + 1, "pseq": N + 1, "kind": "forged", "prev_hash": last["hash"]}
         forged["hash"] = chain_hash(last["hash"], forged) if valid_hash else "e" * 64
         await s.execute(insert(EVENTS).values(forged))
 
     await as_dba(any_db, work)
     result = await AuditLog(any_db).verify(batch=BATCH)
     assert (result.ok, result.broken_seq, result.count) == (False, N + 1, N)
+
+
+@pytest.mark.parametrize("garble", ["data = '{not json'", "ts = 'not a time'"])
+async def test_verify_names_a_garbled_row_of_a_partition(db: Database, garble: str) -> None:
+    """A row its driver cannot decode (SQLite only: PostgreSQL's types refuse such a value) is
+    broken at its position in its partition, not a traceback."""
+    await build_chain(db)
+    await as_dba(db, lambda s: s.execute(text(f"UPDATE audit_events SET {garble} WHERE part = {PART} AND pseq = 17")))
+    result = await AuditLog(db).verify(batch=BATCH)
+    assert (result.ok, result.part, result.broken_seq, result.count) == (False, PART, 17, 16)
+    assert "garbled" in (result.reason or "")
 
 
 async def as_dba_on_head(db: Database, work: Callable[[Any], Awaitable[None]]) -> None:
@@ -351,7 +385,7 @@ async def test_verify_notices_a_missing_or_rewound_head(any_db: Database) -> Non
         await s.execute(update(HEAD).values(hash="a" * 64))
 
     async def rewind(s: Any) -> None:
-        (prev,) = (await s.execute(select(EVENTS.c.hash).where(EVENTS.c.seq == N - 1))).one()
+        (prev,) = (await s.execute(select(EVENTS.c.hash).where(EVENTS.c.pseq == N - 1))).one()
         await s.execute(update(HEAD).values(seq=N - 1, hash=prev))
 
     async def drop(s: Any) -> None:
@@ -416,3 +450,60 @@ async def test_pg_head_guard_refuses_rewinding_forging_and_removing_the_head(
             await s.execute(text(sql))
     assert (await AuditLog(pg_db).verify()).count == 3
     assert await AuditLog(pg_db).append(ev(4)) == 4
+
+
+# ------------------------------------------------------------------ no single hot row
+
+
+def _runs_in_other_partitions(n: int) -> list[str]:
+    """``n`` run ids whose events land in ``n`` different partitions."""
+    found: dict[int, str] = {}
+    i = 0
+    while len(found) < n:
+        found.setdefault(partition_of(f"run_{i}"), f"run_{i}")
+        i += 1
+    return list(found.values())
+
+
+async def test_pg_writers_of_different_partitions_never_wait_for_each_other(pg_db: Database) -> None:
+    """A transaction holding its partition's head (uncommitted) does not block an append to
+    another partition (with one head row for the whole log, the second waited until the first
+    committed: here it would hit its lock timeout). Both commit and the log verifies."""
+    first, second = _runs_in_other_partitions(2)
+    async with pg_db.sessions() as holder, holder.begin():
+        await append_audit(holder, ev(1, run_id=first))  # holds first's head row until commit
+        async with pg_db.sessions() as other, other.begin():
+            await other.execute(text("SET LOCAL lock_timeout = '5s'"))
+            await append_audit_many(other, [ev(2, run_id=second), ev(3, run_id=second)])
+    result = await AuditLog(pg_db).verify()
+    assert result.ok and result.count == 3
+
+
+async def test_an_append_with_its_partition_head_cached_is_two_statements(any_db: Database) -> None:
+    """The hot path: one guarded head UPDATE and one bulk INSERT per append, whatever the
+    number of events, once this process wrote the partition's head."""
+    seen: list[str] = []
+    engine = any_db.engine.sync_engine
+    writer = any_db.sync_writer
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        seen.append(statement)
+
+    async def step(i: int) -> None:
+        events = [ev(i, run_id="run_hot"), ev(i + 1, run_id="run_hot"), ev(i + 2, run_id="run_hot")]
+        await any_db.write(lambda conn, ctx: append_audit_sync(conn, events, ctx.audit_head))
+
+    await step(1)  # the first append reads and locks the head
+    engines = [engine, *(writer.engines if writer is not None else [])]
+    for e in engines:
+        sa_event.listen(e, "before_cursor_execute", count)
+    fastsql.TRACE.append(seen.append)
+    try:
+        await step(4)
+    finally:
+        fastsql.TRACE.remove(seen.append)
+        for e in engines:
+            sa_event.remove(e, "before_cursor_execute", count)
+    work = [s for s in seen if s.split()[0].upper() in ("UPDATE", "INSERT", "SELECT")]
+    assert [s.split()[0].upper() for s in work] == ["UPDATE", "INSERT"], seen
+    assert (await AuditLog(any_db).verify()).count == 6

@@ -192,7 +192,7 @@ def test_trimming_the_log_and_the_checkpoint_file_together_fails_against_the_sig
     monkeypatch.setenv("SIGNOFF_AUDIT_KEY_FILE", str(tmp_path / "signer" / "key.pem.pub"))
     # the app host's attacker: cut the log back to seq 5, the head and the checkpoint file with it
     _sql("DELETE FROM audit_events WHERE seq > 5")
-    _sql("UPDATE audit_head SET seq = 5, hash = (SELECT hash FROM audit_events WHERE seq = 5)")
+    _sql("UPDATE audit_head SET seq = 5, hash = (SELECT hash FROM audit_events WHERE seq = 5) WHERE id = 1")
     cp_file.write_text(first)
     assert main(["audit", "verify", "--signer", ""]) == 0  # the file alone cannot tell: the signer can
     capsys.readouterr()
@@ -276,6 +276,6 @@ async def test_the_audit_head_seq_is_a_gauge_read_at_each_scrape(db: Database) -
         text = await (await client.get("/metrics")).text()
         assert f"signoff_audit_head_seq {float(head)}" in text
         async with db.sessions() as s, s.begin():
-            await s.execute(sa_text("UPDATE audit_head SET seq = 1"))
+            await s.execute(sa_text("UPDATE audit_head SET seq = 0"))
         text = await (await client.get("/metrics")).text()
-        assert "signoff_audit_head_seq 1.0" in text
+        assert "signoff_audit_head_seq 0.0" in text

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import Table, delete, select, text, update
 
 from storage import checkpoints as cps
-from storage.audit import GENESIS_HASH, AuditEvent, AuditLog, chain_hash
+from storage.audit import JOIN_KIND, ROOT, AuditEvent, AuditLog, chain_hash, genesis, partition_of
 from storage.db import Database
 from storage.models import AuditEventRow, AuditHeadRow
 
@@ -26,13 +26,14 @@ HEAD = cast(Table, AuditHeadRow.__table__)
 N = 40
 
 
-def ev(i: int) -> AuditEvent:
-    return AuditEvent(kind="proposal", run_id=f"run_{i % 3}", proposal_id=f"prop_{i}", data={"i": i})
+def ev(i: int, run_id: str | None = None) -> AuditEvent:
+    """An event of the root partition (no run), or of ``run_id``'s."""
+    return AuditEvent(kind="proposal", run_id=run_id, proposal_id=f"prop_{i}", data={"i": i})
 
 
-async def append_n(log: AuditLog, start: int, n: int) -> None:
+async def append_n(log: AuditLog, start: int, n: int, run_id: str | None = None) -> None:
     for i in range(start, start + n):
-        await log.append(ev(i))
+        await log.append(ev(i, run_id))
 
 
 @pytest.fixture
@@ -64,46 +65,50 @@ async def tamper(db: Database, work: Callable[[Any], Awaitable[None]]) -> None:
             await s.execute(text("ALTER TABLE audit_head ENABLE TRIGGER USER"))
 
 
-async def rechain(s: Any, from_seq: int) -> None:
-    """Recompute prev_hash and hash from ``from_seq`` to the end, and the head: a forger's finish."""
-    prev = GENESIS_HASH
+async def rechain(s: Any, from_seq: int, part: int = ROOT) -> None:
+    """Recompute prev_hash and hash from ``from_seq`` to the end of ``part``, and its head: a forger's finish."""
+    mine = EVENTS.c.part == part
+    prev = genesis(part)
     if from_seq > 1:
-        prev = (await s.execute(select(EVENTS.c.hash).where(EVENTS.c.seq == from_seq - 1))).scalar_one()
-    rows = (await s.execute(select(EVENTS).where(EVENTS.c.seq >= from_seq).order_by(EVENTS.c.seq))).all()
+        prev = (await s.execute(select(EVENTS.c.hash).where(mine, EVENTS.c.pseq == from_seq - 1))).scalar_one()
+    rows = (await s.execute(select(EVENTS).where(mine, EVENTS.c.pseq >= from_seq).order_by(EVENTS.c.pseq))).all()
     seq = from_seq - 1
     for r in rows:
         values = dict(r._mapping)
         new_hash = chain_hash(prev, values)
         await s.execute(update(EVENTS).where(EVENTS.c.seq == values["seq"]).values(prev_hash=prev, hash=new_hash))
-        prev, seq = new_hash, values["seq"]
-    await s.execute(update(HEAD).values(seq=seq, hash=prev))
+        prev, seq = new_hash, values["pseq"]
+    await s.execute(update(HEAD).where(HEAD.c.id == part).values(seq=seq, hash=prev))
 
 
-async def wipe(s: Any) -> None:
-    await s.execute(delete(EVENTS))
-    await s.execute(update(HEAD).values(seq=0, hash=GENESIS_HASH))
+Tamper = Callable[[Any, int], Awaitable[None]]
 
 
-async def truncate_tail(s: Any) -> None:
-    await s.execute(delete(EVENTS).where(EVENTS.c.seq > 30))
-    h30 = (await s.execute(select(EVENTS.c.hash).where(EVENTS.c.seq == 30))).scalar_one()
-    await s.execute(update(HEAD).values(seq=30, hash=h30))
+async def wipe(s: Any, part: int = ROOT) -> None:
+    await s.execute(delete(EVENTS).where(EVENTS.c.part == part))
+    await s.execute(update(HEAD).where(HEAD.c.id == part).values(seq=0, hash=genesis(part)))
 
 
-async def edit_and_rechain(s: Any) -> None:
-    await s.execute(update(EVENTS).where(EVENTS.c.seq == 17).values(kind="forged", data={"i": 999}))
-    await rechain(s, 17)
+async def truncate_tail(s: Any, part: int = ROOT) -> None:
+    mine = EVENTS.c.part == part
+    await s.execute(delete(EVENTS).where(mine, EVENTS.c.pseq > 30))
+    h30 = (await s.execute(select(EVENTS.c.hash).where(mine, EVENTS.c.pseq == 30))).scalar_one()
+    await s.execute(update(HEAD).where(HEAD.c.id == part).values(seq=30, hash=h30))
 
 
-async def swap_and_rechain(s: Any) -> None:
-    a, b = [dict((await s.execute(select(EVENTS).where(EVENTS.c.seq == q))).one()._mapping) for q in (10, 25)]
-    for seq, src in ((10, b), (25, a)):
-        await s.execute(
-            update(EVENTS)
-            .where(EVENTS.c.seq == seq)
-            .values({c: v for c, v in src.items() if c not in {"seq", "hash", "prev_hash"}})
-        )
-    await rechain(s, 10)
+async def edit_and_rechain(s: Any, part: int = ROOT) -> None:
+    where = (EVENTS.c.part == part) & (EVENTS.c.pseq == 17)
+    await s.execute(update(EVENTS).where(where).values(kind="forged", data={"i": 999}))
+    await rechain(s, 17, part)
+
+
+async def swap_and_rechain(s: Any, part: int = ROOT) -> None:
+    at = {q: (EVENTS.c.part == part) & (EVENTS.c.pseq == q) for q in (10, 25)}
+    a, b = [dict((await s.execute(select(EVENTS).where(at[q]))).one()._mapping) for q in (10, 25)]
+    for q, src in ((10, b), (25, a)):
+        values = {c: v for c, v in src.items() if c not in {"seq", "part", "pseq", "hash", "prev_hash"}}
+        await s.execute(update(EVENTS).where(at[q]).values(values))
+    await rechain(s, 10, part)
 
 
 @pytest.mark.parametrize(
@@ -130,6 +135,62 @@ async def test_tampering_the_chain_cannot_see_fails_against_the_checkpoints(
     assert needle in (result.reason or "") and "checkpoint on line" in (result.reason or "")
 
 
+RUN = "run_checkpointed"
+PART = partition_of(RUN)
+
+
+@pytest.mark.parametrize(
+    ("work", "needle", "broken_seq", "line"),
+    [
+        (wipe, "checkpointed seq 40 is gone: the log ends at seq 0", 1, 2),
+        (truncate_tail, "checkpointed seq 40 is gone: the log ends at seq 30", 31, 2),
+        (edit_and_rechain, "history between seq 1 and 20 was rewritten", 20, 1),
+        (swap_and_rechain, "history between seq 1 and 20 was rewritten", 20, 1),
+    ],
+    ids=["wipe", "tail-truncated-head-rewritten", "edit-rechained", "swap-rechained"],
+)
+async def test_tampering_a_partition_fails_against_the_join_its_checkpoint_signed(
+    any_db: Database, files: tuple[Path, Path], work: Tamper, needle: str, broken_seq: int, line: int
+) -> None:
+    """A run's partition, checkpointed through the joins at 20 and 40 events, then wiped,
+    truncated or rewritten and re-chained with its head to match: verify names the partition,
+    the position, and the checkpoint whose join vouched for it."""
+    key_file, cp_file = files
+    log = AuditLog(any_db)
+    await append_n(log, 1, 20, RUN)
+    assert (await cps.take(log, key_file=key_file, checkpoint_file=cp_file)) is not None
+    await append_n(log, 21, 20, RUN)
+    await append_n(log, 100, 3)  # the root moves on past the last join too
+    assert (await cps.take(log, key_file=key_file, checkpoint_file=cp_file)) is not None
+    assert (await log.verify()).ok
+
+    await tamper(any_db, lambda s: work(s, PART))
+    result, count = await cps.verify_against(log, key_file=key_file, checkpoint_file=cp_file)
+    assert count == 2
+    assert (result.ok, result.part, result.broken_seq) == (False, PART, broken_seq)
+    assert needle in (result.reason or "") and f"checkpoint on line {line} " in (result.reason or "")
+
+
+async def test_a_partition_without_a_join_still_verifies_against_its_head(
+    any_db: Database, files: tuple[Path, Path]
+) -> None:
+    """Rows appended after the last checkpoint are held by their partition's head: deleting
+    one is caught even before any join names it."""
+    key_file, cp_file = files
+    log = AuditLog(any_db)
+    await append_n(log, 1, 3)
+    await cps.take(log, key_file=key_file, checkpoint_file=cp_file)
+    await append_n(log, 1, 5, RUN)
+
+    async def work(s: Any) -> None:
+        await s.execute(delete(EVENTS).where(EVENTS.c.part == PART, EVENTS.c.pseq == 3))
+
+    await tamper(any_db, work)
+    result, _ = await cps.verify_against(log, key_file=key_file, checkpoint_file=cp_file)
+    assert (result.ok, result.part, result.broken_seq) == (False, PART, 3)
+    assert "missing" in (result.reason or "")
+
+
 async def test_an_untampered_busy_log_passes_with_checkpoints_taken_while_it_grows(
     any_db: Database, files: tuple[Path, Path]
 ) -> None:
@@ -140,9 +201,10 @@ async def test_an_untampered_busy_log_passes_with_checkpoints_taken_while_it_gro
     await cps.take(log, key_file=key_file, checkpoint_file=cp_file)
     results = []
 
-    async def writer(w: int) -> None:
+    async def writer(w: int) -> None:  # the root's, and two runs' partitions (joined at each checkpoint)
+        run_id = None if w == 1 else f"run_{w}"
         for i in range(30):
-            await log.append_many([ev(1000 * w + i), ev(1000 * w + i + 500)])
+            await log.append_many([ev(1000 * w + i, run_id), ev(1000 * w + i + 500, run_id)])
 
     async def checkpointer() -> None:
         for _ in range(8):
@@ -157,7 +219,8 @@ async def test_an_untampered_busy_log_passes_with_checkpoints_taken_while_it_gro
     await asyncio.gather(writer(1), writer(2), writer(3), checkpointer(), verifier())
     await cps.take(log, key_file=key_file, checkpoint_file=cp_file)
     final, count = await cps.verify_against(log, key_file=key_file, checkpoint_file=cp_file)
-    assert final.ok and final.count == 185 and count >= 2
+    joins = await log.list(kind=JOIN_KIND)
+    assert final.ok and final.count == 185 + len(joins) and count >= 2 and joins
     assert results and all(r.ok for r, _ in results), results
 
 

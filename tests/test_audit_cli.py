@@ -33,12 +33,14 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 
 def _append(n: int) -> None:
+    """``n`` events of the root partition (no run): seq, position and the checkpointed seq agree."""
+
     async def go() -> None:
         db = create_database(os.environ["SIGNOFF_DATABASE_URL"])
         try:
             log = AuditLog(db)
             for i in range(n):
-                await log.append(AuditEvent(kind="proposal", run_id=f"r{i}"))
+                await log.append(AuditEvent(kind="proposal", proposal_id=f"p{i}"))
         finally:
             await db.dispose()
 
@@ -103,7 +105,7 @@ def test_verify_with_an_explicit_checkpoint_file_and_settings(
     assert "line 2: bad signature" in capsys.readouterr().err
     cps.write_text(lines[0] + "\n" + lines[1] + "\n")
     _sql("DELETE FROM audit_events WHERE seq > 3")
-    _sql("UPDATE audit_head SET seq = 3, hash = (SELECT hash FROM audit_events WHERE seq = 3)")
+    _sql("UPDATE audit_head SET seq = 3, hash = (SELECT hash FROM audit_events WHERE seq = 3) WHERE id = 1")
     assert main(["audit", "verify"]) == 0  # no default checkpoint file: the bare chain cannot tell
     capsys.readouterr()
     assert main(["audit", "verify", "--checkpoint", str(cps)]) == 1

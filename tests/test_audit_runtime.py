@@ -23,6 +23,7 @@ from bot.cli import main
 from sandbox.dataset import load_dataset_file
 from sandbox.io import load_dataset
 from sandbox.schema import upgrade
+from storage.audit import ROOT
 from storage.db import create_database
 from tests.support import C7, C8, SUP_A, SUP_B, Clock
 from tests.test_loop_support import BIG_REFUND, SEARCH, SMALL_REFUND
@@ -191,7 +192,7 @@ def _delete(path: Path, seq: int) -> None:
 def _swap(path: Path, seq: int) -> None:
     """Exchange the contents (hashes included) of rows ``seq`` and ``seq + 1``."""
     a, b = _rows(path, "SELECT * FROM audit_events WHERE seq IN (?, ?) ORDER BY seq", seq, seq + 1)
-    cols = [k for k in a.keys() if k != "seq"]
+    cols = [k for k in a.keys() if k not in ("seq", "part", "pseq")]
     with sqlite3.connect(path) as conn:
         for target, source in ((seq, b), (seq + 1, a)):
             sets = ", ".join(f"{c} = ?" for c in cols)
@@ -203,14 +204,18 @@ def _swap(path: Path, seq: int) -> None:
 def test_audit_verify_fails_naming_the_row_after_any_single_change(
     db_copy: Path, capsys: pytest.CaptureFixture[str], tamper: Any, where: str
 ) -> None:
-    """One edited, deleted or swapped audit row anywhere in the chain: exit 1 and the message
-    names that row's seq."""
+    """One edited, deleted or swapped audit row anywhere in the log: exit 1 and the message
+    names that row's partition and position (the first one verify walks, for a swap: the root
+    first, then the partitions in order)."""
     n = _count(db_copy)
     seq = {"first": 1, "middle": n // 2, "last": n - 1 if tamper is _swap else n}[where]
+    touched = _rows(db_copy, "SELECT part, pseq FROM audit_events WHERE seq IN (?, ?)", seq, seq + (tamper is _swap))
+    part, pseq = min((r["part"] != ROOT, r["part"], r["pseq"]) for r in touched)[1:]
     tamper(db_copy, seq)
     assert main(["audit", "verify"]) == 1
     err = capsys.readouterr().err
-    assert f"audit chain BROKEN at seq {seq}:" in err, err
+    where_ = "" if part == ROOT else f"partition {part}: "
+    assert f"audit chain BROKEN at seq {pseq}: {where_}" in err, err
 
 
 def test_every_proposal_has_a_gate_decision_event(busy_db: Path) -> None:

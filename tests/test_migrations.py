@@ -5,6 +5,7 @@ PostgreSQL audit guard is in place."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -23,7 +24,7 @@ import sandbox.models  # noqa: F401  (registers the store tables)
 import storage.models  # noqa: F401  (registers the runtime tables)
 from sandbox.schema import downgrade, heads, upgrade
 from sandbox.search import include_object
-from storage.audit import AuditEvent, AuditLog
+from storage.audit import GENESIS_HASH, ROOT, AuditEvent, AuditLog, VerifyResult, chain_hash
 from storage.db import Base, create_database
 from tests.conftest import PG_URL
 
@@ -129,7 +130,7 @@ async def test_upgrade_from_the_previous_schema_keeps_the_rows(blank_url: str) -
             ),
             {"groups": "[]", "meta": "{}", "now": now},
         )
-    await AuditLog(db).append(AuditEvent(kind="run.started", run_id="run_old", principal="customer:C-7"))
+        old_hash = await _single_chain(conn, 3)
     await db.dispose()
     await upgrade(blank_url)
     db = create_database(blank_url)
@@ -137,10 +138,43 @@ async def test_upgrade_from_the_previous_schema_keeps_the_rows(blank_url: str) -
         async with db.engine.connect() as conn:
             row = (await conn.execute(text("SELECT principal_id FROM conversations WHERE id = 'conv_old'"))).one()
         assert row[0] == "C-7"
-        assert (await AuditLog(db).verify()).ok
+        log = AuditLog(db)
+        # The old chain is the root partition, each row where it was, hashing as before.
+        assert await log.verify() == VerifyResult(ok=True, count=3, head_hash=old_hash, head_seq=3)
+        assert [(r.seq, r.part, r.pseq) for r in await log.list()] == [(1, ROOT, 1), (2, ROOT, 2), (3, ROOT, 3)]
+        new = await log.append(AuditEvent(kind="run.started", run_id="run_new", principal="customer:C-7"))
+        await log.append(AuditEvent(kind="policy.applied"))
+        assert new == 4  # the global seq carries on past the old rows (a sequence on PostgreSQL)
+        result = await log.verify()
+        assert result.ok and result.count == 5 and result.head_seq == 4
         assert any(t.startswith("store_") for t in await _tables(blank_url))
     finally:
         await db.dispose()
+
+
+_OLD_STR_FIELDS = (
+    "run_id", "proposal_id", "trace_id", "principal", "tool", "args_hash",
+    "idempotency_key", "model", "prompt_version", "policy_version",
+)  # fmt: skip
+
+
+async def _single_chain(conn: Any, n: int) -> str:
+    """``n`` events written the way the single chain wrote them (``seq`` = position, one head
+    row); the head's hash."""
+    prev = GENESIS_HASH
+    for seq in range(1, n + 1):
+        values: dict[str, Any] = dict.fromkeys(_OLD_STR_FIELDS)
+        values.update(seq=seq, pseq=seq, ts=datetime(2026, 1, 1, 12, seq, tzinfo=UTC), kind="proposal")
+        values.update(latency_ms=None, data={"i": seq}, run_id=f"run_{seq}")
+        values["hash"] = chain_hash(prev, values)
+        values["prev_hash"] = prev
+        del values["pseq"]
+        values["data"] = json.dumps(values["data"])
+        cols = ", ".join(values)
+        await conn.execute(text(f"INSERT INTO audit_events ({cols}) VALUES (:{', :'.join(values)})"), values)
+        prev = values["hash"]
+    await conn.execute(text("INSERT INTO audit_head (id, seq, hash) VALUES (1, :n, :h)"), {"n": n, "h": prev})
+    return prev
 
 
 @pytest.mark.filterwarnings("ignore:.*expression-based index")  # SQLite cannot reflect lower(email)

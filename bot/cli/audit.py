@@ -165,6 +165,7 @@ async def _verify(settings: Settings, args: argparse.Namespace) -> int:
     finally:
         await db.dispose()
     if not result.ok:
+        # The reason names the partition when it is not the root.
         print(f"audit chain BROKEN at seq {result.broken_seq}: {result.reason}", file=sys.stderr)
         return 1
     if result.count == 0 and not args.allow_empty:
