@@ -283,15 +283,23 @@ class SyncWriter:
             if is_busy(exc.orig):
                 return False, None
             raise
-        with tx:
-            try:
-                fast = _started(conn)
-            except OperationalError as exc:
-                if is_busy(exc.orig):
-                    tx.rollback()
-                    return False, None
-                raise
-            return True, fn(fast)  # type: ignore[arg-type]
+        try:
+            with tx:
+                try:
+                    fast = _started(conn)
+                except OperationalError as exc:
+                    if is_busy(exc.orig):
+                        tx.rollback()
+                        return False, None
+                    raise
+                return True, fn(fast)  # type: ignore[arg-type]
+        except BaseException:
+            # A failed COMMIT leaves SQLAlchemy's transaction over but SQLite's open: this
+            # connection is kept, so the next transaction must start clean.
+            driver = conn.connection.driver_connection
+            if driver is not None and driver.in_transaction:
+                driver.rollback()
+            raise
 
     def _patient(self, read: bool, fn: Callable[[Connection], T]) -> T:
         base = self.engine.connect()
