@@ -263,7 +263,7 @@ class FastConnection:
         """Take a read transaction's WAL snapshot now (:data:`SNAPSHOT`), so that the rare
         ``SQLITE_BUSY`` of a reader is met here, before any function runs."""
         try:
-            self._cursor.execute(SNAPSHOT)
+            self._cursor.execute(SNAPSHOT).fetchall()  # a statement left unfinished keeps the snapshot
         except sqlite3.Error as exc:
             raise DBAPIError.instance(SNAPSHOT, (), exc, sqlite3.Error) from exc
 

@@ -179,3 +179,20 @@ async def test_an_integrity_error_on_the_raw_path_is_sqlalchemys_and_rolls_back(
     else:
         raise AssertionError("a duplicate key must raise IntegrityError")
     assert await db.read(lambda conn: conn.execute(_GET, {"id": "conv-new"}).first()) is None
+
+
+async def test_a_read_leaves_no_snapshot_behind(tmp_path: Path) -> None:
+    """After ``Database.read`` returns, its connection holds no read transaction: a checkpoint
+    of the whole WAL completes (a kept snapshot made the WAL grow and every step slow)."""
+    db = await make_sqlite(tmp_path / "t.db")
+    try:
+        await db.write(lambda conn, _ctx: conn.execute(_INSERT, _row("conv-1")))
+        assert await db.read(lambda conn: conn.execute(_GET, {"id": "conv-1"}).first()) is not None
+        other = sqlite3.connect(tmp_path / "t.db", isolation_level=None)
+        try:
+            busy, _log, _done = other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            other.close()
+        assert busy == 0
+    finally:
+        await db.dispose()
