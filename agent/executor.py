@@ -18,6 +18,7 @@ from typing import Any
 
 from agent.tracing import traced_execution
 from storage.audit import AuditEvent
+from storage.faults import rerunnable
 from storage.holders import process_id
 from storage.ledger import Ledger
 from storage.records import LedgerEntry
@@ -158,6 +159,7 @@ class Executor:
         again with backoff for ``settle_budget_s`` on the caller's path, then by a background
         task until the database takes it (the caller goes on with the true result either way)."""
 
+        @rerunnable  # the ledger row moves only from executing: a second run changes nothing
         async def settle() -> None:
             await self.ledger.settle(key, status=status, result=result, audit=audit)
 

@@ -26,6 +26,7 @@ from agent.confirmations import CONFIRM_JOB
 from agent.errors import Busy, Unavailable
 from agent.reconcile import LEASE_WAIT_S, finish, finish_run, reconcile_stuck
 from agent.runtime import Runtime
+from storage.faults import rerunnable
 from storage.holders import is_dead, process_id
 from storage.jobs import Job
 from storage.locks import LockBusy
@@ -126,6 +127,7 @@ class Worker:
                 log.exception("job %s failed", job.id)
             error = f"{type(exc).__name__}: {exc}"[:500]
 
+        @rerunnable  # complete and fail are (tests/test_rerunnable.py)
         async def end() -> None:
             if error is None:
                 await self.rt.s.jobs.complete(job.id)

@@ -41,6 +41,7 @@ from sandbox.store import SandboxStore
 from storage import checkpoints
 from storage.checkpoints import Checkpoint
 from storage.db import Database, create_database
+from storage.faults import rerunnable
 from storage.identities import PeopleSeed
 from storage.inbox import INBOUND_JOB, Inbound
 from storage.jobs import Job
@@ -386,7 +387,7 @@ async def seed_store(db: Database, seed: str | None, *, production: bool = False
     development, nothing in production (an empty production store stays empty).
     """
     try:
-        empty = await db.until_available(lambda: store_is_empty(db), budget_s=START_WAIT_S, what="start-up")
+        empty = await db.until_available(rerunnable(lambda: store_is_empty(db)), budget_s=START_WAIT_S, what="start-up")
     except Exception as exc:  # the tables are missing: migrations were not run (an outage is re-raised)
         if db.fault(exc) is not None:
             raise

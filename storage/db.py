@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,8 +25,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase, Session
 
 from storage.fastsql import FastConnection
-from storage.faults import FaultKind, FaultListener, noted, until_available
-from storage.inline import BUSY, BUSY_POLL_S, NOT_RUN, RawPath, inline_connect, is_busy
+from storage.faults import FaultKind, FaultListener, noted, rerunnable, until_available
+from storage.inline import BUSY_POLL_S, inline_connect, is_busy
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,7 @@ class Database:
         :func:`storage.faults.until_available`)."""
         return await until_available(fn, budget_s=budget_s, what=what, listeners=self.fault_listeners)
 
+    @rerunnable
     async def ping(self) -> None:
         """One trivial round trip (``SELECT 1``): raises when the database does not answer."""
         async with self.engine.connect() as conn:
@@ -192,29 +194,27 @@ class WriteContext:
 
 
 class SyncWriter:
-    """The stdlib ``sqlite3`` engines behind :meth:`Database.write`.
+    """The stdlib ``sqlite3`` engines behind :meth:`Database.write` and :meth:`Database.read`.
 
-    A step's transaction runs on the event loop's thread when ``BEGIN IMMEDIATE`` gets the
-    write lock at once (busy timeout zero: a WAL commit with ``synchronous=NORMAL`` takes
-    tens of microseconds); when another connection holds the lock it runs instead on one
-    dedicated thread with the long busy timeout, so the loop never waits for a lock."""
+    One way to run a function: in one SQLAlchemy transaction on a :class:`FastConnection`
+    (prepared statements on its cursor, anything else through SQLAlchemy on the same
+    connection), never run twice. Where it runs depends only on the lock: on the event
+    loop's thread, on a connection this thread keeps open with a busy timeout of zero, when
+    ``BEGIN IMMEDIATE`` (a read: ``BEGIN`` and its snapshot, :data:`SNAPSHOT`) gets the lock
+    at once — a WAL commit with ``synchronous=NORMAL`` takes tens of microseconds; else,
+    after a short poll, on a thread with the long busy timeout, so the loop never waits for a
+    lock. Either way the function starts only once the lock is held: nothing it does can
+    meet ``SQLITE_BUSY`` half way."""
 
     def __init__(self, engine: Engine, inline: Engine | None = None) -> None:
         self.engine = engine
-        self._held: list[Any] = []
-        #: The loop-thread engine (busy timeout zero); ``None``: every write on the thread.
+        #: The loop-thread engine (busy timeout zero); ``None``: every transaction on a thread.
         self.inline = inline
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="signoff-sqlite-writer")
-        #: Writes that found the lock held and went to the thread (tests and benchmarks read it).
+        #: Transactions that found the lock held and went to a thread (tests and benchmarks read it).
         self.handoffs = 0
-        #: Prepared statements only, straight on a stdlib connection (else the inline engine).
-        self.raw = RawPath(self._connect_raw, inline.dialect) if inline is not None else None
-
-    def _connect_raw(self) -> sqlite3.Connection:
-        assert self.inline is not None
-        pooled = self.inline.raw_connection()  # the connect listener's pragmas, busy timeout zero
-        self._held.append(pooled)  # never returned to the pool: this thread's own connection
-        return pooled.driver_connection  # type: ignore[return-value]
+        self._local = threading.local()
+        self._held: list[Connection] = []
 
     @property
     def engines(self) -> list[Engine]:
@@ -230,87 +230,101 @@ class SyncWriter:
         sync_url = url.set(drivername="sqlite")
         engine = create_engine(sync_url, connect_args={"timeout": 30, "check_same_thread": False})
         _sqlite_pragmas(engine)
-        inline = create_engine(sync_url, connect_args={"timeout": 0, "check_same_thread": False}, pool_size=1)
+        inline = create_engine(sync_url, connect_args={"timeout": 0, "check_same_thread": False}, pool_size=2)
         _sqlite_pragmas(inline, busy_ms=0)
         return cls(engine, inline)
+
+    def _kept(self, kind: str) -> Connection:
+        """This thread's inline connection for writes or reads, opened on first use and kept."""
+        conn: Connection | None = getattr(self._local, kind, None)
+        if conn is None or conn.closed:
+            assert self.inline is not None
+            conn = self.inline.connect()
+            if kind == "reader":
+                conn = conn.execution_options(signoff_readonly=True)
+            setattr(self._local, kind, conn)
+            self._held.append(conn)
+        return conn
 
     async def run(self, fn: Callable[[Connection, WriteContext], T], ctx: WriteContext) -> T:
         """Run ``fn`` in one write transaction: inline if the lock is free, else on the writer thread."""
         if self.inline is not None:
-            ran, result = self._inline_tx(fn, ctx)
+            ran, result = self._inline(self._kept("writer"), lambda c: fn(c, ctx))
             if ran:
                 return result  # type: ignore[return-value]
             self.handoffs += 1
             for delay in BUSY_POLL_S:  # another process writes: poll for the lock here first
                 await asyncio.sleep(delay)
-                ran, result = self._inline_tx(fn, ctx)
+                ran, result = self._inline(self._kept("writer"), lambda c: fn(c, ctx))
                 if ran:
                     return result  # type: ignore[return-value]
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._tx, fn, ctx)
-
-    def _inline_tx(self, fn: Callable[[Connection, WriteContext], T], ctx: WriteContext) -> tuple[bool, T | None]:
-        assert self.inline is not None and self.raw is not None
-        done = self.raw.write(fn, ctx)
-        if done is BUSY:
-            return False, None
-        if done is not NOT_RUN:
-            return True, done
-        with self.inline.connect() as conn:
-            try:
-                tx = conn.begin()  # BEGIN IMMEDIATE (see _sqlite_pragmas)
-            except OperationalError as exc:
-                if is_busy(exc.orig):
-                    return False, None  # nothing ran: the thread waits for the lock instead
-                raise
-            with tx:
-                return True, fn(FastConnection(conn), ctx)  # type: ignore[arg-type]
-
-    def _tx(self, fn: Callable[[Connection, WriteContext], T], ctx: WriteContext) -> T:
-        with self.engine.begin() as conn:
-            return fn(FastConnection(conn), ctx)  # type: ignore[arg-type]
+        return await loop.run_in_executor(self._pool, self._patient, False, lambda c: fn(c, ctx))
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` in one read transaction (``BEGIN`` deferred: no write lock), inline; on the
-        rare ``SQLITE_BUSY`` a WAL reader can meet, again on a thread with the long timeout."""
-        if self.inline is not None and self.raw is not None:
-            done = self.raw.read(fn)
-            if done is NOT_RUN:
-                done = self._inline_read(fn)
-            if done is not BUSY:
-                return done  # type: ignore[no-any-return]
+        rare ``SQLITE_BUSY`` a WAL reader meets when taking its snapshot, on a thread with the
+        long timeout."""
+        if self.inline is not None:
+            ran, result = self._inline(self._kept("reader"), fn)
+            if ran:
+                return result  # type: ignore[return-value]
             self.handoffs += 1
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self._read_tx, fn)
+        return await loop.run_in_executor(None, self._patient, True, fn)
 
-    def _inline_read(self, fn: Callable[[Connection], T]) -> T | Any:
-        assert self.inline is not None
+    @staticmethod
+    def _inline(conn: Connection, fn: Callable[[Connection], T]) -> tuple[bool, T | None]:
+        """``fn`` in one transaction on ``conn`` once it holds its lock; ``(False, None)`` when
+        the lock was busy (``fn`` did not run)."""
         try:
-            with self.inline.connect().execution_options(signoff_readonly=True) as conn, conn.begin():
-                return fn(FastConnection(conn))  # type: ignore[arg-type]
+            tx = conn.begin()  # BEGIN IMMEDIATE, or BEGIN for a reader (see _sqlite_pragmas)
         except OperationalError as exc:
-            if not is_busy(exc.orig):
-                raise
-        except sqlite3.OperationalError as exc:
-            if not is_busy(exc):
-                raise
-        return BUSY
+            if is_busy(exc.orig):
+                return False, None
+            raise
+        try:
+            with tx:
+                try:
+                    fast = _started(conn)
+                except OperationalError as exc:
+                    if is_busy(exc.orig):
+                        tx.rollback()
+                        return False, None
+                    raise
+                return True, fn(fast)  # type: ignore[arg-type]
+        except BaseException:
+            # A failed COMMIT leaves SQLAlchemy's transaction over but SQLite's open: this
+            # connection is kept, so the next transaction must start clean.
+            driver = conn.connection.driver_connection
+            if driver is not None and driver.in_transaction:
+                driver.rollback()
+            raise
 
-    def _read_tx(self, fn: Callable[[Connection], T]) -> T:
-        with self.engine.connect().execution_options(signoff_readonly=True) as conn, conn.begin():
-            return fn(FastConnection(conn))  # type: ignore[arg-type]
+    def _patient(self, read: bool, fn: Callable[[Connection], T]) -> T:
+        base = self.engine.connect()
+        with base.execution_options(signoff_readonly=True) if read else base as conn, conn.begin():
+            return fn(_started(conn))  # type: ignore[arg-type]
 
     def close(self) -> None:
         """Close the writer's connections."""
-        if self.raw is not None:
-            self.raw.close()
-        for pooled in self._held:
-            pooled.invalidate()
+        for conn in self._held:
+            conn.invalidate()
+            conn.close()
         self._held.clear()
+        self._local = threading.local()
         self.engine.dispose()
         if self.inline is not None:
             self.inline.dispose()
         self._pool.shutdown(wait=False)
+
+
+def _started(conn: Connection) -> FastConnection:
+    """``conn`` in its transaction, as its functions get it; a reader's snapshot taken first."""
+    fast = FastConnection(conn)
+    if conn.get_execution_options().get("signoff_readonly"):
+        fast.snapshot()
+    return fast
 
 
 def is_sqlite_url(url: str) -> bool:

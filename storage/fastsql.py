@@ -2,16 +2,22 @@
 
 SQLAlchemy's per-execution work (cache key, parameter processing, result set setup) costs
 several times what SQLite itself takes for the short statements of an agent step. A
-statement built once at import and marked with :func:`prepared` is compiled for SQLite the
-first time it runs with a given set of parameter keys — with SQLAlchemy's own bind and
-result processors, so values are stored and read back exactly as SQLAlchemy stores them
-(the audit chain's hashes depend on it) — and from then on runs straight on the DBAPI
-cursor of the same connection, inside the same transaction.
+statement built once at import and marked with :func:`prepared` carries its own plans (in
+its execution options: no registry, nothing keyed by ``id``). The first time it runs with a
+given set of parameter keys it is compiled for SQLite and its plan is made from public API
+only — ``TypeEngine.dialect_impl(dialect).bind_processor(dialect)`` and
+``.result_processor(dialect, None)`` for each bound parameter and each column of
+``selected_columns`` (``effective_returning`` for RETURNING) — so values are stored and read
+back exactly as SQLAlchemy stores them (the audit chain's hashes depend on it). From then on
+it runs straight on the DBAPI cursor of the same connection, inside the same transaction.
 
 :class:`FastConnection` is what :meth:`storage.db.Database.write` and
-:meth:`~storage.db.Database.read` hand their functions on SQLite; any statement not marked
-(or one needing Python-side defaults, or expanding ``IN``) goes through SQLAlchemy as before.
-On PostgreSQL functions get the SQLAlchemy connection itself.
+:meth:`~storage.db.Database.read` hand their functions on a SQLite file: a prepared statement
+runs on the cursor, anything else (a statement not marked, one needing Python-side defaults or
+expanding ``IN``) through SQLAlchemy on the same connection — never by running the function
+again. On PostgreSQL functions get the SQLAlchemy connection itself and prepared statements
+run through SQLAlchemy like any other. ``tests/test_fast_path_contract.py`` fails when a
+SQLAlchemy release changes what the plans rely on.
 """
 
 from __future__ import annotations
@@ -23,13 +29,16 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, literal
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
 from sqlalchemy.sql.base import Executable
 
 S = TypeVar("S", bound=Executable)
 
-_PREPARED: dict[int, Executable] = {}
-_PLANS: dict[tuple[int, tuple[str, ...]], _Plan | None] = {}
+#: The execution option that carries a prepared statement's plans.
+OPTION = "signoff_plans"
+
+#: What a read transaction runs first: reading the database header takes its WAL snapshot.
+SNAPSHOT = "PRAGMA schema_version"
 
 #: Optional observer of each statement run on the raw cursor (benchmarks count them).
 TRACE: list[Callable[[str], None]] = []
@@ -41,16 +50,31 @@ def one_of(column: Any, values: Sequence[Any]) -> Any:
     return column.in_([literal(v, type_=column.type) for v in values])
 
 
-class Unsupported(Exception):
-    """A statement the raw cursor path cannot run as it is: the caller runs the whole
-    function again through SQLAlchemy (reads have no effect; a write's transaction was
-    rolled back first)."""
+class Plans:
+    """One prepared statement's plans, by the keys of its parameters."""
+
+    __slots__ = ("by_keys", "owner")
+
+    def __init__(self) -> None:
+        self.by_keys: dict[tuple[str, ...], _Plan | None] = {}
+        #: The statement these plans belong to (a statement derived from it, e.g. by
+        #: ``.where()``, carries the same options but is not its owner: it is not prepared).
+        self.owner: Any = None
 
 
 def prepared(stmt: S) -> S:
-    """Mark ``stmt`` (built once, kept for the process) for the compiled-once fast path."""
-    _PREPARED[id(stmt)] = stmt
-    return stmt
+    """``stmt`` (built once, kept for the process) marked for the compiled-once fast path."""
+    plans = Plans()
+    marked = stmt.execution_options(**{OPTION: plans})
+    plans.owner = marked
+    return marked
+
+
+def plans_of(stmt: Any) -> Plans | None:
+    """The plans of a prepared ``stmt``; ``None`` for any other statement."""
+    options = getattr(stmt, "get_execution_options", None)
+    plans = options().get(OPTION) if options is not None else None
+    return plans if plans is not None and plans.owner is stmt else None
 
 
 class _Row(tuple):  # type: ignore[type-arg]
@@ -100,12 +124,20 @@ class _Plan:
         return [row(v if p is None or v is None else p(v) for p, v in zip(procs, r, strict=True)) for r in raw]
 
 
-def _plan(stmt: Executable, keys: tuple[str, ...], dialect: Any) -> _Plan | None:
+def _columns(stmt: Any, compiled: Any) -> Any:
+    """The columns a statement returns (public API): a SELECT's ``selected_columns``, a DML
+    statement's ``effective_returning``; ``None`` for textual SQL or no rows."""
+    if compiled.isinsert or compiled.isupdate or compiled.isdelete:
+        return compiled.effective_returning
+    return getattr(stmt, "selected_columns", None)
+
+
+def make_plan(stmt: Executable, keys: tuple[str, ...], dialect: Any) -> _Plan | None:
+    """The plan of ``stmt`` for these parameter keys, or ``None`` when SQLAlchemy must run it."""
     compiled = stmt.compile(dialect=dialect, column_keys=list(keys) or None)  # type: ignore[attr-defined]
     if compiled.insert_prefetch or compiled.update_prefetch or "POSTCOMPILE" in compiled.string:
         return None  # Python-side defaults or expanding IN: SQLAlchemy does those
     names = tuple(compiled.positiontup or ())
-    processors = compiled._bind_processors
     fixed = {}
     for name in names:
         if name not in keys:
@@ -113,31 +145,26 @@ def _plan(stmt: Executable, keys: tuple[str, ...], dialect: Any) -> _Plan | None
             if bind.required or bind.callable is not None:
                 return None  # a parameter the caller did not give: SQLAlchemy says so
             fixed[name] = bind.value
+    binds = tuple(compiled.binds[n].type.dialect_impl(dialect).bind_processor(dialect) for n in names)
     results = row = None
-    columns = compiled._result_columns
-    if columns:
-        results = tuple(c[3]._cached_result_processor(dialect, None) for c in columns)
-        row = _row_type(tuple(c[0] for c in columns))
-    return _Plan(
-        sql=compiled.string,
-        names=names,
-        binds=tuple(processors.get(n) for n in names),
-        fixed=fixed,
-        results=results,
-        row=row,
-    )
+    columns = _columns(stmt, compiled)
+    if columns is not None:
+        columns = list(columns)
+        results = tuple(c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns)
+        row = _row_type(tuple(c.key for c in columns))
+    return _Plan(sql=compiled.string, names=names, binds=binds, fixed=fixed, results=results, row=row)
 
 
 def plan_for(stmt: Executable, params: Mapping[str, Any] | None, dialect: Any) -> _Plan | None:
     """The compiled plan for a prepared ``stmt`` with these parameter keys, or ``None``."""
-    sid = id(stmt)
-    if _PREPARED.get(sid) is not stmt:
+    plans = plans_of(stmt)
+    if plans is None:
         return None
-    key = (sid, tuple(params) if params else ())
+    keys = tuple(params) if params else ()
     try:
-        return _PLANS[key]
+        return plans.by_keys[keys]
     except KeyError:
-        plan = _PLANS[key] = _plan(stmt, key[1], dialect)
+        plan = plans.by_keys[keys] = make_plan(stmt, keys, dialect)
         return plan
 
 
@@ -183,16 +210,12 @@ class FastResult:
     def one(self) -> _Row:
         """The one row (else SQLAlchemy's error)."""
         if len(self._rows) != 1:
-            from sqlalchemy.exc import MultipleResultsFound, NoResultFound
-
             raise (NoResultFound if not self._rows else MultipleResultsFound)("expected one row")
         return self._rows[0]
 
     def one_or_none(self) -> _Row | None:
         """The one row or ``None``."""
         if len(self._rows) > 1:
-            from sqlalchemy.exc import MultipleResultsFound
-
             raise MultipleResultsFound("expected at most one row")
         return self._rows[0] if self._rows else None
 
@@ -218,7 +241,10 @@ class FastResult:
 
 
 class FastConnection:
-    """A SQLAlchemy connection whose prepared statements run straight on its DBAPI cursor."""
+    """A SQLAlchemy connection whose prepared statements run straight on its DBAPI cursor;
+    anything else runs through SQLAlchemy, on the same connection and transaction."""
+
+    __slots__ = ("_cursor", "dialect", "sa")
 
     def __init__(self, conn: Connection) -> None:
         self.sa = conn
@@ -233,31 +259,24 @@ class FastConnection:
             return self.sa.execute(stmt, params)
         return _run(self._cursor, plan, params)
 
+    def snapshot(self) -> None:
+        """Take a read transaction's WAL snapshot now (:data:`SNAPSHOT`), so that the rare
+        ``SQLITE_BUSY`` of a reader is met here, before any function runs."""
+        try:
+            self._cursor.execute(SNAPSHOT).fetchall()  # a statement left unfinished keeps the snapshot
+        except sqlite3.Error as exc:
+            raise DBAPIError.instance(SNAPSHOT, (), exc, sqlite3.Error) from exc
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.sa, name)
 
 
-class RawConnection:
-    """A stdlib sqlite3 connection inside a transaction the caller opened, for functions
-    written against SQLAlchemy's ``Connection`` that run only prepared statements.
-
-    Anything else raises :class:`Unsupported` (the caller then runs the function through
-    SQLAlchemy): an unprepared statement, or any other ``Connection`` API."""
-
-    def __init__(self, raw: sqlite3.Connection, dialect: Any) -> None:
-        self.dialect = dialect
-        self._cursor = raw.cursor()
-
-    def execute(self, stmt: Any, params: Any = None) -> Any:
-        """Run a prepared ``stmt`` on the cursor."""
-        first = params[0] if isinstance(params, list) and params else params
-        plan = plan_for(stmt, first, self.dialect)
-        if plan is None or params == []:
-            raise Unsupported(type(stmt).__name__)
-        return _run(self._cursor, plan, params)
-
-    def __getattr__(self, name: str) -> Any:
-        raise Unsupported(name)
-
-
-__all__ = ["FastConnection", "FastResult", "RawConnection", "Unsupported", "one_of", "plan_for", "prepared"]
+__all__ = [
+    "FastConnection",
+    "FastResult",
+    "make_plan",
+    "one_of",
+    "plan_for",
+    "plans_of",
+    "prepared",
+]

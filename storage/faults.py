@@ -13,7 +13,7 @@ import asyncio
 import logging
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -88,6 +88,25 @@ def noted(exc: BaseException, listeners: Sequence[FaultListener] = ()) -> FaultK
 
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The attribute :func:`rerunnable` sets.
+RERUNNABLE = "signoff_rerunnable"
+
+
+def rerunnable(fn: F) -> F:
+    """Mark ``fn`` as safe to run again from the start after its transaction was rolled back
+    (no effect outside the database, nothing kept from an attempt that did not commit).
+    :func:`until_available` runs nothing else again; ``tests/test_rerunnable.py`` runs each
+    marked storage function twice on an aborted transaction."""
+    setattr(getattr(fn, "__func__", fn), RERUNNABLE, True)
+    return fn
+
+
+def is_rerunnable(fn: Any) -> bool:
+    """Whether ``fn`` was marked with :func:`rerunnable` (a bound method: its function)."""
+    return bool(getattr(getattr(fn, "__func__", fn), RERUNNABLE, False))
+
 
 #: Backoff between attempts: the first pause, doubling up to the last.
 FIRST_PAUSE_S, MAX_PAUSE_S = 0.05, 2.0
@@ -103,7 +122,10 @@ async def until_available(
 ) -> T:
     """``await fn()``, again with backoff while the database is unavailable, for at most
     ``budget_s`` seconds (``None``: until it succeeds). Any other error, or the last outage
-    once the budget is spent, is raised."""
+    once the budget is spent, is raised. Only a function marked :func:`rerunnable` is run
+    again (any other is refused with ``TypeError`` before it runs)."""
+    if not is_rerunnable(fn):
+        raise TypeError(f"{what}: {fn!r} is not marked rerunnable; it must not run again after an outage")
     loop = asyncio.get_running_loop()
     deadline = None if budget_s is None else loop.time() + budget_s
     pause = first_s
@@ -122,4 +144,13 @@ async def until_available(
         pause = min(pause * 2, MAX_PAUSE_S)
 
 
-__all__ = ["FaultKind", "FaultListener", "fault_kind", "is_unavailable", "noted", "until_available"]
+__all__ = [
+    "FaultKind",
+    "FaultListener",
+    "fault_kind",
+    "is_rerunnable",
+    "is_unavailable",
+    "noted",
+    "rerunnable",
+    "until_available",
+]

@@ -10,24 +10,21 @@ never blocked waiting for a lock. A call that failed with ``SQLITE_BUSY`` had no
 so making it again is safe; an ``executemany`` inside a transaction is the exception (rows
 before the busy one were applied) and its error is raised as it is.
 
-The same holds for :class:`InlineWriter`, the stdlib-driver connection behind
-``Database.write``: the step's transaction runs inline when ``BEGIN IMMEDIATE`` gets the
-lock at once, else on the writer thread.
+The same holds for ``storage.db.SyncWriter``, the stdlib-driver connections behind
+``Database.write`` and ``Database.read``: a transaction runs inline when ``BEGIN IMMEDIATE``
+(a read: ``BEGIN`` and its snapshot) gets the lock at once, else on a thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-import threading
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import aiosqlite
 import aiosqlite.core
-
-from storage import fastsql
 
 #: When the file is busy (another process writes), how long to wait between tries on the loop
 #: before the connection's thread takes over with the long timeout: about a second of polling
@@ -64,15 +61,26 @@ class InlineConnection(aiosqlite.Connection):
 
     The sqlite3 connection is opened with ``check_same_thread=False``: it is used by one
     task at a time (the pool hands it out whole), on the loop's thread or, when busy, on
-    its own thread while that task waits."""
+    its own thread while that task waits.
+
+    aiosqlite has no public hook for this; the four internals it relies on are read here and
+    nowhere else (:data:`AIOSQLITE_INTERNALS`), and ``tests/test_fast_path_contract.py`` fails
+    loudly when an aiosqlite release changes any of them: ``_execute(fn, *args, **kwargs)``
+    (the coroutine every call goes through, overridden), ``_connection`` (the sqlite3
+    connection once open, ``None`` before and after), ``_running`` (false once closing) and
+    ``_thread`` (the connection's worker thread, made a daemon)."""
 
     #: Calls that went to the thread because SQLite was busy (for tests and benchmarks).
     handoffs = 0
 
-    async def _execute(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        conn = self._connection
+    def _driver(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = self._connection
         if not self._running or conn is None:
             raise ValueError("Connection closed")
+        return conn
+
+    async def _execute(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        conn = self._driver()
         was_in_tx = conn.in_transaction
         try:
             return fn(*args, **kwargs)
@@ -90,89 +98,15 @@ class InlineConnection(aiosqlite.Connection):
                     raise
         return await super()._execute(_patiently, conn, partial(fn, *args, **kwargs))
 
-
-#: What :class:`RawPath` returns when it did not run the function: something only SQLAlchemy runs.
-NOT_RUN: Any = object()
-#: What :class:`RawPath` returns when SQLite was busy: nothing ran, wait for the lock off the loop.
-BUSY: Any = object()
-
-
-class RawPath:
-    """Transactions straight on a stdlib sqlite3 connection on the caller's thread.
-
-    For functions written against SQLAlchemy's ``Connection`` whose statements are all
-    prepared (:mod:`storage.fastsql`): no pool, no SQLAlchemy transaction, no thread hop.
-    Returns :data:`BUSY` when ``BEGIN IMMEDIATE`` (or a read) found the file busy, and
-    :data:`NOT_RUN` when the function met something only SQLAlchemy runs (its transaction is
-    rolled back first): the caller then takes the slower path.
-    One connection per thread, opened on first use with ``connect()``."""
-
-    def __init__(self, connect: Callable[[], sqlite3.Connection], dialect: Any) -> None:
-        self._connect = connect
-        self._dialect = dialect
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
-
-    def _raw(self) -> sqlite3.Connection:
-        raw: sqlite3.Connection | None = getattr(self._local, "raw", None)
-        if raw is None:
-            raw = self._local.raw = self._connect()
-            self._all.append(raw)
-        elif raw.in_transaction:  # only after a failure to roll back: start clean
-            raw.rollback()
-        return raw
-
-    def write(self, fn: Callable[[Any, Any], Any], ctx: Any) -> Any:
-        """``fn(connection, ctx)`` in one ``BEGIN IMMEDIATE`` transaction, or :data:`NOT_RUN`."""
-        raw = self._raw()
-        try:
-            raw.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            if is_busy(exc):
-                return BUSY  # nothing ran: the caller waits for the lock off the loop
-            raise
-        _trace("BEGIN IMMEDIATE")
-        try:
-            result = fn(fastsql.RawConnection(raw, self._dialect), ctx)
-        except fastsql.Unsupported:
-            raw.rollback()
-            ctx.audit_events.clear()  # the caller runs fn again from the start
-            return NOT_RUN
-        except BaseException:
-            raw.rollback()
-            raise
-        raw.execute("COMMIT")
-        _trace("COMMIT")
-        return result
-
-    def read(self, fn: Callable[[Any], Any]) -> Any:
-        """``fn(connection)`` in one read transaction (``BEGIN``: no write lock), or :data:`NOT_RUN`."""
-        raw = self._raw()
-        raw.execute("BEGIN")
-        _trace("BEGIN")
-        try:
-            return fn(fastsql.RawConnection(raw, self._dialect))
-        except fastsql.Unsupported:
-            return NOT_RUN
-        except Exception as exc:
-            if is_busy(exc) or is_busy(getattr(exc, "orig", None)):
-                return BUSY  # the rare busy a WAL reader meets: again, patiently, off the loop
-            raise
-        finally:
-            raw.rollback()  # a read: nothing to keep
-            _trace("COMMIT")
-
-    def close(self) -> None:
-        """Close every thread's connection."""
-        for raw in self._all:
-            raw.close()
-        self._all.clear()
-        self._local = threading.local()
+    def daemonize(self) -> InlineConnection:
+        """Make the connection's worker thread a daemon (an unclosed connection never holds
+        the process open); before it starts."""
+        self._thread.daemon = True
+        return self
 
 
-def _trace(sql: str) -> None:
-    for trace in fastsql.TRACE:
-        trace(sql)
+#: The aiosqlite internals :class:`InlineConnection` relies on (the contract test checks them).
+AIOSQLITE_INTERNALS = ("_execute", "_connection", "_running", "_thread")
 
 
 def inline_connect(database: str) -> InlineConnection:
@@ -181,9 +115,7 @@ def inline_connect(database: str) -> InlineConnection:
     def connector() -> sqlite3.Connection:
         return sqlite3.connect(database, timeout=0, check_same_thread=False, isolation_level=None)
 
-    conn = InlineConnection(connector, 64)
-    conn._thread.daemon = True
-    return conn
+    return InlineConnection(connector, 64).daemonize()
 
 
-__all__ = ["BUSY", "NOT_RUN", "PATIENT_MS", "InlineConnection", "RawPath", "inline_connect", "is_busy"]
+__all__ = ["AIOSQLITE_INTERNALS", "BUSY_POLL_S", "PATIENT_MS", "InlineConnection", "inline_connect", "is_busy"]

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.audit import utc
 from storage.db import Database, WriteContext
+from storage.faults import rerunnable
 from storage.models import JobRow
 from storage.records import wall_clock
 
@@ -199,6 +200,7 @@ class JobQueue:
             )
         return len(dead)
 
+    @rerunnable
     async def complete(self, job_id: int, *, worker_id: str | None = None) -> bool:
         """Mark a running job done; with ``worker_id``, only if that worker still holds it."""
         stmt = update(_JOBS).where(_JOBS.c.id == job_id, _JOBS.c.status == "running")
@@ -208,6 +210,7 @@ class JobQueue:
         result = await self._db.write(lambda conn, _ctx: conn.execute(done))
         return bool(cast(CursorResult[Any], result).rowcount)
 
+    @rerunnable
     async def fail(
         self,
         job_id: int,

@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 
 from storage.audit import AuditEvent, append_audit_sync
 from storage.db import Database, WriteContext
+from storage.faults import rerunnable
 from storage.holders import is_dead, process_id
 from storage.models import ToolExecutionRow
 from storage.records import Clock, LedgerEntry, LedgerStatus, aware, wall_clock
@@ -84,6 +85,7 @@ class Ledger:
             ).scalar_one_or_none()
             return _entry(r) if r else None
 
+    @rerunnable
     async def settle(
         self, key: str, *, status: str, result: Any, audit: Sequence[AuditEvent] = (), only_if: str = "executing"
     ) -> bool:

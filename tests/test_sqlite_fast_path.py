@@ -134,20 +134,32 @@ async def test_prepared_statements_store_and_read_back_what_sqlalchemy_does(db: 
     assert fast[0]["created_at"].replace(tzinfo=None) == datetime(2025, 6, 1, 12, 30, 15, 123456)
 
 
-async def test_a_write_the_raw_path_cannot_run_is_run_once_through_sqlalchemy(db: Database) -> None:
-    """An unprepared statement after a prepared one: the raw transaction is rolled back and the
-    whole function runs again through SQLAlchemy; its rows exist once."""
+async def test_a_write_mixing_prepared_and_other_statements_runs_once_in_one_transaction(db: Database) -> None:
+    """A prepared statement, then one only SQLAlchemy runs, then a failure: the function ran
+    once (never again from the start), on one connection, and both rows rolled back together;
+    without the failure both rows exist once."""
     calls: list[str] = []
 
-    def fn(conn: Connection, ctx: WriteContext) -> str:
+    def fn(conn: Connection, ctx: WriteContext, fail: bool) -> str:
         calls.append(type(conn).__name__)
         conn.execute(_INSERT, _row("conv-mixed"))
         conn.execute(insert(_CONV).values(**{**_row("conv-mixed-2"), "external_ref": "ref-2"}))
+        if fail:
+            raise RuntimeError("after both statements")
         return "done"
 
-    assert await db.write(fn) == "done"
-    assert calls == ["RawConnection", "FastConnection"]
-    ids = await db.read(lambda conn: [r[0] for r in conn.execute(select(_CONV.c.id).order_by(_CONV.c.id)).all()])
+    try:
+        await db.write(lambda conn, ctx: fn(conn, ctx, True))
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the failure must reach the caller")
+    assert calls == ["FastConnection"]
+    ids_of = select(_CONV.c.id).order_by(_CONV.c.id)
+    assert await db.read(lambda conn: conn.execute(ids_of).all()) == []
+    assert await db.write(lambda conn, ctx: fn(conn, ctx, False)) == "done"
+    assert calls == ["FastConnection", "FastConnection"]
+    ids = await db.read(lambda conn: [r[0] for r in conn.execute(ids_of).all()])
     assert ids == ["conv-mixed", "conv-mixed-2"]
 
 
@@ -167,3 +179,20 @@ async def test_an_integrity_error_on_the_raw_path_is_sqlalchemys_and_rolls_back(
     else:
         raise AssertionError("a duplicate key must raise IntegrityError")
     assert await db.read(lambda conn: conn.execute(_GET, {"id": "conv-new"}).first()) is None
+
+
+async def test_a_read_leaves_no_snapshot_behind(tmp_path: Path) -> None:
+    """After ``Database.read`` returns, its connection holds no read transaction: a checkpoint
+    of the whole WAL completes (a kept snapshot made the WAL grow and every step slow)."""
+    db = await make_sqlite(tmp_path / "t.db")
+    try:
+        await db.write(lambda conn, _ctx: conn.execute(_INSERT, _row("conv-1")))
+        assert await db.read(lambda conn: conn.execute(_GET, {"id": "conv-1"}).first()) is not None
+        other = sqlite3.connect(tmp_path / "t.db", isolation_level=None)
+        try:
+            busy, _log, _done = other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            other.close()
+        assert busy == 0
+    finally:
+        await db.dispose()
