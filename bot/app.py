@@ -24,6 +24,7 @@ from agent.runtime import Runtime
 from agent.services import Services, build_services
 from agent.tracing import TracedModel
 from agent.worker import Worker, WorkerConfig
+from bot import widget
 from bot.email.smtp import Mailer
 from bot.production import warn_if_development
 from bot.settings import Settings, reveal
@@ -226,8 +227,7 @@ async def create_app(
     # A bad people file stops the start before anything is touched.
     people = load_people_file(settings.signoff_people_file) if settings.signoff_people_file else None
     db = await open_database(settings)
-    # OTEL_* are the OpenTelemetry SDK's own variables; this root only asks whether to export.
-    tracing = install_tracing(os.environ, db)
+    tracing = install_tracing(os.environ, db)  # OTEL_*: the SDK's own variables; only whether to export
     active = await active_policy(PolicyVersions(db), settings.signoff_policy_file)
     log.info("policy %s from %s (%s)", active.policy.version, active.where, active.source)
     policy = active.policy
@@ -255,6 +255,7 @@ async def create_app(
         routed.add("slack", slack[1], staff=True)
         inbound["slack"] = slack[2]
     routes: list[web.AbstractRouteDef] = [*shopify_webhooks(settings, backend, runtime, inbound)]
+    routes += widget.install(settings, runtime, backend, routed, inbound)  # the chat widget (bot/widget)
     if teams is not None:
         teams.face.attach(runtime)
         inbound["teams"] = teams.face.handle
