@@ -135,6 +135,8 @@ class Settings(BaseSettings):
     signoff_widget_origins: str | None = None
     #: Seconds between the pieces of a live answer in the widget's stream (0: all at once).
     signoff_widget_chunk_delay_s: float = Field(default=0.03, ge=0, le=5)
+    #: New guest sessions one address may open per hour.
+    signoff_widget_sessions_per_ip_hour: int = Field(default=20, ge=1)
 
     @field_validator("signoff_database_url", "signoff_migration_database_url")
     @classmethod

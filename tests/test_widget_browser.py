@@ -21,7 +21,9 @@ from agent.llm.testing import make_response
 from tests.widget_kit import WidgetServer, widget_server
 
 CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (.ci/run installs it)")
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="Debian's chromium is not installed (.ci/run installs it)"
+)
 AXE = Path(__file__).parent / "vendor" / "axe-core" / "axe.min.js"
 FLAGS = [
     "--headless",
@@ -35,9 +37,10 @@ FLAGS = [
 ]
 HOSTILE = (
     'Here you go: <img src=x onerror="window.__pwned=1"> <script>window.__pwned=2</script> '
-    "[x](javascript:window.__pwned=3) <a href=\"javascript:window.__pwned=4\">link</a>"
+    '[x](javascript:window.__pwned=3) <a href="javascript:window.__pwned=4">link</a>'
 )
 WAIT_MS = 30_000
+ROOT = "document.querySelector('signoff-chat').shadowRoot"
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +71,9 @@ def _page(browser: Any, url: str, *, width: int = 1280, **options: Any) -> Any:
     context = browser.new_context(viewport={"width": width, "height": 800}, **options)
     page = context.new_page()
     page.goto(url)
-    page.wait_for_function("customElements.get('signoff-chat') !== undefined && !!document.querySelector('signoff-chat')")
+    page.wait_for_function(
+        "customElements.get('signoff-chat') !== undefined && !!document.querySelector('signoff-chat')"
+    )
     return page
 
 
@@ -83,7 +88,7 @@ def _bubbles(page: Any, kind: str) -> list[str]:
 def _answer_with(page: Any, pattern: str) -> str:
     """Wait for a complete agent answer matching ``pattern`` (the live region announces complete ones)."""
     page.wait_for_function(
-        "p => new RegExp(p).test(document.querySelector('signoff-chat').shadowRoot.querySelector('[role=status].sr').textContent)",
+        f"p => new RegExp(p).test({ROOT}.querySelector('[role=status].sr').textContent)",
         arg=pattern,
         timeout=WAIT_MS,
     )
@@ -151,7 +156,7 @@ def test_a_reload_mid_stream_loses_nothing_and_shows_nothing_twice(browser: Any,
     _say(page, "What is your refund policy?")
     # The answer is arriving piece by piece (0.25 s apart): reload while it is.
     page.wait_for_function(
-        "() => { const t = [...document.querySelector('signoff-chat').shadowRoot.querySelectorAll('.msg.answer .text')];"
+        f"() => {{ const t = [...{ROOT}.querySelectorAll('.msg.answer .text')];"
         " return t.length > 0 && t[t.length - 1].textContent.length > 0; }",
         timeout=WAIT_MS,
     )
@@ -225,9 +230,7 @@ def test_markup_in_a_model_answer_renders_as_inert_text(browser: Any) -> None:
         _say(page, "hello")
         text = _answer_with(page, "pwned=4")
         assert text == HOSTILE
-        created = page.evaluate(
-            "() => document.querySelector('signoff-chat').shadowRoot.querySelectorAll('.log img, .log script, .log a').length"
-        )
+        created = page.evaluate(f"() => {ROOT}.querySelectorAll('.log img, .log script, .log a').length")
         assert created == 0
         assert page.evaluate("() => window.__pwned") is None
         assert page.evaluate("() => document.querySelectorAll('img, a[href^=javascript]').length") == 0

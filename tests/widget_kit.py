@@ -100,7 +100,7 @@ async def _start(tmp: Path, model: ModelClient | None, env: dict[str, str]) -> t
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     base = f"http://127.0.0.1:{runner.addresses[0][1]}"
     front = Storefront(upstream=base)
-    front_runner = web.AppRunner(front.app(), access_log=None)
+    front_runner = web.AppRunner(front.app(), access_log=None, shutdown_timeout=2.0)
     await front_runner.setup()
     await web.TCPSite(front_runner, "127.0.0.1", 0).start()
     stop = asyncio.Event()
@@ -119,7 +119,7 @@ async def _stop(app: App, parts: tuple[Any, ...]) -> None:
 
 
 @contextmanager
-def widget_server(model: ModelClient | None = None, **env: str) -> Iterator[WidgetServer]:
+def widget_server(model: ModelClient | None = None, /, **env: str) -> Iterator[WidgetServer]:
     """The server on a loop in its own thread, for a synchronous browser driver."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)

@@ -69,6 +69,7 @@ class WidgetConfig:
             origins=origins,
             proxy_secret=reveal(settings.signoff_shopify_client_secret),
             chunk_delay_s=settings.signoff_widget_chunk_delay_s,
+            limits=Limits(sessions_per_hour_per_ip=settings.signoff_widget_sessions_per_ip_hour),
         )
 
 

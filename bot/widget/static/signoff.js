@@ -36,8 +36,8 @@
     confirmation: {
       pending: "Waiting for your answer.",
       confirmed: "You confirmed this.",
+      consumed: "You confirmed this.",
       declined: "You declined this.",
-      expired: "This request expired.",
       superseded: "This request was replaced by a newer one.",
     },
     approvalTitle: "A teammate needs to approve this",
@@ -46,7 +46,7 @@
       approved: "A teammate approved this.",
       rejected: "A teammate declined this.",
       expired: "No teammate decided in time; nothing was done.",
-      edited: "A teammate approved a changed version of this.",
+      superseded: "This request was replaced by a newer one.",
     },
     verifyTitle: "See your orders",
     verifyIntro: "To see or change an order, tell us the order number and the email on it.",
