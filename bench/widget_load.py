@@ -96,11 +96,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         policy = Path(tmp) / "policy.yaml"
         text = (ROOT / "agent" / "data" / "policy.yaml").read_text()
-        policy.write_text(
-            text.replace(
-                "max_new_conversations_per_hour_per_group: 60", "max_new_conversations_per_hour_per_group: 100000"
-            )
-        )
+        # The shop's guest budget (policy ``strangers``) would refuse most of 200 guests at once.
+        for name, value in (
+            ("max_new_conversations_per_hour_per_group: 60", "100000"),
+            ("max_model_tokens_per_day_per_group: 1000000", "1000000000"),
+        ):
+            text = text.replace(name, f"{name.split(':')[0]}: {value}")
+        policy.write_text(text)
         env = {
             "SIGNOFF_WIDGET_ORIGINS": "https://bench.example",
             "SIGNOFF_WIDGET_SESSIONS_PER_IP_HOUR": str(args.sessions * 2),
