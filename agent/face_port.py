@@ -24,6 +24,7 @@ from agent.outcomes import TurnResult
 from agent.runtime import Runtime
 from storage.audit import AuditEvent
 from storage.conversations import TurnState
+from storage.db import Database
 from storage.identities import Identity, IdentityLinks, Staff
 from storage.inbox import Accepted, DeliveryState, Inbound, InboundStatus, ThreadBinding
 from storage.mailbox import SentMail
@@ -85,6 +86,9 @@ class FacePort:
         s = runtime.s
         #: The link-code flow's records (a Slack user proving an address on file).
         self.links: IdentityLinks = s.links
+        #: The database, for a face's own tables (the widget's sessions and event streams);
+        #: never a way to the runtime's repositories.
+        self.database: Database = s.db
         #: The one clock of every timestamp.
         self.clock: Callable[[], datetime] = s.clock
 

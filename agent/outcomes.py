@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Outcome = Literal["answered", "finished", "escalated", "gave_up", "refused", "asked", "recorded"]
 
@@ -52,6 +53,17 @@ class TurnResult:
     def shown_confirmations(self) -> tuple[str, ...]:
         """The confirmations whose runtime text this result carries."""
         return tuple(p.id for p in self.pending if p.kind == "confirmation")
+
+    def as_dict(self) -> dict[str, Any]:
+        """As JSON values (a face keeps the answer owed on its inbound row)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TurnResult:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in fields}
+        values["pending"] = tuple(Pending(**p) for p in data.get("pending") or ())
+        return cls(**values)
 
 
 __all__ = ["Outcome", "Pending", "TurnResult"]

@@ -35,6 +35,7 @@ from bot.shopify import wiring as shopify_wiring
 from bot.slack import wiring as slack_wiring
 from bot.teams import wiring as teams_wiring
 from bot.telemetry import Tracing, install_tracing
+from bot.widget import wiring as widget_wiring
 from sandbox.dataset import load_dataset_file
 from sandbox.io import load_dataset, store_is_empty
 from sandbox.store import SandboxStore
@@ -250,6 +251,7 @@ FACES: tuple[FaceFactory, ...] = (
     slack_wiring.face,
     teams_wiring.face,
     shopify_wiring.face,
+    widget_wiring.face,
 )
 
 

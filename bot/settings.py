@@ -128,6 +128,15 @@ class Settings(BaseSettings):
     signoff_shopify_access_token: SecretStr | None = None
     signoff_shopify_webhook_secret: SecretStr | None = None
     signoff_shopify_admin_url: str | None = None
+    #: The customer's chat widget (bot/widget): on with ``true``; the shops' origins it may be
+    #: served to cross-site (CSV, exact ``https://host[:port]``); the app proxy is verified with
+    #: SIGNOFF_SHOPIFY_CLIENT_SECRET.
+    signoff_widget: bool = False
+    signoff_widget_origins: str | None = None
+    #: Seconds between the pieces of a live answer in the widget's stream (0: all at once).
+    signoff_widget_chunk_delay_s: float = Field(default=0.03, ge=0, le=5)
+    #: New guest sessions one address may open per hour.
+    signoff_widget_sessions_per_ip_hour: int = Field(default=20, ge=1)
 
     @field_validator("signoff_database_url", "signoff_migration_database_url")
     @classmethod

@@ -515,3 +515,40 @@ class OutsideStaffActionRow(Base):
     customer_id: Mapped[str | None] = mapped_column(String(64))
     principal: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(TS, index=True)
+
+
+class WidgetSessionRow(Base):
+    """A chat widget session (``bot/widget``): who it is bound to, never the secret itself (its
+    hash), the current conversation, and a hash of the address it was opened from (guest limits)."""
+
+    __tablename__ = "widget_sessions"
+    __table_args__ = (
+        Index("ix_widget_sessions_customer", "shop", "customer_id", "created_at"),
+        Index("ix_widget_sessions_ip", "ip_hash", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    shop: Mapped[str] = mapped_column(String(255))
+    customer_id: Mapped[str | None] = mapped_column(String(64))
+    #: How the customer was established: app_proxy | jwt | order | code (None: a guest).
+    verified_via: Mapped[str | None] = mapped_column(String(16))
+    ip_hash: Mapped[str] = mapped_column(String(64))
+    conversation_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class WidgetEventRow(Base):
+    """One event of a widget session's stream, numbered per session (``seq``, the SSE id) and
+    written once per key (a retried delivery writes nothing)."""
+
+    __tablename__ = "widget_events"
+    __table_args__ = (UniqueConstraint("session_id", "seq", name="uq_widget_events_session_seq"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(String(64))
+    seq: Mapped[int] = mapped_column(Integer)
+    key: Mapped[str] = mapped_column(String(255), unique=True)
+    kind: Mapped[str] = mapped_column(String(24))
+    data: Mapped[Any] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(TS)

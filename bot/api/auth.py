@@ -22,7 +22,7 @@ import asyncio
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import jwt
 from jwt import PyJWKClient
@@ -31,7 +31,7 @@ from agent.errors import ConfigError
 from bot.api import wording as say
 from bot.settings import reveal
 from bot.web import ApiError
-from storage.identities import People
+from storage.identities import Staff
 from tools.backend import CommerceBackend
 from tools.context import Principal
 
@@ -112,10 +112,16 @@ class Caller:
         return self.principal.is_staff
 
 
+class StaffDirectory(Protocol):
+    """Who a staff token's subject is (``storage.identities.People`` or a face's port)."""
+
+    async def staff(self, staff_id: str) -> Staff | None: ...
+
+
 class Authenticator:
     """Verifies bearer tokens and resolves them to a :class:`Caller`."""
 
-    def __init__(self, config: AuthConfig, backend: CommerceBackend, people: People) -> None:
+    def __init__(self, config: AuthConfig, backend: CommerceBackend, people: StaffDirectory) -> None:
         self.config = config
         self.backend = backend
         self.people = people

@@ -48,6 +48,8 @@ def _run_commands(sub: Subparsers) -> None:
         action="store_true",
         help="the rep-assist and approval scenario through the Slack app, as people see it",
     )
+    demo.add_argument("--widget", action="store_true", help="serve a demo storefront with the chat widget")
+    demo.add_argument("--port", type=int, default=8765, help="the widget demo's port")
 
     serve = sub.add_parser("serve", help="HTTP: /api/*, /email/inbound, /metrics, /healthz")
     serve.add_argument("--host", default="127.0.0.1")
@@ -155,6 +157,10 @@ async def _dispatch(args: argparse.Namespace) -> int:
         from bot.cli.slack_demo import run_slack_demo
 
         return await run_slack_demo()
+    if args.command == "demo" and args.widget:
+        from bot.widget.demo import run_widget_demo
+
+        return await run_widget_demo(port=args.port)
     if args.command == "demo":
         from bot.cli.demo import run_demo
 

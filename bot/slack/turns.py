@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from agent.errors import DecisionError, LimitExceeded
-from agent.outcomes import Pending, TurnResult
+from agent.outcomes import TurnResult
 from bot.email.smtp import OutgoingEmail, new_message_id
 from bot.slack import blocks, clicks, present, wording
 from bot.slack.face import CHANNEL, Person, SlackFace, thread_ref
@@ -340,14 +340,11 @@ async def publish_home(face: SlackFace, user: str, team: str) -> None:
 
 # -- stored results ------------------------------------------------------------------------------
 def result_dict(result: TurnResult) -> dict[str, Any]:
-    return dataclasses.asdict(result)
+    return result.as_dict()
 
 
 def result_from(data: dict[str, Any]) -> TurnResult:
-    fields = {f.name for f in dataclasses.fields(TurnResult)}
-    values = {k: v for k, v in data.items() if k in fields}
-    values["pending"] = tuple(Pending(**p) for p in data.get("pending") or ())
-    return TurnResult(**values)
+    return TurnResult.from_dict(data)
 
 
 __all__ = ["DecisionError", "handle", "publish_home", "result_dict", "result_from"]

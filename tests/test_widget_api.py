@@ -1,0 +1,192 @@
+"""The widget's API without a browser: app-proxy signatures, sessions and origins, the durable
+accept, the stream's resumption, and the hand-off's outbound events."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+from sqlalchemy import func, select
+
+from bot.api.auth import make_token
+from bot.widget import append_outbound
+from bot.widget.proxy import ProxyRejected, canonical, signed_query, verify
+from bot.widget.stream import Cursor, chunks, frames, parse_cursor
+from storage.models import InboundRow, WidgetEventRow, WidgetSessionRow
+from storage.widget import WidgetEvent
+from tests.widget_kit import JWT_SECRET, PROXY_SECRET, SHOP, WidgetServer, widget_server
+
+ORIGIN = "https://shop.example"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[WidgetServer]:
+    with widget_server(SIGNOFF_WIDGET_ORIGINS=ORIGIN, SIGNOFF_WIDGET_CHUNK_DELAY_S="0") as s:
+        yield s
+
+
+async def _call(method: str, url: str, **kw: Any) -> tuple[int, dict[str, str], Any]:
+    async with aiohttp.ClientSession() as s, s.request(method, url, **kw) as r:
+        body = await r.json() if r.content_type == "application/json" else await r.text()
+        return r.status, dict(r.headers), body
+
+
+def call(server: WidgetServer, method: str, path: str, **kw: Any) -> tuple[int, dict[str, str], Any]:
+    return server.run(_call(method, f"{server.url}{path}", **kw))
+
+
+def counts(server: WidgetServer) -> tuple[int, int, int]:
+    async def read() -> tuple[int, int, int]:
+        async with server.app.db.reader() as s:
+            n = [
+                await s.scalar(select(func.count()).select_from(t))
+                for t in (WidgetSessionRow, WidgetEventRow, InboundRow)
+            ]
+        return (int(n[0] or 0), int(n[1] or 0), int(n[2] or 0))
+
+    return server.run(read())
+
+
+def _signed(customer: str, **override: str) -> list[tuple[str, str]]:
+    params = {
+        "shop": SHOP,
+        "logged_in_customer_id": customer,
+        "path_prefix": "/apps/signoff",
+        "timestamp": str(int(time.time())),
+    }
+    return signed_query({**params, **override}, PROXY_SECRET)
+
+
+# -- the app proxy ---------------------------------------------------------------------------------
+def test_the_signature_is_shopifys_sorted_pairs_with_multi_values_joined() -> None:
+    pairs = [("shop", "a.myshopify.com"), ("ids", "2"), ("ids", "1"), ("timestamp", "5"), ("signature", "x")]
+    assert canonical(pairs) == "ids=2,1shop=a.myshopify.comtimestamp=5"
+    good = signed_query({"shop": "a.myshopify.com", "logged_in_customer_id": "", "timestamp": "100"}, "s")
+    assert verify(good, "s", now=100).customer is None
+    with pytest.raises(ProxyRejected):
+        verify(good, "s", now=100 + 301)
+
+
+def _altered(customer: str) -> list[tuple[str, str]]:
+    return [(k, "C-7" if k == "logged_in_customer_id" else v) for k, v in _signed(customer)]
+
+
+def _forged(customer: str) -> list[tuple[str, str]]:
+    return [(k, "0" * 64 if k == "signature" else v) for k, v in _signed(customer)]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        pytest.param(lambda: _forged("C-9"), id="bad-signature"),
+        pytest.param(lambda: _signed("C-9", timestamp=str(int(time.time()) - 600)), id="stale"),
+        pytest.param(lambda: _altered("C-9"), id="altered-customer"),
+    ],
+)
+def test_a_bad_app_proxy_request_is_401_and_stores_nothing(server: WidgetServer, query: Any) -> None:
+    before = counts(server)
+    status, _, _ = call(server, "POST", "/widget/proxy/api/session", params=query(), json={})
+    assert status == 401
+    status, _, _ = call(
+        server, "POST", "/widget/proxy/api/messages", params=query(), json={"id": "m-1", "text": "refund me"}
+    )
+    assert status == 401
+    assert counts(server) == before
+
+
+def test_a_signed_logged_in_customer_gets_their_session(server: WidgetServer) -> None:
+    status, headers, body = call(server, "POST", "/widget/proxy/api/session", params=_signed("C-9"), json={})
+    assert status == 200 and body["customer"] is True and "Set-Cookie" not in headers
+
+
+# -- sessions and origins ----------------------------------------------------------------------------
+def test_a_guest_gets_an_httponly_secure_strict_cookie_on_the_widget_paths(server: WidgetServer) -> None:
+    status, headers, body = call(server, "POST", "/widget/api/session", json={})
+    cookie = headers["Set-Cookie"]
+    assert status == 200 and body == {"customer": False, "via": None}
+    assert all(part in cookie for part in ("HttpOnly", "Secure", "SameSite=Strict", "Path=/widget/api"))
+
+
+def test_a_foreign_origin_is_refused_and_an_allowed_one_holds_its_session(server: WidgetServer) -> None:
+    status, _, _ = call(server, "POST", "/widget/api/session", json={}, headers={"Origin": "https://evil.example"})
+    assert status == 403
+    status, headers, body = call(server, "POST", "/widget/api/session", json={}, headers={"Origin": ORIGIN})
+    assert status == 200 and body["session"] and "Set-Cookie" not in headers
+    assert headers["Access-Control-Allow-Origin"] == ORIGIN
+
+
+def test_a_sites_jwt_binds_the_session_to_its_customer(server: WidgetServer) -> None:
+    token = make_token(JWT_SECRET, sub="C-7", role="customer", ttl_s=300)
+    status, _, body = call(server, "POST", "/widget/api/session", json={}, headers={"Authorization": f"Bearer {token}"})
+    assert status == 200 and body["customer"] is True and body["via"] == "jwt"
+    staff = make_token(JWT_SECRET, sub="S-3", role="supervisor", ttl_s=300)
+    status, _, _ = call(server, "POST", "/widget/api/session", json={}, headers={"Authorization": f"Bearer {staff}"})
+    assert status == 403
+
+
+# -- durable accept and the stream ----------------------------------------------------------------------
+def _guest(server: WidgetServer) -> dict[str, str]:
+    _, _, body = call(server, "POST", "/widget/api/session", json={}, headers={"Origin": ORIGIN})
+    return {"Origin": ORIGIN, "X-Signoff-Session": body["session"]}
+
+
+def test_a_resent_message_is_stored_once(server: WidgetServer) -> None:
+    who = _guest(server)
+    before = counts(server)
+    for _ in range(2):
+        status, _, _ = call(server, "POST", "/widget/api/messages", json={"id": "same-1", "text": "hi"}, headers=who)
+        assert status == 202
+    assert counts(server)[2] == before[2] + 1
+
+
+async def _read_stream(url: str, headers: dict[str, str], until: str) -> str:
+    async with aiohttp.ClientSession() as s, s.get(url, headers=headers) as r:
+        seen = ""
+        async for line in r.content:
+            seen += line.decode()
+            if until in seen:
+                return seen
+    return seen
+
+
+def test_the_stream_resumes_after_the_last_event_id(server: WidgetServer) -> None:
+    who = _guest(server)
+    call(server, "POST", "/widget/api/messages", json={"id": "p-1", "text": "What is your refund policy?"}, headers=who)
+    url = f"{server.url}/widget/api/stream"
+    whole = server.run(asyncio.wait_for(_read_stream(url, who, "asks."), 60))
+    assert "id: 1\n" in whole and "id: 2.0\n" in whole
+    resumed = server.run(asyncio.wait_for(_read_stream(url, {**who, "Last-Event-ID": "2.1"}, "asks."), 60))
+    assert "id: 1\n" not in resumed and "id: 2.1\n" not in resumed and "id: 2.2\n" in resumed
+
+
+def test_pieces_join_to_the_text_and_a_cursor_skips_what_was_sent() -> None:
+    text = "Refunds go back to the original payment method only, whoever asks."
+    assert "".join(chunks(text)) == text
+    event = WidgetEvent(session_id="s", seq=4, key="k", kind="answer", data={"text": text}, created_at=None)  # type: ignore[arg-type]
+    every = frames(event, Cursor(3))
+    assert [f[0] for f in frames(event, parse_cursor("4.1"))] == [f[0] for f in every[2:]]
+    assert frames(event, parse_cursor("4")) == [] and parse_cursor("x.1") == Cursor()
+
+
+def test_a_persons_reply_reaches_the_widget_once_per_key(server: WidgetServer) -> None:
+    who = _guest(server)
+    call(server, "POST", "/widget/api/messages", json={"id": "h-1", "text": "What is your refund policy?"}, headers=who)
+    whole = server.run(asyncio.wait_for(_read_stream(f"{server.url}/widget/api/stream", who, "asks."), 60))
+    assert whole
+
+    async def relay() -> tuple[int, int]:
+        async with server.app.db.reader() as s:
+            conv = await s.scalar(
+                select(WidgetSessionRow.conversation_id).order_by(WidgetSessionRow.created_at.desc()).limit(1)
+            )
+        first = await append_outbound(server.app.runtime, str(conv), text="Hi, Ana here.", author="Ana", key="slack:1")
+        again = await append_outbound(server.app.runtime, str(conv), text="Hi, Ana here.", author="Ana", key="slack:1")
+        return first, again
+
+    assert server.run(relay()) == (1, 1)
+    seen = server.run(asyncio.wait_for(_read_stream(f"{server.url}/widget/api/stream", who, "Ana here."), 60))
+    assert seen.count('"author": "Ana"') == 1
