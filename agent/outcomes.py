@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Outcome = Literal["answered", "finished", "escalated", "gave_up", "refused", "asked", "recorded"]
+#: ``held``: a person owns the conversation (a hand-off); the agent stored the message and said nothing.
+Outcome = Literal["answered", "finished", "escalated", "gave_up", "refused", "asked", "recorded", "held"]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
+from agent import handoff
 from agent.errors import ConfigError
+from agent.handoff_relay import Relay, run_job
 from agent.llm.base import ModelClient
 from agent.metrics import InstrumentedModel, Metrics, attach_metrics
 from agent.notify import LogNotifier, Notifier, RoutingNotifier
@@ -143,6 +145,8 @@ class App:
     #: The policy in force at start and where it came from (the database's newest applied
     #: version wins over the file); :meth:`policy_refresher` picks up later applies.
     policy: ActivePolicy | None = None
+    #: Where a hand-off's relayed messages go: each face's customers and staff threads (one line a face).
+    relay: Relay = field(default_factory=Relay)
 
     async def close(self) -> None:
         # Outcomes of done side effects still being recorded get a last chance before the engine goes.
@@ -187,7 +191,7 @@ class App:
     def worker(self) -> Worker:
         """The worker: resume and expiry, the faces' accepted messages, and audit checkpoints
         on the configured schedule."""
-        handlers = {INBOUND_JOB: self.handle_inbound}
+        handlers = {INBOUND_JOB: self.handle_inbound, **{kind: self.handle_handoff for kind in handoff.JOB_KINDS}}
         s = self.settings
         every = s.checkpoint_every_s if s is not None else None
         config = WorkerConfig(checkpoint_every_s=every)
@@ -200,6 +204,11 @@ class App:
             await self.audit_checkpoint(skip_if_unchanged=True)
 
         return Worker(self.runtime, config=config, checkpoint=checkpoint, handlers=handlers)
+
+    async def handle_handoff(self, job: Job) -> None:
+        """A hand-off's relay job: a person's reply to the customer, a customer's message to the
+        staff thread, the SLA re-page, an event for the agent (``agent/handoff_relay.py``)."""
+        await run_job(self.runtime, self.relay, job)
 
     async def handle_inbound(self, job: Job) -> None:
         """One accepted message's job: its face runs the turn and delivers (each step resumable)."""
@@ -239,12 +248,11 @@ async def create_app(
     backend = build_backend(settings, db, clock=clock)
     mailer, faces = email_face(settings, backend)
     teams = teams_face(settings, backend, clock=clock)
-    staff: list[Notifier] = []
-    if teams is not None:
-        faces["teams"], teams_staff = teams.notifiers()
-        staff += teams_staff
-    routed = RoutingNotifier(faces=faces, staff=staff, fallback=notifier or LogNotifier())
-    services = build_services(db=db, model=instrumented, backend=backend, policy=policy, notifier=routed, clock=clock)
+    routed = routing(faces, teams, notifier)
+    sla = settings.signoff_handoff_sla
+    services = build_services(
+        db=db, model=instrumented, backend=backend, policy=policy, notifier=routed, clock=clock, handoff_sla_s=sla
+    )
     attach_metrics(services, metrics)
     await seed_data(settings, services, people, store=seed and settings.signoff_backend == "sandbox")
     runtime = Runtime(services)
@@ -272,7 +280,17 @@ async def create_app(
         slack=slack[0] if slack is not None else None,
         http_routes=tuple(routes),
         policy=active,
+        relay=build_relay(settings, runtime, mailer, slack[0] if slack else None, teams.face if teams else None),
     )
+
+
+def routing(faces: dict[str, Notifier], teams: TeamsWiring | None, fallback: Notifier | None) -> RoutingNotifier:
+    """The runtime's notifier: follow-ups by face, approval cards and escalations to the staff surfaces."""
+    staff: list[Notifier] = []
+    if teams is not None:
+        faces["teams"], teams_staff = teams.notifiers()
+        staff += teams_staff
+    return RoutingNotifier(faces=faces, staff=staff, fallback=fallback or LogNotifier())
 
 
 async def open_database(settings: Settings) -> Database:
@@ -349,6 +367,48 @@ def slack_face(
         await turns.handle(face, item)
 
     return face, SlackNotifier(face), handle
+
+
+def build_relay(
+    settings: Settings, runtime: Runtime, mailer: Mailer | None, slack: SlackFace | None, teams: Face | None
+) -> Relay:
+    """Where hand-offs' relayed messages go: one line per face (the HTTP API's is built in)."""
+    relay = Relay()
+    email_relay(settings, runtime, mailer, relay)
+    if slack is not None:
+        slack_relay(slack, relay)
+    if teams is not None:
+        teams_relay(teams, relay)
+    return relay
+
+
+def slack_relay(face: SlackFace, relay: Relay) -> None:
+    """Hand-offs: Slack customers get a person's replies in their thread; the escalation thread
+    gets the customer's messages and the SLA re-page."""
+    from bot.slack import handoff as slack_handoff
+
+    relay.deliver_on("slack", slack_handoff.customer_delivery(face))
+    relay.post_on(slack_handoff.SURFACE, slack_handoff.thread_post(face))
+
+
+def teams_relay(face: Face, relay: Relay) -> None:
+    """Hand-offs: Teams customers get a person's replies in their conversation."""
+    from bot.teams import handoff as teams_handoff
+    from bot.teams.face import TeamsFace
+
+    assert isinstance(face, TeamsFace)
+    relay.deliver_on("teams", teams_handoff.customer_delivery(face))
+
+
+def email_relay(settings: Settings, runtime: Runtime, mailer: Mailer | None, relay: Relay) -> None:
+    """Hand-offs: email customers get a person's replies by email, in their thread, from the shop."""
+    from bot.email.bridge import smtp_config
+    from bot.email.handoff import email_delivery
+    from storage.mailbox import SentMail
+
+    cfg = smtp_config(settings)
+    if mailer is not None and cfg is not None and cfg.from_address:
+        relay.deliver_on("email", email_delivery(runtime, mailer, cfg.from_address, SentMail(runtime.s.db)))
 
 
 def email_inbound(settings: Settings, runtime: Runtime, mailer: Mailer | None) -> dict[str, InboundHandler]:

@@ -14,9 +14,11 @@ import secrets
 from datetime import timedelta
 from typing import Any
 
+from agent import handoff
 from agent.errors import DecisionError, LimitExceeded
 from agent.outcomes import Pending, TurnResult
 from bot.slack import blocks, clicks, wording
+from bot.slack import handoff as handoffs
 from bot.slack.face import CHANNEL, Person, SlackFace, thread_ref
 from bot.slack.mrkdwn import escape, one_line
 from bot.slack.replies import Where, deliver, plain, post_once
@@ -50,6 +52,8 @@ async def handle(face: SlackFace, item: Inbound) -> None:
     kind = item.payload.get("kind")
     if kind == "message":
         await on_message(face, item)
+    elif kind == "click" and item.payload.get("action_id") in handoff.ACTIONS:
+        await handoffs.on_click(face, item)
     elif kind == "click":
         await clicks.on_click(face, item)
     elif kind == "reject":
@@ -104,6 +108,8 @@ async def on_message(face: SlackFace, item: Inbound) -> None:
     if item.status == "answered" and item.result is not None:
         await deliver(face, where, result_from(item.result), since=item.created_at)
         return
+    if await handoffs.on_thread_message(face, item):
+        return  # a person's reply (or note) in a hand-off's staff thread
     person = await face.person(user=p["user"], team=p["actor_team"], external=bool(p.get("ext_shared")))
     text = str(p.get("text") or "")
     ref = thread_ref(p["team"], p["channel"], p["thread_ts"])
@@ -136,6 +142,9 @@ async def on_message(face: SlackFace, item: Inbound) -> None:
         return
     if result is None:
         return  # a live process is answering this message; it delivers
+    if result.outcome == "held":
+        await _status(face, where, on=False)
+        return  # a person owns the conversation: the message went to their thread
     if person.kind == "stranger" and not person.is_staff:
         result = dataclasses.replace(result, reply=f"{result.reply}\n\n{wording.LINK_PROMPT}", answer=_hint(result))
     await face.runtime.s.inbox.answered(item.id, result_dict(result))
