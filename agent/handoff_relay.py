@@ -105,12 +105,12 @@ async def ask_for_person(rt: Host, conversation: Conversation, *, by: str) -> tu
     post with Take over on every staff surface, and what the customer is told — honestly, from
     the support hours — which the agent also reads."""
     s = rt.s
-    h, opened = await handoff.open_handoff(s, conversation, reason="customer_asked", opened_by=by)
+    h, opened = await handoff.open_handoff(s, conversation, reason="customer_request", opened_by=by)
     told = handoff.expectation(s, s.clock())
     if opened:
         notice = EscalationNotice(
             conversation=conversation,
-            reason="customer_asked",
+            reason="customer_request",
             summary="The customer asked to talk to a person.",
             trace=(),
             handoff_id=h.id,
