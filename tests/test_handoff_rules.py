@@ -9,12 +9,14 @@ import asyncio
 from datetime import UTC, datetime, time, timedelta
 
 from agent import handoff
+from agent.handoff_relay import PostKind, Relay, run_job
 from agent.llm.testing import ScriptedModel
 from agent.metrics import Metrics
 from agent.policy import SupportHours
 from storage.audit import AuditEvent
 from storage.db import Database
 from storage.handoffs import Handoff
+from storage.records import Conversation
 from tests.support import C7, REP, Harness, seeded
 from tools.context import Principal
 
@@ -96,3 +98,36 @@ def test_metrics_follow_the_transitions() -> None:
     assert "signoff_handoffs_open 0.0" in text
     assert "signoff_handoff_takeover_seconds_count 1.0" in text
     assert 'signoff_handoffs_handled_total{staff="s-1"} 1.0' in text
+
+
+async def test_nobody_takes_it_on_call_is_mentioned_again_and_the_customer_told(any_db: Database) -> None:
+    """The SLA check runs one SLA after the team is next on: a waiting hand-off re-pages every
+    staff surface and tells the customer (once per key, whatever retries); a taken one does not."""
+    h, opened = await _opened(any_db)
+    s = h.services
+    posts: list[tuple[str, str]] = []
+    told: list[tuple[str, str, str]] = []
+
+    async def post(hof: Handoff, kind: PostKind, text: str, key: str) -> None:
+        posts.append((kind, key))
+
+    async def deliver(conv: Conversation, text: str, name: str, key: str) -> None:
+        told.append((text, name, key))
+
+    relay = Relay(customers={"api": deliver}, staff={"slack": post})
+    await s.handoffs.set_surface(opened.id, "slack", {"channel": "C1", "ts": "1.1"}, thread="slack:T:C1:1.1")
+    assert not await s.jobs.claim("w", kinds=[handoff.SLA_JOB])  # not due before the SLA
+    h.clock.now += timedelta(days=4, seconds=s.handoff_sla_s)  # past any weekend and the SLA
+    [job] = await s.jobs.claim("w", kinds=[handoff.SLA_JOB])
+    await run_job(h.runtime, relay, job)
+    await run_job(h.runtime, relay, job)  # a retry of the same job
+    assert posts[0][0] == "repage" and len({k for _, k in posts}) == 1
+    assert told and told[0][1] == "signoff" and len({k for *_, k in told}) == 1
+    assert [e.kind for e in await s.audit.list(kind="handoff.repaged")]
+    taken = await handoff.take_over(s, opened.id, opened.conversation_id, PRIYA)
+    assert taken.done
+    h.clock.now += timedelta(seconds=s.handoff_sla_s + 1)
+    [second] = await s.jobs.claim("w", kinds=[handoff.SLA_JOB])
+    before = len(posts)
+    await run_job(h.runtime, relay, second)
+    assert len(posts) == before  # a person owns it: nobody is paged
