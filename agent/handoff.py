@@ -42,7 +42,9 @@ RELAY_JOB = "handoff.relay"
 MIRROR_JOB = "handoff.mirror"
 SLA_JOB = "handoff.sla"
 EVENT_JOB = "handoff.event"
-JOB_KINDS = (RELAY_JOB, MIRROR_JOB, SLA_JOB, EVENT_JOB)
+#: A state change the customer's face may show (the widget's ``handoff`` event).
+STATE_JOB = "handoff.state"
+JOB_KINDS = (RELAY_JOB, MIRROR_JOB, SLA_JOB, EVENT_JOB, STATE_JOB)
 #: How many times an unclaimed hand-off re-pages on-call (one SLA apart).
 MAX_PAGES = 3
 #: Thread messages a person starts with this are notes for the agent, never relayed.
@@ -124,6 +126,15 @@ def expectation(s: Services, at: datetime) -> str:
     )
 
 
+def state_job(h: Handoff, state: HandoffState, name: str | None) -> JobSpec:
+    """Tell the customer's face that the hand-off is now ``state`` (once per transition)."""
+    return JobSpec(
+        kind=STATE_JOB,
+        payload={"conversation_id": h.conversation_id, "state": state, "name": name},
+        dedup_key=f"handoff:{h.id}:state:{state}:{h.version}",
+    )
+
+
 def sla_job(s: Services, handoff_id: str, page: int) -> JobSpec:
     """The SLA check ``page`` of ``handoff_id``: one SLA after the team is next on."""
     opening = s.policy.support_hours.next_opening(s.clock())
@@ -150,7 +161,7 @@ async def open_handoff(s: Services, conv: Conversation, *, reason: str, opened_b
         reason=reason,
         opened_by=opened_by,
         audit=[event],
-        jobs=[sla_job(s, handoff_id, 1)],
+        jobs=[sla_job(s, handoff_id, 1), state_job(probe, "waiting", None)],
     )
 
 
@@ -174,9 +185,8 @@ async def take_over(
     event = audit_event(
         s, "taken", h, person.principal.key, owner=person.principal.id, previous_owner=h.owner, waited_s=waited
     )
-    moved = await s.handoffs.move(
-        h.id, Move(to="taken", from_states=("waiting", "taken"), version=h.version, values=values), audit=[event]
-    )
+    move = Move(to="taken", from_states=("waiting", "taken"), version=h.version, values=values)
+    moved = await s.handoffs.move(h.id, move, audit=[event], jobs=[state_job(h, "taken", person.name)])
     if moved is None:
         return Transition(handoff=await s.handoffs.get(h.id), done=False, reason="taken")
     return Transition(handoff=moved, done=True)
@@ -212,7 +222,7 @@ async def end(s: Services, handoff_id: str, conversation_id: str, person: Person
     )
     event = audit_event(s, to, h, person.principal.key, owner=h.owner)
     move = Move(to=to, from_states=("waiting", "taken"), version=h.version, values={"ended_at": s.clock()})
-    moved = await s.handoffs.move(h.id, move, audit=[event], jobs=[job])
+    moved = await s.handoffs.move(h.id, move, audit=[event], jobs=[job, state_job(h, to, person.name)])
     if moved is None:
         return Transition(handoff=await s.handoffs.get(h.id), done=False, reason="moved")
     return Transition(handoff=moved, done=True)
@@ -311,6 +321,7 @@ __all__ = [
     "NOTE_PREFIX",
     "RELAY_JOB",
     "SLA_JOB",
+    "STATE_JOB",
     "TAKEOVER",
     "BadValue",
     "Person",
@@ -328,5 +339,6 @@ __all__ = [
     "record_event",
     "relay_reply",
     "sla_job",
+    "state_job",
     "take_over",
 ]

@@ -36,6 +36,8 @@ Deliver = Callable[[Conversation, str, str, str], Awaitable[None]]
 PostKind = Literal["customer", "repage"]
 #: ``post(handoff, kind, text, key)``: into the staff thread, once per key.
 ThreadPost = Callable[[Handoff, PostKind, str, str], Awaitable[None]]
+#: ``announce(conversation, state, person_name, key)``: a face shows the hand-off's state, once per key.
+Announce = Callable[[Conversation, str, str | None, str], Awaitable[None]]
 #: The author of the shop's own notices to a waiting customer.
 SHOP = "signoff"
 
@@ -52,10 +54,15 @@ class Relay:
 
     customers: dict[str, Deliver] = field(default_factory=lambda: {"api": in_history})
     staff: dict[str, ThreadPost] = field(default_factory=dict)
+    states: dict[str, Announce] = field(default_factory=dict)
 
     def deliver_on(self, channel: str, deliver: Deliver) -> None:
         """Customers of ``channel`` get relayed messages through ``deliver``."""
         self.customers[channel] = deliver
+
+    def announce_on(self, channel: str, announce: Announce) -> None:
+        """Customers of ``channel`` see the hand-off's state changes (the widget's ``handoff`` event)."""
+        self.states[channel] = announce
 
     def post_on(self, surface: str, post: ThreadPost) -> None:
         """Hand-offs shown on ``surface`` (a key of ``Handoff.surfaces``) get their thread posts through ``post``."""
@@ -87,6 +94,11 @@ async def run_job(rt: Host, relay: Relay, job: Job) -> None:
                 await relay.to_staff(h, "customer", str(p["text"]), f"handoff:in:{p['key']}")
         case handoff.SLA_JOB:
             await _sla(rt, relay, str(p["handoff_id"]), int(p["page"]))
+        case handoff.STATE_JOB:
+            conv = await rt.s.conversations.get(str(p["conversation_id"]))
+            announce = relay.states.get(conv.channel) if conv is not None else None
+            if conv is not None and announce is not None:
+                await announce(conv, str(p["state"]), p.get("name"), job.dedup_key or str(job.id))
         case handoff.EVENT_JOB:
             async with rt.lock(str(p["conversation_id"])):
                 await handoff.record_event(
@@ -158,4 +170,4 @@ async def _sla(rt: Host, relay: Relay, handoff_id: str, page: int) -> None:
         await s.handoffs.add_work(audit=[event])
 
 
-__all__ = ["SHOP", "ask_for_person", "Deliver", "PostKind", "Relay", "ThreadPost", "in_history", "run_job"]
+__all__ = ["SHOP", "Announce", "ask_for_person", "Deliver", "PostKind", "Relay", "ThreadPost", "in_history", "run_job"]

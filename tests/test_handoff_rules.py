@@ -131,3 +131,25 @@ async def test_nobody_takes_it_on_call_is_mentioned_again_and_the_customer_told(
     before = len(posts)
     await run_job(h.runtime, relay, second)
     assert len(posts) == before  # a person owns it: nobody is paged
+
+
+async def test_each_transition_is_announced_once_to_the_customers_face(any_db: Database) -> None:
+    """The widget's ``handoff`` events: waiting, taken (with the person's name), returned."""
+    h, opened = await _opened(any_db)
+    s = h.services
+    seen: list[tuple[str, str | None, str]] = []
+
+    async def announce(conv: Conversation, state: str, name: str | None, key: str) -> None:
+        seen.append((state, name, key))
+
+    relay = Relay(states={"api": announce})
+    assert (await handoff.take_over(s, opened.id, opened.conversation_id, PRIYA)).done
+    assert (await handoff.end(s, opened.id, opened.conversation_id, PRIYA, close=False)).done
+    for job in await s.jobs.claim("w", kinds=[handoff.STATE_JOB], limit=10):
+        await run_job(h.runtime, relay, job)
+    assert sorted((state, name) for state, name, _ in seen) == [
+        ("returned", "Priya Raman"),
+        ("taken", "Priya Raman"),
+        ("waiting", None),
+    ]
+    assert len({key for *_, key in seen}) == 3
