@@ -20,6 +20,7 @@ from agent import queries
 from agent.approvals import DecideResult
 from agent.audit_budget import AuditBudget
 from agent.confirmations import ConfirmResult, Via
+from agent.handoff_port import HandoffDesk
 from agent.outcomes import TurnResult
 from agent.runtime import Runtime
 from storage.audit import AuditEvent
@@ -89,6 +90,8 @@ class FacePort:
         #: The database, for a face's own tables (the widget's sessions and event streams);
         #: never a way to the runtime's repositories.
         self.database: Database = s.db
+        #: Hand-offs to a person: the staff thread's clicks, notes and replies.
+        self.handoffs = HandoffDesk(runtime)
         #: The one clock of every timestamp.
         self.clock: Callable[[], datetime] = s.clock
 

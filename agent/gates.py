@@ -10,6 +10,7 @@ import secrets
 from datetime import timedelta
 from typing import Any
 
+from agent import handoff
 from agent.decisions import NeedsApproval, NeedsConfirmation
 from agent.gatekeeper import Proposed
 from agent.history import new_id
@@ -161,9 +162,20 @@ async def escalate(turn: Turn, reason: str, summary: str) -> dict[str, Any]:
         status="escalated",
         audit=[turn.event("escalation", data={"reason": reason[:64]})],
     )
-    notice = EscalationNotice(conversation=turn.conversation, reason=reason[:200], summary=summary[:2000], trace=trace)
+    told = "A person has the case and the full trace."
+    opened = None
+    if turn.conversation.principal_kind == "customer":  # a rep's assist thread has its person already
+        opened, _new = await handoff.open_handoff(s, turn.conversation, reason=reason, opened_by=f"agent:{turn.run.id}")
+        told += " Tell the customer honestly: " + handoff.expectation(s, s.clock())
+    notice = EscalationNotice(
+        conversation=turn.conversation,
+        reason=reason[:200],
+        summary=summary[:2000],
+        trace=trace,
+        handoff_id=opened.id if opened is not None else None,
+    )
     await best_effort(s.notifier.escalated(notice))
-    return {"status": "escalated", "message": "A person has the case and the full trace."}
+    return {"status": "escalated", "message": told}
 
 
 def provenance(history: list[StoredMessage], args: Any) -> dict[str, str]:

@@ -111,6 +111,19 @@ class Metrics:
             "signoff_contained_turns", "Turns answered or finished without escalation.", ["channel"], registry=r
         )
         self.escalations = Counter("signoff_escalations", "Escalations to a person, by reason.", ["reason"], registry=r)
+        self.handoff_takeover = Histogram(
+            "signoff_handoff_takeover_seconds",
+            "Time from a hand-off to a person opening to a person taking it over.",
+            buckets=DECISION_BUCKETS,
+            registry=r,
+        )
+        # Moved by the transitions each process commits: summed over processes it is the open count.
+        self.handoffs_open = Gauge(
+            "signoff_handoffs_open", "Hand-offs waiting for a person or owned by one.", registry=r
+        )
+        self.handoffs_handled = Counter(
+            "signoff_handoffs_handled", "Hand-offs a person handed back or closed, by staff id.", ["staff"], registry=r
+        )
 
     def _gate_metrics(self, r: CollectorRegistry) -> None:
         self.gate = Counter("signoff_gate_decisions", "Gate decisions, by decision.", ["decision"], registry=r)
@@ -282,6 +295,17 @@ class Metrics:
     def _on_escalation(self, e: Any) -> None:
         self.escalations.labels(_label(e.data.get("reason"))).inc()
 
+    def _on_handoff(self, e: Any) -> None:
+        step = e.kind.partition(".")[2]
+        if step == "opened":
+            self.handoffs_open.inc()
+        elif step == "taken" and not e.data.get("previous_owner"):
+            self.handoff_takeover.observe(max(float(e.data.get("waited_s") or 0.0), 0.0))
+        elif step in ("returned", "closed"):
+            self.handoffs_open.dec()
+            if e.data.get("owner"):
+                self.handoffs_handled.labels(_label(e.data["owner"])).inc()
+
     def _on_gate(self, e: Any) -> None:
         decision = e.kind.partition(".")[2]
         tool = self._tool(e.tool)
@@ -331,6 +355,10 @@ class Metrics:
         "run.started": _on_run,
         "turn.ended": _on_turn,
         "escalation": _on_escalation,
+        "handoff.opened": _on_handoff,
+        "handoff.taken": _on_handoff,
+        "handoff.returned": _on_handoff,
+        "handoff.closed": _on_handoff,
         "execution.succeeded": _on_execution,
         "feedback": _on_feedback,
         "audit.suppressed": _on_audit_suppressed,

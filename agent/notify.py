@@ -25,6 +25,8 @@ class EscalationNotice:
     summary: str
     #: Every tool call of the run: tool, gate decision, reason, result excerpt.
     trace: tuple[dict[str, Any], ...]
+    #: The hand-off a person takes over from this post (customers' conversations; ``agent/handoff.py``).
+    handoff_id: str | None = None
 
 
 async def best_effort(aw: Awaitable[Any], what: str = "notification") -> bool:

@@ -6,7 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Outcome = Literal["answered", "finished", "escalated", "gave_up", "refused", "asked", "recorded"]
+#: ``held``: a person owns the conversation (a hand-off); the agent stored the message and said nothing.
+Outcome = Literal["answered", "finished", "escalated", "gave_up", "refused", "asked", "recorded", "held"]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,12 +8,14 @@ else ``SIGNOFF_POLICY_FILE``, else the bundled default (:func:`active_policy`).
 
 from __future__ import annotations
 
+from datetime import datetime, time, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent.errors import ConfigError
 from tools.context import PrincipalKind, Rules, StaffRole
@@ -136,6 +138,46 @@ class Rollout(_Strict):
     advance: Advance = Field(default_factory=Advance)
 
 
+Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+WEEKDAYS: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+
+
+class SupportHours(_Strict):
+    """When people answer hand-offs (``SIGNOFF_HANDOFF_SLA`` counts only then): the customer is
+    told honestly when a person will reply. Times are ``HH:MM`` in ``timezone`` (IANA name)."""
+
+    timezone: str = "UTC"
+    days: frozenset[Weekday] = frozenset(WEEKDAYS[:5])
+    opens: time = time(9, 0)
+    closes: time = time(17, 0)
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r}") from None
+        return value
+
+    def is_open(self, at: datetime) -> bool:
+        """Whether people are on at ``at`` (an aware time)."""
+        local = at.astimezone(ZoneInfo(self.timezone))
+        return WEEKDAYS[local.weekday()] in self.days and self.opens <= local.time() < self.closes
+
+    def next_opening(self, at: datetime) -> datetime:
+        """``at`` itself while open, else when people are next on (an aware local time)."""
+        local = at.astimezone(ZoneInfo(self.timezone))
+        if self.is_open(local):
+            return local
+        for ahead in range(8):
+            day = (local + timedelta(days=ahead)).date()
+            start = datetime.combine(day, self.opens, tzinfo=local.tzinfo)
+            if WEEKDAYS[day.weekday()] in self.days and start > local:
+                return start
+        return local  # no day listed: nobody is ever scheduled; say "as soon as possible"
+
+
 class Policy(_Strict):
     version: str = Field(min_length=1, max_length=32)
     scopes: Scopes
@@ -152,6 +194,7 @@ class Policy(_Strict):
     cancellations: Cancellations = Field(default_factory=Cancellations)
     strangers: Strangers = Field(default_factory=Strangers)
     inbound: InboundLimits = Field(default_factory=InboundLimits)
+    support_hours: SupportHours = Field(default_factory=SupportHours)
 
     # -- lookups -----------------------------------------------------------------
     def scopes_for(self, kind: PrincipalKind) -> frozenset[str]:

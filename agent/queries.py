@@ -11,12 +11,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agent.handoff import person_reply
 from agent.history import EVENT_CLOSE, EVENT_OPEN
 from agent.runtime import Runtime
 from storage.records import Approval, Confirmation, Conversation, StoredMessage
 from tools.context import Principal
 
-Role = Literal["user", "assistant", "event"]
+#: ``person``: a person's reply to the customer while they owned the conversation (a hand-off).
+Role = Literal["user", "assistant", "event", "person"]
 
 #: Tool-result statuses a person should see instead of a bare "ok".
 #: How one tool call ended, as a person reads it.
@@ -47,6 +49,8 @@ class RenderedMessage:
     role: Role
     text: str
     tools: tuple[ToolSummary, ...] = ()
+    #: Who wrote a ``person`` message (their display name).
+    name: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,12 +135,14 @@ class _Draft:
     role: Role
     text: str
     tools: list[_Call] = field(default_factory=list)
+    name: str | None = None
 
     def freeze(self) -> RenderedMessage:
         return RenderedMessage(
             seq=self.seq,
             role=self.role,
             text=self.text,
+            name=self.name,
             tools=tuple(ToolSummary(name=c.name, outcome=c.outcome) for c in self.tools),
         )
 
@@ -152,7 +158,7 @@ def render_history(history: list[StoredMessage]) -> list[RenderedMessage]:
             if kind == "text":
                 text = str(block.get("text", ""))
                 if m.role == "user" and text.startswith(EVENT_OPEN):
-                    drafts.append(_Draft(seq=m.seq, role="event", text=_strip_event(text)))
+                    drafts.append(_event_draft(m.seq, _strip_event(text)))
                 else:
                     texts.append(text)
             elif kind == "tool_use" and m.role == "assistant":
@@ -172,6 +178,14 @@ def render_history(history: list[StoredMessage]) -> list[RenderedMessage]:
             else:
                 drafts.append(_Draft(seq=m.seq, role=m.role, text=text))
     return [d.freeze() for d in drafts]
+
+
+def _event_draft(seq: int, text: str) -> _Draft:
+    """A runtime event; a person's relayed reply shows as theirs, with their name."""
+    said = person_reply(text)
+    if said is None:
+        return _Draft(seq=seq, role="event", text=text)
+    return _Draft(seq=seq, role="person", text=said[1], name=said[0])
 
 
 def _strip_event(text: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent import approvals as approval_flow
-from agent import confirmations, continuation
+from agent import confirmations, continuation, handoff
 from agent.boundary import translated
 from agent.confirmations import Answer, AskWhich, ConfirmResult, Via
 from agent.errors import DecisionError
@@ -86,6 +86,9 @@ class Runtime(Host):
             raise DecisionError("forbidden", "Staff work in their own assist conversation on this account.")
         acting = self.acting_principal(conv, principal)
         async with self.lock(conv.id):
+            if (owned := await handoff.held(self.s, conv)) is not None:
+                # A person owns the conversation: the message goes to them, the agent says nothing.
+                return await handoff.hold_message(self.s, conv, owned, message, message_key=message_key)
             if message_key is not None and await self.s.conversations.has_event(conv.id, message_key):
                 return await self._answer_owed(conv, acting, message_key)
             # The user's words are durable before anything acts on them.

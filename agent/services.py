@@ -18,6 +18,7 @@ from storage.audit import AuditLog
 from storage.conversations import ConversationRepo
 from storage.db import Database
 from storage.gates import ApprovalRepo, ConfirmationRepo
+from storage.handoffs import Handoffs
 from storage.identities import IdentityLinks, People
 from storage.inbox import Deliveries, Inbox, ThreadBindings
 from storage.jobs import JobQueue
@@ -65,6 +66,10 @@ class Services:
     usage: UsageCounts
     #: Every policy version this process has held or read, by version string (runs pin theirs).
     known_policies: dict[str, Policy] = field(default_factory=dict)
+    #: Conversations handed to a person (``agent/handoff.py``).
+    handoffs: Handoffs
+    #: ``SIGNOFF_HANDOFF_SLA``: seconds before an unclaimed hand-off re-pages on-call.
+    handoff_sla_s: float = 300.0
 
     def use_policy(self, policy: Policy) -> None:
         """Put ``policy`` in force (a newly applied version, ``agent.policy_store.PolicyRefresher``):
@@ -100,6 +105,7 @@ def build_services(
     policy: Policy | None = None,
     notifier: Notifier | None = None,
     clock: Callable[[], datetime] | None = None,
+    handoff_sla_s: float = 300.0,
 ) -> Services:
     """The runtime's collaborators over ``db`` and the shop's ``backend`` (the composition root chooses it)."""
     clock = clock or wall_clock
@@ -144,4 +150,6 @@ def build_services(
         people=people,
         knowledge=KnowledgeSearch(Knowledge(db, clock=clock)),
         usage=usage,
+        handoffs=Handoffs(db, clock=clock),
+        handoff_sla_s=handoff_sla_s,
     )

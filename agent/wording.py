@@ -59,3 +59,23 @@ ROUTING_REASONS: dict[RoutingReason, str] = {
 OUTCOME_FAILED = "Not done: a precondition no longer holds"
 OUTCOME_REOPENED = "Not done: the policy or ceiling changed while this waited; a new approval was opened"
 OUTCOME_UNKNOWN = "Outcome not recognised"
+
+
+# -- hand-off to a person (agent/handoff.py) -------------------------------------------------
+#: What the model reads about a person's reply to the customer while they owned the conversation.
+HANDOFF_REPLY_EVENT = "A person from the support team, {name}, replied to the customer: {text}"
+HANDOFF_RETURNED_EVENT = (
+    "{name} from the support team handed this conversation back to you. Their notes for you: {notes}"
+)
+HANDOFF_NO_NOTES = "(none)"
+HANDOFF_CLOSED_EVENT = "{name} from the support team closed this conversation as resolved."
+#: The customer is told honestly when a person will reply (``support_hours`` of the policy).
+HANDOFF_SOON = "A person from our team will reply here, usually within {minutes} minutes."
+HANDOFF_LATER = "Our team is not in right now; a person will reply here from {when}."
+HANDOFF_STILL_WAITING = "Everyone on our team is busy right now. A person will reply here as soon as one is free."
+
+
+def handoff_expectation(*, open_now: bool, minutes: int, when: str) -> str:
+    """When a person will reply, as the customer is told it: within the SLA while the team is
+    on, else from the next opening of the support hours."""
+    return HANDOFF_SOON.format(minutes=max(minutes, 1)) if open_now else HANDOFF_LATER.format(when=when)

@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from agent import handoff
 from agent.errors import ConfigError
 from agent.face_port import FacePort
+from agent.handoff_relay import Relay, run_job
 from agent.llm.base import ModelClient
 from agent.metrics import InstrumentedModel, Metrics, attach_metrics
 from agent.notify import LogNotifier, Notifier, RoutingNotifier
@@ -154,6 +156,8 @@ class App:
     #: The policy in force at start and where it came from (the database's newest applied
     #: version wins over the file); :meth:`policy_refresher` picks up later applies.
     policy: ActivePolicy | None = None
+    #: Where a hand-off's relayed messages go: each face's customers and staff threads (one line a face).
+    relay: Relay = field(default_factory=Relay)
 
     @property
     def port(self) -> FacePort:
@@ -208,7 +212,7 @@ class App:
     def worker(self) -> Worker:
         """The worker: resume and expiry, the faces' accepted messages, and audit checkpoints
         on the configured schedule."""
-        handlers = {INBOUND_JOB: self.handle_inbound}
+        handlers = {INBOUND_JOB: self.handle_inbound, **{kind: self.handle_handoff for kind in handoff.JOB_KINDS}}
         s = self.settings
         every = s.checkpoint_every_s if s is not None else None
         config = WorkerConfig(checkpoint_every_s=every)
@@ -221,6 +225,11 @@ class App:
             await self.audit_checkpoint(skip_if_unchanged=True)
 
         return Worker(self.runtime, config=config, checkpoint=checkpoint, handlers=handlers)
+
+    async def handle_handoff(self, job: Job) -> None:
+        """A hand-off's relay job: a person's reply to the customer, a customer's message to the
+        staff thread, the SLA re-page, an event for the agent (``agent/handoff_relay.py``)."""
+        await run_job(self.runtime, self.relay, job)
 
     async def handle_inbound(self, job: Job) -> None:
         """One accepted message's job: its face runs the turn and delivers (each step resumable)."""
@@ -281,7 +290,13 @@ async def create_app(
     backend = build_backend(settings, db, clock=clock)
     routed = RoutingNotifier(fallback=notifier or LogNotifier())  # the faces plug in below
     services = build_services(
-        db=db, model=instrumented, backend=backend, policy=active.policy, notifier=routed, clock=clock
+        db=db,
+        model=instrumented,
+        backend=backend,
+        policy=active.policy,
+        notifier=routed,
+        clock=clock,
+        handoff_sla_s=settings.signoff_handoff_sla,
     )
     attach_metrics(services, metrics)
     await seed_data(settings, services, people, store=seed and settings.signoff_backend == "sandbox")
@@ -305,7 +320,16 @@ async def create_app(
         slack=next((getattr(f, "inner", None) for f in built if f.name == "slack"), None),
         http_routes=tuple(r for f in built for r in f.routes()),
         policy=active,
+        relay=relay_of(built),
     )
+
+
+def relay_of(faces: Sequence[Face]) -> Relay:
+    """Where hand-offs' relayed messages go: each face adds its own ends (the HTTP API's are built in)."""
+    relay = Relay()
+    for face in faces:
+        face.join(relay)
+    return relay
 
 
 async def plug_faces(factories: Sequence[FaceFactory], kit: FaceKit, routed: RoutingNotifier) -> list[Face]:

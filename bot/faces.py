@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from aiohttp import web
 
 from agent.face_port import FacePort
+from agent.handoff_relay import Relay
 from agent.notify import Notifier
 from storage.inbox import Inbound
 from tools.backend import CommerceBackend
@@ -58,6 +59,10 @@ class Face(Protocol):
         """Work one item it accepted, in the worker (safe to run again)."""
         ...
 
+    def join(self, relay: Relay) -> None:
+        """Add its ends of a hand-off's relay (its customers; its staff threads), if it has any."""
+        ...
+
     async def start(self) -> None: ...
     async def close(self) -> None: ...
 
@@ -79,6 +84,12 @@ class Plain:
     on_close: Callable[[], Awaitable[None]] | None = None
     #: The face's own object, for the parts of the process that serve it (Slack's Bolt app).
     inner: Any = None
+    #: Its ends of a hand-off's relay (``Relay.deliver_on`` / ``post_on``), if it has any.
+    relays: Callable[[Relay], None] | None = None
+
+    def join(self, relay: Relay) -> None:
+        if self.relays is not None:
+            self.relays(relay)
 
     def routes(self) -> Sequence[web.AbstractRouteDef]:
         return self.served

@@ -87,6 +87,8 @@ class Settings(BaseSettings):
     signoff_job_budget_s: float = Field(default=300.0, gt=0, le=3600)
     #: Failed attempts before a job is quarantined (terminal; listed by ``signoff jobs``).
     signoff_job_max_attempts: int = Field(default=5, ge=1, le=100)
+    #: Seconds an unclaimed hand-off to a person waits (within support hours) before on-call is mentioned again.
+    signoff_handoff_sla: float = Field(default=300.0, ge=1, le=86400)
     #: The separate audit signer (``unix:/PATH`` or ``http://127.0.0.1:PORT``): signs checkpoints
     #: and keeps the highest seq it signed, out of the app user's reach.
     signoff_audit_signer: str | None = None

@@ -552,3 +552,28 @@ class WidgetEventRow(Base):
     kind: Mapped[str] = mapped_column(String(24))
     data: Mapped[Any] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class HandoffRow(Base):
+    """A conversation handed to a person: waiting → taken → returned | closed (``storage/handoffs.py``)."""
+
+    __tablename__ = "handoffs"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(String(64), index=True)
+    #: waiting | taken | returned | closed
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str] = mapped_column(String(200))
+    #: Who opened it: ``agent:run_…`` (escalate_to_human) or the customer's principal key.
+    opened_by: Mapped[str] = mapped_column(String(160))
+    #: The staff id owning it while ``taken`` (the last owner afterwards), and their display name.
+    owner: Mapped[str | None] = mapped_column(String(64), index=True)
+    owner_name: Mapped[str | None] = mapped_column(String(200))
+    notes: Mapped[str | None] = mapped_column(Text)
+    #: The staff thread it lives in (``slack:TEAM:CHANNEL:TS``), found again by a reply in it.
+    thread: Mapped[str | None] = mapped_column(String(255), index=True)
+    surfaces: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    version: Mapped[int] = mapped_column(Integer)
+    opened_at: Mapped[datetime] = mapped_column(TS)
+    taken_at: Mapped[datetime | None] = mapped_column(TS)
+    ended_at: Mapped[datetime | None] = mapped_column(TS)

@@ -69,6 +69,28 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "comment": {"type": "string", "minLength": 1, "maxLength": MAX_COMMENT_CHARS, "pattern": _NONBLANK},
         },
     },
+    "HandoffRequest": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {},
+        "description": "No fields; an empty body is the same as {}.",
+    },
+    "HandoffResponse": {
+        "type": "object",
+        "required": ["handoff", "reply"],
+        "properties": {
+            "handoff": {
+                "type": "object",
+                "required": ["id", "state"],
+                "properties": {
+                    "id": {"type": "string"},
+                    "state": {"enum": ["waiting", "taken", "returned", "closed"]},
+                    "name": {"type": "string", "description": "The person who owns it, once taken."},
+                },
+            },
+            "reply": {"type": "string", "description": "When a person will reply (from the support hours)."},
+        },
+    },
     "ApprovalsQuery": {
         "type": "object",
         "additionalProperties": False,
@@ -166,8 +188,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "required": ["seq", "role", "text", "tools"],
         "properties": {
             "seq": {"type": "integer"},
-            "role": {"enum": ["user", "assistant", "event"]},
+            "role": {"enum": ["user", "assistant", "event", "person"]},
             "text": {"type": "string"},
+            "name": {"type": "string", "description": "person messages: who wrote it (a hand-off)."},
             "tools": {
                 "type": "array",
                 "items": {"type": "object", "properties": {"name": {"type": "string"}, "outcome": {"type": "string"}}},
@@ -298,6 +321,18 @@ OPERATIONS: tuple[Operation, ...] = (
         response="Conversation",
         errors=(401, 403, 404),
         summary="A conversation rendered for people (raw blocks for staff only).",
+    ),
+    Operation(
+        method="post",
+        path="/api/conversations/{id}/handoff",
+        operation_id="talkToPerson",
+        request="HandoffRequest",
+        response="HandoffResponse",
+        roles=("customer",),
+        errors=(400, 401, 403, 404, 413, 415, 422),
+        summary="Talk to a person: hands the conversation to the support team (Take over in Slack or "
+        "Teams). While a person owns it, their replies appear in the conversation's messages "
+        '(role "person", with their name) and the agent does not answer.',
     ),
     Operation(
         method="get",

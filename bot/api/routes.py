@@ -61,6 +61,7 @@ def add_routes(web_app: web.Application) -> None:
     r.add_post("/api/approvals/{id}/approve", approve)
     r.add_post("/api/approvals/{id}/reject", reject)
     r.add_get("/api/conversations/{id}", get_conversation)
+    r.add_post("/api/conversations/{id}/handoff", talk_to_person)
 
 
 # -- handlers ------------------------------------------------------------------------------
@@ -130,6 +131,22 @@ async def get_conversation(request: web.Request) -> web.Response:
     if view is None:
         raise ApiError("not_found", say.NO_SUCH_CONVERSATION)
     return json_ok(render_conversation(view, staff=caller.is_staff))
+
+
+async def talk_to_person(request: web.Request) -> web.Response:
+    """The customer asks for a person: the hand-off opens (or the open one is returned)."""
+    st = request.app[STATE]
+    caller = await authenticate(request)
+    conversation_id = path_id(request, say.NO_SUCH_CONVERSATION)
+    await read_json(request, "HandoffRequest", optional=True)
+    conv = await queries.visible_conversation(st.app.runtime, caller.principal, conversation_id)
+    if conv is None:
+        raise ApiError("not_found", say.NO_SUCH_CONVERSATION)
+    if caller.is_staff:
+        raise ApiError("forbidden", say.CUSTOMERS_ONLY)
+    h, told = await st.app.port.handoffs.ask_for_person(conv, by=caller.principal.key)
+    handoff = {"id": h.id, "state": h.state, **({"name": h.owner_name} if h.state == "taken" and h.owner_name else {})}
+    return json_ok({"handoff": handoff, "reply": told})
 
 
 # -- the steps the handlers share ---------------------------------------------------------
@@ -301,6 +318,7 @@ def render_conversation(view: queries.ConversationView, *, staff: bool) -> dict[
                 "role": m.role,
                 "text": m.text,
                 "tools": [{"name": t.name, "outcome": t.outcome} for t in m.tools],
+                **({"name": m.name} if m.name else {}),
             }
             for m in view.messages
         ],

@@ -125,6 +125,11 @@ class EmailTurns:
         conv = await self._thread(item, principal)
         text = str(p.get("text") or "") or str(p.get("subject") or "").strip() or "(empty message)"
         turn = await self._turn(item, conv, principal, text)
+        if turn is not None and turn.outcome == "held":  # a person owns it: no reply from us
+            cited = p.get("message_id")
+            await self._remember(conv, [cited] if isinstance(cited, str) and valid_message_id(cited) else [])
+            await port.item(item).delivered()
+            return None
         reply = (turn.notice if turn and turn.outcome == "asked" else turn.answer if turn else "") or say.EMPTY_REPLY
         waiting = await port.pending_confirmations(conv.id, principal.key)
         if not verified:  # a stranger's links never go out from the shop's address

@@ -4,6 +4,7 @@ reply, and follow-ups over SMTP when the shop has an address. Its route (``POST
 
 from __future__ import annotations
 
+from agent.handoff_relay import Relay
 from bot.faces import Face, FaceKit, Plain
 
 
@@ -20,4 +21,13 @@ def face(kit: FaceKit) -> Face | None:
     follow_ups = (
         EmailFollowUps(mailer=kit.mailer, backend=kit.backend, from_address=shop) if kit.mailer and shop else None
     )
-    return Plain(name=FACE, handler=turns, notifier=follow_ups)
+    mailer = kit.mailer
+
+    def relays(relay: Relay) -> None:
+        """Hand-offs: a person's replies go to email customers by email, threaded, from the shop."""
+        from bot.email.handoff import email_delivery
+
+        if mailer is not None and shop:
+            relay.deliver_on("email", email_delivery(kit.port, kit.backend, mailer, shop, kit.port.mailbox()))
+
+    return Plain(name=FACE, handler=turns, notifier=follow_ups, relays=relays)

@@ -25,3 +25,5 @@ ATTACHMENTS_NOT_READ = (
     "We could not read the attachment(s) you sent ({names}): our assistant reads the text of "
     "your email only. If they matter, please describe them in words or send them through your account."
 )
+#: A person's reply while they own the conversation (a hand-off): signed with their name.
+HANDOFF_SIGNATURE = "\n\n-- \n{name}, customer support. Reply to this email to continue."

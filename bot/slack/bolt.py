@@ -26,7 +26,9 @@ from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.authorization.async_authorize import AsyncAuthorize
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent import handoff
 from agent.boundary import unavailable
+from bot.slack import handoff as handoffs
 from bot.slack import ids, present
 from bot.slack.face import SlackFace, thread_ref
 from bot.slack.sender import SlackSendError
@@ -102,7 +104,7 @@ def build_bolt(face: SlackFace) -> AsyncApp:
     app.event("message")(accept.message)
     app.event("app_home_opened")(accept.home)
     app.event("assistant_thread_started")(accept.thread_started)
-    for action in (ids.CONFIRM, ids.DECLINE, ids.APPROVE, ids.FEEDBACK):
+    for action in (ids.CONFIRM, ids.DECLINE, ids.APPROVE, ids.FEEDBACK, *sorted(handoff.ACTIONS)):
         app.action(action)(accept.click)
     app.action(ids.REJECT)(accept.reject_button)
     app.view(ids.REJECT_MODAL)(accept.reject_submitted)
@@ -239,8 +241,12 @@ class Acceptor:
             mentioned = bool(bot) and bot in mentions(text)
         thread_ts = str(event.get("thread_ts") or ts)
         if not is_dm and not mentioned:
-            # A channel message that does not mention us counts only inside an assist thread.
-            if not event.get("thread_ts") or await self.face.port.binding(thread_ref(team, channel, thread_ts)) is None:
+            # A channel message that does not mention us counts only inside an assist thread
+            # or a hand-off's staff thread (a person's reply to the customer).
+            if not event.get("thread_ts") or (
+                await self.face.port.binding(thread_ref(team, channel, thread_ts)) is None
+                and not await handoffs.is_thread(self.face, team, channel, thread_ts)
+            ):
                 return
         keys = [f"slack:msg:{team}:{channel}:{ts}"]
         if body.get("event_id"):
@@ -309,6 +315,7 @@ class Acceptor:
             "user": user["id"],
             "channel": str(channel or ""),
             "message_ts": str(container.get("message_ts") or message.get("ts") or ""),
+            "action_ts": action_ts,
             "thread_ts": str(message.get("thread_ts") or container.get("thread_ts") or ""),
             "ext_shared": bool(body.get("is_ext_shared_channel")),
         }

@@ -19,6 +19,7 @@ from agent.notify import EscalationNotice
 from agent.outcomes import TurnResult
 from agent.views import escalation_view
 from bot.slack import blocks, present
+from bot.slack import handoff as handoffs
 from bot.slack.face import SlackFace, parse_ref
 from bot.slack.replies import Where, deliver, post_once
 from bot.slack.sender import SlackSendError
@@ -67,10 +68,14 @@ class SlackNotifier:
         conv = notice.conversation
         view = escalation_view(notice)
         message = blocks.escalation_message(view, oncall_group=self.face.config.oncall_group)
+        if notice.handoff_id is not None:
+            message = handoffs.with_actions(message, conv.id, notice.handoff_id)
         key = f"slack:escalation:{conv.id}:{len(notice.trace)}:{hash(notice.reason) & 0xFFFF}"
         ts = await post_once(self.face, key, channel, message)
         if ts is None:
             return
+        if notice.handoff_id is not None:
+            await handoffs.posted(self.face, notice.handoff_id, channel, ts)
         for n, part in enumerate(blocks.trace_messages(view.trace)):
             await post_once(self.face, f"{key}:trace:{n}", channel, part, thread_ts=ts)
 

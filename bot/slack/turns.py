@@ -14,10 +14,12 @@ import secrets
 from datetime import timedelta
 from typing import Any
 
+from agent import handoff
 from agent.errors import DecisionError, LimitExceeded
 from agent.outcomes import TurnResult
 from bot.email.smtp import OutgoingEmail, new_message_id
 from bot.slack import blocks, clicks, present, wording
+from bot.slack import handoff as handoffs
 from bot.slack.face import CHANNEL, Person, SlackFace, thread_ref
 from bot.slack.mrkdwn import escape, one_line
 from bot.slack.replies import Where, deliver, plain, post_once
@@ -51,6 +53,8 @@ async def handle(face: SlackFace, item: Inbound) -> None:
     kind = item.payload.get("kind")
     if kind == "message":
         await on_message(face, item)
+    elif kind == "click" and item.payload.get("action_id") in handoff.ACTIONS:
+        await handoffs.on_click(face, item)
     elif kind == "click":
         await clicks.on_click(face, item)
     elif kind == "reject":
@@ -108,6 +112,8 @@ async def on_message(face: SlackFace, item: Inbound) -> None:
     if item.status == "answered" and item.result is not None:
         await deliver(face, where, result_from(item.result), since=item.created_at)
         return
+    if await handoffs.on_thread_message(face, item):
+        return  # a person's reply (or note) in a hand-off's staff thread
     text = str(p.get("text") or "")
     ref = thread_ref(p["team"], p["channel"], p["thread_ts"])
     if (account := assist_command(text)) is not None:
@@ -146,6 +152,9 @@ async def on_message(face: SlackFace, item: Inbound) -> None:
         return
     if result is None:
         return  # a live process is answering this message; it delivers
+    if result.outcome == "held":
+        await _status(face, where, on=False)
+        return  # a person owns the conversation: the message went to their thread
     if person.kind == "stranger" and not person.is_staff:
         result = dataclasses.replace(result, reply=f"{result.reply}\n\n{wording.LINK_PROMPT}", answer=_hint(result))
     await face.port.item(item).answered(result_dict(result))

@@ -3,8 +3,14 @@ mounted by the server from ``App.slack`` (they need the signing secret; Socket M
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from agent.handoff_relay import Relay
 from bot.faces import Face, FaceKit, Plain
 from storage.inbox import Inbound
+
+if TYPE_CHECKING:
+    from bot.slack.face import SlackFace
 
 
 def face(kit: FaceKit) -> Face | None:
@@ -31,4 +37,14 @@ def face(kit: FaceKit) -> Face | None:
         on_start=slack.start,
         on_close=slack.close,
         inner=slack,
+        relays=lambda relay: relays(slack, relay),
     )
+
+
+def relays(slack: SlackFace, relay: Relay) -> None:
+    """Hand-offs: Slack customers get a person's replies in their thread; the escalation thread
+    gets the customer's messages and the SLA re-page."""
+    from bot.slack import handoff
+
+    relay.deliver_on("slack", handoff.customer_delivery(slack))
+    relay.post_on(handoff.SURFACE, handoff.thread_post(slack))

@@ -188,3 +188,30 @@ LIMIT_REACHED = (
     "Sorry — this account has reached today's limit for the assistant. A person can still help: ask for one here."
 )
 TRY_AGAIN = "Sorry — I couldn't do that just now. Please try again in a minute."
+
+# -- hand-off to a person (bot/slack/handoff.py) ----------------------------------------------
+TAKEOVER_BUTTON = "Take over"
+HANDBACK_BUTTON = "Hand back"
+CLOSE_BUTTON = "Close"
+HANDOFF_HOW = (
+    "*Take over* to talk to the customer yourself: while you own it, your replies in this thread go "
+    "to the customer under your name, theirs come here, and the agent stays silent. A line starting "
+    "with `note:` is a note for the agent, given to it when you *Hand back*."
+)
+HANDOFF_TAKEN = "{name} took this over. Their replies in this thread now go to the customer."
+HANDOFF_RETURNED = "{name} handed this back to the agent."
+HANDOFF_CLOSED = "{name} closed this conversation."
+HANDOFF_CUSTOMER = "*Customer:* {text}"
+HANDOFF_REPAGE = "{group} still waiting for a person — can someone take this over?"
+HANDOFF_REPAGE_NO_GROUP = "Still waiting for a person — can someone take this over?"
+HANDOFF_REFUSED = {
+    "taken": "Someone else took this over first.",
+    "ended": "This hand-off has already ended.",
+    "not_yours": "Only the person who took this over (or a supervisor) can do that.",
+    "moved": "This hand-off just changed; look at the thread and try again.",
+    "unknown": "That button no longer matches a hand-off.",
+    "yours": "You already own this conversation.",
+}
+HANDOFF_STAFF_ONLY = "Only support staff can take over a conversation."
+#: A person's reply as a Slack customer sees it.
+HANDOFF_FROM_PERSON = "*{name}* (support team): {text}"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from agent.handoff_relay import Relay
 from bot.faces import Face, FaceKit, Plain
+from storage.records import Conversation
 
 
 def face(kit: FaceKit) -> Face | None:
@@ -16,4 +18,15 @@ def face(kit: FaceKit) -> Face | None:
         WidgetConfig.from_settings(kit.settings), backend=kit.backend, auth=AuthConfig.from_settings(kit.settings)
     )
     widget.attach(kit.port)
-    return Plain(name=FACE, handler=widget.handle, notifier=widget, served=widget.routes(), inner=widget)
+    port = kit.port
+
+    def relays(relay: Relay) -> None:
+        """Hand-offs: a person's replies go into the customer's widget stream, once per key."""
+        from bot.widget import append_outbound
+
+        async def deliver(conversation: Conversation, text: str, name: str, key: str) -> None:
+            await append_outbound(port, conversation.id, text=text, author=name, key=key)
+
+        relay.deliver_on(FACE, deliver)
+
+    return Plain(name=FACE, handler=widget.handle, notifier=widget, served=widget.routes(), inner=widget, relays=relays)

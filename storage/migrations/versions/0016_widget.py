@@ -1,7 +1,7 @@
 """The chat widget's sessions and their event streams (``bot/widget``).
 
 Revision ID: 0016_widget
-Revises: 0011_sec_principals
+Revises: 0020_audit_partitions
 """
 
 from __future__ import annotations

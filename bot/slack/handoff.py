@@ -1,0 +1,172 @@
+"""The Slack face's part of a hand-off to a person (``agent/handoff.py`` decides).
+
+* the escalation post gets **Take over**, **Hand back** and **Close** (rendered here, never
+  from model text) and its thread becomes the hand-off's staff thread;
+* a click there (after Slack's 200, from the inbox) is checked — staff of our own workspace
+  only — and handed to the runtime's rules; the outcome is said in the thread once;
+* a reply in that thread by the owner is queued for the customer (once per Slack message,
+  whatever Slack redelivers); a ``note:`` line is a note for the agent; anyone else's reply
+  stays in the thread;
+* the relay's Slack ends: the customer's messages and the SLA re-page into the thread, and a
+  person's reply to a Slack Connect customer in the customer's own thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from slack_sdk.models.blocks import ActionsBlock, ButtonElement, PlainTextObject
+
+from agent import handoff
+from agent.handoff import Person as Staff
+from agent.handoff_relay import Deliver, PostKind, ThreadPost
+from bot.slack import blocks, clicks, wording
+from bot.slack.face import Person, SlackFace, parse_ref, thread_ref
+from bot.slack.mrkdwn import clip, subteam
+from bot.slack.replies import plain, post_once
+from bot.slack.view_models import Outbound
+from storage.handoffs import Handoff
+from storage.inbox import Inbound
+from storage.records import Conversation
+
+log = logging.getLogger(__name__)
+
+SURFACE = "slack"
+ACTIONS_BLOCK = "signoff.handoff.actions"
+
+
+def with_actions(message: Outbound, conversation_id: str, handoff_id: str) -> Outbound:
+    """The escalation post with the hand-off's buttons (their value: the two ids, nothing else)."""
+    value = handoff.encode_value(conversation_id, handoff_id)
+    buttons = [
+        ButtonElement(text=PlainTextObject(text=label), action_id=action, value=value, style=style)
+        for label, action, style in (
+            (wording.TAKEOVER_BUTTON, handoff.TAKEOVER, "primary"),
+            (wording.HANDBACK_BUTTON, handoff.HANDBACK, None),
+            (wording.CLOSE_BUTTON, handoff.CLOSE, None),
+        )
+    ]
+    extra = (
+        blocks._context(wording.HANDOFF_HOW).to_dict(),
+        ActionsBlock(block_id=ACTIONS_BLOCK, elements=buttons).to_dict(),
+    )
+    return Outbound(text=message.text, blocks=(*message.blocks, *extra))
+
+
+async def posted(face: SlackFace, handoff_id: str, channel: str, ts: str) -> None:
+    """The escalation post went out: its thread is where this hand-off's replies arrive."""
+    team, _ = await face.who_am_i()
+    ref = thread_ref(team or "", channel, ts)
+    await face.port.handoffs.posted(handoff_id, SURFACE, {"channel": channel, "ts": ts}, thread=ref)
+
+
+async def is_thread(face: SlackFace, team: str, channel: str, thread_ts: str) -> bool:
+    """Whether ``thread_ts`` in ``channel`` is a hand-off's staff thread."""
+    return await face.port.handoffs.in_thread(thread_ref(team, channel, thread_ts)) is not None
+
+
+async def _staff(face: SlackFace, person: Person) -> Staff | None:
+    if not person.is_staff or person.external:
+        return None
+    on_file = await face.port.staff(str(person.id))
+    return Staff(principal=person.principal(), name=on_file.name if on_file is not None else str(person.id))
+
+
+# -- clicks ------------------------------------------------------------------------------------
+async def on_click(face: SlackFace, item: Inbound) -> None:
+    """Take over, Hand back or Close, by a person of our own workspace on staff."""
+    p = item.payload
+    external = bool(p.get("ext_shared")) or p.get("actor_team") != p.get("team")
+    person = await face.person(user=p["user"], team=p["actor_team"], external=external)
+    staff = await _staff(face, person)
+    if staff is None:
+        await clicks._refuse(face, p, person, wording.HANDOFF_STAFF_ONLY, reason="not staff")
+        return
+    try:
+        conversation_id, handoff_id = handoff.decode_value(p.get("value"))
+    except handoff.BadValue as exc:
+        await clicks._refuse(face, p, person, wording.BAD_BUTTON, reason=f"bad value: {exc}")
+        return
+    desk, action = face.port.handoffs, p.get("action_id")
+    if action == handoff.TAKEOVER:
+        done = await desk.take_over(handoff_id, conversation_id, staff, clicked_at=_when(p.get("action_ts")))
+        said = wording.HANDOFF_TAKEN
+    else:
+        done = await desk.end(handoff_id, conversation_id, staff, close=action == handoff.CLOSE)
+        said = wording.HANDOFF_CLOSED if action == handoff.CLOSE else wording.HANDOFF_RETURNED
+    if not done.done:
+        text = wording.HANDOFF_REFUSED.get(done.reason, wording.BAD_BUTTON)
+        await clicks._refuse(face, p, person, text, reason=f"handoff {done.reason}", target=handoff_id)
+        return
+    assert done.handoff is not None
+    await _say(face, done.handoff, f"slack:handoff:{item.id}", said.format(name=clip(staff.name, 200)))
+
+
+def _when(action_ts: object) -> datetime | None:
+    """When Slack says the button was clicked (``action_ts``, seconds)."""
+    try:
+        return datetime.fromtimestamp(float(str(action_ts)), tz=UTC)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+async def _say(face: SlackFace, h: Handoff, key: str, text: str) -> None:
+    ref = h.surfaces.get(SURFACE) or {}
+    if ref.get("channel") and ref.get("ts"):
+        await post_once(face, key, str(ref["channel"]), plain(face, text), str(ref["ts"]))
+
+
+# -- replies in the thread -------------------------------------------------------------------
+async def on_thread_message(face: SlackFace, item: Inbound) -> bool:
+    """A message in a hand-off's staff thread: the owner's reply is relayed (once), a ``note:``
+    line noted, anything else left in the thread. False when the thread is no hand-off's."""
+    p = item.payload
+    if p["thread_ts"] == p["ts"] or p.get("dm"):
+        return False
+    h = await face.port.handoffs.in_thread(thread_ref(p["team"], p["channel"], p["thread_ts"]))
+    if h is None:
+        return False
+    person = await face.person(user=p["user"], team=p["actor_team"], external=bool(p.get("ext_shared")))
+    staff = await _staff(face, person)
+    text = str(p.get("text") or "").strip()
+    if staff is None or not text:
+        return True
+    if text.lower().startswith(handoff.NOTE_PREFIX):
+        await face.port.handoffs.add_note(h, staff, text[len(handoff.NOTE_PREFIX) :])
+        return True
+    await face.port.handoffs.relay_reply(h, staff, text, key=f"slack:{p['team']}:{p['channel']}:{p['ts']}")
+    return True
+
+
+# -- the relay's Slack ends ------------------------------------------------------------------
+def thread_post(face: SlackFace) -> ThreadPost:
+    """The staff surface: a customer's message, or the SLA re-page, into the hand-off's thread."""
+
+    async def post(h: Handoff, kind: PostKind, text: str, key: str) -> None:
+        ref = h.surfaces.get(SURFACE) or {}
+        if not (ref.get("channel") and ref.get("ts")):
+            return
+        if kind == "customer":
+            said = wording.HANDOFF_CUSTOMER.format(text=clip(text, 2900))
+        else:
+            group = subteam(face.config.oncall_group)
+            said = wording.HANDOFF_REPAGE.format(group=group) if group else wording.HANDOFF_REPAGE_NO_GROUP
+        await post_once(face, f"slack:{key}", str(ref["channel"]), plain(face, said), str(ref["ts"]))
+
+    return post
+
+
+def customer_delivery(face: SlackFace) -> Deliver:
+    """A person's reply to a customer who wrote in Slack (Slack Connect, a DM): in their own thread."""
+
+    async def deliver(conversation: Conversation, text: str, name: str, key: str) -> None:
+        thread = parse_ref(conversation.external_ref)
+        if thread is None:
+            log.warning("hand-off reply for %s has no Slack thread", conversation.id)
+            return
+        said = wording.HANDOFF_FROM_PERSON.format(name=clip(name, 200), text=clip(text, 2800))
+        speaker = await face.for_team(thread[0])
+        await post_once(speaker, f"slack:{key}", thread[1], plain(face, said), thread[2])
+
+    return deliver

@@ -1,0 +1,25 @@
+"""A person's reply to a Teams customer during a hand-off (``agent/handoff_relay.py``): posted
+with the conversation's stored Teams reference, under the person's name, once per key."""
+
+from __future__ import annotations
+
+from agent.handoff_relay import Deliver
+from bot.teams.face import TeamsFace
+from bot.teams.sender import TeamsDeliveryError
+from storage.records import Conversation
+
+#: How a person's words are shown to a Teams customer.
+FROM_PERSON = "{name} (support team): {text}"
+
+
+def customer_delivery(face: TeamsFace) -> Deliver:
+    """The Teams channel's delivery of relayed messages (``Relay.deliver_on("teams", …)``)."""
+
+    async def deliver(conversation: Conversation, text: str, name: str, key: str) -> None:
+        reference = (conversation.meta.get("teams") or {}).get("reference")
+        if not isinstance(reference, dict):
+            raise TeamsDeliveryError(f"conversation {conversation.id} has no Teams reference")
+        said = FROM_PERSON.format(name=" ".join(name.split())[:100], text=text)
+        await face.poster.once(f"teams:{key}", lambda: face.sender.send(reference, text=said))
+
+    return deliver

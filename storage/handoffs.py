@@ -1,0 +1,243 @@
+"""Hand-offs to a person: the ``handoffs`` table and its transitions.
+
+A conversation has at most one hand-off that is *active* (``waiting`` or ``taken``). Every
+transition is a compare-and-set on ``version`` and ``state`` in one transaction with its
+audit events and the jobs it asks for (the SLA check, a relayed message), so two people
+clicking Take over at once get one owner, and a transition is never recorded without
+its work, nor the reverse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, cast
+
+from sqlalchemy import CursorResult, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from storage.audit import AuditEvent, append_audit_many, utc
+from storage.db import Database
+from storage.jobs import JobQueue
+from storage.models import HandoffRow
+from storage.records import Clock, wall_clock
+
+HandoffState = Literal["waiting", "taken", "returned", "closed"]
+ACTIVE: tuple[HandoffState, ...] = ("waiting", "taken")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Handoff:
+    """One hand-off as the runtime sees it."""
+
+    id: str
+    conversation_id: str
+    state: HandoffState
+    reason: str
+    opened_by: str
+    owner: str | None
+    owner_name: str | None
+    notes: str | None
+    thread: str | None
+    surfaces: dict[str, Any]
+    version: int
+    opened_at: datetime
+    taken_at: datetime | None
+    ended_at: datetime | None
+
+    @property
+    def active(self) -> bool:
+        """Waiting for a person or owned by one."""
+        return self.state in ACTIVE
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec:
+    """A job a transition enqueues in its own transaction (insert-if-absent on ``dedup_key``)."""
+
+    kind: str
+    payload: dict[str, Any]
+    dedup_key: str
+    run_after: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Move:
+    """A compare-and-set: from one of ``from_states`` at ``version`` to ``to``, with these values."""
+
+    to: HandoffState
+    from_states: tuple[HandoffState, ...]
+    version: int
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+def _handoff(r: HandoffRow) -> Handoff:
+    return Handoff(
+        id=r.id,
+        conversation_id=r.conversation_id,
+        state=cast(HandoffState, r.state),
+        reason=r.reason,
+        opened_by=r.opened_by,
+        owner=r.owner,
+        owner_name=r.owner_name,
+        notes=r.notes,
+        thread=r.thread,
+        surfaces=dict(r.surfaces or {}),
+        version=r.version,
+        opened_at=utc(r.opened_at),
+        taken_at=utc(r.taken_at) if r.taken_at else None,
+        ended_at=utc(r.ended_at) if r.ended_at else None,
+    )
+
+
+class Handoffs:
+    """Repository over ``handoffs``."""
+
+    def __init__(self, db: Database, *, clock: Clock | None = None) -> None:
+        self.db = db
+        self._clock = clock or wall_clock
+        self._jobs = JobQueue(db, clock=self._clock)
+
+    def now(self) -> datetime:
+        """The repository's clock (the runtime's)."""
+        return utc(self._clock())
+
+    async def open(
+        self,
+        *,
+        id: str,
+        conversation_id: str,
+        reason: str,
+        opened_by: str,
+        audit: Sequence[AuditEvent] = (),
+        jobs: Sequence[JobSpec] = (),
+    ) -> tuple[Handoff, bool]:
+        """The conversation's active hand-off, opened now if it has none: ``(handoff, opened)``."""
+        async with self.db.sessions() as s, s.begin():
+            found = await _active(s, conversation_id)
+            if found is not None:
+                return _handoff(found), False
+            row = HandoffRow(
+                id=id,
+                conversation_id=conversation_id,
+                state="waiting",
+                reason=reason[:200],
+                opened_by=opened_by[:160],
+                surfaces={},
+                version=1,
+                opened_at=self.now(),
+            )
+            s.add(row)
+            await s.flush()
+            await self._finish(s, audit, jobs)
+            return _handoff(row), True
+
+    async def move(
+        self, handoff_id: str, move: Move, *, audit: Sequence[AuditEvent] = (), jobs: Sequence[JobSpec] = ()
+    ) -> Handoff | None:
+        """Apply ``move`` if the row is still where the caller saw it; ``None`` if it moved on."""
+        async with self.db.sessions() as s, s.begin():
+            res = await s.execute(
+                update(HandoffRow)
+                .where(
+                    HandoffRow.id == handoff_id,
+                    HandoffRow.version == move.version,
+                    HandoffRow.state.in_(move.from_states),
+                )
+                .values(state=move.to, version=move.version + 1, **move.values)
+            )
+            if cast(CursorResult[Any], res).rowcount != 1:
+                return None
+            await self._finish(s, audit, jobs)
+            row = await s.get(HandoffRow, handoff_id)
+            assert row is not None
+            return _handoff(row)
+
+    async def add_work(self, *, audit: Sequence[AuditEvent] = (), jobs: Sequence[JobSpec] = ()) -> None:
+        """Audit events and jobs of something that is not a transition, in one transaction."""
+        async with self.db.sessions() as s, s.begin():
+            await self._finish(s, audit, jobs)
+
+    async def enqueue_once(self, job: JobSpec, *, audit: Sequence[AuditEvent] = ()) -> bool:
+        """``job`` with its audit events, unless its dedup key was ever used (then nothing: False)."""
+        async with self.db.sessions() as s, s.begin():
+            queued = await self._jobs.enqueue(
+                job.kind, job.payload, dedup_key=job.dedup_key, run_after=job.run_after, session=s
+            )
+            if queued is None:
+                return False
+            if audit:
+                await append_audit_many(s, list(audit))
+            return True
+
+    async def _finish(self, s: AsyncSession, audit: Sequence[AuditEvent], jobs: Sequence[JobSpec]) -> None:
+        if audit:
+            await append_audit_many(s, list(audit))
+        for job in jobs:
+            await self._jobs.enqueue(job.kind, job.payload, dedup_key=job.dedup_key, run_after=job.run_after, session=s)
+
+    async def set_surface(self, handoff_id: str, name: str, ref: dict[str, Any], *, thread: str | None = None) -> None:
+        """Record where the staff surface ``name`` shows it (and, once, the thread replies arrive in)."""
+        async with self.db.sessions() as s, s.begin():
+            row = await s.get(HandoffRow, handoff_id, with_for_update=True)
+            if row is None:
+                return
+            row.surfaces = {**(row.surfaces or {}), name: ref}
+            if thread is not None and row.thread is None:
+                row.thread = thread[:255]
+
+    async def get(self, handoff_id: str) -> Handoff | None:
+        """The hand-off ``handoff_id``, if it exists."""
+        async with self.db.reader() as s:
+            row = await s.get(HandoffRow, handoff_id)
+            return _handoff(row) if row is not None else None
+
+    async def active_for(self, conversation_id: str) -> Handoff | None:
+        """The conversation's waiting or taken hand-off, if any."""
+        async with self.db.reader() as s:
+            row = await _active(s, conversation_id)
+            return _handoff(row) if row is not None else None
+
+    async def in_thread(self, thread: str) -> Handoff | None:
+        """The newest hand-off whose staff thread is ``thread``."""
+        async with self.db.reader() as s:
+            row = (
+                await s.execute(
+                    select(HandoffRow).where(HandoffRow.thread == thread).order_by(HandoffRow.opened_at.desc()).limit(1)
+                )
+            ).scalar_one_or_none()
+            return _handoff(row) if row is not None else None
+
+    async def latest_for(self, conversation_id: str) -> Handoff | None:
+        """The conversation's newest hand-off, whatever its state."""
+        async with self.db.reader() as s:
+            row = (
+                await s.execute(
+                    select(HandoffRow)
+                    .where(HandoffRow.conversation_id == conversation_id)
+                    .order_by(HandoffRow.opened_at.desc())
+                    .limit(1)
+                )
+            ).scalar_one_or_none()
+            return _handoff(row) if row is not None else None
+
+    async def open_count(self) -> int:
+        """Hand-offs waiting for a person or owned by one."""
+        async with self.db.reader() as s:
+            count = await s.scalar(select(func.count()).select_from(HandoffRow).where(HandoffRow.state.in_(ACTIVE)))
+            return int(count or 0)
+
+
+async def _active(s: AsyncSession, conversation_id: str) -> HandoffRow | None:
+    return (
+        await s.execute(
+            select(HandoffRow)
+            .where(HandoffRow.conversation_id == conversation_id, HandoffRow.state.in_(ACTIVE))
+            .order_by(HandoffRow.opened_at.desc())
+            .limit(1)
+        )
+    ).scalar_one_or_none()
+
+
+__all__ = ["ACTIVE", "Handoff", "HandoffState", "Handoffs", "JobSpec", "Move"]
