@@ -49,6 +49,9 @@ class ProbeFace:
         self.cards: list[Approval] = []
         self.conversations: list[str] = []
 
+    def join(self, relay: object) -> None:
+        return None  # no customers of its own to relay a person's replies to
+
     def routes(self) -> list[web.RouteDef]:
         return [web.post("/probe/messages", self.receive)]
 

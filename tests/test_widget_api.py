@@ -183,8 +183,8 @@ def test_a_persons_reply_reaches_the_widget_once_per_key(server: WidgetServer) -
             conv = await s.scalar(
                 select(WidgetSessionRow.conversation_id).order_by(WidgetSessionRow.created_at.desc()).limit(1)
             )
-        first = await append_outbound(server.app.runtime, str(conv), text="Hi, Ana here.", author="Ana", key="slack:1")
-        again = await append_outbound(server.app.runtime, str(conv), text="Hi, Ana here.", author="Ana", key="slack:1")
+        first = await append_outbound(server.app.port, str(conv), text="Hi, Ana here.", author="Ana", key="slack:1")
+        again = await append_outbound(server.app.port, str(conv), text="Hi, Ana here.", author="Ana", key="slack:1")
         return first, again
 
     assert server.run(relay()) == (1, 1)
