@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 
 ZWSP = "\u200b"
-_MD_LINK = re.compile(r"!?\[([^\]\n]{0,1000})\]\(\s*<?([^()\s<>]{0,2000})>?(?:\s+\"[^\"\n]{0,200}\")?\s*\)")
+# Neither the label nor the target spans a "[": a run of "[[[[" is scanned once, not per start.
+_MD_LINK = re.compile(r"!?\[([^\[\]\n]{0,1000})\]\(\s*<?([^()\s<>\[\]]{0,2000})>?(?:\s+\"[^\"\n]{0,200}\")?\s*\)")
 _SLACK_LINK = re.compile(r"<((?:[a-z][a-z0-9+.-]{1,20}:|www\.)[^|<>\s]{0,2000})(?:\|([^<>\n]{0,1000}))?>", re.I)
 _BARE = re.compile(r"(?i)\b(www|mailto|tel|sip|file|javascript|data)([.:])")
 

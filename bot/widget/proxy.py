@@ -1,6 +1,6 @@
-"""Shopify app-proxy requests: who the storefront says the customer is, if Shopify signed it.
+"""Shopify app-proxy requests: the customer the storefront names, if Shopify signed it.
 
-A storefront request to ``/apps/signoff/…`` reaches us with Shopify's query parameters
+A storefront request to ``/apps/signoff/…`` reaches us with these URL parameters from Shopify
 (``shop``, ``logged_in_customer_id``, ``path_prefix``, ``timestamp``, ``signature``).
 ``signature`` is the hex HMAC-SHA256, keyed with the app's client secret, of every other
 parameter as ``key=value`` (a repeated key's values joined by commas), sorted, concatenated
