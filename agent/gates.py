@@ -140,9 +140,10 @@ def _money(decision: NeedsApproval) -> dict[str, Any]:
     }
 
 
-async def escalate(turn: Turn, reason: str, summary: str) -> dict[str, Any]:
-    """Hand the conversation to a person: a case note, the trace of every tool call, the notifier."""
-    turn.escalated = True
+async def escalate(turn: Turn, reason: str, summary: str, *, run: bool = True) -> dict[str, Any]:
+    """Hand the conversation to a person: a case note, the trace of every tool call, the notifier.
+    ``run``: the run counts as escalated (not when the rollout stage, not the agent, asked for it)."""
+    turn.escalated = turn.escalated or run
     s = turn.services
     trace = tuple(
         {

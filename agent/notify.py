@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from agent.outcomes import TurnResult
@@ -27,6 +28,28 @@ class EscalationNotice:
     trace: tuple[dict[str, Any], ...]
     #: The hand-off a person takes over from this post (customers' conversations; ``agent/handoff.py``).
     handoff_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShadowNotice:
+    """An action the agent proposed while its unit is in shadow: recorded, never executed.
+
+    Staff see it as a suggestion (``agent.views.shadow_view``), built from these exact
+    arguments and the gate's summary of them, never from the model's words."""
+
+    conversation: Conversation
+    proposal_id: str
+    tool: str
+    arguments: dict[str, Any]
+    #: The tool's own description of the exact arguments (``ToolDef.describe``).
+    summary: str
+    #: What the gate would have asked for outside shadow: ``execute`` or ``approval``.
+    would_need: str
+    #: Who asked (``customer:C-7``, ``rep:S-1``).
+    requester: str
+    customer_id: str | None
+    policy_version: str
+    created_at: datetime
 
 
 async def best_effort(aw: Awaitable[Any], what: str = "notification") -> bool:
@@ -53,6 +76,11 @@ class Notifier(Protocol):
 
     async def escalated(self, notice: EscalationNotice) -> None:
         """A conversation was handed to a person (with the agent's trace)."""
+        ...
+
+    async def shadow_recorded(self, notice: ShadowNotice) -> None:
+        """The agent proposed an action in shadow: show staff the suggestion ("shadow: not
+        executed"), once per proposal."""
         ...
 
     async def follow_up(self, conversation: Conversation, result: TurnResult) -> None:
@@ -93,6 +121,9 @@ class RoutingNotifier:
     async def escalated(self, notice: EscalationNotice) -> None:
         await self._broadcast("escalation", lambda n: n.escalated(notice))
 
+    async def shadow_recorded(self, notice: ShadowNotice) -> None:
+        await self._broadcast("shadow notification", lambda n: n.shadow_recorded(notice))
+
     async def follow_up(self, conversation: Conversation, result: TurnResult) -> None:
         face = self._added.get(conversation.channel) or self.faces.get(conversation.channel, self.fallback)
         await face.follow_up(conversation, result)
@@ -118,6 +149,9 @@ class LogNotifier:
     async def escalated(self, notice: EscalationNotice) -> None:
         log.info("conversation %s escalated: %s", notice.conversation.id, notice.reason)
 
+    async def shadow_recorded(self, notice: ShadowNotice) -> None:
+        log.info("shadow proposal %s (%s) in %s: not executed", notice.proposal_id, notice.tool, notice.conversation.id)
+
     async def follow_up(self, conversation: Conversation, result: TurnResult) -> None:
         size = len(result.reply)
         log.info("follow-up in %s (%d characters, not delivered: no face configured)", conversation.id, size)
@@ -141,6 +175,10 @@ class RecordingNotifier:
     async def escalated(self, notice: EscalationNotice) -> None:
         self.events.append(("escalated", notice))
         log.info("conversation %s escalated: %s", notice.conversation.id, notice.reason)
+
+    async def shadow_recorded(self, notice: ShadowNotice) -> None:
+        self.events.append(("shadow_recorded", notice))
+        log.info("shadow proposal %s (%s): not executed", notice.proposal_id, notice.tool)
 
     async def follow_up(self, conversation: Conversation, result: TurnResult) -> None:
         self.events.append(("follow_up", (conversation.id, result.reply)))

@@ -13,7 +13,7 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from agent import gates
+from agent import gates, shadow
 from agent.decisions import Decision, Execute, Intercept, NeedsApproval, NeedsConfirmation, Record, Reject
 from agent.executor import ExecOutcome
 from agent.gatekeeper import Proposed, args_hash
@@ -284,13 +284,9 @@ async def act(
                 decision.key,
             )
         case Record(summary=summary, would_need=need):
+            told = await shadow.recorded(turn, decision, p, proposal_id)
             return (
-                {
-                    "status": "RECORDED_NOT_EXECUTED",
-                    "action": summary,
-                    "would_need": need,
-                    "message": "Shadow mode: nothing was executed. A person will handle it.",
-                },
+                {"status": "RECORDED_NOT_EXECUTED", "action": summary, "would_need": need, "message": told},
                 False,
                 None,
             )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from agent.claims import shadow_answer
 from agent.errors import BudgetExceeded, StepLimitExceeded
 from agent.gatekeeper import RunFacts
 from agent.history import merged
@@ -56,6 +57,8 @@ class Turn:
     executed: list[dict[str, Any]] = field(default_factory=list)
     finished: dict[str, Any] | None = None
     escalated: bool = False
+    #: The summaries of the actions this turn recorded in shadow (never executed).
+    recorded: list[str] = field(default_factory=list)
     #: The model's words when it proposed the actions of this step (approvers see them as untrusted).
     rationale: str = ""
     notes: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -116,8 +119,14 @@ class Turn:
         return list(self.run.state.get("executed", [])) + self.executed
 
     def result(self, outcome: Outcome) -> TurnResult:
-        """The turn's result: the model's last words, then the runtime's text of every confirmation asked."""
+        """The turn's result: the model's last words (after a shadow proposal, never claiming it
+        and with the runtime's line that a person follows up), then the runtime's text of every
+        confirmation asked."""
         answer = next((r for r in reversed(self.replies) if r), "")
+        if self.recorded:
+            done = {str(e.get("tool")) for e in self.executed_all() if not e.get("replayed")}
+            customer = self.conversation.principal_kind == "customer"
+            answer = shadow_answer(answer, self.recorded, self.services.registry, executed=done, customer=customer)
         asked = [p for p in self.pending if p.kind == "confirmation"]
         notice = (
             confirmation_notice([(p.summary, p.code or "") for p in asked], principal_kind=self.principal.kind)

@@ -1,4 +1,4 @@
-"""What every face shows of an approval, a confirmation and an escalation: built once, here.
+"""What every face shows of an approval, a confirmation, an escalation and a shadow proposal: built once, here.
 
 A face (Slack's Block Kit, Teams' Adaptive Cards, the chat widget) renders these frozen views
 and decides nothing itself: whether the item is still open (expiry included), the amount, the
@@ -18,8 +18,8 @@ from datetime import datetime
 from typing import Any, Literal, TypeGuard, get_args
 
 from agent.decisions import RoutingReason
-from agent.notify import EscalationNotice
-from agent.wording import OUTCOME_FAILED, OUTCOME_REOPENED, OUTCOME_UNKNOWN, ROUTING_REASONS
+from agent.notify import EscalationNotice, ShadowNotice
+from agent.wording import OUTCOME_FAILED, OUTCOME_REOPENED, OUTCOME_UNKNOWN, ROUTING_REASONS, SHADOW_WOULD_NEED
 from storage.records import Approval, ApprovalStatus, Confirmation, ConfirmationStatus, aware
 from tools.registry import ToolDef
 from tools.results import format_money
@@ -167,6 +167,27 @@ class EscalationView:
     trace: tuple[TraceView, ...]
 
 
+@dataclass(frozen=True, kw_only=True)
+class ShadowView:
+    """An action the agent proposed in shadow, shown to staff as a suggestion: recorded, not
+    executed (nothing to approve: a person carries it out, or not, themselves)."""
+
+    proposal_id: str
+    conversation_id: str
+    channel: str
+    tool: str
+    #: The tool's description of the exact arguments (our words, never the model's).
+    summary: str
+    customer_id: str | None
+    requester: PersonView
+    amount: str | None
+    #: What it would have needed outside shadow, in words ("an approval by a supervisor").
+    would_need: str
+    arguments: tuple[ArgumentView, ...]
+    policy_version: str
+    created_at: datetime
+
+
 # -- builders ---------------------------------------------------------------------------------
 def approval_view(
     a: Approval, *, tool: ToolDef | None, now: datetime, names: Mapping[str, str] | None = None
@@ -260,6 +281,26 @@ def escalation_view(notice: EscalationNotice) -> EscalationView:
             )
             for t in notice.trace
         ),
+    )
+
+
+def shadow_view(notice: ShadowNotice, *, tool: ToolDef | None, names: Mapping[str, str] | None = None) -> ShadowView:
+    """A shadow proposal from the runtime's notice (its exact arguments) and the tool's catalogue entry."""
+    args = notice.arguments
+    money = tool.money(args) if tool is not None and tool.money is not None else None
+    return ShadowView(
+        proposal_id=notice.proposal_id,
+        conversation_id=notice.conversation.id,
+        channel=notice.conversation.channel,
+        tool=notice.tool,
+        summary=notice.summary,
+        customer_id=notice.customer_id,
+        requester=_person(notice.requester, names or {}),
+        amount=format_money(money.amount_minor, money.currency) if money is not None else None,
+        would_need=SHADOW_WOULD_NEED.get(notice.would_need, notice.would_need),
+        arguments=tuple(_argument(k, v, None) for k, v in args.items()),
+        policy_version=notice.policy_version,
+        created_at=notice.created_at,
     )
 
 

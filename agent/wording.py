@@ -56,6 +56,18 @@ ROUTING_REASONS: dict[RoutingReason, str] = {
     "cancellation_over_threshold": "Cancelled money over the day's threshold",
     "staff_daily_over_cap": "Over the requester's daily refund cap",
 }
+#: Shadow (C16): how staff see the agent's proposal, and what the person it spoke with is told.
+SHADOW_LABEL = "shadow: not executed"
+SHADOW_WOULD_NEED = {
+    "execute": "nothing more: outside shadow it would have been carried out",
+    "approval": "a supervisor's approval",
+}
+#: The answer to a customer when the model's words claimed the recorded action happened.
+SHADOW_REPLY = "I've passed this to a colleague: {summary}. It has not been carried out yet."
+#: Always the runtime's last words to a customer after a shadow proposal.
+SHADOW_CUSTOMER_NOTICE = "Nothing has been done on this yet; a person from our team will follow up."
+#: To a rep or supervisor: the proposal is theirs to carry out, or not.
+SHADOW_STAFF_NOTICE = "Shadow stage: nothing was carried out. {summary} is a suggestion for you to carry out, or not."
 OUTCOME_FAILED = "Not done: a precondition no longer holds"
 OUTCOME_REOPENED = "Not done: the policy or ceiling changed while this waited; a new approval was opened"
 OUTCOME_UNKNOWN = "Outcome not recognised"

@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 
 from agent.face_port import FacePort
 from agent.llm.testing import FunctionModel
-from agent.notify import EscalationNotice
+from agent.notify import EscalationNotice, ShadowNotice
 from agent.outcomes import TurnResult
 from bot.app import FACES, create_app
 from bot.faces import FaceKit
@@ -90,6 +90,7 @@ class ProbeFace:
 
     async def approval_decided(self, approval: Approval) -> None: ...
     async def escalated(self, notice: EscalationNotice) -> None: ...
+    async def shadow_recorded(self, notice: ShadowNotice) -> None: ...
 
     async def follow_up(self, conversation: Conversation, result: TurnResult) -> None:
         await self.deliver(result)

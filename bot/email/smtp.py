@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import aiosmtplib
 
-from agent.notify import EscalationNotice
+from agent.notify import EscalationNotice, ShadowNotice
 from agent.outcomes import TurnResult
 from storage.records import Approval, Conversation
 from tools.backend import CommerceBackend
@@ -164,6 +164,9 @@ class EmailFollowUps:
         return None
 
     async def escalated(self, notice: EscalationNotice) -> None:
+        return None
+
+    async def shadow_recorded(self, notice: ShadowNotice) -> None:
         return None
 
     async def follow_up(self, conversation: Conversation, result: TurnResult) -> None:

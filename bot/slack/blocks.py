@@ -39,7 +39,8 @@ from slack_sdk.models.blocks import (
 )
 from slack_sdk.models.views import View
 
-from agent.views import ApprovalView, ConfirmationView, EscalationView, OutcomeView, TraceView
+from agent.views import ApprovalView, ConfirmationView, EscalationView, OutcomeView, ShadowView, TraceView
+from agent.wording import SHADOW_LABEL
 from bot.slack import ids, wording
 from bot.slack.mrkdwn import channel_link, clip, clip_plain, code, date, one_line, split_text, subteam
 from bot.slack.view_models import AssistThread, Directory, Outbound, Step
@@ -389,6 +390,37 @@ def _thread_list(threads: Sequence[AssistThread]) -> list[Block]:
     if len(threads) > 20:
         lines.append(wording.HOME_THREADS_MORE.format(count=len(threads) - 20))
     return [_header(wording.HOME_THREADS_HEADER), _section("\n".join(lines))]
+
+
+# -- shadow suggestion ---------------------------------------------------------------------
+def shadow_card(v: ShadowView, *, directory: Directory | None = None, in_thread: bool = False) -> Outbound:
+    """The agent's proposal in shadow as staff see it: marked "shadow: not executed", the exact
+    action from its stored arguments, who asked, the account and the amount. No buttons: there
+    is nothing to approve. ``in_thread``: the short form for the assist thread."""
+    summary = clip(v.summary, 500)
+    header = _header(wording.SHADOW_HEADER.format(label=SHADOW_LABEL))
+    fallback = wording.SHADOW_FALLBACK.format(label=SHADOW_LABEL, summary=summary)
+    if in_thread:
+        blocks = [header, _section(f"*{summary}*"), _context(wording.SHADOW_THREAD_NOTE)]
+        return Outbound(text=fallback, blocks=_dump(blocks))
+    people = directory or Directory()
+    pairs = [
+        (wording.FIELD_REQUESTER, people.who(v.requester.key, v.requester.name)),
+        (wording.FIELD_ACCOUNT, clip(v.customer_id or wording.NO_ACCOUNT, 100)),
+        *([(wording.FIELD_AMOUNT, clip(v.amount, 40))] if v.amount else []),
+        (wording.SHADOW_WOULD_NEED, clip(v.would_need, 200)),
+        (wording.ESCALATION_CONVERSATION, f"`{clip(v.conversation_id, 100)}` ({clip(v.channel, 40)})"),
+        (wording.FIELD_POLICY, clip(v.policy_version, 60)),
+    ]
+    args = [f"• `{clip(a.name, 40).replace('`', 'ˋ')}` = {clip(one_line(a.value), 120)}" for a in v.arguments]
+    blocks = [
+        header,
+        _section(f"*{summary}*"),
+        SectionBlock(fields=[_md(f"*{label}*\n{value}") for label, value in pairs]),
+        _section(f"*{wording.SHADOW_ARGUMENTS}*\n" + "\n".join(args[:PROVENANCE_SHOWN] or ["—"])),
+        _context(wording.SHADOW_NOTE),
+    ]
+    return Outbound(text=fallback, blocks=_dump(blocks))
 
 
 # -- escalation and trace ------------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 
-from agent.notify import EscalationNotice
+from agent.notify import EscalationNotice, ShadowNotice
 from agent.outcomes import TurnResult
 from agent.views import escalation_view
 from bot.slack import blocks, present
@@ -78,6 +78,21 @@ class SlackNotifier:
             await handoffs.posted(self.face, notice.handoff_id, channel, ts)
         for n, part in enumerate(blocks.trace_messages(view.trace)):
             await post_once(self.face, f"{key}:trace:{n}", channel, part, thread_ts=ts)
+
+    # -- shadow proposals -------------------------------------------------------------------------
+    async def shadow_recorded(self, notice: ShadowNotice) -> None:
+        """The suggestion in the staff conversation's own assist thread, and its card in the
+        approvals channel; each once per proposal (a repaired turn judging it again posts nothing)."""
+        conv = notice.conversation
+        thread = parse_ref(conv.external_ref) if conv.principal_kind != "customer" else None
+        if thread is not None:
+            face = await self.face.for_team(thread[0])
+            note = await present.shadow_card(face, notice, in_thread=True)
+            await post_once(face, f"slack:shadow:{notice.proposal_id}:thread", thread[1], note, thread_ts=thread[2])
+        channel = self.face.config.approvals_channel
+        if channel:
+            card = await present.shadow_card(self.face, notice)
+            await post_once(self.face, f"slack:shadow:{notice.proposal_id}", channel, card)
 
     # -- follow-ups -------------------------------------------------------------------------------
     async def follow_up(self, conversation: Conversation, result: TurnResult) -> None:

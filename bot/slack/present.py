@@ -1,6 +1,6 @@
 """The Slack face's cards for stored records: record → view (:mod:`agent.views`) → Block Kit.
 
-The one place the Slack face turns an approval or a confirmation into what it shows: the
+The one place the Slack face turns an approval, a confirmation or a shadow proposal into what it shows: the
 view is built with the runtime's catalogue and clock (so expiry, amounts, the routing
 reason and the outcome are the ones every face shows), then rendered by ``blocks.py``.
 """
@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agent.views import ApprovalView, approval_view, confirmation_view
+from agent.notify import ShadowNotice
+from agent.views import ApprovalView, approval_view, confirmation_view, shadow_view
 from bot.slack import blocks
 from bot.slack.face import SlackFace
 from bot.slack.view_models import Directory, Outbound
@@ -42,3 +43,10 @@ def reject_modal(face: SlackFace, approval: Approval, *, channel: str | None, ts
     """The reject dialog for the approval as it stands (no look-ups: it opens within Slack's 3 s)."""
     view = approval_view(approval, tool=face.port.tool(approval.tool), now=face.port.clock())
     return blocks.reject_modal(view, channel=channel, ts=ts)
+
+
+async def shadow_card(face: SlackFace, notice: ShadowNotice, *, in_thread: bool = False) -> Outbound:
+    """A shadow proposal as staff see it ("shadow: not executed"), from the notice's exact arguments."""
+    people = await face.directory(notice.requester)
+    view = shadow_view(notice, tool=face.port.tool(notice.tool), names=people.names)
+    return blocks.shadow_card(view, directory=people, in_thread=in_thread)

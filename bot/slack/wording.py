@@ -105,6 +105,17 @@ HOME_THREAD_LINE = "{customer} — {channel}, thread {ts}"
 HOME_THREADS_MORE = "…and {count} more."
 HOME_EMPTY = "Nothing needs you right now."
 
+# -- shadow (C16): the agent's proposal, recorded, not executed ------------------------------
+SHADOW_HEADER = "Suggestion — {label}"
+SHADOW_FALLBACK = "Suggestion ({label}): {summary}"
+SHADOW_WOULD_NEED = "Outside shadow it needs"
+SHADOW_ARGUMENTS = "Exact action"
+SHADOW_NOTE = (
+    "The agent proposed this; nothing was carried out and there is nothing to approve. "
+    "If you agree, carry it out yourself; the rollout report compares it with what staff did."
+)
+SHADOW_THREAD_NOTE = "Nothing was carried out (shadow stage). If you agree, carry it out yourself."
+
 # -- escalation ------------------------------------------------------------------------
 ESCALATION_HEADER = "Handed to a person"
 ESCALATION_REASON = "Reason (the agent's words): {reason}"

@@ -1,4 +1,4 @@
-"""Adaptive Cards (schema 1.5) for confirmations, approvals and escalations: pure functions.
+"""Adaptive Cards (schema 1.5) for confirmations, approvals, escalations and shadow proposals: pure functions.
 
 Every piece of data — summaries, names, arguments, evidence, the model's rationale —
 goes into ``TextRun`` inlines, which Adaptive Cards never parse as markdown, after
@@ -14,7 +14,8 @@ import re
 from datetime import datetime
 from typing import Any
 
-from agent.views import ApprovalView, ConfirmationView, EscalationView, OutcomeView
+from agent.views import ApprovalView, ConfirmationView, EscalationView, OutcomeView, ShadowView
+from agent.wording import SHADOW_LABEL
 from bot.links import unlink
 from bot.teams import wording as say
 from storage.records import aware
@@ -324,6 +325,29 @@ def escalation_card(e: EscalationView) -> Card:
     if len(e.trace) > LIMITS["trace"]:
         rows.append(_note(say.MORE.format(count=len(e.trace) - LIMITS["trace"])))
     body.append(_section(say.ESCALATION_TRACE, rows or [_note(say.NO_TRACE)]))
+    return _fit(_card(body))
+
+
+# -- shadow suggestion ---------------------------------------------------------------------
+def shadow_card(v: ShadowView) -> Card:
+    """The agent's proposal in shadow as staff see it: marked "shadow: not executed", the exact
+    action from its stored arguments, who asked, the account and the amount; no actions."""
+    body = [
+        _heading(say.SHADOW_TITLE.format(label=SHADOW_LABEL), color="Warning"),
+        _literal(v.summary, LIMITS["summary"], weight="Bolder"),
+        _fact(say.REQUESTED_BY, v.requester.shown, LIMITS["name"]),
+    ]
+    if v.customer_id:
+        body.append(_fact(say.ACCOUNT, v.customer_id, LIMITS["name"]))
+    if v.amount is not None:
+        body.append(_fact(say.AMOUNT, v.amount, 160))
+    body += [
+        _fact(say.SHADOW_WOULD_NEED, v.would_need, 200),
+        _fact(say.ESCALATION_CONVERSATION, f"{v.conversation_id} ({v.channel})", 120),
+        _fact(say.POLICY, v.policy_version, 40),
+    ]
+    rows = [_fact(neutralize(a.name, 40), a.value, LIMITS["value"]) for a in v.arguments[: LIMITS["args"]]]
+    body += [_section(say.ARGUMENTS, rows or [_note("—")]), _note(say.SHADOW_NOTE)]
     return _fit(_card(body))
 
 

@@ -5,7 +5,8 @@ conversation's stored reference, once per answer. With an approvals conversation
 configured it is also a staff surface (``RoutingNotifier.staff``): each new approval's card
 is posted there once and its place kept in the approval's ``surfaces["teams"]``; whenever
 an approval moves on — decided in Teams, Slack, the API or the CLI, or expired — that card
-is redrawn from the database for everyone. Escalations go to the same conversation.
+is redrawn from the database for everyone. Escalations, and the agent's proposals in shadow
+(a card marked "shadow: not executed", once per proposal), go to the same conversation.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import hashlib
 import logging
 from typing import Any
 
-from agent.notify import EscalationNotice
+from agent.notify import EscalationNotice, ShadowNotice
 from agent.outcomes import TurnResult
 from agent.views import escalation_view
 from bot.teams.cards import escalation_card
 from bot.teams.delivery import SURFACE, reply_of
 from bot.teams.face import TeamsFace
+from bot.teams.present import shadow
 from bot.teams.sender import TeamsDeliveryError
 from storage.records import Approval, Conversation
 
@@ -67,3 +69,10 @@ class TeamsNotifier:
         await self.face.poster.once(
             f"teams:escalation:{conv.id}:{digest}", lambda: self.face.sender.send(ref, card=card)
         )
+
+    async def shadow_recorded(self, notice: ShadowNotice) -> None:
+        ref = self.face.approvals_reference
+        if ref is None:
+            return
+        card = shadow(notice, tool_of=self.face.port.tool)
+        await self.face.poster.once(f"teams:shadow:{notice.proposal_id}", lambda: self.face.sender.send(ref, card=card))

@@ -60,6 +60,12 @@ AWAITING_APPROVAL = "A supervisor must approve this before it happens."
 REPLAYED = "Already done on {when} (replayed) — nothing was done twice."
 REPLAYED_UNDATED = "Already done earlier (replayed) — nothing was done twice."
 
+SHADOW_TITLE = "Suggestion — {label}"
+SHADOW_WOULD_NEED = "Outside shadow it needs"
+SHADOW_NOTE = (
+    "The agent proposed this; nothing was carried out and there is nothing to approve. "
+    "If you agree, carry it out yourself; the rollout report compares it with what staff did."
+)
 ESCALATION_TITLE = "Needs a person"
 ESCALATION_REASON = "Reason"
 ESCALATION_CONVERSATION = "Conversation"

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from agent.errors import LimitExceeded
 from agent.face_port import FacePort, InboundItem
-from agent.notify import EscalationNotice
+from agent.notify import EscalationNotice, ShadowNotice
 from agent.outcomes import TurnResult
 from bot.api.auth import AuthConfig, Authenticator
 from bot.web import InboxFull
@@ -155,6 +155,9 @@ class WidgetFace:
         return None
 
     async def escalated(self, notice: EscalationNotice) -> None:
+        return None
+
+    async def shadow_recorded(self, notice: ShadowNotice) -> None:
         return None
 
     def routes(self) -> list[web.RouteDef]:
