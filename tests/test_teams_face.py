@@ -104,14 +104,15 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
 
 
 @asynccontextmanager
-async def open_rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    """The app over a SQLite file with the Teams face, served on a local port, its connector faked."""
+async def open_rig(tmp_path: Path, **extra: str) -> AsyncIterator[Rig]:
+    """The app over a SQLite file with the Teams face, served on a local port, its connector
+    faked; ``extra``: more settings (``SIGNOFF_POLICY_FILE``...)."""
     url = f"sqlite+aiosqlite:///{tmp_path / 'teams.db'}"
     await upgrade(url)
     async with TokenIssuer() as issuer, FakeBotConnector(accept_token=lambda t: t == DEV_TOKEN) as connector:
         connector.open_conversation(PERSONAL)
         connector.open_conversation(APPROVALS)
-        env = {"SIGNOFF_DATABASE_URL": url, **teams_env(issuer=issuer, connector_url=connector.base_url)}
+        env = {"SIGNOFF_DATABASE_URL": url, **teams_env(issuer=issuer, connector_url=connector.base_url), **extra}
         clock = Clock()
         app = await create_app(load_settings(env), model=FunctionModel(plan), seed=False, clock=clock)
         await load_dataset(app.db, load_dataset_file(dataset_file(tmp_path)), rebase_to=datetime.now(UTC))
