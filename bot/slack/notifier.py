@@ -84,7 +84,8 @@ class SlackNotifier:
         """The suggestion in the staff conversation's own assist thread, and its card in the
         approvals channel; each once per proposal (a repaired turn judging it again posts nothing)."""
         conv = notice.conversation
-        thread = parse_ref(conv.external_ref) if conv.principal_kind != "customer" else None
+        staff = conv.principal_kind in ("rep", "supervisor")  # an assist thread: no outsider reads along
+        thread = parse_ref(conv.external_ref) if staff else None
         if thread is not None:
             face = await self.face.for_team(thread[0])
             note = await present.shadow_card(face, notice, in_thread=True)
