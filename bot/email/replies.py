@@ -135,11 +135,14 @@ def _label(line: str) -> str:
     return " ".join(head.strip("* \t").lower().split())
 
 
-def _outlook_block(lines: list[str], i: int) -> bool:
-    """An Outlook header block starts at line ``i``: a From label, then another field within four."""
-    if _label(lines[i]) not in FROM_LABELS:
+def _outlook_block(lines: list[str], i: int, first: int) -> bool:
+    """An Outlook header block starts at line ``i``: a From label, then another field within
+    four, and it reads as a header: the From line holds an address or a field a date (digit).
+    Never the mail's first line: a customer may begin "From: my neighbour / To: you guys"."""
+    if i <= first or _label(lines[i]) not in FROM_LABELS:
         return False
-    return any(_label(line) in NEXT_LABELS for line in lines[i + 1 : i + 5])
+    fields = [line for line in lines[i + 1 : i + 5] if _label(line) in NEXT_LABELS]
+    return bool(fields) and ("@" in lines[i] or any(c.isdigit() for line in fields for c in line))
 
 
 def _marker(line: str) -> bool:
@@ -179,38 +182,62 @@ def _rule(line: str) -> bool:
     return len(s) >= 10 and (s.strip("_") == "" or s.strip("-") == "")
 
 
-def _ends_history(lines: list[str], i: int) -> bool:
+def _ends_history(lines: list[str], i: int, first: int) -> bool:
     """History below here is not the customer's: an Outlook block, a forwarded or original
     message marker, or a signature delimiter."""
     line = lines[i]
-    if line.rstrip() == "--" or _marker(line) or _outlook_block(lines, i):
+    if line.rstrip() == "--" or _marker(line) or _outlook_block(lines, i, first):
         return True
     if _rule(line):
         after = next((k for k in range(i + 1, min(i + 4, len(lines))) if lines[k].strip()), None)
-        return after is not None and _outlook_block(lines, after)
+        return after is not None and _outlook_block(lines, after, first)
     return False
+
+
+def _next_text(lines: list[str]) -> list[int]:
+    """For each line, the index of the next non-blank line after it (``len(lines)``: none).
+    One backward pass."""
+    nxt = [len(lines)] * len(lines)
+    for j in range(len(lines) - 2, -1, -1):
+        nxt[j] = j + 1 if lines[j + 1].strip() else nxt[j + 1]
+    return nxt
+
+
+def _quote_heads(lines: list[str]) -> list[bool]:
+    """Which lines are quote headers. A header naming no address is one only when quoted
+    lines (or nothing) follow it: "On 3 June my neighbour said she wrote:" above the
+    customer's own words is theirs."""
+    drop = [False] * len(lines)
+    nxt = _next_text(lines)
+    for j in range(len(lines)):
+        start = _head_start(lines, j) if lines[j].rstrip().endswith((":", "：")) else None
+        if start is None:
+            continue
+        after = nxt[j]
+        named = any("@" in lines[k] for k in range(start, j + 1))
+        if named or after == len(lines) or lines[after].lstrip().startswith(">"):
+            for k in range(start, j + 1):
+                drop[k] = True
+    return drop
 
 
 def extract_reply(text: str) -> str:
     """The customer's new words in ``text``: quoted lines, quote headers, Outlook and forwarded
     history, a "-- " signature and device lines removed; answers written below or between
-    quoted lines kept. Capped at ``MAX_TEXT`` after extraction."""
+    quoted lines kept. When nothing is left, the whole text (tidied): the customer's words
+    are never lost to a rule. Capped at ``MAX_TEXT`` after extraction."""
     lines = text.replace("\r\n", "\n").replace("\r", "\n").replace("\xa0", " ").split("\n")
-    drop = [False] * len(lines)
-    for j in range(len(lines)):
-        start = _head_start(lines, j) if lines[j].rstrip().endswith((":", "：")) else None
-        if start is not None:
-            for k in range(start, j + 1):
-                drop[k] = True
+    drop = _quote_heads(lines)
+    first = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
     kept: list[str] = []
     for i, line in enumerate(lines):
-        if _ends_history(lines, i):
+        if _ends_history(lines, i, first):
             break
         stripped = line.strip()
         if drop[i] or stripped.startswith(">") or stripped.lower().rstrip(".") in DEVICE_LINES:
             continue
         kept.append(line)
-    return _tidy(kept)
+    return _tidy(kept) or _tidy(lines)
 
 
 def _tidy(lines: list[str]) -> str:
