@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 
 import pytest
 
+from bot.email.bodies import MAX_HTML, MAX_PART, read_mime
 from bot.email.parsing import InboundEmail, normalise, parse_inbound, sign, signature_ok, single_address
 from bot.email.senders import failed_check, sender_check
 from bot.email.smtp import OutgoingEmail, SmtpConfig, compose, conversation_of, new_message_id, reply_subject
@@ -312,3 +313,16 @@ def test_with_a_raw_message_its_own_from_is_the_sender() -> None:
         "hello",
     )
     assert mail.raw == raw
+
+
+def test_a_cut_body_is_told_at_the_exact_limits() -> None:
+    base = {"from": "maya.chen@example.com", "subject": "x"}
+    assert not normalise({**base, "text": "a" * MAX_PART}).truncated
+    cut = normalise({**base, "text": "a" * (MAX_PART + 1)})
+    assert cut.truncated and len(cut.text) == MAX_PART
+    markup = '<p title="{}">hi</p>'
+    fits = markup.format("a" * (MAX_HTML - len(markup) + 2))  # MAX_HTML characters of markup
+    assert len(fits) == MAX_HTML and not normalise({**base, "html": fits}).truncated
+    assert normalise({**base, "html": fits + " "}).truncated
+    raw = b"From: maya.chen@example.com\r\nContent-Type: text/plain\r\n\r\n"
+    assert not read_mime(raw + b"a" * MAX_PART).truncated and read_mime(raw + b"a" * (MAX_PART + 1)).truncated
