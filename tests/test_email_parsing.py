@@ -326,3 +326,16 @@ def test_a_cut_body_is_told_at_the_exact_limits() -> None:
     assert normalise({**base, "html": fits + " "}).truncated
     raw = b"From: maya.chen@example.com\r\nContent-Type: text/plain\r\n\r\n"
     assert not read_mime(raw + b"a" * MAX_PART).truncated and read_mime(raw + b"a" * (MAX_PART + 1)).truncated
+
+
+def test_mailguns_generated_plain_is_not_read_when_the_mail_had_only_html() -> None:
+    """Mailgun posts a ``body-plain`` made from the HTML of an HTML-only mail, with the quoted
+    history as plain lines; its ``message-headers`` say there was no text part."""
+    html = "<div>Still waiting.</div><blockquote>On Tue, Fernway wrote:<br>Your order shipped.</blockquote>"
+    base = {"sender": "maya.chen@example.com", "body-html": html, "body-plain": "Still waiting.\nYour order shipped."}
+    for ctype, expect in (("text/html; charset=utf-8", "Still waiting."), ("multipart/related", "Still waiting.")):
+        headers = json.dumps([["Content-Type", ctype]])
+        assert normalise({**base, "message-headers": headers}).text.strip() == expect
+    alternative = json.dumps([["Content-Type", "multipart/alternative; boundary=x"]])
+    assert normalise({**base, "message-headers": alternative}).text == base["body-plain"]  # a real text part
+    assert normalise(base).text == base["body-plain"]  # nothing says otherwise: the text field

@@ -38,6 +38,10 @@ RAW_FIELDS = ("email", "body-mime", "rawemail")
 TEXT_FIELDS = ("text", "body-plain", "textbody")
 HTML_FIELDS = ("html", "body-html", "htmlbody")
 STRIPPED_TEXT_FIELDS = ("stripped-text", "strippedtextreply")
+#: Message types with no text alternative: a provider's text field for them is its own
+#: rendering of the HTML (Mailgun always posts ``body-plain``), which keeps the quoted
+#: history as plain lines, so the HTML field is read instead.
+HTML_ONLY_TYPES = frozenset({"text/html", "multipart/related"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,13 +178,15 @@ def _head_lines(raw: bytes) -> list[bytes]:
     return raw[: end if end >= 0 else 64 * 1024][: 256 * 1024].splitlines()
 
 
-def _body_text(f: Mapping[str, Any], mime: MimeMail | None) -> tuple[str, bool]:
+def _body_text(f: Mapping[str, Any], mime: MimeMail | None, content_type: str) -> tuple[str, bool]:
     """The body a person reads, and whether it was cut: the raw message's; else a text field
-    that is a real alternative; else an HTML field as text; else a provider's stripped reply."""
+    that is a real alternative (not when the message's ``content_type`` says it had only
+    HTML); else an HTML field as text; else a provider's stripped reply."""
     if mime is not None:
         return mime.text, mime.truncated
     cut = False
-    text = _first(*(_s(f, k) for k in TEXT_FIELDS))
+    html_only = content_type.partition(";")[0].strip().lower() in HTML_ONLY_TYPES
+    text = None if html_only and any(_s(f, k) for k in HTML_FIELDS) else _first(*(_s(f, k) for k in TEXT_FIELDS))
     if text is None and (html := _first(*(_s(f, k) for k in HTML_FIELDS))):
         text, cut = html_text(html)
     if text is None:
@@ -225,7 +231,7 @@ def normalise(fields: Mapping[str, Any], *, files: Sequence[str] = ()) -> Inboun
         raise ValueError("no sender")
     to = _first(_s(f, "to"), _s(f, "recipient"), h.get("to"))
     refs = _first(h.get("references"), _s(f, "references")) or ""
-    text, truncated = _body_text(f, mime)
+    text, truncated = _body_text(f, mime, h.get("content-type", ""))
     return InboundEmail(
         sender=single_address(sender),
         recipient=_any_address(to),
