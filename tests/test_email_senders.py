@@ -25,7 +25,7 @@ from bot.email.parsing import parse_inbound
 from bot.email.senders import aligned, dkim_aligned, own_check
 from storage.db import Database
 from tests.api_kit import EMAIL_SECRET, app_behind, client_for, settings
-from tests.email_kit import form, mailgun_form, mailgun_mime, sendgrid_raw
+from tests.email_kit import form, mailgun_form, mailgun_mime, postmark, sendgrid_raw
 from tests.support import seeded
 from tests.test_email_bridge import SHOP, Inbox, deliver, free_port, mail
 
@@ -64,6 +64,14 @@ def signed_by(raw: bytes, domain: str = "example.com", key: bytes = KEY, **kw: A
     return dkim.sign(raw, b"s1", domain.encode(), key, include_headers=headers, **kw) + raw
 
 
+def _forged(raw: bytes) -> bytes:
+    return raw.replace(b"O-1042?", b"O-1044?")
+
+
+def _postmark_raw(raw: bytes) -> tuple[str, bytes]:
+    return postmark(raw, RawEmail=raw.decode())
+
+
 def test_our_dkim_check_and_alignment() -> None:
     raw = signed_by(message())
     assert dkim_aligned(raw, "example.com", lookup) == "example.com"
@@ -85,10 +93,26 @@ def test_our_dkim_check_and_alignment() -> None:
         (lambda: mailgun_mime(signed_by(message(), "attacker.example", OTHER_KEY)), False),  # not aligned
         (lambda: mailgun_mime(message()), False),  # bare "Pass", no signature
         (lambda: mailgun_form(signed_by(message())), False),  # bare "Pass", no raw message to check
+        # SendGrid raw mode, its verdict naming another domain (the ESP's): our check decides.
+        (lambda: sendgrid_raw(signed_by(message()), dkim="{@sendgrid.net : pass}"), True),
+        (lambda: sendgrid_raw(_forged(signed_by(message())), dkim="{@sendgrid.net : pass}"), False),
+        # Postmark's RawEmail (the JSON has no verdict of its own).
+        (lambda: _postmark_raw(signed_by(message())), True),
+        (lambda: _postmark_raw(_forged(signed_by(message()))), False),
     ],
-    ids=["aligned", "forged", "other-domain", "unsigned-bare-pass", "form-bare-pass"],
+    ids=[
+        "aligned",
+        "forged",
+        "other-domain",
+        "unsigned-bare-pass",
+        "form-bare-pass",
+        "sendgrid-raw-aligned",
+        "sendgrid-raw-forged",
+        "postmark-raw-aligned",
+        "postmark-raw-forged",
+    ],
 )
-async def test_mailgun_senders_are_verified_by_our_own_dkim_check(
+async def test_raw_message_senders_are_verified_by_our_own_dkim_check(
     db: Database, build: Callable[[], tuple[str, bytes]], verified: bool
 ) -> None:
     h = await seeded(db, ScriptedModel(["O-1042 is on its way."]))
