@@ -114,6 +114,12 @@ DEVICE_LINES = frozenset(
 )  # fmt: skip
 
 
+#: What every quote header ends with or holds, for a one-call test of a line before the table.
+_ENDS = tuple(end for _lang, want, end in QUOTE_HEADS if not want)
+_WANTED = tuple((want, end) for _lang, want, end in QUOTE_HEADS if want)
+_WANTS = tuple(want for want, _end in _WANTED)
+
+
 def _compact(text: str) -> str:
     """Lower case, no whitespace, ASCII colons: how quote headers are compared."""
     return "".join(text.lower().split()).replace("：", ":")
@@ -124,7 +130,7 @@ def quote_head(text: str) -> bool:
     if len(text) > MAX_HEAD or not ("@" in text or any(c.isdigit() for c in text)):
         return False
     c = _compact(text)
-    return any(c.endswith(end) and want in c for _lang, want, end in QUOTE_HEADS)
+    return c.endswith(_ENDS) or any(c.endswith(end) and want in c for want, end in _WANTED)
 
 
 def _label(line: str) -> str:
@@ -153,8 +159,17 @@ def _marker(line: str) -> bool:
 def _head_start(lines: list[str], j: int) -> int | None:
     """If a quote header ends at line ``j``, the line it starts on (wrapped over up to three)."""
     end = lines[j].strip()
-    if not end or end.startswith(">") or not end.replace("：", ":").endswith(":"):
+    if not end or end.startswith(">") or not end.endswith((":", "：")):
         return None
+    # The three lines that end here must end as a header does or hold a header's word: a
+    # cheap test that turns away most lines ending in ':' (an 'a:' on every line stays fast).
+    window = _compact(" ".join(lines[max(j - 2, 0) : j + 1]))
+    if not window.endswith(_ENDS):
+        for want in _WANTS:
+            if want in window:
+                break
+        else:
+            return None
     for k in range(3):
         if j - k < 0 or lines[j - k].lstrip().startswith(">"):
             return None
