@@ -25,6 +25,8 @@ from email.parser import BytesParser
 from pathlib import Path
 from typing import Any
 
+from lxml import html as lxml_html
+
 FIXTURES = Path(__file__).parent / "fixtures" / "email"
 SHOP = "support@fernway.example"
 
@@ -134,8 +136,19 @@ def sendgrid_raw(raw: bytes, **extra: str) -> tuple[str, bytes]:
     return form({**fields, "dkim": "{@example.com : pass}", "SPF": "pass", **extra})
 
 
+def generated_plain(markup: str) -> str:
+    """Text made from HTML the way a provider that always posts a text body does (Mailgun's
+    ``body-plain`` for an HTML-only mail): tags dropped, a line per block, and quoted blocks
+    kept as plain lines, without ``>`` (the worst case for reading the reply from it)."""
+    doc = lxml_html.document_fromstring(markup)
+    for element in doc.iter("p", "div", "br", "blockquote", "li", "tr", "h1", "h2", "h3"):
+        element.tail = "\n" + (element.tail or "")
+    return str(doc.text_content())
+
+
 def mailgun_form(raw: bytes, **extra: str) -> tuple[str, bytes]:
-    """Mailgun's parsed route (bodies in UTF-8, headers as a JSON list of pairs)."""
+    """Mailgun's parsed route (bodies in UTF-8, headers as a JSON list of pairs). For an
+    HTML-only mail Mailgun still posts a ``body-plain``, made from the HTML."""
     msg, plain, html = _parts(raw)
     fields: dict[str, str | bytes] = {
         "sender": "maya.chen@example.com",
@@ -151,6 +164,8 @@ def mailgun_form(raw: bytes, **extra: str) -> tuple[str, bytes]:
         fields["body-plain"] = _text(plain) or ""
     if html:
         fields["body-html"] = _text(html) or ""
+        if not plain:
+            fields["body-plain"] = generated_plain(fields["body-html"])  # type: ignore[arg-type]
     return form({**fields, **extra})
 
 

@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 
 import pytest
 
+from bot.email.bodies import MAX_HTML, MAX_PART, read_mime
 from bot.email.parsing import InboundEmail, normalise, parse_inbound, sign, signature_ok, single_address
 from bot.email.senders import failed_check, sender_check
 from bot.email.smtp import OutgoingEmail, SmtpConfig, compose, conversation_of, new_message_id, reply_subject
@@ -312,3 +313,29 @@ def test_with_a_raw_message_its_own_from_is_the_sender() -> None:
         "hello",
     )
     assert mail.raw == raw
+
+
+def test_a_cut_body_is_told_at_the_exact_limits() -> None:
+    base = {"from": "maya.chen@example.com", "subject": "x"}
+    assert not normalise({**base, "text": "a" * MAX_PART}).truncated
+    cut = normalise({**base, "text": "a" * (MAX_PART + 1)})
+    assert cut.truncated and len(cut.text) == MAX_PART
+    markup = '<p title="{}">hi</p>'
+    fits = markup.format("a" * (MAX_HTML - len(markup) + 2))  # MAX_HTML characters of markup
+    assert len(fits) == MAX_HTML and not normalise({**base, "html": fits}).truncated
+    assert normalise({**base, "html": fits + " "}).truncated
+    raw = b"From: maya.chen@example.com\r\nContent-Type: text/plain\r\n\r\n"
+    assert not read_mime(raw + b"a" * MAX_PART).truncated and read_mime(raw + b"a" * (MAX_PART + 1)).truncated
+
+
+def test_mailguns_generated_plain_is_not_read_when_the_mail_had_only_html() -> None:
+    """Mailgun posts a ``body-plain`` made from the HTML of an HTML-only mail, with the quoted
+    history as plain lines; its ``message-headers`` say there was no text part."""
+    html = "<div>Still waiting.</div><blockquote>On Tue, Fernway wrote:<br>Your order shipped.</blockquote>"
+    base = {"sender": "maya.chen@example.com", "body-html": html, "body-plain": "Still waiting.\nYour order shipped."}
+    for ctype, expect in (("text/html; charset=utf-8", "Still waiting."), ("multipart/related", "Still waiting.")):
+        headers = json.dumps([["Content-Type", ctype]])
+        assert normalise({**base, "message-headers": headers}).text.strip() == expect
+    alternative = json.dumps([["Content-Type", "multipart/alternative; boundary=x"]])
+    assert normalise({**base, "message-headers": alternative}).text == base["body-plain"]  # a real text part
+    assert normalise(base).text == base["body-plain"]  # nothing says otherwise: the text field

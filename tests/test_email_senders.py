@@ -5,6 +5,7 @@ unverified senders that echo neither their subject nor their links."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 from collections.abc import Callable, Iterator
 from email.message import EmailMessage
@@ -18,12 +19,13 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from agent.llm.testing import ScriptedModel
 from bot.email import wording as say
+from bot.email.bodies import MAX_HTML, MAX_PART
 from bot.email.bridge import EmailConfig
 from bot.email.parsing import parse_inbound
 from bot.email.senders import aligned, dkim_aligned, own_check
 from storage.db import Database
 from tests.api_kit import EMAIL_SECRET, app_behind, client_for, settings
-from tests.email_kit import form, mailgun_form, mailgun_mime
+from tests.email_kit import form, mailgun_form, mailgun_mime, postmark, sendgrid_raw
 from tests.support import seeded
 from tests.test_email_bridge import SHOP, Inbox, deliver, free_port, mail
 
@@ -62,6 +64,14 @@ def signed_by(raw: bytes, domain: str = "example.com", key: bytes = KEY, **kw: A
     return dkim.sign(raw, b"s1", domain.encode(), key, include_headers=headers, **kw) + raw
 
 
+def _forged(raw: bytes) -> bytes:
+    return raw.replace(b"O-1042?", b"O-1044?")
+
+
+def _postmark_raw(raw: bytes) -> tuple[str, bytes]:
+    return postmark(raw, RawEmail=raw.decode())
+
+
 def test_our_dkim_check_and_alignment() -> None:
     raw = signed_by(message())
     assert dkim_aligned(raw, "example.com", lookup) == "example.com"
@@ -83,10 +93,26 @@ def test_our_dkim_check_and_alignment() -> None:
         (lambda: mailgun_mime(signed_by(message(), "attacker.example", OTHER_KEY)), False),  # not aligned
         (lambda: mailgun_mime(message()), False),  # bare "Pass", no signature
         (lambda: mailgun_form(signed_by(message())), False),  # bare "Pass", no raw message to check
+        # SendGrid raw mode, its verdict naming another domain (the ESP's): our check decides.
+        (lambda: sendgrid_raw(signed_by(message()), dkim="{@sendgrid.net : pass}"), True),
+        (lambda: sendgrid_raw(_forged(signed_by(message())), dkim="{@sendgrid.net : pass}"), False),
+        # Postmark's RawEmail (the JSON has no verdict of its own).
+        (lambda: _postmark_raw(signed_by(message())), True),
+        (lambda: _postmark_raw(_forged(signed_by(message()))), False),
     ],
-    ids=["aligned", "forged", "other-domain", "unsigned-bare-pass", "form-bare-pass"],
+    ids=[
+        "aligned",
+        "forged",
+        "other-domain",
+        "unsigned-bare-pass",
+        "form-bare-pass",
+        "sendgrid-raw-aligned",
+        "sendgrid-raw-forged",
+        "postmark-raw-aligned",
+        "postmark-raw-forged",
+    ],
 )
-async def test_mailgun_senders_are_verified_by_our_own_dkim_check(
+async def test_raw_message_senders_are_verified_by_our_own_dkim_check(
     db: Database, build: Callable[[], tuple[str, bytes]], verified: bool
 ) -> None:
     h = await seeded(db, ScriptedModel(["O-1042 is on its way."]))
@@ -124,7 +150,28 @@ def smtp() -> Iterator[tuple[Inbox, str]]:
 BIG = os.urandom(25 * 1024 * 1024)
 
 
-@pytest.mark.parametrize("shape", ["form-file", "body-mime"])
+def _big_mail(shape: str, words: str) -> tuple[str, bytes]:
+    """A mail with a 25 MB attachment in each provider's shape."""
+    if shape == "form-file":
+        return form(
+            {"from": "maya.chen@example.com", "subject": "Broken mug", "text": words, "dmarc": "pass"},
+            {"attachment1": ("photos.zip", BIG)},
+        )
+    if shape == "postmark":  # Postmark posts attachments inline, base64 in the JSON
+        attachment = {"Name": "photos.zip", "Content": base64.b64encode(BIG).decode(), "ContentLength": len(BIG)}
+        fields = {"From": "maya.chen@example.com", "Subject": "Broken mug", "TextBody": words, "Dmarc": "pass"}
+        return "application/json", json.dumps({**fields, "Attachments": [attachment]}).encode()
+    msg = EmailMessage()
+    msg["From"], msg["To"], msg["Subject"] = "maya.chen@example.com", SHOP, "Broken mug"
+    msg["Message-ID"] = "<big-1@example.com>"
+    msg.set_content(words)
+    msg.add_attachment(BIG, maintype="application", subtype="zip", filename="photos.zip")
+    if shape == "sendgrid-raw":
+        return sendgrid_raw(msg.as_bytes(), dmarc="pass")
+    return mailgun_mime(msg.as_bytes())
+
+
+@pytest.mark.parametrize("shape", ["form-file", "body-mime", "postmark", "sendgrid-raw"])
 async def test_a_25_mb_attachment_is_dropped_and_the_words_answered(
     db: Database, smtp: tuple[Inbox, str], shape: str
 ) -> None:
@@ -133,18 +180,7 @@ async def test_a_25_mb_attachment_is_dropped_and_the_words_answered(
     model = ScriptedModel(["Sorry to hear that; a replacement is on its way."])
     h = await seeded(db, model)
     words = "The mug arrived broken, photos attached."
-    if shape == "form-file":
-        ctype, body = form(
-            {"from": "maya.chen@example.com", "subject": "Broken mug", "text": words, "dmarc": "pass"},
-            {"attachment1": ("photos.zip", BIG)},
-        )
-    else:
-        msg = EmailMessage()
-        msg["From"], msg["To"], msg["Subject"] = "maya.chen@example.com", SHOP, "Broken mug"
-        msg["Message-ID"] = "<big-1@example.com>"
-        msg.set_content(words)
-        msg.add_attachment(BIG, maintype="application", subtype="zip", filename="photos.zip")
-        ctype, body = mailgun_mime(msg.as_bytes())
+    ctype, body = _big_mail(shape, words)
     assert len(body) > 25 * 1024 * 1024
     async with client_for(
         h, settings(SIGNOFF_SMTP_URL=url), email=EmailConfig(secret=EMAIL_SECRET, txt_lookup=lookup)
@@ -175,3 +211,29 @@ async def test_replies_to_unverified_senders_echo_no_subject_and_no_links(
     assert sent["Subject"] == say.UNVERIFIED_SUBJECT
     assert "evil.example" not in text and "URGENT" not in text and say.LINK_REMOVED in text
     assert "https://fernway.example/help." in text  # links the sender did not write stay
+
+
+@pytest.mark.parametrize("shape", ["json-text", "form-html", "body-mime"])
+async def test_a_body_longer_than_we_read_is_answered_and_the_customer_told(
+    db: Database, smtp: tuple[Inbox, str], shape: str
+) -> None:
+    """A text body over MAX_PART (or HTML over MAX_HTML) was cut silently: now the reply says
+    that only its beginning was read."""
+    inbox, url = smtp
+    model = ScriptedModel(["Thanks, we'll look into it."])
+    h = await seeded(db, model)
+    words = "Here is the full log of my attempts to order:"
+    long_text = words + "\n" + "attempt failed again\n" * (MAX_PART // 20)
+    if shape == "json-text":
+        body, ctype = mail(long_text, message_id="<long-1@example.com>"), "application/json"
+    elif shape == "form-html":
+        markup = f"<p>{words}</p>" + "<p>attempt failed again</p>" * (MAX_HTML // 25)
+        ctype, body = form({"from": "maya.chen@example.com", "subject": "Log", "html": markup, "dmarc": "pass"})
+    else:
+        ctype, body = mailgun_mime(message(long_text, mid="<long-2@example.com>"), dmarc="pass")
+    async with client_for(h, settings(SIGNOFF_SMTP_URL=url)) as client:
+        status, answer = await deliver(client, body, ctype=ctype)
+    assert (status, answer["status"]) == (200, "accepted")
+    assert model.requests[0].messages[-1].content[-1]["text"].startswith(words)
+    [(_from, _rcpt, sent)] = inbox.messages
+    assert say.TEXT_NOT_ALL_READ in " ".join(sent.get_payload(decode=True).decode().split())

@@ -21,9 +21,10 @@ from lxml import etree
 from lxml import html as lxml_html
 
 #: One text body (a part or a field) is read up to this many characters; the rest is cut
-#: before the reply is extracted (the reply itself is capped again, see ``replies.MAX_TEXT``).
+#: before the reply is extracted (the reply itself is capped again, see ``replies.MAX_TEXT``)
+#: and the customer is told that only the beginning was read.
 MAX_PART = 512 * 1024
-#: HTML is read up to this many characters before parsing.
+#: HTML is read up to this many characters before parsing (beyond it: cut, and said so).
 MAX_HTML = 2 * 1024 * 1024
 #: At most this many attachment names are kept, each at most 80 characters.
 MAX_NAMES = 10
@@ -48,6 +49,8 @@ class MimeMail:
     headers: dict[str, str]
     text: str
     attachments: tuple[str, ...]
+    #: The body was longer than we read (``MAX_PART`` of text, ``MAX_HTML`` of HTML).
+    truncated: bool = False
 
 
 def html_to_text(markup: str) -> str:
@@ -63,6 +66,16 @@ def html_to_text(markup: str) -> str:
         return str(Inscriptis(doc, _CONFIG).get_text())
     except (etree.ParserError, ValueError, RecursionError):
         return ""
+
+
+def bounded(text: str, *, cut: bool = False) -> tuple[str, bool]:
+    """``text`` up to ``MAX_PART`` characters, and whether anything was cut (here or before)."""
+    return text[:MAX_PART], cut or len(text) > MAX_PART
+
+
+def html_text(markup: str) -> tuple[str, bool]:
+    """:func:`html_to_text`, bounded, and whether the markup or its text was cut."""
+    return bounded(html_to_text(markup), cut=len(markup) > MAX_HTML)
 
 
 def attachment_name(value: Any) -> str:
@@ -93,8 +106,8 @@ def read_mime(raw: bytes) -> MimeMail:
             plain = content(part)
         elif ctype == "text/html" and html is None:
             html = content(part)
-    text = plain if plain and plain.strip() else html_to_text(html or "")
-    return MimeMail(headers=headers, text=text[:MAX_PART], attachments=tuple(names[:MAX_NAMES]))
+    text, cut = bounded(plain) if plain and plain.strip() else html_text(html or "")
+    return MimeMail(headers=headers, text=text, attachments=tuple(names[:MAX_NAMES]), truncated=cut)
 
 
 def without_bulk(raw: bytes) -> bytes:
@@ -128,15 +141,28 @@ def _header(msg: Message, name: str) -> str:
 
 
 def content(part: Message) -> str:
-    """A text part's content, its transfer encoding and charset decoded."""
+    """A text part's content, its transfer encoding and charset decoded; at most one character
+    more than ``MAX_HTML`` (so that a cut can be told)."""
+    limit = MAX_HTML + 1
     try:
         value = part.get_content()  # type: ignore[attr-defined]
         if isinstance(value, str):
-            return value[:MAX_PART]
+            return value[:limit]
     except (LookupError, UnicodeError, ValueError, AssertionError):
         pass
     payload = part.get_payload(decode=True)
-    return payload[:MAX_PART].decode("utf-8", "replace") if isinstance(payload, bytes) else ""
+    return payload[:limit].decode("utf-8", "replace") if isinstance(payload, bytes) else ""
 
 
-__all__ = ["MAX_PART", "MimeMail", "attachment_name", "content", "html_to_text", "read_mime", "without_bulk"]
+__all__ = [
+    "MAX_HTML",
+    "MAX_PART",
+    "MimeMail",
+    "attachment_name",
+    "bounded",
+    "content",
+    "html_text",
+    "html_to_text",
+    "read_mime",
+    "without_bulk",
+]

@@ -146,8 +146,8 @@ def inbound_payload(
     mail: InboundEmail, customer: Customer, *, verified: bool, check: str, text: str | None = None
 ) -> dict[str, Any]:
     """What the worker needs of a mail: its new text only (the reply extracted here, bounded),
-    its thread ids, the names of attachments not read, and the verdict. The raw body is not
-    stored."""
+    its thread ids, the names of attachments not read, whether the body was cut, and the
+    verdict. The raw body is not stored."""
     return {
         "customer_id": customer.id,
         "verified": verified,
@@ -155,6 +155,7 @@ def inbound_payload(
         "subject": mail.subject,
         "text": extract_reply(mail.text) if text is None else text,
         "attachments": list(mail.attachments),
+        "truncated": mail.truncated,
         "message_id": mail.message_id,
         "in_reply_to": mail.in_reply_to,
         "references": list(mail.references),

@@ -25,7 +25,7 @@ from email.utils import getaddresses
 from typing import Any
 from urllib.parse import parse_qsl
 
-from bot.email.bodies import MAX_NAMES, MAX_PART, MimeMail, attachment_name, html_to_text, read_mime
+from bot.email.bodies import MAX_HTML, MAX_NAMES, MimeMail, attachment_name, bounded, html_text, read_mime
 
 _ADDRESS = re.compile(r"^[^@\s<>(),;:\"\[\]\\]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,62}\.)*[A-Za-z0-9-]{1,63}$")
 _IDS = re.compile(r"<[^<>\s]{1,900}>")
@@ -38,6 +38,10 @@ RAW_FIELDS = ("email", "body-mime", "rawemail")
 TEXT_FIELDS = ("text", "body-plain", "textbody")
 HTML_FIELDS = ("html", "body-html", "htmlbody")
 STRIPPED_TEXT_FIELDS = ("stripped-text", "strippedtextreply")
+#: Message types with no text alternative: a provider's text field for them is its own
+#: rendering of the HTML (Mailgun always posts ``body-plain``), which keeps the quoted
+#: history as plain lines, so the HTML field is read instead.
+HTML_ONLY_TYPES = frozenset({"text/html", "multipart/related"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +63,8 @@ class InboundEmail:
     attachments: tuple[str, ...] = ()
     #: The whole message when the provider posted it: for our own DKIM check, never stored.
     raw: bytes | None = field(default=None, repr=False)
+    #: The body was longer than we read: only its beginning is answered (the reply says so).
+    truncated: bool = False
 
 
 def sign(secret: str, body: bytes, timestamp: int | str) -> str:
@@ -125,8 +131,10 @@ def _multipart(content_type_header: str, raw: bytes) -> tuple[dict[str, str | by
         elif isinstance(name, str) and name not in parts:
             parts[name] = body
     charsets = _json_object(parts.get("charsets", b"{}").decode("utf-8", "replace"))
+    # A field is cut at 4 bytes a character past what is read of it: a cut one still reads
+    # as longer than that, so the cut is told (``bodies.bounded``).
     fields: dict[str, str | bytes] = {
-        k: v if k.lower() in RAW_FIELDS else v[: 4 * MAX_PART].decode(_charset(charsets.get(k)), "replace")
+        k: v if k.lower() in RAW_FIELDS else v[: 4 * MAX_HTML + 4].decode(_charset(charsets.get(k)), "replace")
         for k, v in parts.items()
     }
     return fields, files
@@ -170,21 +178,22 @@ def _head_lines(raw: bytes) -> list[bytes]:
     return raw[: end if end >= 0 else 64 * 1024][: 256 * 1024].splitlines()
 
 
-def _body_text(f: Mapping[str, Any], mime: MimeMail | None) -> str:
-    """The body a person reads: the raw message's; else a text field that is a real
-    alternative; else an HTML field as text; else a provider's stripped reply."""
+def _body_text(f: Mapping[str, Any], mime: MimeMail | None, content_type: str) -> tuple[str, bool]:
+    """The body a person reads, and whether it was cut: the raw message's; else a text field
+    that is a real alternative (not when the message's ``content_type`` says it had only
+    HTML); else an HTML field as text; else a provider's stripped reply."""
     if mime is not None:
-        return mime.text
-    text = _first(*(_s(f, k) for k in TEXT_FIELDS))
-    if text is None:
-        html = _first(*(_s(f, k) for k in HTML_FIELDS))
-        text = html_to_text(html) if html else None
+        return mime.text, mime.truncated
+    cut = False
+    html_only = content_type.partition(";")[0].strip().lower() in HTML_ONLY_TYPES
+    text = None if html_only and any(_s(f, k) for k in HTML_FIELDS) else _first(*(_s(f, k) for k in TEXT_FIELDS))
+    if text is None and (html := _first(*(_s(f, k) for k in HTML_FIELDS))):
+        text, cut = html_text(html)
     if text is None:
         text = _first(*(_s(f, k) for k in STRIPPED_TEXT_FIELDS))
-    if text is None:
-        html = _s(f, "stripped-html")
-        text = html_to_text(html) if html else None
-    return (text or _s(f, "body") or "")[:MAX_PART]
+    if text is None and (html := _s(f, "stripped-html")):
+        text, cut = html_text(html)
+    return bounded(text or _s(f, "body") or "", cut=cut)
 
 
 def _attachments(f: Mapping[str, Any], files: Sequence[str], mime: MimeMail | None) -> tuple[str, ...]:
@@ -222,11 +231,13 @@ def normalise(fields: Mapping[str, Any], *, files: Sequence[str] = ()) -> Inboun
         raise ValueError("no sender")
     to = _first(_s(f, "to"), _s(f, "recipient"), h.get("to"))
     refs = _first(h.get("references"), _s(f, "references")) or ""
+    text, truncated = _body_text(f, mime, h.get("content-type", ""))
     return InboundEmail(
         sender=single_address(sender),
         recipient=_any_address(to),
         subject=(_first(h.get("subject") if mime else None, _s(f, "subject"), h.get("subject")) or "")[:300],
-        text=_body_text(f, mime),
+        text=text,
+        truncated=truncated,
         message_id=_one_id(_first(h.get("message-id"), _s(f, "message-id"), _s(f, "message_id"))),
         in_reply_to=_one_id(_first(h.get("in-reply-to"), _s(f, "in-reply-to"), _s(f, "in_reply_to"))),
         references=tuple(_IDS.findall(refs))[:50],

@@ -114,6 +114,12 @@ DEVICE_LINES = frozenset(
 )  # fmt: skip
 
 
+#: What every quote header ends with or holds, for a one-call test of a line before the table.
+_ENDS = tuple(end for _lang, want, end in QUOTE_HEADS if not want)
+_WANTED = tuple((want, end) for _lang, want, end in QUOTE_HEADS if want)
+_WANTS = tuple(want for want, _end in _WANTED)
+
+
 def _compact(text: str) -> str:
     """Lower case, no whitespace, ASCII colons: how quote headers are compared."""
     return "".join(text.lower().split()).replace("：", ":")
@@ -124,7 +130,7 @@ def quote_head(text: str) -> bool:
     if len(text) > MAX_HEAD or not ("@" in text or any(c.isdigit() for c in text)):
         return False
     c = _compact(text)
-    return any(c.endswith(end) and want in c for _lang, want, end in QUOTE_HEADS)
+    return c.endswith(_ENDS) or any(c.endswith(end) and want in c for want, end in _WANTED)
 
 
 def _label(line: str) -> str:
@@ -135,11 +141,14 @@ def _label(line: str) -> str:
     return " ".join(head.strip("* \t").lower().split())
 
 
-def _outlook_block(lines: list[str], i: int) -> bool:
-    """An Outlook header block starts at line ``i``: a From label, then another field within four."""
-    if _label(lines[i]) not in FROM_LABELS:
+def _outlook_block(lines: list[str], i: int, first: int) -> bool:
+    """An Outlook header block starts at line ``i``: a From label, then another field within
+    four, and it reads as a header: the From line holds an address or a field a date (digit).
+    Never the mail's first line: a customer may begin "From: my neighbour / To: you guys"."""
+    if i <= first or _label(lines[i]) not in FROM_LABELS:
         return False
-    return any(_label(line) in NEXT_LABELS for line in lines[i + 1 : i + 5])
+    fields = [line for line in lines[i + 1 : i + 5] if _label(line) in NEXT_LABELS]
+    return bool(fields) and ("@" in lines[i] or any(c.isdigit() for line in fields for c in line))
 
 
 def _marker(line: str) -> bool:
@@ -150,8 +159,17 @@ def _marker(line: str) -> bool:
 def _head_start(lines: list[str], j: int) -> int | None:
     """If a quote header ends at line ``j``, the line it starts on (wrapped over up to three)."""
     end = lines[j].strip()
-    if not end or end.startswith(">") or not end.replace("：", ":").endswith(":"):
+    if not end or end.startswith(">") or not end.endswith((":", "：")):
         return None
+    # The three lines that end here must end as a header does or hold a header's word: a
+    # cheap test that turns away most lines ending in ':' (an 'a:' on every line stays fast).
+    window = _compact(" ".join(lines[max(j - 2, 0) : j + 1]))
+    if not window.endswith(_ENDS):
+        for want in _WANTS:
+            if want in window:
+                break
+        else:
+            return None
     for k in range(3):
         if j - k < 0 or lines[j - k].lstrip().startswith(">"):
             return None
@@ -179,38 +197,62 @@ def _rule(line: str) -> bool:
     return len(s) >= 10 and (s.strip("_") == "" or s.strip("-") == "")
 
 
-def _ends_history(lines: list[str], i: int) -> bool:
+def _ends_history(lines: list[str], i: int, first: int) -> bool:
     """History below here is not the customer's: an Outlook block, a forwarded or original
     message marker, or a signature delimiter."""
     line = lines[i]
-    if line.rstrip() == "--" or _marker(line) or _outlook_block(lines, i):
+    if line.rstrip() == "--" or _marker(line) or _outlook_block(lines, i, first):
         return True
     if _rule(line):
         after = next((k for k in range(i + 1, min(i + 4, len(lines))) if lines[k].strip()), None)
-        return after is not None and _outlook_block(lines, after)
+        return after is not None and _outlook_block(lines, after, first)
     return False
+
+
+def _next_text(lines: list[str]) -> list[int]:
+    """For each line, the index of the next non-blank line after it (``len(lines)``: none).
+    One backward pass."""
+    nxt = [len(lines)] * len(lines)
+    for j in range(len(lines) - 2, -1, -1):
+        nxt[j] = j + 1 if lines[j + 1].strip() else nxt[j + 1]
+    return nxt
+
+
+def _quote_heads(lines: list[str]) -> list[bool]:
+    """Which lines are quote headers. A header naming no address is one only when quoted
+    lines (or nothing) follow it: "On 3 June my neighbour said she wrote:" above the
+    customer's own words is theirs."""
+    drop = [False] * len(lines)
+    nxt = _next_text(lines)
+    for j in range(len(lines)):
+        start = _head_start(lines, j) if lines[j].rstrip().endswith((":", "：")) else None
+        if start is None:
+            continue
+        after = nxt[j]
+        named = any("@" in lines[k] for k in range(start, j + 1))
+        if named or after == len(lines) or lines[after].lstrip().startswith(">"):
+            for k in range(start, j + 1):
+                drop[k] = True
+    return drop
 
 
 def extract_reply(text: str) -> str:
     """The customer's new words in ``text``: quoted lines, quote headers, Outlook and forwarded
     history, a "-- " signature and device lines removed; answers written below or between
-    quoted lines kept. Capped at ``MAX_TEXT`` after extraction."""
+    quoted lines kept. When nothing is left, the whole text (tidied): the customer's words
+    are never lost to a rule. Capped at ``MAX_TEXT`` after extraction."""
     lines = text.replace("\r\n", "\n").replace("\r", "\n").replace("\xa0", " ").split("\n")
-    drop = [False] * len(lines)
-    for j in range(len(lines)):
-        start = _head_start(lines, j) if lines[j].rstrip().endswith((":", "：")) else None
-        if start is not None:
-            for k in range(start, j + 1):
-                drop[k] = True
+    drop = _quote_heads(lines)
+    first = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
     kept: list[str] = []
     for i, line in enumerate(lines):
-        if _ends_history(lines, i):
+        if _ends_history(lines, i, first):
             break
         stripped = line.strip()
         if drop[i] or stripped.startswith(">") or stripped.lower().rstrip(".") in DEVICE_LINES:
             continue
         kept.append(line)
-    return _tidy(kept)
+    return _tidy(kept) or _tidy(lines)
 
 
 def _tidy(lines: list[str]) -> str:

@@ -4,8 +4,9 @@ DKIM check of the raw message when the provider's verdict names no domain.
 A sender is *verified* by a DMARC pass from the provider, a provider DKIM pass by the
 ``From:`` domain itself (SendGrid names the signing domain), or, when the raw message is at
 hand (SendGrid raw mode, Mailgun ``body-mime``, Postmark ``RawEmail``), a DKIM signature we
-verify here (``dkimpy``) whose ``d=`` is the ``From:`` domain or a parent of it (DMARC
-alignment, relaxed towards parents only). A bare "Pass" (Mailgun's
+verify here (``dkimpy``) whose ``d=`` is aligned with the ``From:`` domain as its DMARC
+record says (``adkim=s``: the same domain; relaxed: the same organisational domain; no
+record: the domain or a parent of it; :mod:`bot.email.dmarc`). A bare "Pass" (Mailgun's
 ``X-Mailgun-Dkim-Check-Result``) never verifies anyone. DNS goes through a :data:`TxtLookup`
 the tests stub.
 """
@@ -21,6 +22,7 @@ import dkim
 import dns.exception
 import dns.resolver
 
+from bot.email.dmarc import aligned, dmarc_policy
 from bot.email.parsing import InboundEmail
 
 log = logging.getLogger(__name__)
@@ -46,15 +48,11 @@ def dns_txt(name: str, *, timeout_s: float = 3.0) -> str | None:
     return None
 
 
-def aligned(signer: str, from_domain: str) -> bool:
-    """A signing domain aligned with the ``From:`` domain: the same, or a parent of it."""
-    signer, from_domain = signer.lower().rstrip("."), from_domain.lower().rstrip(".")
-    return bool(signer) and "." in signer and (from_domain == signer or from_domain.endswith("." + signer))
-
-
 def dkim_aligned(raw: bytes, from_domain: str, lookup: TxtLookup) -> str | None:
-    """The ``d=`` of a valid DKIM signature on ``raw`` aligned with ``from_domain``, else None.
-    A signature with ``l=`` (a body length limit: anything may follow it) never counts."""
+    """The ``d=`` of a valid DKIM signature on ``raw`` aligned with ``from_domain`` under the
+    domain's DMARC record (:mod:`bot.email.dmarc`: ``adkim``, organisational domain), else
+    None. A signature with ``l=`` (a body length limit: anything may follow it) never counts.
+    The DMARC record is looked up only once a signature is valid."""
 
     def dnsfunc(name: bytes, timeout: float = 5) -> bytes | None:
         text = lookup(name.decode("ascii", "replace").rstrip("."))
@@ -64,17 +62,19 @@ def dkim_aligned(raw: bytes, from_domain: str, lookup: TxtLookup) -> str | None:
     head = raw[: end if end >= 0 else raw.find(b"\n\n")][: 256 * 1024].lower()
     if b"dkim-signature:" not in head:  # unsigned: no need to parse a large message
         return None
+    signers: list[str] = []
     try:
         checker = dkim.DKIM(raw, minkey=1024, timeout=5)
         count = sum(1 for name, _v in checker.headers if name.lower() == b"dkim-signature")
         for idx in range(min(count, MAX_SIGNATURES)):
             if checker.verify(idx=idx, dnsfunc=dnsfunc) and b"l" not in (checker.signature_fields or {}):
-                signer = (checker.domain or b"").decode("ascii", "replace")
-                if aligned(signer, from_domain):
-                    return signer
+                signers.append((checker.domain or b"").decode("ascii", "replace"))
     except (dkim.DKIMException, ValueError, IndexError, UnicodeError) as exc:
         log.info("DKIM check failed: %s", str(exc)[:200])
-    return None
+    if not signers:
+        return None
+    policy = dmarc_policy(from_domain, lookup)
+    return next((signer for signer in signers if aligned(signer, from_domain, policy)), None)
 
 
 def _verdict(value: str | None) -> str:

@@ -137,7 +137,7 @@ class EmailTurns:
         body = (
             reply
             + confirm_hints(waiting)
-            + attachments_note(p.get("attachments"))
+            + unread_note(p)
             + ("" if verified else "\n\n" + say.UNVERIFIED_SENDER)
             + say.SIGNATURE
         )
@@ -237,6 +237,13 @@ class EmailTurns:
         await life.delivered()
 
 
+def unread_note(payload: dict[str, Any]) -> str:
+    """The runtime's lines telling the customer what of their mail was not read: attachments,
+    and the end of a body longer than we read."""
+    cut = "\n\n" + say.TEXT_NOT_ALL_READ if payload.get("truncated") is True else ""
+    return attachments_note(payload.get("attachments")) + cut
+
+
 def attachments_note(names: Any) -> str:
     """The runtime's line telling the customer which attachments were not read."""
     if not isinstance(names, list) or not names:
@@ -284,6 +291,7 @@ __all__ = [
     "EmailTurns",
     "answer_by_code",
     "attachments_note",
+    "unread_note",
     "confirm_hints",
     "unverified_principal",
     "without_links",

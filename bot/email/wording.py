@@ -25,5 +25,9 @@ ATTACHMENTS_NOT_READ = (
     "We could not read the attachment(s) you sent ({names}): our assistant reads the text of "
     "your email only. If they matter, please describe them in words or send them through your account."
 )
+TEXT_NOT_ALL_READ = (
+    "Your email was very long, so our assistant read only its beginning (about 500,000 "
+    "characters). If something further down matters, please send it again in a shorter message."
+)
 #: A person's reply while they own the conversation (a hand-off): signed with their name.
 HANDOFF_SIGNATURE = "\n\n-- \n{name}, customer support. Reply to this email to continue."
