@@ -37,16 +37,19 @@ async def one(session: aiohttp.ClientSession, url: str, n: int) -> list[dict[str
     seen: list[dict[str, Any]] = []
     async with session.get(f"{url}/widget/api/stream", headers=who) as stream:
         async with session.post(
-            f"{url}/widget/api/messages", json={"id": f"b-{n}", "text": QUESTION}, headers=who
+            f"{url}/widget/api/messages", json={"clientId": f"b-{n}", "text": QUESTION}, headers=who
         ) as r:
             assert r.status == 202, r.status
+        frame: dict[str, Any] = {}
         async for line in stream.content:
-            if line.startswith(b"data: "):
-                seen.append(json.loads(line[6:]))
+            if line.startswith(b"id: "):
+                frame = {"sse_id": line[4:].decode().strip()}
+            elif line.startswith(b"event: "):
+                frame["event"] = line[7:].decode().strip()
+            elif line.startswith(b"data: "):
+                seen.append({**frame, **json.loads(line[6:])})
                 last = seen[-1]
-                if last["kind"] == "answer" and last.get("k") == last.get("n", 0) - 1:
-                    return seen
-                if last["kind"] == "notice":
+                if last["event"] == "message" and last["from"] == "agent" or last["event"] == "notice":
                     return seen
     return seen
 
@@ -73,10 +76,11 @@ async def load(url: str, sessions: int) -> dict[str, Any]:
         await prober
     ok = refused = 0
     for frames in results:
-        users = [f for f in frames if f["kind"] == "user"]
-        pieces = [(f["seq"], f.get("k")) for f in frames if f["kind"] == "answer"]
-        ok += len(users) == 1 and len(pieces) == len(set(pieces)) and bool(pieces)
-        refused += any(f["kind"] == "notice" for f in frames)
+        users = [f for f in frames if f["event"] == "message" and f["from"] == "customer"]
+        ids = [f["sse_id"] for f in frames]
+        answers = [f for f in frames if f["event"] == "message" and f["from"] == "agent"]
+        ok += len(users) == 1 and len(ids) == len(set(ids)) and len(answers) == 1
+        refused += any(f["event"] == "notice" for f in frames)
     latencies.sort()
     return {
         "sessions": sessions,

@@ -12,12 +12,14 @@ import aiohttp
 import pytest
 from sqlalchemy import func, select
 
+from agent import handoff
 from bot.api.auth import make_token
 from bot.widget import append_outbound
 from bot.widget.proxy import ProxyRejected, canonical, signed_query, verify
 from bot.widget.stream import Cursor, chunks, frames, parse_cursor
 from storage.models import InboundRow, WidgetEventRow, WidgetSessionRow
 from storage.widget import WidgetEvent
+from tests.support import REP
 from tests.widget_kit import JWT_SECRET, PROXY_SECRET, SHOP, WidgetServer, widget_server
 
 ORIGIN = "https://shop.example"
@@ -89,25 +91,30 @@ def _forged(customer: str) -> list[tuple[str, str]]:
 )
 def test_a_bad_app_proxy_request_is_401_and_stores_nothing(server: WidgetServer, query: Any) -> None:
     before = counts(server)
-    status, _, _ = call(server, "POST", "/widget/proxy/api/session", params=query(), json={})
+    status, _, _ = call(server, "POST", "/shopify/proxy/api/session", params=query(), json={})
     assert status == 401
     status, _, _ = call(
-        server, "POST", "/widget/proxy/api/messages", params=query(), json={"id": "m-1", "text": "refund me"}
+        server, "POST", "/shopify/proxy/api/messages", params=query(), json={"clientId": "m-1", "text": "refund me"}
     )
     assert status == 401
     assert counts(server) == before
 
 
 def test_a_signed_logged_in_customer_gets_their_session(server: WidgetServer) -> None:
-    status, headers, body = call(server, "POST", "/widget/proxy/api/session", params=_signed("C-9"), json={})
-    assert status == 200 and body["customer"] is True and "Set-Cookie" not in headers
+    status, headers, body = call(server, "POST", "/shopify/proxy/api/session", params=_signed("C-9"), json={})
+    assert status == 200 and body["customer"] == "C-9" and body["session"] and "Set-Cookie" not in headers
+    # the same routes under the proxy's /widget/ paths
+    status, _, body = call(server, "POST", "/shopify/proxy/widget/api/session", params=_signed("C-9"), json={})
+    assert status == 200 and body["customer"] == "C-9"
 
 
 # -- sessions and origins ----------------------------------------------------------------------------
 def test_a_guest_gets_an_httponly_secure_strict_cookie_on_the_widget_paths(server: WidgetServer) -> None:
     status, headers, body = call(server, "POST", "/widget/api/session", json={})
     cookie = headers["Set-Cookie"]
-    assert status == 200 and body == {"customer": False, "via": None}
+    assert status == 200 and body["customer"] is None and body["via"] is None
+    # a cookie's secret never reaches the page: the body names the session by its id
+    assert body["session"].startswith("ws") and body["session"] not in cookie
     assert all(part in cookie for part in ("HttpOnly", "Secure", "SameSite=Strict", "Path=/widget/api"))
 
 
@@ -122,7 +129,7 @@ def test_a_foreign_origin_is_refused_and_an_allowed_one_holds_its_session(server
 def test_a_sites_jwt_binds_the_session_to_its_customer(server: WidgetServer) -> None:
     token = make_token(JWT_SECRET, sub="C-7", role="customer", ttl_s=300)
     status, _, body = call(server, "POST", "/widget/api/session", json={}, headers={"Authorization": f"Bearer {token}"})
-    assert status == 200 and body["customer"] is True and body["via"] == "jwt"
+    assert status == 200 and body["customer"] == "C-7" and body["via"] == "jwt"
     staff = make_token(JWT_SECRET, sub="S-3", role="supervisor", ttl_s=300)
     status, _, _ = call(server, "POST", "/widget/api/session", json={}, headers={"Authorization": f"Bearer {staff}"})
     assert status == 403
@@ -138,8 +145,10 @@ def test_a_resent_message_is_stored_once(server: WidgetServer) -> None:
     who = _guest(server)
     before = counts(server)
     for _ in range(2):
-        status, _, _ = call(server, "POST", "/widget/api/messages", json={"id": "same-1", "text": "hi"}, headers=who)
-        assert status == 202
+        status, _, body = call(
+            server, "POST", "/widget/api/messages", json={"clientId": "same-1", "text": "hi"}, headers=who
+        )
+        assert (status, body) == (202, {"id": "same-1"})
     assert counts(server)[2] == before[2] + 1
 
 
@@ -153,28 +162,68 @@ async def _read_stream(url: str, headers: dict[str, str], until: str) -> str:
     return seen
 
 
-def test_the_stream_resumes_after_the_last_event_id(server: WidgetServer) -> None:
+def test_the_stream_sends_the_contracts_events_and_resumes_after_the_last_event_id(server: WidgetServer) -> None:
     who = _guest(server)
-    call(server, "POST", "/widget/api/messages", json={"id": "p-1", "text": "What is your refund policy?"}, headers=who)
     url = f"{server.url}/widget/api/stream"
-    whole = server.run(asyncio.wait_for(_read_stream(url, who, "asks."), 60))
-    assert "id: 1\n" in whole and "id: 2.0\n" in whole
-    resumed = server.run(asyncio.wait_for(_read_stream(url, {**who, "Last-Event-ID": "2.1"}, "asks."), 60))
+
+    async def live() -> str:
+        reading = asyncio.create_task(_read_stream(url, who, '"from": "agent"'))
+        await asyncio.sleep(0.5)  # the stream is open: the answer arrives in pieces, then whole
+        body = {"clientId": "p-1", "text": "What is your refund policy?"}
+        async with aiohttp.ClientSession() as s, s.post(f"{server.url}/widget/api/messages", json=body, headers=who):
+            pass
+        return await asyncio.wait_for(reading, 60)
+
+    whole = server.run(live())
+    assert 'event: message\ndata: {"id": "p-1", "from": "customer"' in whole
+    assert "id: 2.0\nevent: delta\n" in whole and "id: 2\nevent: message\n" in whole
+    resumed = server.run(asyncio.wait_for(_read_stream(url, {**who, "Last-Event-ID": "2.1"}, '"from": "agent"'), 60))
     assert "id: 1\n" not in resumed and "id: 2.1\n" not in resumed and "id: 2.2\n" in resumed
+    assert "id: 2\nevent: message\n" in resumed
+    after = server.run(asyncio.wait_for(_read_stream(url, {**who, "Last-Event-ID": "2"}, "keep-alive"), 60))
+    assert "event: message" not in after
 
 
-def test_pieces_join_to_the_text_and_a_cursor_skips_what_was_sent() -> None:
+def test_frames_are_the_contracts_and_a_cursor_skips_what_was_sent() -> None:
     text = "Refunds go back to the original payment method only, whoever asks."
     assert "".join(chunks(text)) == text
     event = WidgetEvent(session_id="s", seq=4, key="k", kind="answer", data={"text": text}, created_at=None)  # type: ignore[arg-type]
-    every = frames(event, Cursor(3))
+    every = frames(event, Cursor(3), live=True)
+    assert [f[1] for f in every] == ["delta"] * (len(every) - 1) + ["message"]
+    assert every[-1] == ("4", "message", {"id": "m4", "from": "agent", "text": text})
+    assert frames(event, Cursor(3)) == [every[-1]]  # stored before the stream opened: whole, at once
     assert [f[0] for f in frames(event, parse_cursor("4.1"))] == [f[0] for f in every[2:]]
     assert frames(event, parse_cursor("4")) == [] and parse_cursor("x.1") == Cursor()
+    conf = WidgetEvent(
+        session_id="s", seq=5, key="c", kind="confirmation", created_at=None,  # type: ignore[arg-type]
+        data={"id": "cnf_1", "version": 2, "status": "pending", "summary": "Refund 30.00 USD on O-1061"},
+    )  # fmt: skip
+    assert frames(conf, Cursor(4)) == [
+        (
+            "5",
+            "confirmation",
+            {"id": "cnf_1", "version": 2, "summary": "Refund 30.00 USD on O-1061", "state": "pending"},
+        )
+    ]
+    person = WidgetEvent(
+        session_id="s", seq=6, key="p", kind="person", data={"text": "Hi", "author": "Ana"}, created_at=None
+    )  # type: ignore[arg-type]
+    assert frames(person, Cursor(5))[-1][2] == {"id": "m6", "from": "person", "name": "Ana", "text": "Hi"}
+    handoff = WidgetEvent(
+        session_id="s", seq=7, key="h", kind="handoff", data={"state": "taken", "name": "Ana"}, created_at=None
+    )  # type: ignore[arg-type]
+    assert frames(handoff, Cursor(6)) == [("7", "handoff", {"state": "taken", "name": "Ana"})]
 
 
 def test_a_persons_reply_reaches_the_widget_once_per_key(server: WidgetServer) -> None:
     who = _guest(server)
-    call(server, "POST", "/widget/api/messages", json={"id": "h-1", "text": "What is your refund policy?"}, headers=who)
+    call(
+        server,
+        "POST",
+        "/widget/api/messages",
+        json={"clientId": "h-1", "text": "What is your refund policy?"},
+        headers=who,
+    )
     whole = server.run(asyncio.wait_for(_read_stream(f"{server.url}/widget/api/stream", who, "asks."), 60))
     assert whole
 
@@ -189,4 +238,29 @@ def test_a_persons_reply_reaches_the_widget_once_per_key(server: WidgetServer) -
 
     assert server.run(relay()) == (1, 1)
     seen = server.run(asyncio.wait_for(_read_stream(f"{server.url}/widget/api/stream", who, "Ana here."), 60))
-    assert seen.count('"author": "Ana"') == 1
+    assert seen.count('"from": "person", "name": "Ana"') == 1
+
+
+def test_the_hand_off_is_shown_as_its_states_and_a_person_by_name(server: WidgetServer) -> None:
+    """ "Talk to a person" opens a hand-off: the stream says ``handoff`` waiting; a rep's Take
+    over says taken, with the name the customer sees."""
+    who = _guest(server)
+    url = f"{server.url}/widget/api/stream"
+    body = {"clientId": "tp-1", "text": "I'd like to talk to a person, please.", "person": True}
+    status, _, _ = call(server, "POST", "/widget/api/messages", json=body, headers=who)
+    assert status == 202
+    waiting = server.run(asyncio.wait_for(_read_stream(url, who, '"state": "waiting"'), 60))
+    assert 'event: handoff\ndata: {"state": "waiting"}' in waiting
+
+    async def take() -> None:
+        async with server.app.db.reader() as s:
+            conv = await s.scalar(
+                select(WidgetSessionRow.conversation_id).order_by(WidgetSessionRow.created_at.desc()).limit(1)
+            )
+        h = await server.app.runtime.s.handoffs.active_for(str(conv))
+        assert h is not None
+        await server.app.port.handoffs.take_over(h.id, str(conv), handoff.Person(principal=REP, name="Priya Raman"))
+
+    server.run(take())
+    taken = server.run(asyncio.wait_for(_read_stream(url, who, '"state": "taken"'), 60))
+    assert taken.count('event: handoff\ndata: {"state": "taken", "name": "Priya Raman"}') == 1

@@ -36,7 +36,7 @@ _HOP = {"host", "cookie", "content-length", "transfer-encoding", "connection"}
 
 @dataclass
 class Storefront:
-    """``/`` is a storefront page; ``/apps/signoff/<path>`` goes to ``<upstream>/widget/proxy/<path>``
+    """``/`` is a storefront page; ``/apps/signoff/<path>`` goes to ``<upstream>/shopify/proxy/<path>``
     signed for ``customer`` (None: a guest), with the Cookie and Set-Cookie headers removed."""
 
     upstream: str
@@ -53,7 +53,7 @@ class Storefront:
             "path_prefix": "/apps/signoff",
             "timestamp": str(int(time.time())),
         }
-        url = f"{self.upstream}/widget/proxy/{request.match_info['tail']}"
+        url = f"{self.upstream}/shopify/proxy/{request.match_info['tail']}"
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         body = await request.read()
         async with (

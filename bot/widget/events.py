@@ -10,7 +10,10 @@ Kinds (the browser renders each from these fields only, as text):
   event with the same ``id`` replaces the card (answered, expired).
 * ``approval`` ``{id, status}``: waiting for a teammate, then its outcome.
 * ``person`` ``{text, author}``: a person's reply (the hand-off relay: :func:`append_outbound`).
+* ``handoff`` ``{state, name?}``: a person's hand-off waiting, taken (by ``name``), returned, closed.
 * ``notice`` ``{code}``: the face's own messages (verified, limit reached…), worded by the widget.
+
+The stream sends each as the contract's frame (``bot/widget/stream.py``).
 """
 
 from __future__ import annotations
@@ -136,6 +139,16 @@ async def append_outbound(port: FacePort, conversation_id: str, *, text: str, au
     return len(sessions)
 
 
+async def announce_handoff(port: FacePort, conversation_id: str, *, state: str, name: str | None, key: str) -> int:
+    """The hand-off's new state in the stream of every session of the conversation, once per ``key``."""
+    store = store_of(port)
+    sessions = await store.for_conversation(conversation_id)
+    data = {"state": state, "name": name} if name else {"state": state}
+    for session in sessions:
+        await emit(store, session.id, key=f"widget:handoff:{session.id}:{key}", kind="handoff", data=data)
+    return len(sessions)
+
+
 async def notice(port: FacePort, session_id: str, code: str, key: str) -> None:
     await emit(store_of(port), session_id, key=f"widget:notice:{session_id}:{key}", kind="notice", data={"code": code})
 
@@ -143,6 +156,7 @@ async def notice(port: FacePort, session_id: str, code: str, key: str) -> None:
 __all__ = [
     "HUB",
     "Hub",
+    "announce_handoff",
     "append_outbound",
     "deliver",
     "emit",

@@ -1,5 +1,7 @@
 """The widget's HTTP surface: its script, and its API on the widget's origin (``/widget/api``)
-and behind the Shopify app proxy (``/widget/proxy/api``, the storefront's ``/apps/signoff/api``).
+and behind the Shopify app proxy (the storefront's ``/apps/signoff/*`` forwarded to
+``/shopify/proxy/*``: the script at ``…/signoff.js``, the API at ``…/api``, and both again
+under ``…/widget/`` for a proxy that forwards the widget's own paths).
 
 Every answer is ``no-store``; cross-site answers carry CORS headers for allowed origins only.
 Nothing here decides: messages go to the inbox, clicks to ``FacePort.confirm``.
@@ -24,7 +26,9 @@ if TYPE_CHECKING:
 MAX_BODY = 16 * 1024
 MAX_TEXT = 4000
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-PREFIXES = ("/widget/api", "/widget/proxy/api")
+PROXY = "/shopify/proxy"
+PREFIXES = ("/widget/api", f"{PROXY}/api", f"{PROXY}/widget/api")
+SCRIPTS = ("/widget/signoff.js", f"{PROXY}/signoff.js", f"{PROXY}/widget/signoff.js")
 #: The widget's own assets: nothing but itself.
 ASSET_CSP = "default-src 'none'; frame-ancestors 'none'"
 _VERBS = {"confirm": True, "decline": False}
@@ -95,9 +99,13 @@ class Routes:
     async def open(self, request: web.Request) -> web.StreamResponse:
         await _body(request)
         visitor, secret = await self.face.sessions.open(request)
-        body = {"customer": visitor.session.customer_id is not None, "via": visitor.session.verified_via}
-        if secret is not None and visitor.page_held:
-            body["session"] = secret
+        # A page-held session's secret is the page's to keep; a cookie's never reaches script.
+        held = secret if secret is not None and visitor.page_held else None
+        body = {
+            "session": held or visitor.session.id,
+            "customer": visitor.session.customer_id,
+            "via": visitor.session.verified_via,
+        }
         response = web.json_response(body)
         self.face.sessions.remember(response, visitor, secret)
         return response
@@ -109,12 +117,12 @@ class Routes:
         visitor = await self._visitor(request)
         body = await _body(request)
         text = _text(body, "text", MAX_TEXT)
-        client_id = _text(body, "id", 64)
+        client_id = _text(body, "clientId", 64)
         if not client_id.replace("-", "").isalnum():
-            raise ApiError("invalid", "id: letters, digits and dashes")
+            raise ApiError("invalid", "clientId: letters, digits and dashes")
         await self._within_limits(visitor)
         await self.face.accept(visitor, client_id=client_id, text=text.strip(), person=body.get("person") is True)
-        return web.json_response({"accepted": True}, status=202)
+        return web.json_response({"id": client_id}, status=202)
 
     async def _within_limits(self, visitor: Visitor) -> None:
         store, limits = self.face.sessions.store, self.face.config.limits
@@ -150,24 +158,22 @@ class Routes:
             )
         return web.json_response(outcome)
 
-    async def verify_order(self, request: web.Request) -> web.StreamResponse:
+    async def verify(self, request: web.Request) -> web.StreamResponse:
+        """``{"order", "email"}`` verifies by an order; ``{"email"}`` sends a code to the address on
+        file; ``{"code"}`` enters it."""
         visitor = await self._visitor(request)
         body = await _body(request)
-        order, email = _text(body, "order", 64), _text(body, "email", 254)
-        code = await verify.by_order(self.face.port, self.face.backend, visitor, order, email)
-        return await self._verified(visitor, code)
-
-    async def code_request(self, request: web.Request) -> web.StreamResponse:
-        visitor = await self._visitor(request)
-        email = _text(await _body(request), "email", 254)
-        return await self._verified(
-            visitor, await verify.request_code(self.face.port, self.face.backend, visitor, email)
-        )
-
-    async def code(self, request: web.Request) -> web.StreamResponse:
-        visitor = await self._visitor(request)
-        typed = _text(await _body(request), "code", 16)
-        return await self._verified(visitor, await verify.enter_code(self.face.port, visitor, typed))
+        port, backend = self.face.port, self.face.backend
+        if "code" in body:
+            outcome = await verify.enter_code(port, visitor, _text(body, "code", 16))
+        elif "order" in body:
+            order, email = _text(body, "order", 64), _text(body, "email", 254)
+            outcome = await verify.by_order(port, backend, visitor, order, email)
+        elif "email" in body:
+            outcome = await verify.request_code(port, backend, visitor, _text(body, "email", 254))
+        else:
+            raise ApiError("invalid", 'send {"order", "email"}, {"email"} or {"code"}')
+        return await self._verified(visitor, outcome)
 
     async def _verified(self, visitor: Visitor, outcome: str) -> web.StreamResponse:
         if outcome == "verified":
@@ -178,16 +184,14 @@ class Routes:
 def widget_routes(face: WidgetFace) -> list[web.RouteDef]:
     r = Routes(face)
     g = r.guarded
-    out = [web.get("/widget/signoff.js", signoff_js), web.get("/widget/proxy/signoff.js", signoff_js)]
+    out = [web.get(path, signoff_js) for path in SCRIPTS]
     for p in PREFIXES:
         out += [
             web.post(f"{p}/session", g(r.open)),
             web.post(f"{p}/messages", g(r.message)),
             web.get(f"{p}/stream", g(r.events), allow_head=False),
             web.post(p + "/confirmations/{id}/{verb}", g(r.click)),
-            web.post(f"{p}/verify/order", g(r.verify_order)),
-            web.post(f"{p}/verify/code-request", g(r.code_request)),
-            web.post(f"{p}/verify/code", g(r.code)),
+            web.post(f"{p}/verify", g(r.verify)),
             web.options(p + "/{tail:.*}", g(r.preflight)),
         ]
     return out

@@ -2,7 +2,7 @@
 
 Three ways in, all ending at one session row (``storage/widget.py``):
 
-* **Shopify app proxy** (``/widget/proxy/…``, the storefront's ``/apps/signoff/…``): every
+* **Shopify app proxy** (``/shopify/proxy/…``, the storefront's ``/apps/signoff/…``): every
   request carries Shopify's signature (:mod:`bot.widget.proxy`); a logged-in customer's session
   is found from the signed customer id itself, a guest's by the page-held id.
 * **A JWT** the site's backend signed for its logged-in customer (the API's own
@@ -37,7 +37,7 @@ COOKIE = "signoff_widget"
 HEADER = "X-Signoff-Session"
 COOKIE_PATH = "/widget/api"
 COOKIE_MAX_AGE_S = 30 * 24 * 3600
-PROXY_PREFIX = "/widget/proxy/"
+PROXY_PREFIX = "/shopify/proxy/"
 
 
 @dataclass(frozen=True, kw_only=True)

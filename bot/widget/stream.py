@@ -1,12 +1,15 @@
 """``GET /widget/api/stream``: a session's events as server-sent events, resumable.
 
-Each stored event is one frame with id ``seq``, except text (``answer``, ``person``), which is
-sent in pieces with ids ``seq.k`` so the reader sees it arrive. ``Last-Event-ID`` names the
-last frame the browser has: ``12`` resumes after event 12, ``12.3`` inside event 12 after its
+The frames are the contract's (INTERFACES.md, "Chat widget"): ``message`` {id, from, name?, text},
+``confirmation`` {id, version, summary, state}, ``approval`` {id, state}, ``handoff`` {state,
+name?}, and the widget's own ``notice`` {code}. Each stored event is one frame with SSE id
+``seq``. A message written after the stream opened is first sent in ``delta`` frames {id, k, n,
+text} with ids ``seq.k``, so the reader sees it arrive, then as its whole ``message`` frame;
+what is already stored when the stream opens is sent whole, at once. ``Last-Event-ID`` names the
+last frame the reader has: ``12`` resumes after event 12, ``12.3`` inside event 12 after its
 piece 3. Nothing is sent twice and nothing is skipped, because the ids are the store's own
 order (``storage/widget.py``). A page that loads afresh asks from the start and redraws the
-whole conversation. Events written after the stream opened are paced (``chunk_delay_s``
-between pieces); a replay is sent at once.
+whole conversation.
 """
 
 from __future__ import annotations
@@ -51,27 +54,55 @@ def parse_cursor(value: str | None) -> Cursor:
     return Cursor(int(head), int(tail) if tail else None)
 
 
-def frames(event: WidgetEvent, cursor: Cursor) -> list[tuple[str, dict[str, Any]]]:
-    """The frames of ``event`` the reader does not have yet: (id, data)."""
-    base = {"seq": event.seq, "kind": event.kind}
-    if event.kind not in CHUNKED:
-        return [] if event.seq <= cursor.seq and cursor.piece is None else [(str(event.seq), {**base, **event.data})]
-    text = str(event.data.get("text", ""))
-    extra = {k: v for k, v in event.data.items() if k != "text"}
-    pieces = chunks(text)
-    start = 0
-    if event.seq == cursor.seq and cursor.piece is not None:
-        start = cursor.piece + 1
-    elif event.seq <= cursor.seq:
+#: A stored kind's frame: the SSE event name and the contract's fields.
+_FROM = {"user": "customer", "answer": "agent", "person": "person"}
+
+
+def public(event: WidgetEvent) -> tuple[str, dict[str, Any]]:
+    """The contract's frame for a stored event."""
+    d = event.data
+    match event.kind:
+        case "user" | "answer" | "person":
+            out: dict[str, Any] = {"id": _message_id(event), "from": _FROM[event.kind]}
+            if event.kind == "person":
+                out["name"] = str(d.get("author", ""))
+            return "message", {**out, "text": str(d.get("text", ""))}
+        case "confirmation":
+            fields = {"id": d.get("id"), "version": d.get("version"), "summary": d.get("summary")}
+            return "confirmation", {**fields, "state": d.get("status")}
+        case "approval":
+            return "approval", {"id": d.get("id"), "state": d.get("status")}
+        case "handoff":
+            return "handoff", {k: v for k, v in d.items() if k in ("state", "name") and v is not None}
+        case _:
+            return event.kind, dict(d)
+
+
+def _message_id(event: WidgetEvent) -> str:
+    """A customer's message keeps the id its page gave it; the others are named by their place."""
+    client = event.data.get("id")
+    return str(client) if event.kind == "user" and client else f"m{event.seq}"
+
+
+def frames(event: WidgetEvent, cursor: Cursor, *, live: bool = False) -> list[tuple[str, str, dict[str, Any]]]:
+    """The frames of ``event`` the reader does not have yet: (SSE id, event name, data).
+    ``live``: written after the stream opened, so a message goes out in pieces first."""
+    if event.seq < cursor.seq or (event.seq == cursor.seq and cursor.piece is None):
         return []
-    return [
-        (f"{event.seq}.{k}", {**base, **extra, "k": k, "n": len(pieces), "text": pieces[k]})
-        for k in range(start, len(pieces))
-    ]
+    name, data = public(event)
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    if event.kind in CHUNKED and (live or event.seq == cursor.seq):
+        pieces = chunks(data["text"])
+        start = cursor.piece + 1 if event.seq == cursor.seq and cursor.piece is not None else 0
+        out = [
+            (f"{event.seq}.{k}", "delta", {"id": data["id"], "k": k, "n": len(pieces), "text": pieces[k]})
+            for k in range(start, len(pieces))
+        ]
+    return [*out, (str(event.seq), name, data)]
 
 
-def frame_bytes(frame_id: str, data: dict[str, Any]) -> bytes:
-    return f"id: {frame_id}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+def frame_bytes(frame_id: str, name: str, data: dict[str, Any]) -> bytes:
+    return f"id: {frame_id}\nevent: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
 async def serve(
@@ -103,9 +134,9 @@ async def serve(
             woken.clear()
             events = await store.after(session_id, cursor.seq - (1 if cursor.piece is not None else 0))
             for event in events:
-                for frame_id, data in frames(event, cursor):
-                    await response.write(frame_bytes(frame_id, data))
-                    if not replay and event.kind in CHUNKED and config.chunk_delay_s:
+                for frame_id, name, data in frames(event, cursor, live=not replay):
+                    await response.write(frame_bytes(frame_id, name, data))
+                    if name == "delta" and config.chunk_delay_s:
                         await asyncio.sleep(config.chunk_delay_s)
                 cursor = Cursor(event.seq)
             replay = False
@@ -122,4 +153,4 @@ async def serve(
     return response
 
 
-__all__ = ["Cursor", "chunks", "frames", "parse_cursor", "serve"]
+__all__ = ["Cursor", "chunks", "frames", "parse_cursor", "public", "serve"]

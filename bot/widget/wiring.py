@@ -21,12 +21,17 @@ def face(kit: FaceKit) -> Face | None:
     port = kit.port
 
     def relays(relay: Relay) -> None:
-        """Hand-offs: a person's replies go into the customer's widget stream, once per key."""
-        from bot.widget import append_outbound
+        """Hand-offs: a person's replies and the hand-off's state go into the customer's widget
+        stream, once per key."""
+        from bot.widget.events import announce_handoff, append_outbound
 
         async def deliver(conversation: Conversation, text: str, name: str, key: str) -> None:
             await append_outbound(port, conversation.id, text=text, author=name, key=key)
 
+        async def announce(conversation: Conversation, state: str, name: str | None, key: str) -> None:
+            await announce_handoff(port, conversation.id, state=state, name=name, key=key)
+
         relay.deliver_on(FACE, deliver)
+        relay.announce_on(FACE, announce)
 
     return Plain(name=FACE, handler=widget.handle, notifier=widget, served=widget.routes(), inner=widget, relays=relays)

@@ -67,6 +67,13 @@
       code_bad: "That code is not right, or it expired.",
       code_locked: "Too many wrong codes. Please ask for a new one later.",
     },
+    aPerson: "A person from our team",
+    handoff: {
+      waiting: () => "A person from our team will join this chat.",
+      taken: (name) => `${name} has joined the chat.`,
+      returned: (name) => `${name} has left the chat; Support will answer again.`,
+      closed: () => "This conversation is closed. Write again any time.",
+    },
     notice: {
       verified: "You are verified. You can now ask about your orders.",
       limit: "You have reached today's limit for this chat. A person can still help by email.",
@@ -143,7 +150,7 @@
       super();
       this.sid = null; // page-held session secret (memory only)
       this.last = { seq: 0, k: null }; // the last frame shown: resumes the stream after it
-      this.msgs = new Map(); // seq -> { node, text, complete }
+      this.msgs = new Map(); // message id -> { node, body, text }
       this.pendingUser = new Map(); // client id -> bubble shown before its echo
       this.cards = new Map(); // confirmation / approval id -> card
       this.root = this.attachShadow({ mode: "open" });
@@ -194,9 +201,9 @@
         el("button", { type: "submit", class: "send", text: STRINGS.enterCode }), el("button", { type: "button", class: "link to-order", text: STRINGS.useOrder }));
       const box = el("details", { class: "verify", hidden: "" }, el("summary", { text: STRINGS.verifyTitle }), orderForm, codeForm);
       const value = (id) => box.querySelector(`#${id}`).value;
-      orderForm.addEventListener("submit", (e) => { e.preventDefault(); this.verify("order", { order: value("v-order"), email: value("v-email") }); });
-      codeForm.addEventListener("submit", (e) => { e.preventDefault(); this.verify("code", { code: value("c-code") }); });
-      codeForm.querySelector(".ask-code").addEventListener("click", () => this.verify("code-request", { email: value("c-email") }));
+      orderForm.addEventListener("submit", (e) => { e.preventDefault(); this.verify({ order: value("v-order"), email: value("v-email") }); });
+      codeForm.addEventListener("submit", (e) => { e.preventDefault(); this.verify({ code: value("c-code") }); });
+      codeForm.querySelector(".ask-code").addEventListener("click", () => this.verify({ email: value("c-email") }));
       const swap = (show, hide) => { hide.hidden = true; show.hidden = false; show.querySelector("input").focus(); };
       orderForm.querySelector(".to-code").addEventListener("click", () => swap(codeForm, orderForm));
       codeForm.querySelector(".to-order").addEventListener("click", () => swap(orderForm, codeForm));
@@ -285,12 +292,14 @@
           const block = buffer.slice(0, cut);
           buffer = buffer.slice(cut + 2);
           let id = null;
+          let name = "message";
           const data = [];
           for (const line of block.split("\n")) {
             if (line.startsWith("id: ")) id = line.slice(4);
+            else if (line.startsWith("event: ")) name = line.slice(7);
             else if (line.startsWith("data: ")) data.push(line.slice(6));
           }
-          if (id !== null && data.length) this.frame(id, JSON.parse(data.join("\n")));
+          if (id !== null && data.length) this.frame(id, name, JSON.parse(data.join("\n")));
         }
       }
     }
@@ -301,17 +310,19 @@
       return l.k === null || (k !== null && k <= l.k);
     }
 
-    frame(id, f) {
-      const k = typeof f.k === "number" ? f.k : null;
-      if (this.seen(f.seq, k)) return;
-      const complete = k === null || k === f.n - 1;
-      this.last = { seq: f.seq, k: complete ? null : k };
-      switch (f.kind) {
-        case "user": this.user(f); break;
-        case "answer": this.piece(f, STRINGS.agent, "answer", complete); break;
-        case "person": this.piece(f, f.author || STRINGS.agent, "person", complete); break;
+    /* One frame: its SSE id is "seq" (a whole event) or "seq.k" (piece k of a message). */
+    frame(id, name, f) {
+      const [head, tail] = id.split(".");
+      const seq = Number(head);
+      const k = tail === undefined ? null : Number(tail);
+      if (this.seen(seq, k)) return;
+      this.last = { seq, k };
+      switch (name) {
+        case "delta": this.piece(f); break;
+        case "message": this.message(f); break;
         case "confirmation": this.confirmation(f); break;
         case "approval": this.approval(f); break;
+        case "handoff": this.handoff(f); break;
         case "notice": this.bubble("notice", null, (STRINGS.notice[f.code] || "")); break;
         default: break;
       }
@@ -328,18 +339,38 @@
       return { node, body };
     }
 
-    user(f) {
-      const shown = f.id && this.pendingUser.get(f.id);
-      if (shown) { this.pendingUser.delete(f.id); return; }
-      this.bubble("user", STRINGS.you, f.text);
-    }
+    who(f) { return f.from === "person" ? (f.name || STRINGS.aPerson) : f.from === "customer" ? STRINGS.you : STRINGS.agent; }
 
-    piece(f, who, kind, complete) {
-      let m = this.msgs.get(f.seq);
-      if (!m) { m = this.bubble(kind, who, ""); m.text = ""; this.msgs.set(f.seq, m); }
+    /* A piece of a message still arriving: shown as it comes. */
+    piece(f) {
+      let m = this.msgs.get(f.id);
+      if (!m) { m = this.bubble(f.from === "person" ? "person" : "answer", null, ""); m.text = ""; this.msgs.set(f.id, m); }
       m.text += f.text;
       m.body.textContent = m.text; // text only: markup in it stays characters
-      if (complete) { this.announce(STRINGS.says(who, m.text)); this.say(""); }
+    }
+
+    /* A whole message: completes its pieces, or is shown at once. */
+    message(f) {
+      if (f.from === "customer") {
+        const shown = this.pendingUser.get(f.id);
+        if (shown) { this.pendingUser.delete(f.id); return; }
+        this.bubble("user", STRINGS.you, f.text);
+        return;
+      }
+      const who = this.who(f);
+      const kind = f.from === "person" ? "person" : "answer";
+      let m = this.msgs.get(f.id);
+      if (!m) { m = this.bubble(kind, who, ""); this.msgs.set(f.id, m); }
+      else if (!m.node.querySelector(".who")) m.node.prepend(el("span", { class: "who", text: who }));
+      m.text = f.text;
+      m.body.textContent = f.text;
+      this.announce(STRINGS.says(who, f.text));
+      this.say("");
+    }
+
+    handoff(f) {
+      const text = STRINGS.handoff[f.state] ? STRINGS.handoff[f.state](f.name || STRINGS.aPerson) : "";
+      if (text) { this.bubble("notice", null, text); this.announce(text); }
     }
 
     card(id, title) {
@@ -356,9 +387,9 @@
     confirmation(f) {
       const c = this.card(f.id, STRINGS.confirmTitle);
       c.append(el("p", { text: f.summary }));
-      const state = el("p", { class: "state", text: STRINGS.confirmation[f.status] || f.status });
+      const state = el("p", { class: "state", text: STRINGS.confirmation[f.state] || f.state });
       c.append(state);
-      if (f.status === "pending") {
+      if (f.state === "pending") {
         const yes = el("button", { type: "button", class: "yes", text: STRINGS.confirm });
         const no = el("button", { type: "button", class: "no", text: STRINGS.decline });
         const answer = async (verb) => {
@@ -375,7 +406,7 @@
 
     approval(f) {
       const c = this.card(f.id, STRINGS.approvalTitle);
-      const text = STRINGS.approval[f.status] || f.status;
+      const text = STRINGS.approval[f.state] || f.state;
       c.append(el("p", { class: "state", text }));
       this.announce(text);
     }
@@ -398,7 +429,7 @@
       this.say(STRINGS.sending);
       for (let attempt = 0; attempt < 4; attempt++) {
         try {
-          const r = await this.call("/messages", { id, text, person });
+          const r = await this.call("/messages", { clientId: id, text, person });
           if (r.status === 202) { this.say(STRINGS.working); return; }
           if (r.status === 401) { await this.open(); continue; }
           this.say(r.status === 429 ? STRINGS.tooMany : r.status === 503 ? STRINGS.busy : STRINGS.failed);
@@ -412,8 +443,8 @@
       if (!this.status.textContent) this.say(STRINGS.failed);
     }
 
-    async verify(kind, body) {
-      const r = await this.call(`/verify/${kind}`, body).catch(() => null);
+    async verify(body) {
+      const r = await this.call("/verify", body).catch(() => null);
       const outcome = r ? (await r.json().catch(() => ({}))).outcome : null;
       this.say(STRINGS.verifyOutcome[outcome] || STRINGS.failed);
       if (outcome === "verified" || outcome === "already") this.verifyBox.hidden = true;
