@@ -100,6 +100,21 @@ async def test_every_start_in_development_warns_loudly(tmp_path: Path, caplog: p
     assert not any("DEVELOPMENT" in line for line in lines), lines
 
 
+async def test_production_without_a_signer_or_publish_target_warns_loudly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Production with neither SIGNOFF_AUDIT_SIGNER nor SIGNOFF_AUDIT_PUBLISH says so at start;
+    either one silences it, and development (which warns of itself) does not add it."""
+    prod = {"SIGNOFF_LLM_PROVIDER": "scripted"}
+    lines = await _started(tmp_path, prod, caplog)
+    assert any(line.startswith("NO AUDIT ANCHOR OFF THIS HOST") for line in lines), lines
+    publish = {**prod, "SIGNOFF_AUDIT_PUBLISH": str(tmp_path / "worm")}
+    assert not any("NO AUDIT ANCHOR" in line for line in await _started(tmp_path, publish, caplog))
+    signer = {**prod, "SIGNOFF_AUDIT_SIGNER": "unix:/run/signoff-signer/sock"}
+    assert not any("NO AUDIT ANCHOR" in line for line in await _started(tmp_path, signer, caplog))
+    assert not any("NO AUDIT ANCHOR" in line for line in await _started(tmp_path, DEV, caplog))
+
+
 def test_signoff_demo_is_development_without_being_told(clean_env: pytest.MonkeyPatch) -> None:
     """`signoff demo` needs no SIGNOFF_ENV; the settings it loads are development."""
     clean_env.delenv("SIGNOFF_ENV", raising=False)
@@ -242,6 +257,13 @@ def test_the_audit_budget_is_a_sliding_window_per_person_with_bounded_memory() -
     assert len(budget._seen) == 3  # the least recently seen were forgotten
     with pytest.raises(ValueError):
         AuditBudget(per_window=0)
+
+
+def test_the_readme_says_the_click_audit_budget_is_per_process() -> None:
+    """The budget lives in each process's memory: the README says N replicas allow N times it."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    security = " ".join(readme.partition("\n## Security")[2].partition("\n## ")[0].split())
+    assert f"N replicas serving clicks allow up to N × {AuditBudget().per_window} a minute per person" in security
 
 
 def test_requires_python_has_a_patch_floor_this_interpreter_meets() -> None:
