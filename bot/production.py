@@ -54,7 +54,13 @@ def warn_if_development(settings: Settings) -> None:
 
 def warn_if_unanchored(settings: Settings) -> None:
     """Production with neither the separate signer nor an off-host publish target: whoever
-    controls this host can rewrite the audit log and its checkpoints together unnoticed."""
+    controls this host can rewrite the audit log and its checkpoints together unnoticed. With
+    neither the signer nor an audit key, nothing seals the policy in force (agent/policy_store.py)."""
+    if not (settings.signoff_audit_signer or settings.signoff_audit_key_file):
+        log.warning(
+            "POLICY UNSEALED: neither SIGNOFF_AUDIT_SIGNER nor SIGNOFF_AUDIT_KEY_FILE is set, so a policy "
+            "version is in force on the database's word (README, Rolling out)"
+        )
     if settings.signoff_audit_signer or settings.signoff_audit_publish:
         return
     log.warning(

@@ -27,6 +27,7 @@ from bot.server import metrics as metrics_handler
 from bot.settings import Settings, load_settings
 from bot.slack.face import SlackConfig
 from sandbox.schema import upgrade
+from storage.checkpoints import load_or_create_signing_key
 from storage.db import Database
 from tests.api_kit import client_for
 from tests.fakes.bot_connector import APP_ID, TENANT_ID
@@ -108,10 +109,14 @@ async def test_production_without_a_signer_or_publish_target_warns_loudly(
     prod = {"SIGNOFF_LLM_PROVIDER": "scripted"}
     lines = await _started(tmp_path, prod, caplog)
     assert any(line.startswith("NO AUDIT ANCHOR OFF THIS HOST") for line in lines), lines
+    assert any(line.startswith("POLICY UNSEALED") for line in lines), lines
     publish = {**prod, "SIGNOFF_AUDIT_PUBLISH": str(tmp_path / "worm")}
-    assert not any("NO AUDIT ANCHOR" in line for line in await _started(tmp_path, publish, caplog))
-    signer = {**prod, "SIGNOFF_AUDIT_SIGNER": "unix:/run/signoff-signer/sock"}
-    assert not any("NO AUDIT ANCHOR" in line for line in await _started(tmp_path, signer, caplog))
+    lines = await _started(tmp_path, publish, caplog)
+    assert not any("NO AUDIT ANCHOR" in line for line in lines) and any("POLICY UNSEALED" in x for x in lines)
+    pinned = tmp_path / "signer.pem"  # the signer's key pinned: the start need not reach it
+    load_or_create_signing_key(pinned)
+    signer = {**prod, "SIGNOFF_AUDIT_SIGNER": "unix:/run/signoff-signer/sock", "SIGNOFF_AUDIT_KEY_FILE": str(pinned)}
+    assert not any("NO AUDIT ANCHOR" in x or "UNSEALED" in x for x in await _started(tmp_path, signer, caplog))
     assert not any("NO AUDIT ANCHOR" in line for line in await _started(tmp_path, DEV, caplog))
 
 
