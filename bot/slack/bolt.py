@@ -164,14 +164,15 @@ class UnsignedSlack(ValueError):
     """A Slack HTTP route was asked for without ``SLACK_SIGNING_SECRET``."""
 
 
-def routes(app: AsyncApp, signing_secret: str | None) -> list[web.RouteDef]:
-    """``/slack/events``, and with the OAuth install flow ``GET /slack/install`` and
-    ``GET /slack/oauth_redirect`` (Bolt's flow: one-time state, installation stored in our database).
+def routes(app: AsyncApp, signing_secret: str | None, *, events: bool = True) -> list[web.RouteDef]:
+    """``/slack/events`` (unless ``events`` is off: Socket Mode brings the events), and with the
+    OAuth install flow ``GET /slack/install`` and ``GET /slack/oauth_redirect`` (Bolt's flow:
+    one-time state, installation stored in our database).
 
     Never without a signing secret: Slack's HTTP requests are only ever believed signed."""
     if not signing_secret:
         raise UnsignedSlack("SLACK_SIGNING_SECRET: required for any Slack HTTP route (Socket Mode mounts none)")
-    out = [events_route(app)]
+    out = [events_route(app)] if events else []
     flow = app.oauth_flow
     if flow is not None:
 
