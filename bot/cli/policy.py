@@ -4,7 +4,9 @@
 Whoever applies or approves is authenticated: a supervisor's JWT (``--token`` or
 ``SIGNOFF_STAFF_TOKEN``), verified exactly as the HTTP API verifies it (``bot.api.auth``),
 for a staff member the store lists as a supervisor. A change to approvers, ceilings or rollout
-waits for a second, different supervisor's ``approve``."""
+waits for a second, different supervisor's ``approve``. With the audit signer or key configured,
+the ``policy.applied`` event is sealed by it (``bot.signer.policy_trust``), and only a sealed
+version is in force."""
 
 from __future__ import annotations
 
