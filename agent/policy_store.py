@@ -16,7 +16,6 @@ is ignored and logged. A change to approvers, ceilings or rollout is stored as
 
 from __future__ import annotations
 
-import difflib
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agent.errors import ConfigError
 from agent.policy import Policy, parse_policy, read_policy_text
+from agent.policy_diff import Change, changes, unified_diff
 from agent.policy_versions import order_refusal
 from storage import policy_seal
 from storage.audit import AuditEvent, AuditLog, sha256_hex
@@ -55,6 +55,8 @@ class ActivePolicy:
     #: The newest ``policy.applied`` event's seq when this was read (in force or not): an apply
     #: over this policy is refused if another comes after it meanwhile.
     applied_seq: int | None = None
+    #: The seq of the ``policy.applied`` event that put :attr:`row` in force (``None``: no row).
+    in_force_seq: int | None = None
 
     @property
     def sha256(self) -> str:
@@ -78,6 +80,8 @@ class PolicyState:
     row_id: int | None
     #: The newest ``policy.applied`` event's seq, in force or not.
     applied_seq: int | None = None
+    #: The seq of the event that put :attr:`in_force` there.
+    in_force_seq: int | None = None
 
 
 async def policy_state(
@@ -89,11 +93,11 @@ async def policy_state(
     audit key every event must be sealed by; ``start``: the file or bundled policy text now."""
     events = await versions.events()
     rows = {r.id: r for r in await versions.history(10_000)}
-    in_force: PolicyVersion | None = None
+    in_force: tuple[PolicyVersion, int] | None = None
     for event in (e for e in events if e.kind == APPLIED):
         why = await refusal_to_force(event, rows, in_force, audit, seal_key=seal_key, start=start)
         if why is None:
-            in_force = rows[event.row]
+            in_force = (rows[event.row], event.seq)
         elif why == _MISMATCH:
             log.error(
                 "policy.applied at audit seq %s does not match policy_versions #%s: ignored", event.seq, event.row
@@ -112,7 +116,8 @@ async def policy_state(
     for raw in (i for i in sorted(rows) if i not in named):
         log.warning("policy_versions #%s has no policy audit event (inserted outside `signoff policy`): ignored", raw)
     return PolicyState(
-        in_force=in_force,
+        in_force=in_force[0] if in_force is not None else None,
+        in_force_seq=in_force[1] if in_force is not None else None,
         pending=tuple(pending),
         event_seq=events[-1].seq if events else None,
         row_id=max(rows) if rows else None,
@@ -126,16 +131,18 @@ _MISMATCH = "mismatch"
 async def refusal_to_force(
     event: PolicyEvent,
     rows: dict[int, PolicyVersion],
-    current: PolicyVersion | None,
+    current: tuple[PolicyVersion, int] | None,
     audit: AuditLog,
     *,
     seal_key: Ed25519PublicKey | None,
     start: str | None,
 ) -> str | None:
-    """Why ``event`` does not put its row in force after ``current`` (``None``: it does): its row
-    and sha256 must match and its audit row be intact; with ``seal_key``, its seal must verify;
-    it must have been applied over ``current``; and a change to approvers, ceilings or rollout
-    (against the version it replaced) needs a second supervisor, other than the proposer."""
+    """Why ``event`` does not put its row in force after ``current`` (the row in force and the seq
+    of its event; ``None``: it does): its row and sha256 must match and its audit row be intact;
+    with ``seal_key``, its seal must verify; it must have been applied over ``current`` (with a
+    seal, over that very event: a sealed event replayed later does not follow); and a change to
+    approvers, ceilings or rollout (against the version it replaced) needs a second supervisor,
+    other than the proposer."""
     row = rows.get(event.row)
     if row is None or not row.sha256 == event.sha256 == sha256_hex(row.yaml) or not await audit.row_intact(event.seq):
         return _MISMATCH
@@ -143,9 +150,11 @@ async def refusal_to_force(
     if seal_key is not None and (why := policy_seal.problem(seal_key, data)) is not None:
         return why
     before_sha = data.get("from_sha256")
-    if current is not None and before_sha != current.sha256:
-        return f"it was applied over another version than policy_versions #{current.id}, in force then"
-    before = current.yaml if current is not None else None
+    now, now_seq = current if current is not None else (None, None)
+    if (now is not None and before_sha != now.sha256) or (seal_key is not None and data.get("from_seq") != now_seq):
+        over = f"policy_versions #{now.id} (audit seq {now_seq})" if now is not None else "the file or bundled policy"
+        return f"it was applied over another version than {over}, in force then"
+    before = now.yaml if now is not None else None
     if before is None:
         known = [r.yaml for r in rows.values() if r.sha256 == before_sha] + [start or ""]
         before = next((t for t in known if sha256_hex(t) == before_sha), None)
@@ -207,73 +216,13 @@ async def active_policy(
             where=f"policy_versions #{row.id}",
             row=row,
             applied_seq=state.applied_seq,
+            in_force_seq=state.in_force_seq,
         )
     if unreadable is not None:
         raise unreadable
     policy = parse_policy(text, source=where)
     source: Literal["file", "bundled"] = "file" if path else "bundled"
     return ActivePolicy(policy=policy, yaml=text, source=source, where=where, applied_seq=state.applied_seq)
-
-
-# -- what changes ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class Change:
-    """One key path whose value differs (``rollout.channels.slack.customer``)."""
-
-    path: str
-    old: Any
-    new: Any
-
-    def line(self) -> str:
-        if isinstance(self.old, list) and isinstance(self.new, list):
-            gone = [v for v in self.old if v not in self.new]
-            added = [v for v in self.new if v not in self.old]
-            return f"{self.path}: " + ", ".join([*(f"+{v}" for v in added), *(f"-{v}" for v in gone)])
-        return f"{self.path}: {_show(self.old)} -> {_show(self.new)}"
-
-
-_ABSENT = object()
-
-
-def _show(value: Any) -> str:
-    if value is _ABSENT:
-        return "(absent)"
-    if isinstance(value, list):
-        return "[" + ", ".join(str(v) for v in value) + "]"
-    return str(value)
-
-
-def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
-    if isinstance(value, dict) and value:
-        for key in sorted(value, key=str):
-            _flatten(value[key], f"{prefix}.{key}" if prefix else str(key), out)
-        return
-    out[prefix] = sorted(value, key=str) if isinstance(value, list | set | frozenset) else value
-
-
-def changes(old: Policy, new: Policy) -> list[Change]:
-    """Every key path whose value differs between ``old`` and ``new`` (defaults filled in), sorted."""
-    a: dict[str, Any] = {}
-    b: dict[str, Any] = {}
-    _flatten(old.model_dump(mode="python"), "", a)
-    _flatten(new.model_dump(mode="python"), "", b)
-    paths = sorted(set(a) | set(b))
-    return [
-        Change(path=p, old=a.get(p, _ABSENT), new=b.get(p, _ABSENT))
-        for p in paths
-        if a.get(p, _ABSENT) != b.get(p, _ABSENT)
-    ]
-
-
-def unified_diff(old_text: str, new_text: str, *, old_name: str, new_name: str) -> str:
-    """A unified diff of the two YAML texts."""
-    return "".join(
-        difflib.unified_diff(
-            old_text.splitlines(keepends=True), new_text.splitlines(keepends=True), fromfile=old_name, tofile=new_name
-        )
-    )
 
 
 # -- applying --------------------------------------------------------------------------------
@@ -345,6 +294,7 @@ async def apply_policy(
         "from_version": active.policy.version,
         "from_source": active.where,
         "from_sha256": active.sha256,
+        "from_seq": active.in_force_seq,
         "to_version": policy.version,
         "sha256": new.sha256,
         "changed": [c.path for c in delta if c.path != "version"],
@@ -392,9 +342,38 @@ async def approve_policy(
         raise PolicyRefused(
             f"the policy in force changed since policy_versions #{row_id} was proposed: propose it again"
         )
-    data = {**proposed.data, "approved_by": approver, "approver_operator": operator, "proposed_at_seq": proposed.seq}
+    data = {
+        **proposed.data,
+        "from_seq": active.in_force_seq,
+        "approved_by": approver,
+        "approver_operator": operator,
+        "proposed_at_seq": proposed.seq,
+    }
     if seal is not None:
         data["seal"] = await seal(data)
     event = AuditEvent(kind=APPLIED, principal=f"supervisor:{approver}", policy_version=row.version, data=data)
     await versions.record(event=event, after_seq=active.applied_seq)
     return row
+
+
+#: ``Change``, ``changes`` and ``unified_diff`` live in :mod:`agent.policy_diff`; imported from here too.
+__all__ = [
+    "REFRESH_EVERY_S",
+    "SENSITIVE",
+    "ActivePolicy",
+    "Applied",
+    "Change",
+    "PolicyRefused",
+    "PolicyState",
+    "active_policy",
+    "apply_policy",
+    "approve_policy",
+    "changes",
+    "needs_second_supervisor",
+    "parse_stored",
+    "policy_state",
+    "refusal",
+    "refusal_to_force",
+    "start_text",
+    "unified_diff",
+]

@@ -45,7 +45,7 @@ from storage.checkpoints import (
     parse_line,
 )
 from storage.policy_seal import Sealer
-from storage.signer import Signer, SignerRefused
+from storage.signer import MAX_SEQ, Signer, SignerRefused
 
 _MAX_BODY = 1024
 _TIMEOUT = aiohttp.ClientTimeout(total=10)
@@ -61,6 +61,7 @@ class _SealRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     from_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    from_seq: int | None = Field(default=None, ge=0, le=MAX_SEQ)
     to_version: str = Field(min_length=1, max_length=64)
     applied_by: str = Field(min_length=1, max_length=64)
     approved_by: str | None = Field(default=None, max_length=64)

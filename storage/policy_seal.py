@@ -5,7 +5,9 @@ a well-formed ``policy.applied`` event with the right sha256. So when an audit s
 configured, the event that puts a version in force also carries a seal, an Ed25519 signature
 by that key (the separate signer's, ``bot.signer``, or the key file's) over
 :data:`DOMAIN` + the canonical JSON of :data:`SEALED` taken from the event's data: the text's
-sha256, the sha256 of the version it replaces, its version, who applied it and who approved it.
+sha256, the sha256 of the version it replaces and the seq of the event that put that one in force
+(so a sealed event replayed later does not follow the version then in force), its version, who
+applied it and who approved it.
 A version is in force only with a seal the configured key verifies (``agent.policy_store``).
 
 The domain differs from the checkpoints' (``storage.checkpoints``), so a checkpoint signature is
@@ -25,8 +27,9 @@ from storage.audit import canonical_json
 from storage.checkpoints import SigningKey, key_id
 
 DOMAIN = b"signoff/policy-applied/v1\n"
-#: The event data's fields a seal covers (``approved_by`` is ``None`` for a change one supervisor may make).
-SEALED = ("sha256", "from_sha256", "to_version", "applied_by", "approved_by")
+#: The event data's fields a seal covers (``approved_by`` is ``None`` for a change one supervisor
+#: may make; ``from_seq`` is ``None`` over the file or bundled policy).
+SEALED = ("sha256", "from_sha256", "from_seq", "to_version", "applied_by", "approved_by")
 
 #: Makes the seal of an event's data (the key file here, or the separate signer).
 Sealer = Callable[[Mapping[str, Any]], Awaitable[dict[str, str]]]

@@ -92,6 +92,19 @@ def _forge_sync(row_id: int, text: str, data: dict[str, Any]) -> None:
     asyncio.run(go())
 
 
+def _replay(data: dict[str, Any]) -> None:
+    """A genuine, sealed policy.applied event's data appended again (what the database role can do)."""
+
+    async def go() -> None:
+        db = create_database(os.environ["SIGNOFF_DATABASE_URL"])
+        try:
+            await AuditLog(db).append(AuditEvent(kind="policy.applied", data=data))
+        finally:
+            await db.dispose()
+
+    asyncio.run(go())
+
+
 def _last_applied_data() -> dict[str, Any]:
     async def go() -> dict[str, Any]:
         db = create_database(os.environ["SIGNOFF_DATABASE_URL"])
@@ -123,17 +136,16 @@ def test_a_forged_event_with_the_right_sha256_is_not_in_force_when_a_key_seals_p
     # the genuine event replayed (putting #1 back over a later version) does not follow the one in force
     assert main(["policy", "apply", str(_write(cli, "x.yaml", _window("2027.7", 50))), "--token", tok("S-4")]) == 0
     assert _in_force_now() == ("2027.7", "policy_versions #4")
-
-    async def replay() -> None:
-        db = create_database(os.environ["SIGNOFF_DATABASE_URL"])
-        try:
-            await AuditLog(db).append(AuditEvent(kind="policy.applied", data={**genuine, "row": 1}))
-        finally:
-            await db.dispose()
-
-    asyncio.run(replay())
+    e4 = _last_applied_data()
+    _replay(genuine)
     assert _in_force_now() == ("2027.7", "policy_versions #4")
     assert "applied over another version than policy_versions #4" in caplog.text
+    # a rollback to #1's text, then the sealed #4 event replayed: same text in force as it was
+    # applied over, but not the same event, so it does not follow
+    assert main(["policy", "apply", str(cli / "w.yaml"), "--token", tok("S-3")]) == 0
+    assert _in_force_now() == ("2027.3", "policy_versions #5")
+    _replay(e4)
+    assert _in_force_now() == ("2027.3", "policy_versions #5")
 
 
 async def test_on_load_a_sensitive_change_needs_a_second_supervisor_who_did_not_propose_it(
