@@ -94,10 +94,12 @@ async def policy_state(
     events = await versions.events()
     rows = {r.id: r for r in await versions.history(10_000)}
     in_force: tuple[PolicyVersion, int] | None = None
+    applied: set[int] = set()  # rows an event let through put in force (a refused one hides no proposal)
     for event in (e for e in events if e.kind == APPLIED):
         why = await refusal_to_force(event, rows, in_force, audit, seal_key=seal_key, start=start)
         if why is None:
             in_force = (rows[event.row], event.seq)
+            applied.add(event.row)
         elif why == _MISMATCH:
             log.error(
                 "policy.applied at audit seq %s does not match policy_versions #%s: ignored", event.seq, event.row
@@ -106,7 +108,6 @@ async def policy_state(
             log.error(
                 "policy.applied at audit seq %s (policy_versions #%s) is not in force: %s", event.seq, event.row, why
             )
-    applied = {e.row for e in events if e.kind == APPLIED}
     pending = []
     for event in events:
         row = rows.get(event.row)

@@ -193,3 +193,14 @@ def test_with_the_separate_signer_an_apply_is_sealed_by_it_and_in_force(
     monkeypatch.setenv("SIGNOFF_AUDIT_KEY_FILE", str(other))
     monkeypatch.delenv("SIGNOFF_AUDIT_SIGNER")
     assert _in_force_now()[0] == load_policy().version
+
+
+def test_a_forged_approval_neither_puts_a_proposal_in_force_nor_hides_it(cli: Path) -> None:
+    """An approval written straight into the audit table, by the proposer, is not in force, and
+    the proposal still waits for (and takes) a real second supervisor's approve."""
+    assert main(["policy", "apply", str(_write(cli, "l.yaml", LIFTED)), "--token", tok("S-3")]) == 0
+    forged = {"row": 1, "sha256": sha256_hex(LIFTED), "from_sha256": sha256_hex(_bundled())}
+    _replay({**forged, "to_version": "2027.2", "applied_by": "S-3", "approved_by": "S-3"})
+    assert _in_force_now()[0] == load_policy().version
+    assert main(["policy", "approve", "1", "--token", tok("S-4")]) == 0
+    assert _in_force_now() == ("2027.2", "policy_versions #1")
