@@ -21,9 +21,10 @@ RUN pip install --no-deps . && useradd --create-home --uid 10001 signoff \
     && mkdir -p /data /anchors && chown signoff /data /anchors
 
 USER signoff
-# Production (no demo data or staff, no development flag); the database and the audit
-# checkpoints live on volumes. Mount /anchors from storage the app host cannot rewrite
-# (README, "Security").
+# Production (no demo data or staff, no development flag); the database and the app's own
+# audit checkpoints and key live on volumes. The app writes /anchors, so it is no anchor against
+# whoever controls this host: set SIGNOFF_AUDIT_SIGNER (the signer as another user, outside the
+# container) and SIGNOFF_AUDIT_PUBLISH (off-host, append-only); README, "Security".
 ENV SIGNOFF_ENV=production \
     SIGNOFF_DATABASE_URL=sqlite+aiosqlite:////data/signoff.db \
     SIGNOFF_AUDIT_CHECKPOINT_FILE=/anchors/audit-checkpoints.jsonl \

@@ -18,7 +18,7 @@ import yaml
 
 from agent.errors import ConfigError
 from agent.policy import STAGES, Policy, Stage, next_stage, parse_policy
-from agent.policy_store import Change, changes
+from agent.policy_diff import Change, changes
 from agent.policy_versions import next_version
 from tools.context import PrincipalKind
 

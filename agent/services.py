@@ -72,7 +72,7 @@ class Services:
     handoff_sla_s: float = 300.0
 
     def use_policy(self, policy: Policy) -> None:
-        """Put ``policy`` in force (a newly applied version, ``agent.policy_store.PolicyRefresher``):
+        """Put ``policy`` in force (a newly applied version, ``agent.policy_refresher.PolicyRefresher``):
         every run started later reads it; a run already going keeps the version it started with
         (:meth:`pinned_policy`). The one field that changes after start, swapped together with
         the gatekeeper's."""

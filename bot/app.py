@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agent import handoff
 from agent.errors import ConfigError
@@ -22,7 +23,8 @@ from agent.metrics import InstrumentedModel, Metrics, attach_metrics
 from agent.notify import LogNotifier, Notifier, RoutingNotifier
 from agent.people import load_people_file
 from agent.policy import Policy
-from agent.policy_store import REFRESH_EVERY_S, ActivePolicy, PolicyRefresher, active_policy
+from agent.policy_refresher import PolicyRefresher
+from agent.policy_store import REFRESH_EVERY_S, ActivePolicy, active_policy, start_text
 from agent.policy_versions import record_start
 from agent.runtime import Runtime
 from agent.services import Services, build_services
@@ -34,6 +36,7 @@ from bot.faces import Face, FaceFactory, FaceKit
 from bot.production import warn_if_development
 from bot.settings import Settings, reveal
 from bot.shopify import wiring as shopify_wiring
+from bot.signer import policy_trust
 from bot.slack import wiring as slack_wiring
 from bot.teams import wiring as teams_wiring
 from bot.telemetry import Tracing, install_tracing
@@ -156,6 +159,8 @@ class App:
     #: The policy in force at start and where it came from (the database's newest applied
     #: version wins over the file); :meth:`policy_refresher` picks up later applies.
     policy: ActivePolicy | None = None
+    #: The audit key every ``policy.applied`` must be sealed by (``None``: none configured).
+    policy_seal_key: Ed25519PublicKey | None = None
     #: Where a hand-off's relayed messages go: each face's customers and staff threads (one line a face).
     relay: Relay = field(default_factory=Relay)
 
@@ -202,11 +207,14 @@ class App:
         """What keeps a long-running process (serve, worker, socket) on the newest applied policy:
         run it beside the process (``await refresher.run(stop)``)."""
         row = self.policy.row if self.policy is not None else None
+        path = self.settings.signoff_policy_file if self.settings is not None else None
         return PolicyRefresher(
             PolicyVersions(self.db),
             self.runtime.s.use_policy,
             seen_id=row.id if row is not None else None,
             every_s=every_s,
+            seal_key=self.policy_seal_key,
+            start=start_text(path),
         )
 
     def worker(self) -> Worker:
@@ -243,10 +251,11 @@ class App:
         await handler(item)
 
 
-async def start_policy(db: Database, settings: Settings) -> ActivePolicy:
-    """The policy in force at start; a file or bundled one is recorded under its version the
-    first time it is seen (that version string then names this text for good)."""
-    active = await active_policy(PolicyVersions(db), settings.signoff_policy_file)
+async def start_policy(db: Database, settings: Settings, seal_key: Ed25519PublicKey | None = None) -> ActivePolicy:
+    """The policy in force at start (``seal_key``: the audit key a version in force is sealed
+    by); a file or bundled one is recorded under its version the first time it is seen (that
+    version string then names this text for good)."""
+    active = await active_policy(PolicyVersions(db), settings.signoff_policy_file, seal_key=seal_key)
     if active.source != "database":
         await record_start(PolicyVersions(db), active.policy.version, active.yaml, source=active.where)
     log.info("policy %s from %s (%s)", active.policy.version, active.where, active.source)
@@ -281,7 +290,8 @@ async def create_app(
     db = await open_database(settings)
     # OTEL_* are the OpenTelemetry SDK's own variables; this root only asks whether to export.
     tracing = install_tracing(os.environ, db)
-    active = await start_policy(db, settings)
+    seal_key = (await policy_trust(settings))[1]
+    active = await start_policy(db, settings, seal_key)
     metrics = Metrics(known_tools=build_registry().tools)
     instrumented = TracedModel(
         InstrumentedModel(model or build_model(settings, metrics), metrics), provider=settings.provider
@@ -320,6 +330,7 @@ async def create_app(
         slack=next((getattr(f, "inner", None) for f in built if f.name == "slack"), None),
         http_routes=tuple(r for f in built for r in f.routes()),
         policy=active,
+        policy_seal_key=seal_key,
         relay=relay_of(built),
     )
 

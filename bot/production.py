@@ -39,8 +39,10 @@ def refuse_public_listen(settings: Settings, host: str) -> None:
 
 
 def warn_if_development(settings: Settings) -> None:
-    """Log, at every start, that this process is not running as production."""
+    """Log, at every start, that this process is not running as production, or that this
+    production has no audit anchor off the app host."""
     if settings.is_production:  # the settings refuse every development flag in production
+        warn_if_unanchored(settings)
         return
     what = ", ".join(("SIGNOFF_ENV=development", *dev_flags(settings)))
     log.warning(
@@ -50,4 +52,22 @@ def warn_if_development(settings: Settings) -> None:
     )
 
 
-__all__ = ["dev_flags", "refuse_public_listen", "warn_if_development"]
+def warn_if_unanchored(settings: Settings) -> None:
+    """Production with neither the separate signer nor an off-host publish target: whoever
+    controls this host can rewrite the audit log and its checkpoints together unnoticed. With
+    neither the signer nor an audit key, nothing seals the policy in force (agent/policy_store.py)."""
+    if not (settings.signoff_audit_signer or settings.signoff_audit_key_file):
+        log.warning(
+            "POLICY UNSEALED: neither SIGNOFF_AUDIT_SIGNER nor SIGNOFF_AUDIT_KEY_FILE is set, so a policy "
+            "version is in force on the database's word (README, Rolling out)"
+        )
+    if settings.signoff_audit_signer or settings.signoff_audit_publish:
+        return
+    log.warning(
+        "NO AUDIT ANCHOR OFF THIS HOST: neither SIGNOFF_AUDIT_SIGNER nor SIGNOFF_AUDIT_PUBLISH is set, so "
+        "checkpoints (if any) are signed and kept where the app can rewrite them; run "
+        "`signoff audit signer` as another user, or publish off-host (README, Security)"
+    )
+
+
+__all__ = ["dev_flags", "refuse_public_listen", "warn_if_development", "warn_if_unanchored"]

@@ -69,13 +69,22 @@ def make_web_app(
     web_app.router.add_get("/metrics", metrics)
     web_app.router.add_post("/email/inbound", email_bridge.inbound)
     api.add_routes(web_app)
-    if app.slack is not None and app.slack.config.signing_secret:
+    slack = app.slack.config if app.slack is not None else None
+    # Socket Mode (SLACK_APP_TOKEN) brings the events over its WebSocket: over HTTP it serves at
+    # most the OAuth install flow (SLACK_CLIENT_ID), and nothing at all without a signing secret.
+    if (
+        app.slack is not None
+        and slack is not None
+        and slack.signing_secret
+        and (not slack.app_token or slack.client_id)
+    ):
         from bot.slack.bolt import build_bolt
         from bot.slack.bolt import routes as slack_routes
 
-        web_app.router.add_routes(slack_routes(build_bolt(app.slack), app.slack.config.signing_secret))
+        bolt = build_bolt(app.slack)
+        web_app.router.add_routes(slack_routes(bolt, slack.signing_secret, events=not slack.app_token))
     elif app.slack is not None:
-        log.info("Slack without SLACK_SIGNING_SECRET: Socket Mode only, no /slack/* route")
+        log.info("Slack over Socket Mode or without SLACK_SIGNING_SECRET: no /slack/events route")
     # The faces' own endpoints, when configured (Teams: POST /teams/messages).
     web_app.router.add_routes([*app.http_routes, *extra_routes])
     return web_app

@@ -90,7 +90,8 @@ class Settings(BaseSettings):
     #: Seconds an unclaimed hand-off to a person waits (within support hours) before on-call is mentioned again.
     signoff_handoff_sla: float = Field(default=300.0, ge=1, le=86400)
     #: The separate audit signer (``unix:/PATH`` or ``http://127.0.0.1:PORT``): signs checkpoints
-    #: and keeps the highest seq it signed, out of the app user's reach.
+    #: and keeps the highest seq it signed, out of the app user's reach; it also seals each
+    #: ``policy.applied`` (with it, or an audit key file, a version in force needs that seal).
     signoff_audit_signer: str | None = None
     #: Where each checkpoint is also sent, off this host: an append-only HTTP(S) endpoint or a
     #: directory on a WORM mount.

@@ -6,7 +6,9 @@ user, with a key file and a state file the app's user cannot read or write) on a
 
 - ``POST /sign`` ``{"seq": N, "hash": "<64 hex>"}`` → 200 ``{"checkpoint": "<line>"}``, or 409
   ``{"error": "refused", "message": …}`` for a head below (or beside) one it signed;
-- ``GET /key`` → the public key (PEM); ``GET /checkpoints`` → every head it signed (JSON lines).
+- ``GET /key`` → the public key (PEM); ``GET /checkpoints`` → every head it signed (JSON lines);
+- ``POST /seal`` (the fields :data:`storage.policy_seal.SEALED`) → 200 ``{"seal": {…}}``: the
+  seal that puts a policy version in force (:mod:`storage.policy_seal`).
 
 :class:`RemoteSigner` is the app's side (``audit checkpoint --signer URL``, the worker's
 schedule, ``audit verify --signer URL``). :func:`publisher` sends each new checkpoint to an
@@ -21,7 +23,7 @@ import contextlib
 import ipaddress
 import json
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +31,21 @@ import aiohttp
 from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from storage.checkpoints import Checkpoint, CheckpointError, Publish, parse_line
-from storage.signer import Signer, SignerRefused
+from agent.errors import ConfigError
+from bot.settings import Settings
+from storage import policy_seal
+from storage.checkpoints import (
+    Checkpoint,
+    CheckpointError,
+    Publish,
+    load_or_create_signing_key,
+    load_verify_key,
+    parse_line,
+)
+from storage.policy_seal import Sealer
+from storage.signer import MAX_SEQ, Signer, SignerRefused
 
 _MAX_BODY = 1024
 _TIMEOUT = aiohttp.ClientTimeout(total=10)
@@ -42,6 +55,16 @@ class _SignRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     seq: int
     hash: str
+
+
+class _SealRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    from_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    from_seq: int | None = Field(default=None, ge=0, le=MAX_SEQ)
+    to_version: str = Field(min_length=1, max_length=64)
+    applied_by: str = Field(min_length=1, max_length=64)
+    approved_by: str | None = Field(default=None, max_length=64)
 
 
 # -- the signer's side ---------------------------------------------------------------------------
@@ -74,8 +97,19 @@ def signer_app(signer: Signer) -> web.Application:
         lines = "".join(cp.to_line() for cp in await asyncio.to_thread(signer.history))
         return web.Response(text=lines, content_type="application/x-ndjson")
 
+    async def seal(request: web.Request) -> web.Response:
+        raw = await request.content.read(_MAX_BODY + 1)
+        try:
+            body = _SealRequest.model_validate_json(raw) if len(raw) <= _MAX_BODY else None
+        except ValidationError:
+            body = None
+        if body is None:
+            return _error(400, "invalid", f"send the fields {', '.join(policy_seal.SEALED)} (under {_MAX_BODY} bytes)")
+        return web.json_response({"seal": policy_seal.seal(signer.key, body.model_dump())})
+
     app = web.Application(client_max_size=_MAX_BODY)
     app.router.add_post("/sign", sign)
+    app.router.add_post("/seal", seal)
     app.router.add_get("/key", key)
     app.router.add_get("/checkpoints", history)
     return app
@@ -175,6 +209,16 @@ class RemoteSigner:
             raise CheckpointError(f"the audit signer at {self.url} answered {status}")
         return parse_line(line, 0, await self.public_key(), where="the signer's answer")
 
+    async def seal(self, data: Mapping[str, Any]) -> dict[str, str]:
+        """The signer's seal of a ``policy.applied`` event's ``data``, checked before it is used."""
+        status, raw = await self._call("POST", "/seal", policy_seal.sealed_fields(data))
+        found = _json(raw).get("seal")
+        if status != 200 or not isinstance(found, dict):
+            raise CheckpointError(f"the audit signer at {self.url} answered {status} when asked to seal the policy")
+        if policy_seal.problem(await self.public_key(), {**data, "seal": found}) is not None:
+            raise CheckpointError(f"the audit signer at {self.url} gave a seal its key does not verify")
+        return {str(k): str(v) for k, v in found.items()}
+
     async def history(self) -> list[Checkpoint]:
         """Every head the signer ever signed, each signature checked."""
         status, raw = await self._call("GET", "/checkpoints")
@@ -241,4 +285,41 @@ def _directory_publisher(directory: Path) -> Callable[[Checkpoint], Awaitable[No
     return send
 
 
-__all__ = ["RemoteSigner", "listen_address", "publisher", "run_signer", "signer_app"]
+# -- the policy's seal ---------------------------------------------------------------------------
+
+
+async def policy_trust(settings: Settings) -> tuple[Sealer | None, Ed25519PublicKey | None]:
+    """What seals a ``policy.applied`` event and the key every one must verify with: the separate
+    signer (its key pinned by ``SIGNOFF_AUDIT_KEY_FILE`` when that is set), else the audit key
+    file; ``(None, None)`` when neither is configured (a version in force then rests on the
+    database alone: README, "Rolling out")."""
+    key_file = settings.signoff_audit_key_file
+    if settings.signoff_audit_signer:
+        try:
+            remote = RemoteSigner(settings.signoff_audit_signer)
+            pinned = await asyncio.to_thread(load_verify_key, key_file) if key_file is not None else None
+            return remote.seal, pinned or await remote.public_key()
+        except CheckpointError as exc:
+            raise ConfigError(f"SIGNOFF_AUDIT_SIGNER: {exc} (it seals the policy in force)") from None
+    if key_file is None:
+        return None, None
+    try:
+        return await _key_file_trust(key_file)
+    except CheckpointError as exc:
+        raise ConfigError(f"SIGNOFF_AUDIT_KEY_FILE: {exc} (it seals the policy in force)") from None
+
+
+async def _key_file_trust(key_file: Path) -> tuple[Sealer, Ed25519PublicKey]:
+    def verify_key() -> Ed25519PublicKey:  # a private key (created on first use) or a pinned public one
+        return load_verify_key(key_file) if key_file.exists() else load_or_create_signing_key(key_file).public_key()
+
+    verify = await asyncio.to_thread(verify_key)
+
+    async def seal(data: Mapping[str, Any]) -> dict[str, str]:
+        signing = await asyncio.to_thread(load_or_create_signing_key, key_file)
+        return policy_seal.seal(signing, data)
+
+    return seal, verify
+
+
+__all__ = ["RemoteSigner", "policy_trust", "listen_address", "publisher", "run_signer", "signer_app"]

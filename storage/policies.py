@@ -8,9 +8,8 @@ is in force only through such an event carrying its id and sha256: a row inserte
 into the table is ignored. Rows are never updated or deleted: a rollback applies the older
 text again as a new row.
 
-Writes are serialised by the version in force: each names the row it expects in force (the
-newest ``policy.applied`` event's), so of two concurrent applies one commits and the other is
-refused with :class:`PolicyMoved` (nothing of it is stored).
+Writes are serialised by the newest ``policy.applied`` event: each names the seq it read, so
+of two concurrent applies one commits and the other is refused with :class:`PolicyMoved` (nothing of it is stored).
 """
 
 from __future__ import annotations
@@ -154,14 +153,19 @@ class PolicyVersions:
             return cast(int | None, (await s.execute(stmt)).scalar())
 
     async def add(
-        self, new: NewPolicyVersion, *, in_force: PolicyVersion | None, audit: Callable[[int, datetime], AuditEvent]
+        self,
+        new: NewPolicyVersion,
+        *,
+        in_force: PolicyVersion | None,
+        audit: Callable[[int, datetime], AuditEvent],
+        after_seq: int | None = None,
     ) -> PolicyVersion:
         """Store ``new`` (proposed over ``in_force``) with the audit event ``audit(id, at)`` builds
         (``policy.applied`` puts it in force; ``policy.proposed`` waits for a second supervisor),
-        in one transaction. Raises :class:`PolicyMoved` (storing nothing) when another version
-        came into force meanwhile."""
+        in one transaction. Raises :class:`PolicyMoved` (storing nothing) when a ``policy.applied``
+        event was appended after seq ``after_seq`` (the newest one the caller read) meanwhile."""
         try:
-            return await self._insert(new, in_force, audit, check=True)
+            return await self._insert(new, in_force, audit, check=True, after_seq=after_seq)
         except IntegrityError:  # a concurrent apply took the same id first
             raise PolicyMoved("another policy version was applied meanwhile; run it again") from None
 
@@ -172,6 +176,7 @@ class PolicyVersions:
         audit: Callable[[int, datetime], AuditEvent],
         *,
         check: bool = False,
+        after_seq: int | None = None,
     ) -> PolicyVersion:
         now = self._clock()
         values: dict[str, object] = {
@@ -183,11 +188,10 @@ class PolicyVersions:
             "operator": new.operator,
             "previous_version": in_force.version if in_force is not None else None,
         }
-        expected = in_force.id if in_force is not None else None
 
         def _add(conn: Connection, ctx: WriteContext) -> int:
             if check:
-                _check_in_force(conn, expected)
+                _check_in_force(conn, after_seq)
             row_id = int(conn.execute(select(func.max(_VERSIONS.c.id))).scalar() or 0) + 1
             conn.execute(insert(_VERSIONS), {**values, "id": row_id})
             _append(conn, ctx, audit(row_id, now))
@@ -216,13 +220,12 @@ class PolicyVersions:
                 continue
         raise PolicyMoved("policy_versions kept moving while recording the start-up version")
 
-    async def record(self, *, in_force: PolicyVersion | None, event: AuditEvent) -> None:
-        """Append ``event`` (a second supervisor's ``policy.applied`` of a proposed row) if the
-        version in force is still ``in_force``; else :class:`PolicyMoved` and nothing is stored."""
-        expected = in_force.id if in_force is not None else None
+    async def record(self, *, event: AuditEvent, after_seq: int | None) -> None:
+        """Append ``event`` (a second supervisor's ``policy.applied`` of a proposed row) if no
+        ``policy.applied`` came after seq ``after_seq``; else :class:`PolicyMoved`, nothing stored."""
 
         def _record_event(conn: Connection, ctx: WriteContext) -> None:
-            _check_in_force(conn, expected)
+            _check_in_force(conn, after_seq)
             _append(conn, ctx, event)
 
         await self._db.write(_record_event)
@@ -234,12 +237,12 @@ def _append(conn: Connection, ctx: WriteContext, event: AuditEvent) -> None:
 
 
 def _check_in_force(conn: Connection, expected: int | None) -> None:
-    """Raise :class:`PolicyMoved` unless the newest ``policy.applied`` event names row ``expected``."""
-    stmt = select(_EVENTS.c.data).where(_EVENTS.c.kind == APPLIED).order_by(_EVENTS.c.seq.desc()).limit(1)
-    data = conn.execute(stmt).scalar()
-    current = data.get("row") if isinstance(data, dict) else None
+    """Raise :class:`PolicyMoved` unless the newest ``policy.applied`` event is at seq ``expected``
+    (its seq, not the row it names: an event written outside ``signoff policy`` that is not in
+    force must not block every later apply)."""
+    current = conn.execute(select(func.max(_EVENTS.c.seq)).where(_EVENTS.c.kind == APPLIED)).scalar()
     if current != expected:
-        raise PolicyMoved(f"another policy version came into force meanwhile (row {current}); run it again")
+        raise PolicyMoved(f"another policy.applied event was appended meanwhile (seq {current}); run it again")
 
 
 def _event(seq: int, kind: str, data: Any) -> PolicyEvent | None:

@@ -1,7 +1,8 @@
 """Every regular expression our code runs on text, and adversarial inputs to time them on.
 
-``patterns()`` collects the patterns of ``bot/``, ``agent/``, ``tools/``, ``storage/`` and
-``sandbox/``: each literal pattern handed to ``re.*`` (read from the source, so inline
+``patterns()`` collects the patterns of every package that runs one: ``bot/`` (the faces, the
+widget included), ``agent/``, ``tools/``, ``storage/``, ``sandbox/`` and ``shopify/`` (webhooks,
+Admin API answers): each literal pattern handed to ``re.*`` (read from the source, so inline
 ``re.search(r"…", text)`` calls are found too), each compiled pattern a module keeps at its
 top level (patterns built with f-strings), the catalogue's reply-claim patterns and the demo
 planner's intent words. ``adversarial(pattern, n)`` builds inputs of about ``n`` characters
@@ -25,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("bot", "agent", "tools", "storage", "sandbox")
+PACKAGES = ("bot", "agent", "tools", "storage", "sandbox", "shopify")
 _RE_CALLS = frozenset({"compile", "match", "search", "fullmatch", "findall", "finditer", "sub", "subn", "split"})
 _GENERIC = " \t\n.@<>[]()|:;,/-_$'\"*~`#!=+?aA0O9"
 

@@ -103,6 +103,19 @@ def test_the_image_runs_as_production_not_root_with_volumes_and_from_the_lock() 
     assert project == ["--no-deps", "."]
 
 
+def test_the_docs_never_call_the_apps_own_anchors_volume_safe_from_its_host() -> None:
+    """The app writes /anchors (its checkpoint file and key), so neither the Dockerfile nor the
+    README may present it as storage the app host cannot rewrite; both send the operator to the
+    separate signer and an off-host publish target."""
+    readme = (ROOT / "README.md").read_text()
+    security = readme.partition("\n## Security")[2].partition("\n## ")[0]
+    audit = next(b for b in security.split("\n- ") if b.startswith("**Audit.**"))
+    comments = " ".join(line for line in DOCKERFILE.read_text().splitlines() if line.startswith("#"))
+    for text in (" ".join(audit.split()), comments):
+        assert "SIGNOFF_AUDIT_SIGNER" in text and "SIGNOFF_AUDIT_PUBLISH" in text, text
+        assert not re.search(r"cannot rewrite \(the image's `/anchors`|Mount /anchors from storage", text), text
+
+
 def test_parse_reads_copy_env_run_and_cmd() -> None:
     image = parse(
         "FROM x\nWORKDIR /app\nCOPY a b ./\nCOPY sandbox ./sandbox\nRUN pip install --no-deps . && useradd u\n"

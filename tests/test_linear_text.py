@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -105,6 +106,21 @@ def test_the_demo_planner_reads_any_message_in_linear_time(unit: str) -> None:
     timed(lambda t: [any(__import__("re").search(w, t) for w in words) for words, _ in planner.INTENTS], low)
     timed(planner.general_question, low)
     timed(planner.parse_address, text)
+
+
+def test_the_scan_covers_every_package_that_runs_a_pattern() -> None:
+    """A package of ours that imports ``re`` (shopify/ reads webhooks and Admin API answers) is scanned."""
+    ours = {p.parent.name for p in regex_scan.ROOT.glob("*/__init__.py") if p.parent.name != "tests"}
+    uses_re = {
+        pkg
+        for pkg in ours
+        if any(
+            re.search(r"^(import re|from re import)\b", f.read_text(), re.M)
+            for f in (regex_scan.ROOT / pkg).rglob("*.py")
+        )
+    }
+    assert uses_re and uses_re <= set(regex_scan.PACKAGES), uses_re - set(regex_scan.PACKAGES)
+    assert any(where.startswith("shopify/") for where, _, _ in regex_scan.patterns())
 
 
 def test_no_pattern_in_the_code_grows_faster_than_linearly() -> None:

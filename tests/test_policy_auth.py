@@ -16,7 +16,8 @@ import pytest
 from sqlalchemy import insert
 
 from agent.policy import load_policy
-from agent.policy_store import PolicyRefresher, active_policy
+from agent.policy_refresher import PolicyRefresher
+from agent.policy_store import active_policy
 from bot.api.auth import make_token
 from bot.cli import main
 from storage.audit import AuditEvent, AuditLog, sha256_hex

@@ -14,7 +14,8 @@ from agent import steps
 from agent.llm.base import ModelRequest
 from agent.llm.testing import FunctionModel, Reply, make_response, text_block, tool_use_block
 from agent.policy import Policy
-from agent.policy_store import PolicyRefresher, active_policy, apply_policy, approve_policy
+from agent.policy_refresher import PolicyRefresher
+from agent.policy_store import active_policy, apply_policy, approve_policy
 from agent.services import Services
 from storage.audit import AuditLog
 from storage.db import Database

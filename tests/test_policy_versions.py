@@ -15,8 +15,8 @@ import yaml
 from agent.decisions import Record
 from agent.errors import ConfigError
 from agent.policy import load_policy, parse_policy
+from agent.policy_refresher import PolicyRefresher
 from agent.policy_store import (
-    PolicyRefresher,
     PolicyRefused,
     active_policy,
     apply_policy,

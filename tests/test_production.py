@@ -27,6 +27,7 @@ from bot.server import metrics as metrics_handler
 from bot.settings import Settings, load_settings
 from bot.slack.face import SlackConfig
 from sandbox.schema import upgrade
+from storage.checkpoints import load_or_create_signing_key
 from storage.db import Database
 from tests.api_kit import client_for
 from tests.fakes.bot_connector import APP_ID, TENANT_ID
@@ -98,6 +99,25 @@ async def test_every_start_in_development_warns_loudly(tmp_path: Path, caplog: p
     assert any("DEVELOPMENT MODE (SIGNOFF_ENV=development, SIGNOFF_TEAMS_DEV_ANONYMOUS)" in line for line in lines)
     lines = await _started(tmp_path, {"SIGNOFF_LLM_PROVIDER": "scripted"}, caplog)
     assert not any("DEVELOPMENT" in line for line in lines), lines
+
+
+async def test_production_without_a_signer_or_publish_target_warns_loudly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Production with neither SIGNOFF_AUDIT_SIGNER nor SIGNOFF_AUDIT_PUBLISH says so at start;
+    either one silences it, and development (which warns of itself) does not add it."""
+    prod = {"SIGNOFF_LLM_PROVIDER": "scripted"}
+    lines = await _started(tmp_path, prod, caplog)
+    assert any(line.startswith("NO AUDIT ANCHOR OFF THIS HOST") for line in lines), lines
+    assert any(line.startswith("POLICY UNSEALED") for line in lines), lines
+    publish = {**prod, "SIGNOFF_AUDIT_PUBLISH": str(tmp_path / "worm")}
+    lines = await _started(tmp_path, publish, caplog)
+    assert not any("NO AUDIT ANCHOR" in line for line in lines) and any("POLICY UNSEALED" in x for x in lines)
+    pinned = tmp_path / "signer.pem"  # the signer's key pinned: the start need not reach it
+    load_or_create_signing_key(pinned)
+    signer = {**prod, "SIGNOFF_AUDIT_SIGNER": "unix:/run/signoff-signer/sock", "SIGNOFF_AUDIT_KEY_FILE": str(pinned)}
+    assert not any("NO AUDIT ANCHOR" in x or "UNSEALED" in x for x in await _started(tmp_path, signer, caplog))
+    assert not any("NO AUDIT ANCHOR" in line for line in await _started(tmp_path, DEV, caplog))
 
 
 def test_signoff_demo_is_development_without_being_told(clean_env: pytest.MonkeyPatch) -> None:
@@ -242,6 +262,13 @@ def test_the_audit_budget_is_a_sliding_window_per_person_with_bounded_memory() -
     assert len(budget._seen) == 3  # the least recently seen were forgotten
     with pytest.raises(ValueError):
         AuditBudget(per_window=0)
+
+
+def test_the_readme_says_the_click_audit_budget_is_per_process() -> None:
+    """The budget lives in each process's memory: the README says N replicas allow N times it."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    security = " ".join(readme.partition("\n## Security")[2].partition("\n## ")[0].split())
+    assert f"N replicas serving clicks allow up to N × {AuditBudget().per_window} a minute per person" in security
 
 
 def test_requires_python_has_a_patch_floor_this_interpreter_meets() -> None:

@@ -16,6 +16,7 @@ import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
@@ -158,3 +159,43 @@ async def test_signoff_serve_with_socket_mode_credentials_mounts_no_slack_route(
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM inbound").fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+
+
+async def _status(server: Serve, method: str, path: str, body: str = "", headers: dict[str, str] | None = None) -> int:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(
+            method, server.url + path, data=body.encode(), headers=headers or {}, allow_redirects=False
+        ) as r,
+    ):
+        return r.status
+
+
+async def test_signoff_serve_in_socket_mode_with_a_signing_secret_mounts_only_the_oauth_install(tmp_path: Path) -> None:
+    """SLACK_APP_TOKEN and SLACK_SIGNING_SECRET both set: Socket Mode brings the events, so
+    /slack/events is not served, even signed; the OAuth install flow (SLACK_CLIENT_ID) keeps
+    its two routes, and without it there is no /slack/* route at all."""
+    template = tmp_path / "template.db"
+    env = env_for(template, anthropic="http://127.0.0.1:9", slack="http://127.0.0.1:9")
+    assert (await run_cli(env, "db", "upgrade"))[0] == 0
+    assert (await run_cli(env, "store", "load", str(DEMO), "--rebase-to-now"))[0] == 0
+    oauth = {"SLACK_CLIENT_ID": "1234.5678", "SLACK_CLIENT_SECRET": "c", "SIGNOFF_SECRET_KEY": "k" * 40}
+    body = event_body(mention(PRIYA, "assist C-7", channel="D0PRIYA"))
+    for name, extra in (("plain", {}), ("oauth", oauth)):
+        db = tmp_path / f"{name}.db"
+        shutil.copy(template, db)
+        server = Serve(
+            env_for(
+                db, anthropic="http://127.0.0.1:9", slack="http://127.0.0.1:9", SLACK_APP_TOKEN="xapp-1-test", **extra
+            )
+        )
+        await server.start()
+        try:
+            assert await server.post(body, signed_headers(body)) == 404, name
+            install = await _status(server, "GET", "/slack/install")
+            assert (install != 404) if extra else (install == 404), (name, install)
+        finally:
+            await server.stop()
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("SELECT count(*) FROM inbound").fetchone()[0] == 0
+            assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0

@@ -6,25 +6,39 @@ accept-first faces turn messages away above a cap on queued inbound jobs (policy
 from __future__ import annotations
 
 import json
+import logging
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import ClientResponse
+from aiohttp.test_utils import TestClient, TestServer
+from slack_bolt.request.async_request import AsyncBoltRequest
+from sqlalchemy import func, select
 
 from agent.errors import LimitExceeded
 from agent.llm.testing import CompromisedModel, ScriptedModel
 from agent.metrics import attach_metrics
+from bot.app import create_app
+from bot.cli.slack_demo import demo_database
 from bot.email.turns import unverified_principal
+from bot.server import make_web_app
+from bot.settings import load_settings
+from bot.slack.bolt import build_bolt
 from bot.slack.face import Person
 from bot.teams.invoke import InvokeReply
 from bot.web import InboxFull
 from storage.db import Database
 from storage.inbox import Inbox
 from storage.jobs import JobQueue
+from storage.models import InboundRow, JobRow
 from tests.api_kit import client_for, counts, drain, settings
 from tests.fakes.bot_connector import APP_ID, TokenIssuer, message_activity
+from tests.fakes.slack_api import FakeSlackApi
 from tests.gatekeeper_kit import C7, make_env, policy_with
+from tests.slack_kit import PRIYA, SIGNING_SECRET, event_body, mention, signed_headers
 from tests.support import seeded
 from tests.test_email_bridge import mail, signed
 from tests.test_teams_routes import SERVICE, Recorder, config_for, start
@@ -153,3 +167,62 @@ async def test_teams_over_the_queue_cap_is_503_with_retry_after() -> None:
                 assert (r.status, r.headers.get("Retry-After"), answer["error"]) == (503, "17", "unavailable")
         finally:
             await runner.cleanup()
+
+
+async def test_slack_over_the_queue_cap_is_503_before_anything_is_stored_so_slack_redelivers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full queue is never acked: over HTTP 503 with Retry-After (Slack retries three times; the
+    last one still refused is logged as lost), over Socket Mode no ack (Bolt's answer is not 200,
+    so Slack redelivers the envelope); a redelivery once there is room is stored."""
+    url = await demo_database(tmp_path / "cap.db")
+    async with FakeSlackApi() as slack:
+        env = {
+            "SIGNOFF_DATABASE_URL": url,
+            "SIGNOFF_LLM_PROVIDER": "scripted",
+            "SIGNOFF_SLACK_API_URL": slack.base_url,
+            "SLACK_BOT_TOKEN": "xoxb-test-token",
+            "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        }
+        app = await create_app(load_settings(env), seed=False)
+        try:
+            app.runtime.s.use_policy(policy_with(inbound={"max_queued_jobs": 1, "retry_after_s": 41}))
+            async with TestClient(TestServer(make_web_app(app))) as c:
+
+                async def post(body: str, **headers: str) -> ClientResponse:
+                    kind = {"Content-Type": "application/json"}
+                    return await c.post("/slack/events", data=body, headers={**kind, **signed_headers(body), **headers})
+
+                assert (await post(event_body(mention(PRIYA, "hello", channel="D0PRIYA")))).status == 200
+                before = await _stored(app.db)
+                second = event_body(mention(PRIYA, "and again", channel="D0PRIYA"))
+                r = await post(second)
+                assert (r.status, r.headers.get("Retry-After")) == (503, "41"), await r.text()
+                assert await _stored(app.db) == before
+                with caplog.at_level(logging.ERROR):
+                    r = await post(second, **{"X-Slack-Retry-Num": "3", "X-Slack-Retry-Reason": "http_error"})
+                assert r.status == 503 and "still full on Slack's last retry" in caplog.text
+                # socket mode: the same listener, no 200, so no ack
+                envelope = json.loads(event_body(mention(PRIYA, "over the socket", channel="D0PRIYA")))
+                answer = await build_bolt(app.slack).async_dispatch(AsyncBoltRequest(body=envelope, mode="socket_mode"))  # type: ignore[arg-type]
+                assert answer.status != 200 and await _stored(app.db) == before
+                # room again: Slack's redelivery is stored
+                for item in await _queued(app.db):
+                    await app.runtime.s.inbox.finish(item, "ignored")
+                assert (await post(second, **{"X-Slack-Retry-Num": "1"})).status == 200
+                assert await _stored(app.db) == (before[0] + 1, before[1] + 1)
+        finally:
+            await app.close()
+
+
+async def _stored(db: Database) -> tuple[int, int]:
+    """(inbound rows, jobs): what a turned-away delivery must leave as it was."""
+    async with db.reader() as s:
+        inbound = (await s.execute(select(func.count()).select_from(InboundRow))).scalar_one()
+        jobs = (await s.execute(select(func.count()).select_from(JobRow))).scalar_one()
+    return int(inbound), int(jobs)
+
+
+async def _queued(db: Database) -> list[str]:
+    async with db.reader() as s:
+        return [str(i) for i in (await s.execute(select(InboundRow.id).where(InboundRow.status == "queued"))).scalars()]

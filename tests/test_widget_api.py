@@ -19,6 +19,7 @@ from bot.widget.proxy import ProxyRejected, canonical, signed_query, verify
 from bot.widget.stream import Cursor, chunks, frames, parse_cursor
 from storage.models import InboundRow, WidgetEventRow, WidgetSessionRow
 from storage.widget import WidgetEvent
+from tests.gatekeeper_kit import policy_with
 from tests.support import REP
 from tests.widget_kit import JWT_SECRET, PROXY_SECRET, SHOP, WidgetServer, widget_server
 
@@ -150,6 +151,35 @@ def test_a_resent_message_is_stored_once(server: WidgetServer) -> None:
         )
         assert (status, body) == (202, {"id": "same-1"})
     assert counts(server)[2] == before[2] + 1
+
+
+def test_a_message_over_the_queue_cap_is_503_with_retry_after_and_stores_nothing(server: WidgetServer) -> None:
+    """The widget answers a full inbound queue as email and Teams do: 503 and Retry-After, nothing
+    stored (not even the echo), and the page's resend with the same id is taken once there is room."""
+    s = server.app.runtime.s
+    running = s.policy
+    s.use_policy(policy_with(inbound={"max_queued_jobs": 1, "retry_after_s": 29}))
+    filler = server.run(s.inbox.accept("elsewhere", ["widget-cap-filler"], {}))  # no face: stays queued
+    try:
+        who = _guest(server)
+        before = counts(server)
+        status, headers, body = call(
+            server, "POST", "/widget/api/messages", json={"clientId": "full-1", "text": "hi"}, headers=who
+        )
+        assert (status, headers.get("Retry-After"), body["error"]) == (503, "29", "unavailable"), body
+        assert counts(server) == before
+        server.run(s.inbox.finish(filler.id, "ignored"))
+        deadline = time.monotonic() + 60  # the worker answers what else was queued, then there is room
+        while (
+            status := call(
+                server, "POST", "/widget/api/messages", json={"clientId": "full-1", "text": "hi"}, headers=who
+            )[0]
+        ) == 503:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert status == 202 and counts(server)[2] == before[2] + 1
+    finally:
+        s.use_policy(running)
 
 
 async def _read_stream(url: str, headers: dict[str, str], until: str) -> str:

@@ -4,7 +4,9 @@
 Whoever applies or approves is authenticated: a supervisor's JWT (``--token`` or
 ``SIGNOFF_STAFF_TOKEN``), verified exactly as the HTTP API verifies it (``bot.api.auth``),
 for a staff member the store lists as a supervisor. A change to approvers, ceilings or rollout
-waits for a second, different supervisor's ``approve``."""
+waits for a second, different supervisor's ``approve``. With the audit signer or key configured,
+the ``policy.applied`` event is sealed by it (``bot.signer.policy_trust``), and only a sealed
+version is in force."""
 
 from __future__ import annotations
 
@@ -28,9 +30,12 @@ from agent.policy_store import (
 )
 from bot.cli import rollout as rollout_cli
 from bot.settings import Settings, reveal
+from bot.signer import policy_trust
 from storage.audit import AuditLog
+from storage.checkpoints import CheckpointError
 from storage.db import Database, create_database
 from storage.policies import NewPolicyVersion, PolicyMoved, PolicyVersions
+from storage.policy_seal import Sealer
 
 #: Who may apply a policy (a staff member in the store with this role).
 APPLIER_ROLE = "supervisor"
@@ -66,14 +71,15 @@ async def policy_command(settings: Settings, args: argparse.Namespace) -> int:
     db = create_database(settings.signoff_database_url)
     try:
         versions = PolicyVersions(db)
-        active = await active_policy(versions, settings.signoff_policy_file)
+        seal, seal_key = await policy_trust(settings)
+        active = await active_policy(versions, settings.signoff_policy_file, seal_key=seal_key)
         if args.policy_command == "show":
             return await _show(versions, active, full=args.yaml)
         if args.policy_command == "diff":
             return _diff(active, args.file)
         if args.policy_command == "approve":
-            return await _approve(db, settings, versions, active, args)
-        return await _apply(db, settings, versions, active, args)
+            return await _approve(db, settings, versions, active, args, seal)
+        return await _apply(db, settings, versions, active, args, seal)
     finally:
         await db.dispose()
 
@@ -171,7 +177,12 @@ async def _supervisor(db: Database, settings: Settings, token: str | None) -> st
 
 
 async def _apply(
-    db: Database, settings: Settings, versions: PolicyVersions, active: ActivePolicy, args: argparse.Namespace
+    db: Database,
+    settings: Settings,
+    versions: PolicyVersions,
+    active: ActivePolicy,
+    args: argparse.Namespace,
+    seal: Sealer | None,
 ) -> int:
     from bot.cli.commands import _operator
 
@@ -183,8 +194,8 @@ async def _apply(
         return 1
     pending = NewPolicyVersion(version=new.version, yaml=text, applied_by=staff_id, operator=_operator())
     try:
-        done = await apply_policy(versions, active, pending, source=str(path))
-    except (PolicyRefused, PolicyMoved) as exc:
+        done = await apply_policy(versions, active, pending, source=str(path), seal=seal)
+    except (PolicyRefused, PolicyMoved, CheckpointError) as exc:
         print(f"signoff: {path}: refused: {exc}; nothing applied", file=sys.stderr)
         return 1
     row = done.row
@@ -209,7 +220,12 @@ async def _apply(
 
 
 async def _approve(
-    db: Database, settings: Settings, versions: PolicyVersions, active: ActivePolicy, args: argparse.Namespace
+    db: Database,
+    settings: Settings,
+    versions: PolicyVersions,
+    active: ActivePolicy,
+    args: argparse.Namespace,
+    seal: Sealer | None,
 ) -> int:
     from bot.cli.commands import _operator
 
@@ -217,8 +233,8 @@ async def _approve(
     if staff_id is None:
         return 1
     try:
-        row = await approve_policy(versions, active, args.id, approver=staff_id, operator=_operator())
-    except (PolicyRefused, PolicyMoved) as exc:
+        row = await approve_policy(versions, active, args.id, approver=staff_id, operator=_operator(), seal=seal)
+    except (PolicyRefused, PolicyMoved, CheckpointError) as exc:
         print(f"signoff: refused: {exc}; nothing applied", file=sys.stderr)
         return 1
     print(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from agent.policy_store import active_policy, unified_diff
 from bot.settings import Settings
+from bot.signer import policy_trust
 from storage.db import create_database
 from storage.policies import PolicyVersions
 from storage.records import wall_clock
@@ -59,7 +60,9 @@ async def rollout_command(settings: Settings, args: argparse.Namespace) -> int:
     window = parse_duration(args.window, option="--window")
     db = create_database(settings.signoff_database_url)
     try:
-        active = await active_policy(PolicyVersions(db), settings.signoff_policy_file)
+        active = await active_policy(
+            PolicyVersions(db), settings.signoff_policy_file, seal_key=(await policy_trust(settings))[1]
+        )
         report = await build_report(
             RolloutFacts(db), registry=build_registry(), policy=active.policy, since=since, until=now, window=window
         )
@@ -77,7 +80,9 @@ async def _advance(settings: Settings, args: argparse.Namespace) -> int:
 
     db = create_database(settings.signoff_database_url)
     try:
-        active = await active_policy(PolicyVersions(db), settings.signoff_policy_file)
+        active = await active_policy(
+            PolicyVersions(db), settings.signoff_policy_file, seal_key=(await policy_trust(settings))[1]
+        )
     finally:
         await db.dispose()
     moved = advance(active.policy, active.yaml, args.unit, wall_clock().date())

@@ -5,7 +5,9 @@ is write the message (or click) with its delivery keys and its job in one transa
 (:meth:`storage.inbox.Inbox.accept`); the worker acts on it. So Slack's 200 means
 "it is in our database", a retry or a second delivery (``app_mention`` and ``message``
 for one mention) writes nothing, and a crash after the 200 loses nothing. Bolt checks
-the signature first (missing, bad or older than five minutes: 401, nothing happens).
+the signature first (missing, bad or older than five minutes: 401, nothing happens). A
+database outage or a full inbound queue (nothing stored) is never acked: 503 over HTTP
+(``Retry-After`` for the queue), no ack over Socket Mode, so Slack redelivers it.
 
 The one thing done inside the request is opening the reject modal: Slack's
 ``trigger_id`` is valid for three seconds only, and opening a modal changes nothing.
@@ -32,6 +34,7 @@ from bot.slack import handoff as handoffs
 from bot.slack import ids, present
 from bot.slack.face import SlackFace, thread_ref
 from bot.slack.sender import SlackSendError
+from bot.web import InboxFull
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,8 @@ BOT_SCOPES = (
 _PERSON_SUBTYPES = frozenset({None, "file_share", "thread_broadcast"})
 #: Bounded: an unclosed ``<@U1|…`` repeated over 40,000 characters must not rescan the rest each time.
 _MENTION = re.compile(r"<@([A-Z0-9]{1,32})(?:\|[^>]{0,100})?>")
+#: ``X-Slack-Retry-Num`` of Slack's last redelivery of an event (it retries three times).
+LAST_RETRY = "3"
 #: The longest message we keep (Slack's own limit is 40,000 characters).
 MAX_TEXT = 40_000
 
@@ -149,14 +154,17 @@ def events_route(app: AsyncApp) -> web.RouteDef:
         finally:
             _OUTAGES.reset(token)
         if outages:
-            raise outages[0]  # nothing was accepted: the web middleware answers 503, Slack retries
+            if isinstance(outages[0], InboxFull) and request.headers.get("X-Slack-Retry-Num") == LAST_RETRY:
+                log.error("inbound queue still full on Slack's last retry: this Slack delivery is lost")
+            # Nothing was accepted: the web middleware answers 503 (a full queue with Retry-After), Slack retries.
+            raise outages[0]
         return await to_aiohttp_response(response)
 
     return web.post("/slack/events", handle)
 
 
-#: A database outage a listener met (Bolt answers a listener's error with 500 itself; the
-#: route raises it instead, so the one 503 mapping of ``bot.web`` answers it).
+#: A database outage a listener met, or a full inbound queue (Bolt answers a listener's error
+#: with 500 itself; the route raises it instead, so the one 503 mapping of ``bot.web`` answers it).
 _OUTAGES: ContextVar[list[BaseException] | None] = ContextVar("signoff_slack_outages", default=None)
 
 
@@ -164,14 +172,15 @@ class UnsignedSlack(ValueError):
     """A Slack HTTP route was asked for without ``SLACK_SIGNING_SECRET``."""
 
 
-def routes(app: AsyncApp, signing_secret: str | None) -> list[web.RouteDef]:
-    """``/slack/events``, and with the OAuth install flow ``GET /slack/install`` and
-    ``GET /slack/oauth_redirect`` (Bolt's flow: one-time state, installation stored in our database).
+def routes(app: AsyncApp, signing_secret: str | None, *, events: bool = True) -> list[web.RouteDef]:
+    """``/slack/events`` (unless ``events`` is off: Socket Mode brings the events), and with the
+    OAuth install flow ``GET /slack/install`` and ``GET /slack/oauth_redirect`` (Bolt's flow:
+    one-time state, installation stored in our database).
 
     Never without a signing secret: Slack's HTTP requests are only ever believed signed."""
     if not signing_secret:
         raise UnsignedSlack("SLACK_SIGNING_SECRET: required for any Slack HTTP route (Socket Mode mounts none)")
-    out = [events_route(app)]
+    out = [events_route(app)] if events else []
     flow = app.oauth_flow
     if flow is not None:
 
@@ -203,11 +212,14 @@ class Acceptor:
                 trap.append(exc)
             raise
         if accepted.full:
-            # Slack was already acked (200): its retries (three, minutes apart) would not outlast a
-            # backlog and failing deliveries get the app's events switched off, so the message is
-            # dropped with a warning (Host.accept_inbound), counted as
-            # signoff_limit_refusals_total{limit="inbound_queue"}.
-            return False
+            # Nothing was stored: never ack it. Over HTTP the route answers 503 with Retry-After;
+            # over Socket Mode Bolt's 500 sends no ack. Either way Slack redelivers (three retries,
+            # minutes apart); the refusal is logged and counted (Host.accept_inbound).
+            full = InboxFull(self.face.port.retry_after_s)
+            trap = _OUTAGES.get()
+            if trap is not None:
+                trap.append(full)
+            raise full
         if not accepted.fresh:
             log.info("slack delivery already accepted (%s)", keys[0])
         return accepted.fresh
