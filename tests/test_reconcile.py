@@ -9,11 +9,14 @@ faults for real.
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import sqlite3
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import select, update
 
 from agent.errors import Unavailable
 from agent.metrics import attach_metrics
@@ -23,6 +26,7 @@ from agent.worker import Worker, WorkerConfig, recover
 from storage.db import Database
 from storage.faults import fault_kind
 from storage.ledger import Ledger
+from storage.models import JobRow, ToolExecutionRow
 from tests.fault_kit import ask, assert_exactly_once_and_told, refund_env, refund_fault, refunds_of, told_in
 from tests.gatekeeper_kit import C7, Env, ledger_rows
 
@@ -189,3 +193,33 @@ async def test_an_approval_cut_by_a_fault_is_not_used_up(db: Database) -> None:
     assert h.notifier.of("follow_up") == [
         (a.conversation_id, "Good news: your refund of $189.00 was approved and issued.")
     ]
+
+
+async def test_a_claim_another_live_process_holds_never_quarantines_the_safety_net_job(db: Database) -> None:
+    """The confirmation's job meets 409 "being carried out" (the claim's holder is another live
+    process) more often than ``max_attempts``: while it has waited less than
+    ``in_progress_wait_s`` in all, those attempts are not counted (no spurious quarantine before
+    the pass settles the claim); past that bound they count again (nothing waits forever); once
+    the pass settles the claim the job finishes and the customer has the outcome once."""
+    env = await refund_env(db)
+    conv_id, conf_id = await stranded(env, after_effect=True)
+    async with db.sessions() as s, s.begin():  # the holder: another process, alive (our parent)
+        await s.execute(update(ToolExecutionRow).values(holder=f"{socket.gethostname()[:40]}:{os.getppid()}:x"))
+        (job_id,) = (await s.execute(select(JobRow.id).where(JobRow.kind == "confirmation"))).scalars().all()
+    config = WorkerConfig(max_attempts=2, in_progress_wait_s=600)
+    for _ in range(4):  # twice max_attempts within the bound
+        env.clock.advance(timedelta(seconds=60))
+        assert await Worker(env.runtime, config=config).run_once() == 1
+        job = await env.services.jobs.get(job_id)
+        assert job is not None and job.status == "queued" and job.attempts == 0, job
+        assert job.last_error is not None and "being carried out" in job.last_error
+    env.clock.advance(timedelta(seconds=400))  # past the bound: the conflict counts
+    assert await Worker(env.runtime, config=config).run_once() == 1
+    job = await env.services.jobs.get(job_id)
+    assert job is not None and job.status == "queued" and job.attempts == 1, job
+    await Worker(env.runtime, config=config).reconcile()  # the pass settles the claim (done) and tells
+    env.clock.advance(timedelta(seconds=60))
+    assert await Worker(env.runtime, config=config).run_once() == 1
+    job = await env.services.jobs.get(job_id)
+    assert job is not None and job.status == "done", job
+    await assert_exactly_once_and_told(env, conf_id, told_in(env, conv_id))
