@@ -7,17 +7,16 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, event
 
 import sandbox.models  # noqa: F401  (the store's tables)
 from bot.cli import main
-from storage.db import Base, Database, WriteContext, create_database
+from storage.db import Base, Database, create_database
 from tests.pg_server import PgServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,35 +96,44 @@ async def _close_window(server: PgServer, name: str) -> None:
     await server.read_only(name, False)
 
 
-def cut_before_commit(monkeypatch: pytest.MonkeyPatch, owner: type, method: str) -> list[int]:
-    """The first transaction ``owner.method`` writes (``Database.write``) has its session
-    terminated after its statements ran, at its COMMIT: nothing of it stays. Returns the list of
-    cuts made (one)."""
+def cut_before_commit(monkeypatch: pytest.MonkeyPatch, db: Database, owner: Any, method: str) -> list[int]:
+    """The first transaction ``owner.method`` commits on ``db`` has its session terminated at its
+    COMMIT, after its statements ran: nothing of it stays. Returns the list of cuts made (one)."""
     inside: ContextVar[bool] = ContextVar(f"inside_{method}", default=False)
-    original, write, cut = getattr(owner, method), Database.write, list[int]()
+    original, cut = getattr(owner, method), list[int]()
 
-    async def marked(self: Any, *a: Any, **kw: Any) -> Any:
+    async def marked(*a: Any, **kw: Any) -> Any:
         token = inside.set(True)
         try:
-            return await original(self, *a, **kw)
+            return await original(*a, **kw)
         finally:
             inside.reset(token)
 
-    async def write_cut(self: Database, fn: Callable[[Connection, WriteContext], Any]) -> Any:
-        if not inside.get() or cut:
-            return await write(self, fn)
-        cut.append(1)
-
-        def then_terminated(conn: Connection, ctx: WriteContext) -> Any:
-            result = fn(conn, ctx)
-            conn.execute(text("SELECT pg_terminate_backend(pg_backend_pid())"))
-            return result
-
-        return await write(self, then_terminated)
+    def at_commit(conn: Connection) -> None:
+        if inside.get() and not cut:
+            cut.append(1)
+            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
 
     monkeypatch.setattr(owner, method, marked)
-    monkeypatch.setattr(Database, "write", write_cut)
+    event.listen(db.engine.sync_engine, "commit", at_commit)
     return cut
+
+
+def lose_the_answer(monkeypatch: pytest.MonkeyPatch, owner: Any, method: str) -> list[int]:
+    """The first ``owner.method`` commits, then its connection is lost before the answer comes
+    back (the caller cannot tell it from a cut before the COMMIT). Returns the losses made."""
+    original, lost = getattr(owner, method), list[int]()
+
+    async def committed_then_lost(*a: Any, **kw: Any) -> Any:
+        result = await original(*a, **kw)
+        if not lost:
+            lost.append(1)
+            raise ConnectionResetError("connection lost after COMMIT")
+        return result
+
+    monkeypatch.setattr(owner, method, committed_then_lost)
+    return lost
 
 
 async def start_later(server: PgServer, after_s: float) -> None:

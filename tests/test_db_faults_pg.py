@@ -33,6 +33,7 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import text
 
+from agent import confirmations
 from agent.errors import Unavailable
 from agent.llm.testing import CompromisedModel
 from agent.metrics import attach_metrics
@@ -55,6 +56,7 @@ from tests.pg_fault_kit import (
     cli_env,
     cut_before_commit,
     fresh,
+    lose_the_answer,
     read_only_during,
     signoff,
     start_later,
@@ -108,10 +110,41 @@ async def test_connection_terminated_inside_settle(
     try:
         env = await refund_env(db)
         conv_id, conf_id = await ask(env)
-        cut = cut_before_commit(monkeypatch, Ledger, "settle")
+        cut = cut_before_commit(monkeypatch, db, Ledger, "settle")
         done = await asyncio.wait_for(env.runtime.confirm(conf_id, actor=C7, accept=True), timeout=RECOVERY_S)
         assert cut and done.result is not None and done.result["refund_id"], done
         await assert_exactly_once_and_told(env, conf_id, told_in(env, conv_id, answered=done.reply is not None))
+        await audit_verifies(server.url(name), tmp_path)
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.parametrize("fault", ["cut", "answer_lost"])
+async def test_confirm_cut_at_its_commit_is_sent_again(
+    server: PgServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fault: str
+) -> None:
+    """The customer's confirm meets a fault at the COMMIT of its decision transaction (the
+    answer, its proposal and its job): terminated before the COMMIT (nothing stays), or committed
+    with the answer lost. Either way the confirm answers ``Unavailable`` having done nothing, the
+    same click sent again is taken (not used up) and carried out, and the confirmation's job
+    afterwards finds it done: exactly one refund."""
+    name, db = await fresh(server)
+    try:
+        env = await refund_env(db)
+        conv_id, conf_id = await ask(env)
+        with monkeypatch.context() as patch:
+            if fault == "cut":
+                hit = cut_before_commit(patch, db, confirmations, "record")
+            else:
+                hit = lose_the_answer(patch, confirmations, "record")
+            with pytest.raises(Unavailable):
+                await env.runtime.confirm(conf_id, actor=C7, accept=True)
+        assert hit and await refunds_of(db) == []
+        again = await asyncio.wait_for(env.runtime.confirm(conf_id, actor=C7, accept=True), timeout=RECOVERY_S)
+        assert again.result is not None and again.result["refund_id"], again
+        env.clock.advance(timedelta(seconds=60))  # the confirmation's job, if its record committed
+        await Worker(env.runtime).run_once()
+        await assert_exactly_once_and_told(env, conf_id, told_in(env, conv_id, answered=again.reply is not None))
         await audit_verifies(server.url(name), tmp_path)
     finally:
         await db.dispose()

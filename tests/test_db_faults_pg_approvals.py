@@ -6,7 +6,8 @@ A supervisor approves a 189.00 refund; the fault lands on its execution:
 * a read-only window opened exactly when the refund's ``settle`` starts, closed a second later;
 * the settle's own session terminated before its COMMIT;
 * a fast restart between the shop's write and the settle, down longer than the settle budget;
-* the approval's own transition (approved, with its resume job) cut at its COMMIT.
+* the approval's own transition (approved, with its resume job) cut at its COMMIT (the same
+  click is sent again), or committed with its answer lost (its resume job carries it out).
 
 After recovery: exactly one refund, the approval's outcome ``REFUNDED``, the customer's
 follow-up said once, and ``signoff audit verify`` passing.
@@ -23,14 +24,22 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from agent.errors import Unavailable
+from agent.errors import DecisionError, Unavailable
 from agent.worker import Worker
 from sandbox.store import SandboxStore
+from storage.gates import ApprovalRepo
 from storage.ledger import Ledger
 from storage.records import Approval
 from tests.fault_kit import refunds_of
 from tests.gatekeeper_kit import ledger_rows
-from tests.pg_fault_kit import audit_verifies, cut_before_commit, fresh, read_only_during, start_later
+from tests.pg_fault_kit import (
+    audit_verifies,
+    cut_before_commit,
+    fresh,
+    lose_the_answer,
+    read_only_during,
+    start_later,
+)
 from tests.pg_server import PgServer, available, make_server, remove
 from tests.support import SUP_A, Harness, seeded
 from tests.test_loop_support import open_refund_approval
@@ -74,7 +83,7 @@ async def assert_refunded_once_and_told(server: PgServer, name: str, h: Harness,
     done = await h.services.approvals.get(a.id)
     assert done is not None and done.status == "approved", done
     assert done.result is not None and done.result["status"] == "REFUNDED", done.result
-    refunds = [r for r in await refunds_of(h.db, a.arguments["order_id"]) if r["amount_minor"] == 18900]
+    refunds = await _refunds(h, a)
     assert len(refunds) == 1, refunds
     assert [r["status"] for r in await ledger_rows(h.db) if r["tool"] == "issue_refund"] == ["succeeded"]
     assert h.notifier.of("follow_up") == [(a.conversation_id, TOLD)]
@@ -101,7 +110,7 @@ async def test_connection_terminated_inside_the_approvals_settle(
 ) -> None:
     name, h, a = await approval_on(server)
     try:
-        cut = cut_before_commit(monkeypatch, Ledger, "settle")
+        cut = cut_before_commit(monkeypatch, h.db, Ledger, "settle")
         decided = await approve(h, a)
         assert cut and decided.result is not None and decided.result["status"] == "REFUNDED", decided
         await assert_refunded_once_and_told(server, name, h, a, tmp_path)
@@ -134,3 +143,50 @@ async def test_restart_between_the_approved_refund_and_its_settle(
         await assert_refunded_once_and_told(server, name, h, a, tmp_path)
     finally:
         await h.db.dispose()
+
+
+async def test_approve_cut_at_its_commit_is_sent_again(
+    server: PgServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The supervisor's approve has its session terminated at the COMMIT of the approval's
+    transition (with its resume job): nothing stays, the approve answers ``Unavailable``, and the
+    same click sent again (the same version) is taken and carried out: one refund, told once."""
+    name, h, a = await approval_on(server)
+    try:
+        with monkeypatch.context() as patch:
+            hit = cut_before_commit(patch, h.db, ApprovalRepo, "transition")
+            with pytest.raises(Unavailable):
+                await approve(h, a)
+        assert hit and await _refunds(h, a) == []
+        pending = await h.services.approvals.get(a.id)
+        assert pending is not None and pending.status == "pending" and pending.version == 1, pending
+        again = await approve(h, a)
+        assert again.result is not None and again.result["status"] == "REFUNDED", again
+        await assert_refunded_once_and_told(server, name, h, a, tmp_path)
+    finally:
+        await h.db.dispose()
+
+
+async def test_approve_whose_answer_is_lost_after_its_commit_is_carried_out(
+    server: PgServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The approval's transition commits and its answer is lost: the approve answers
+    ``Unavailable``; the decision stands (the same click again is told it is already approved,
+    409, as the API promises for a decided approval), and the resume job committed with it
+    carries it out once and tells the customer."""
+    name, h, a = await approval_on(server)
+    try:
+        with monkeypatch.context() as patch:
+            hit = lose_the_answer(patch, ApprovalRepo, "transition")
+            with pytest.raises(Unavailable):
+                await approve(h, a)
+        assert hit and await _refunds(h, a) == []
+        with pytest.raises(DecisionError, match="already approved"):
+            await approve(h, a)
+        await assert_refunded_once_and_told(server, name, h, a, tmp_path)
+    finally:
+        await h.db.dispose()
+
+
+async def _refunds(h: Harness, a: Approval) -> list[dict[str, Any]]:
+    return [r for r in await refunds_of(h.db, a.arguments["order_id"]) if r["amount_minor"] == 18900]
