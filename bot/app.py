@@ -217,7 +217,13 @@ class App:
         every = s.checkpoint_every_s if s is not None else None
         config = WorkerConfig(checkpoint_every_s=every)
         if s is not None:
-            config = replace(config, job_budget_s=s.signoff_job_budget_s, max_attempts=s.signoff_job_max_attempts)
+            config = replace(
+                config,
+                job_budget_s=s.signoff_job_budget_s,
+                max_attempts=s.signoff_job_max_attempts,
+                orphan_after_s=s.signoff_reconcile_after_s,
+                reconcile_every_s=s.signoff_reconcile_every_s,
+            )
         if every is None:
             return Worker(self.runtime, config=config, handlers=handlers)
 

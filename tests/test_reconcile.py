@@ -9,24 +9,28 @@ faults for real.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 import sqlite3
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import select, update
 
 from agent.errors import Unavailable
-from agent.metrics import attach_metrics
+from agent.metrics import Metrics, attach_metrics
 from agent.reconcile import reconcile_stuck
 from agent.runtime import Runtime
 from agent.worker import Worker, WorkerConfig, recover
+from bot.server import make_web_app
 from storage.db import Database
 from storage.faults import fault_kind
 from storage.ledger import Ledger
 from storage.models import JobRow, ToolExecutionRow
+from tests.api_kit import app_of
 from tests.fault_kit import ask, assert_exactly_once_and_told, refund_env, refund_fault, refunds_of, told_in
 from tests.gatekeeper_kit import C7, Env, ledger_rows
 
@@ -223,3 +227,16 @@ async def test_a_claim_another_live_process_holds_never_quarantines_the_safety_n
     job = await env.services.jobs.get(job_id)
     assert job is not None and job.status == "done", job
     await assert_exactly_once_and_told(env, conf_id, told_in(env, conv_id))
+
+
+async def test_every_replica_reads_the_stuck_claims_at_scrape_time(db: Database) -> None:
+    """``signoff_ledger_stuck`` is read from the ledger's in-flight rows at each scrape, in a
+    process that never ran the reconciliation pass (a replica whose worker is another process)."""
+    env = await refund_env(db)
+    await stranded(env, after_effect=True)
+    app = dataclasses.replace(app_of(cast(Any, env)), metrics=Metrics())
+    assert app.metrics is not None
+    async with TestClient(TestServer(make_web_app(app, metrics_render=app.metrics.render))) as client:
+        assert "signoff_ledger_stuck 0.0" in await (await client.get("/metrics")).text()  # within the bound
+        env.clock.advance(timedelta(seconds=61))
+        assert "signoff_ledger_stuck 1.0" in await (await client.get("/metrics")).text()
