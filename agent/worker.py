@@ -63,8 +63,14 @@ class WorkerConfig:
     #: How long in all (from its enqueueing) a job whose action another process is carrying out
     #: (a 409 "being carried out": its ledger claim is ``executing``) waits for that claim to be
     #: settled, its failed attempts not counted; the reconciliation pass settles a stuck claim within
-    #: ``orphan_after_s + reconcile_every_s``. Past it, such a failure counts like any other.
+    #: ``orphan_after_s + reconcile_every_s`` (the wait is never shorter than that plus a minute).
+    #: Past it, such a failure counts like any other.
     in_progress_wait_s: float = 900.0
+
+    @property
+    def in_progress_bound_s(self) -> float:
+        """``in_progress_wait_s``, never shorter than the bound plus a pass and a minute's margin."""
+        return max(self.in_progress_wait_s, self.orphan_after_s + self.reconcile_every_s + 60.0)
 
     @property
     def lease_s(self) -> float:
@@ -151,7 +157,7 @@ class Worker:
         waited less than ``in_progress_wait_s`` in all: not a fault of the job's, not counted."""
         if not isinstance(exc, InProgress) or job.created_at is None:
             return False
-        return (self.rt.s.clock() - job.created_at).total_seconds() < self.config.in_progress_wait_s
+        return (self.rt.s.clock() - job.created_at).total_seconds() < self.config.in_progress_bound_s
 
     async def _fail(self, job: Job, error: str, *, counted: bool = True) -> None:
         """A failed attempt; the last counted one quarantines the job (logged)."""

@@ -210,6 +210,7 @@ async def test_a_claim_another_live_process_holds_never_quarantines_the_safety_n
     async with db.sessions() as s, s.begin():  # the holder: another process, alive (our parent)
         await s.execute(update(ToolExecutionRow).values(holder=f"{socket.gethostname()[:40]}:{os.getppid()}:x"))
         (job_id,) = (await s.execute(select(JobRow.id).where(JobRow.kind == "confirmation"))).scalars().all()
+    assert WorkerConfig(in_progress_wait_s=1, orphan_after_s=600).in_progress_bound_s == 670  # never below a pass
     config = WorkerConfig(max_attempts=2, in_progress_wait_s=600)
     for _ in range(4):  # twice max_attempts within the bound
         env.clock.advance(timedelta(seconds=60))
