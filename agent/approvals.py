@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from agent import continuation
 from agent.decisions import DecisionTag
-from agent.errors import DecisionError
+from agent.errors import DecisionError, InProgress
 from agent.host import ApplyResult, Host
 from agent.notify import best_effort
 from agent.outcomes import TurnResult
@@ -191,7 +191,7 @@ async def execute_approved(rt: Host, a: Approval) -> Any:
             return fresh.result  # another caller executed it while this one waited
         held = await rt.s.ledger.get(a.idempotency_key) if a.idempotency_key else None
         if held is not None and held.status == "executing":  # running in another process right now
-            raise DecisionError("conflict", "This approved action is still being carried out; the result follows.")
+            raise InProgress("This approved action is still being carried out; the result follows.")
         prop = await rt.s.conversations.proposal_for_origin(f"approval:{a.id}")
         if prop is not None and prop.decision is not None:  # it ran before a crash: record that, never re-run it
             result = _result_for_approver(rt, a, _applied(prop))

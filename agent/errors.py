@@ -66,6 +66,15 @@ class DecisionError(AgentError):
         self.code: DecisionCode = code
 
 
+class InProgress(DecisionError):
+    """The action is being carried out right now by another process (its ledger claim is
+    ``executing``): nothing new was decided, and its outcome follows once that claim is
+    settled (by its holder, or by the worker's reconciliation pass). The API answers 409."""
+
+    def __init__(self, message: str):
+        super().__init__("conflict", message)
+
+
 class LimitExceeded(DecisionError):
     """A per-principal limit of the policy (``limit`` names it) refuses this now; nothing was
     stored for it. The HTTP API answers 429."""

@@ -21,7 +21,7 @@ import structlog
 
 from agent import steps
 from agent.decisions import DecisionTag
-from agent.errors import DecisionError, LimitExceeded
+from agent.errors import DecisionError, InProgress, LimitExceeded
 from agent.gatekeeper import Proposed, RunFacts, args_hash
 from agent.history import new_id
 from agent.outcomes import TurnResult
@@ -296,7 +296,7 @@ class Host:
             result, is_error, used_key = await steps.act(turn, decision, p, prop_id, ctx, approval=approval)
         if is_error and isinstance(result, dict) and result.get("error") == "in_progress":
             # Another live process is carrying this very proposal out: its outcome will be recorded.
-            raise DecisionError("conflict", "This action is being carried out right now; its outcome follows.")
+            raise InProgress("This action is being carried out right now; its outcome follows.")
         new_approval = await self.s.approvals.get(turn.pending[-1].id) if decision.tag == "approval" else None
         applied = ApplyResult(decision=decision.tag, result=result, is_error=is_error, approval=new_approval)
         reason = getattr(decision, "reason", None)

@@ -28,6 +28,7 @@ from agent.host import Host
 from agent.loop import run_loop
 from agent.outcomes import TurnResult
 from agent.runtime import Runtime
+from agent.services import Services
 from agent.wording import RECONCILED_EVENT
 from storage.audit import AuditEvent
 from storage.locks import LockBusy
@@ -58,8 +59,7 @@ async def reconcile_stuck(rt: Runtime, *, older_than_s: float, lease_wait_s: flo
     """Resolve every claim ``executing`` longer than ``older_than_s`` (or whose holder died) that no
     live turn holds, and tell each conversation its true outcome (see the module docstring)."""
     s = rt.s
-    cutoff = s.clock() - timedelta(seconds=older_than_s)
-    stuck = [e for e in await s.ledger.in_flight() if s.ledger.abandoned(e, older_than=cutoff)]
+    stuck = await stuck_claims(s, older_than_s=older_than_s)
     s.db.announce([AuditEvent(kind="ledger.stuck", data={"count": len(stuck)})])
     done: list[Reconciled] = []
     for entry in stuck:
@@ -75,6 +75,13 @@ async def reconcile_stuck(rt: Runtime, *, older_than_s: float, lease_wait_s: flo
         s.db.announce([AuditEvent(kind="ledger.reconciled", idempotency_key=entry.key, data={"result": result})])
         done.append(Reconciled(key=entry.key, result=result))
     return done
+
+
+async def stuck_claims(s: Services, *, older_than_s: float) -> list[LedgerEntry]:
+    """The claims ``executing`` longer than ``older_than_s`` (or whose holder died): one read of the
+    ledger's in-flight rows (a handful), cheap enough for every ``/metrics`` scrape."""
+    cutoff = s.clock() - timedelta(seconds=older_than_s)
+    return [e for e in await s.ledger.in_flight() if s.ledger.abandoned(e, older_than=cutoff)]
 
 
 async def reconcile_entry(rt: Runtime, entry: LedgerEntry, *, lease_wait_s: float = LEASE_WAIT_S) -> Result:
@@ -160,4 +167,13 @@ def _principal(conv: Conversation) -> Principal:
     return Principal(kind=conv.principal_kind, id=conv.principal_id, customer_id=conv.customer_id)  # type: ignore[arg-type]
 
 
-__all__ = ["LEASE_WAIT_S", "Reconciled", "Result", "finish", "finish_run", "reconcile_entry", "reconcile_stuck"]
+__all__ = [
+    "LEASE_WAIT_S",
+    "Reconciled",
+    "Result",
+    "finish",
+    "finish_run",
+    "reconcile_entry",
+    "reconcile_stuck",
+    "stuck_claims",
+]

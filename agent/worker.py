@@ -23,7 +23,7 @@ from datetime import timedelta
 from agent import continuation
 from agent.approvals import RESUME_JOB
 from agent.confirmations import CONFIRM_JOB
-from agent.errors import Busy, Unavailable
+from agent.errors import Busy, InProgress, Unavailable
 from agent.reconcile import LEASE_WAIT_S, finish, finish_run, reconcile_stuck
 from agent.runtime import Runtime
 from storage.faults import rerunnable
@@ -60,6 +60,17 @@ class WorkerConfig:
     job_budget_s: float = 300.0
     #: Attempts (claims) before a job is quarantined.
     max_attempts: int = 5
+    #: How long in all (from its enqueueing) a job whose action another process is carrying out
+    #: (a 409 "being carried out": its ledger claim is ``executing``) waits for that claim to be
+    #: settled, its failed attempts not counted; the reconciliation pass settles a stuck claim within
+    #: ``orphan_after_s + reconcile_every_s`` (the wait is never shorter than that plus a minute).
+    #: Past it, such a failure counts like any other.
+    in_progress_wait_s: float = 900.0
+
+    @property
+    def in_progress_bound_s(self) -> float:
+        """``in_progress_wait_s``, never shorter than the bound plus a pass and a minute's margin."""
+        return max(self.in_progress_wait_s, self.orphan_after_s + self.reconcile_every_s + 60.0)
 
     @property
     def lease_s(self) -> float:
@@ -120,8 +131,10 @@ class Worker:
             log.error("job %s (%s) ran over its %g s budget and was cancelled", job.id, job.kind, budget)
             error = f"over its time budget of {budget:g} s"
         except Exception as exc:
-            outage = db.fault(exc) is not None or isinstance(exc, Unavailable)
-            if outage:
+            outage = db.fault(exc) is not None or isinstance(exc, Unavailable) or self._waits_out(job, exc)
+            if isinstance(exc, InProgress) and outage:
+                log.info("job %s: its action is being carried out elsewhere; it runs again later", job.id)
+            elif outage:
                 log.warning("job %s: database unavailable (%s); it runs again later", job.id, type(exc).__name__)
             else:
                 log.exception("job %s failed", job.id)
@@ -138,6 +151,13 @@ class Worker:
             await db.until_available(end, budget_s=_MARK_BUDGET_S, what=f"job {job.id}")
         except Exception:  # its lease runs out and it is claimed again (each handler is idempotent)
             log.exception("job %s: recording how it ended failed", job.id)
+
+    def _waits_out(self, job: Job, exc: Exception) -> bool:
+        """Whether ``exc`` says another process is carrying the job's action out and the job has
+        waited less than ``in_progress_wait_s`` in all: not a fault of the job's, not counted."""
+        if not isinstance(exc, InProgress) or job.created_at is None:
+            return False
+        return (self.rt.s.clock() - job.created_at).total_seconds() < self.config.in_progress_bound_s
 
     async def _fail(self, job: Job, error: str, *, counted: bool = True) -> None:
         """A failed attempt; the last counted one quarantines the job (logged)."""

@@ -41,6 +41,7 @@ from bot.slack import wiring as slack_wiring
 from bot.teams import wiring as teams_wiring
 from bot.telemetry import Tracing, install_tracing
 from bot.widget import wiring as widget_wiring
+from sandbox import schema
 from sandbox.dataset import load_dataset_file
 from sandbox.io import load_dataset, store_is_empty
 from sandbox.store import SandboxStore
@@ -62,9 +63,6 @@ from tools.backend import CommerceBackend
 from tools.catalogue import build_registry
 
 log = logging.getLogger(__name__)
-
-#: How long ``serve`` and ``worker`` wait at start for a database that is unavailable (restarting).
-START_WAIT_S = 120.0
 
 #: A face's worker side: run the turn of one accepted message and deliver its reply.
 InboundHandler = Callable[[Inbound], Awaitable[None]]
@@ -225,7 +223,13 @@ class App:
         every = s.checkpoint_every_s if s is not None else None
         config = WorkerConfig(checkpoint_every_s=every)
         if s is not None:
-            config = replace(config, job_budget_s=s.signoff_job_budget_s, max_attempts=s.signoff_job_max_attempts)
+            config = replace(
+                config,
+                job_budget_s=s.signoff_job_budget_s,
+                max_attempts=s.signoff_job_max_attempts,
+                orphan_after_s=s.signoff_reconcile_after_s,
+                reconcile_every_s=s.signoff_reconcile_every_s,
+            )
         if every is None:
             return Worker(self.runtime, config=config, handlers=handlers)
 
@@ -359,9 +363,30 @@ async def plug_faces(factories: Sequence[FaceFactory], kit: FaceKit, routed: Rou
 
 async def open_database(settings: Settings) -> Database:
     """The configured database, once it answers: a database that is restarting is waited for
-    (a worker started meanwhile comes up once it is back)."""
+    (``SIGNOFF_START_WAIT_S``, else without bound: a worker started meanwhile comes up once it is
+    back). "Not migrated" is said only when its schema is behind this release's migrations."""
     db = create_database(settings.signoff_database_url)
-    await db.until_available(db.ping, budget_s=START_WAIT_S, what="start-up: waiting for the database")
+    wait = settings.signoff_start_wait_s
+    try:
+        await db.until_available(db.ping, budget_s=wait, what="start-up: waiting for the database")
+        state = await db.until_available(
+            rerunnable(lambda: schema.state(db.engine)), budget_s=wait, what="start-up: reading the schema's revision"
+        )
+    except BaseException:
+        await db.dispose()
+        raise
+    if state.behind:
+        await db.dispose()
+        at = ", ".join(state.at) or "no revision"
+        raise ConfigError(
+            f"SIGNOFF_DATABASE_URL: database not migrated (at {at}; this release needs {', '.join(state.heads)}); "
+            "run `signoff db upgrade`"
+        )
+    if state.unknown:
+        log.warning(
+            "the database is at revisions this release does not know (%s): a newer release migrated it",
+            ", ".join(state.unknown),
+        )
     return db
 
 
@@ -410,13 +435,19 @@ async def seed_data(settings: Settings, services: Services, people: PeopleSeed |
     the truth about people whatever the dataset said."""
     if store:
         await seed_store(
-            services.db, settings.signoff_store_seed, production=settings.is_production, people=people is None
+            services.db,
+            settings.signoff_store_seed,
+            production=settings.is_production,
+            people=people is None,
+            wait_s=settings.signoff_start_wait_s,
         )
     if people is not None:
         await services.people.replace(people)
 
 
-async def seed_store(db: Database, seed: str | None, *, production: bool = False, people: bool = True) -> bool:
+async def seed_store(
+    db: Database, seed: str | None, *, production: bool = False, people: bool = True, wait_s: float | None = None
+) -> bool:
     """Load the seed dataset when the store is empty; the bundled demo is rebased to now
     (``people``: its staff and customers' Slack/Teams users seed signoff's people too).
 
@@ -424,13 +455,11 @@ async def seed_store(db: Database, seed: str | None, *, production: bool = False
     development, nothing in production (an empty production store stays empty).
     """
     try:
-        empty = await db.until_available(rerunnable(lambda: store_is_empty(db)), budget_s=START_WAIT_S, what="start-up")
-    except Exception as exc:  # the tables are missing: migrations were not run (an outage is re-raised)
+        empty = await db.until_available(rerunnable(lambda: store_is_empty(db)), budget_s=wait_s, what="start-up")
+    except Exception as exc:  # the schema is at head (open_database), yet the store cannot be read
         if db.fault(exc) is not None:
             raise
-        raise ConfigError(
-            f"SIGNOFF_DATABASE_URL: database not migrated ({type(exc).__name__}); run `signoff db upgrade`"
-        ) from None
+        raise ConfigError(f"SIGNOFF_DATABASE_URL: cannot read the sandbox store ({type(exc).__name__})") from None
     if not empty:
         return False
     if seed is None and production:

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from agent import queries, rollout_metrics
+from agent.reconcile import stuck_claims
+from agent.worker import WorkerConfig
 from bot.api import routes as api
 from bot.api import wording as say
 from bot.api.auth import AuthConfig, Authenticator
@@ -119,7 +121,7 @@ async def metrics(request: web.Request) -> web.Response:
             response = error_response("unauthorized", say.METRICS_TOKEN)
             response.headers["WWW-Authenticate"] = 'Bearer realm="metrics"'
             return response
-    await _read_audit_head(request.app[api.STATE].app)
+    await _read_gauges(request.app[api.STATE].app)
     return web.Response(body=state.render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
@@ -129,14 +131,21 @@ def _local_peer(request: web.Request) -> bool:
     return not relayed and request.remote is not None and is_loopback_host(request.remote)
 
 
-async def _read_audit_head(app: App) -> None:
-    """The audit head's seq into its gauge (a failed read leaves the last value: the scrape goes on)."""
+async def _read_gauges(app: App) -> None:
+    """The gauges read from the database at scrape time: the audit head's seq, the ledger's stuck
+    claims (the same in every replica, whichever process runs the reconciliation pass) and the
+    rollout's figures. A failed read leaves the last value: the scrape goes on."""
     if app.metrics is None:
         return
     try:
         app.metrics.audit_head_seq.set(await app.services.audit.head_seq())
     except Exception:
         log.warning("audit head not read for /metrics", exc_info=True)
+    bound = app.settings.signoff_reconcile_after_s if app.settings is not None else WorkerConfig.orphan_after_s
+    try:
+        app.metrics.ledger_stuck.set(len(await stuck_claims(app.runtime.s, older_than_s=bound)))
+    except Exception:
+        log.warning("stuck ledger claims not read for /metrics", exc_info=True)
     try:
         await rollout_metrics.refresh(app.metrics, app.runtime.s)
     except Exception:
@@ -184,7 +193,6 @@ async def serve(
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
             installed.append(sig)
-    token = reveal(app.settings.signoff_metrics_token) if app.settings is not None else None
     main_metrics = None if metrics_listen is not None else metrics_render
     runner = web.AppRunner(make_web_app(app, metrics_render=main_metrics, extra_routes=extra_routes), access_log=None)
     await runner.setup()
@@ -194,13 +202,7 @@ async def serve(
     try:
         await web.TCPSite(runner, host, port).start()
         if metrics_listen is not None:
-            metrics_runner = web.AppRunner(
-                make_metrics_app(app, metrics_render=metrics_render, metrics_token=token), access_log=None
-            )
-            await metrics_runner.setup()
-            runners.append(metrics_runner)
-            await web.TCPSite(metrics_runner, *metrics_listen).start()
-            log.info("metrics on http://%s:%s/metrics", *metrics_listen)
+            runners.append(await start_metrics(app, metrics_render, metrics_listen))
         log.info("serving on http://%s:%s (worker %s)", host, port, "on" if worker else "off")
         if ready is not None:
             ready.set()
@@ -222,6 +224,21 @@ async def serve(
         log.info("stopped")
 
 
+async def start_metrics(app: App, metrics_render: Callable[[], bytes] | None, listen: tuple[str, int]) -> web.AppRunner:
+    """The separate metrics listener on ``listen`` (``serve``'s, or ``signoff worker``'s own):
+    started; the caller cleans the runner up."""
+    token = reveal(app.settings.signoff_metrics_token) if app.settings is not None else None
+    runner = web.AppRunner(make_metrics_app(app, metrics_render=metrics_render, metrics_token=token), access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, *listen).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    log.info("metrics on http://%s:%s/metrics", *listen)
+    return runner
+
+
 def settle_heap() -> None:
     """Move everything loaded at start-up out of the garbage collector's sight (``gc.freeze``).
 
@@ -238,4 +255,12 @@ def _log_failure(task: asyncio.Task[None]) -> None:
         log.error("the worker stopped with an error", exc_info=task.exception())
 
 
-__all__ = ["METRICS_CONTENT_TYPE", "errors", "make_metrics_app", "make_web_app", "serve", "settle_heap"]
+__all__ = [
+    "METRICS_CONTENT_TYPE",
+    "errors",
+    "make_metrics_app",
+    "make_web_app",
+    "serve",
+    "settle_heap",
+    "start_metrics",
+]

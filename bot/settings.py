@@ -87,6 +87,13 @@ class Settings(BaseSettings):
     signoff_job_budget_s: float = Field(default=300.0, gt=0, le=3600)
     #: Failed attempts before a job is quarantined (terminal; listed by ``signoff jobs``).
     signoff_job_max_attempts: int = Field(default=5, ge=1, le=100)
+    #: Seconds ``serve`` and ``worker`` wait at start for an unavailable (restarting) database;
+    #: unset: without bound (logged while it waits).
+    signoff_start_wait_s: float | None = Field(default=None, gt=0)
+    #: Seconds a ledger claim may stay ``executing`` before the worker's pass reconciles it (stuck).
+    signoff_reconcile_after_s: float = Field(default=60.0, ge=1, le=86400)
+    #: Seconds between the worker's reconciliation passes.
+    signoff_reconcile_every_s: float = Field(default=10.0, ge=0.1, le=3600)
     #: Seconds an unclaimed hand-off to a person waits (within support hours) before on-call is mentioned again.
     signoff_handoff_sla: float = Field(default=300.0, ge=1, le=86400)
     #: The separate audit signer (``unix:/PATH`` or ``http://127.0.0.1:PORT``): signs checkpoints

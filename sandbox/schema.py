@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 import sandbox.models  # noqa: F401  (the store's tables join the metadata autogenerate compares)
 from sandbox.search import include_object
 from storage import migrate
@@ -24,6 +26,11 @@ async def upgrade(url: str, revision: str = "heads") -> None:
 async def downgrade(url: str, revision: str) -> None:
     """Migrate ``url`` down to ``revision`` (the runtime's revisions and the store's)."""
     await migrate.downgrade(url, revision, sources=[SOURCE])
+
+
+async def state(engine: AsyncEngine) -> migrate.SchemaState:
+    """Where the database at ``engine`` stands against the runtime's and the store's heads."""
+    return await migrate.schema_state(engine, [SOURCE])
 
 
 def heads() -> list[str]:

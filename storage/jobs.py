@@ -51,6 +51,8 @@ class Job:
     dedup_key: str | None
     status: JobStatus = "queued"
     last_error: str | None = None
+    #: When it was enqueued (how long it has waited in all).
+    created_at: datetime | None = None
 
 
 def default_backoff(attempts: int) -> float:
@@ -68,6 +70,7 @@ def _job(row: Any) -> Job:
         dedup_key=row.dedup_key,
         status=row.status,
         last_error=row.last_error,
+        created_at=utc(row.created_at) if row.created_at is not None else None,
     )
 
 

@@ -17,8 +17,11 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import Connection, inspect
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from storage import search
+from storage.faults import rerunnable
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -68,3 +71,48 @@ def heads(sources: Sequence[MigrationSource] = ()) -> list[str]:
     from alembic.script import ScriptDirectory
 
     return sorted(ScriptDirectory.from_config(alembic_config("sqlite://", sources)).get_heads())
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchemaState:
+    """Where a database's schema stands against this release's migrations."""
+
+    #: The database's Alembic revisions (empty: none recorded).
+    at: tuple[str, ...]
+    #: This release's head revisions.
+    heads: tuple[str, ...]
+    #: Revisions this release does not know: a newer release migrated the database.
+    unknown: tuple[str, ...]
+    #: Whether the runtime's tables exist (created without Alembic, e.g. by tests, when ``at`` is empty).
+    has_tables: bool
+
+    @property
+    def behind(self) -> bool:
+        """``signoff db upgrade`` is needed: no revision and no tables, or every recorded revision
+        is one this release knows and some head of it is not reached."""
+        if not self.at:
+            return not self.has_tables
+        return not self.unknown and not set(self.heads) <= set(self.at)
+
+
+@rerunnable  # a read
+async def schema_state(engine: AsyncEngine, sources: Sequence[MigrationSource] = ()) -> SchemaState:
+    """The database's revisions (its ``alembic_version``) against the heads of ``sources``."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config("sqlite://", sources))
+    known = {r.revision for r in script.walk_revisions()}
+
+    def read(conn: Connection) -> tuple[tuple[str, ...], bool]:
+        at = tuple(sorted(MigrationContext.configure(conn).get_current_heads()))
+        return at, inspect(conn).has_table("tool_executions")
+
+    async with engine.connect() as conn:
+        at, has_tables = await conn.run_sync(read)
+    return SchemaState(
+        at=at,
+        heads=tuple(sorted(script.get_heads())),
+        unknown=tuple(r for r in at if r not in known),
+        has_tables=has_tables,
+    )

@@ -24,17 +24,16 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextvars import ContextVar
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from sqlalchemy import Connection, text
+from sqlalchemy import text
 
-import sandbox.models  # noqa: F401  (the store's tables)
+from agent import confirmations
 from agent.errors import Unavailable
 from agent.llm.testing import CompromisedModel
 from agent.metrics import attach_metrics
@@ -43,15 +42,25 @@ from agent.reconcile import reconcile_stuck
 from agent.runtime import Runtime
 from agent.worker import Worker, WorkerConfig
 from bot.app import sandbox_services
-from bot.cli import main
 from sandbox.dataset import parse_dataset
 from sandbox.io import load_dataset
 from sandbox.store import SandboxStore
-from storage.db import Base, Database, WriteContext, create_database
+from storage.db import Database, create_database
 from storage.jobs import JobQueue
 from storage.ledger import Ledger
 from tests.fault_kit import ask, assert_exactly_once_and_told, refund_env, refunds_of, told_in
 from tests.gatekeeper_kit import C7, Clock, Env, base_dataset, ledger_rows
+from tests.pg_fault_kit import (
+    ROOT,
+    audit_verifies,
+    cli_env,
+    cut_before_commit,
+    fresh,
+    lose_the_answer,
+    read_only_during,
+    signoff,
+    start_later,
+)
 from tests.pg_server import PgServer, available, make_server, remove
 
 pytestmark = [
@@ -59,7 +68,6 @@ pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
 STOP_DRIVER = ROOT / "tests" / "crash" / "stop_driver.py"
 #: Every fault is recovered from within this many seconds of its end.
 RECOVERY_S = 10.0
@@ -72,50 +80,6 @@ async def server() -> AsyncIterator[PgServer]:
     await remove(s)
 
 
-async def fresh(server: PgServer) -> tuple[str, Database]:
-    """A new database on the server with every table (the runtime's and the shop's)."""
-    name = await server.new_database()
-    db = create_database(server.url(name))
-    async with db.engine.begin() as conn:
-        await conn.run_sync(Base.metadata.create_all)
-    return name, db
-
-
-def cli_env(url: str, tmp: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "SIGNOFF_DATABASE_URL": url,
-        "SIGNOFF_LLM_PROVIDER": "scripted",
-        "SIGNOFF_AUDIT_CHECKPOINT_FILE": str(tmp / "checkpoints.jsonl"),
-        "SIGNOFF_AUDIT_KEY_FILE": str(tmp / "audit-key.pem"),
-    }
-
-
-async def signoff(url: str, tmp: Path, *argv: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        "import sys; from bot.cli import main; raise SystemExit(main(sys.argv[1:]))",
-        *argv,
-        env=cli_env(url, tmp),
-        cwd=str(ROOT),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-
-
-async def audit_verifies(url: str, tmp: Path) -> None:
-    """``signoff audit checkpoint`` then ``signoff audit verify`` over the database pass (the
-    CLI's ``main``, on a thread of its own: it runs its own event loop). The checkpoint file and
-    its key live in ``tmp``: a configured anchor that is missing fails verify by design."""
-    with pytest.MonkeyPatch.context() as env:
-        for key, value in cli_env(url, tmp).items():
-            env.setenv(key, value)
-        assert await asyncio.to_thread(main, ["audit", "checkpoint"]) == 0
-        assert await asyncio.to_thread(main, ["audit", "verify"]) == 0
-
-
 async def test_read_only_window_while_settle_runs(
     server: PgServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -126,15 +90,7 @@ async def test_read_only_window_while_settle_runs(
         env = await refund_env(db)
         metrics = attach_metrics(env.services)
         conv_id, conf_id = await ask(env)
-        settle, window = Ledger.settle, list[asyncio.Task[None]]()
-
-        async def settle_in_window(self: Ledger, key: str, **kw: Any) -> bool:
-            if not window:
-                await server.read_only(name, True)
-                window.append(asyncio.create_task(_close_window(server, name)))
-            return await settle(self, key, **kw)
-
-        monkeypatch.setattr(Ledger, "settle", settle_in_window)
+        window = read_only_during(monkeypatch, server, name, Ledger, "settle")
         done = await asyncio.wait_for(env.runtime.confirm(conf_id, actor=C7, accept=True), timeout=RECOVERY_S)
         await window[0]
         assert done.result is not None and done.result["refund_id"], done
@@ -143,14 +99,6 @@ async def test_read_only_window_while_settle_runs(
         await audit_verifies(server.url(name), tmp_path)
     finally:
         await db.dispose()
-
-
-async def _close_window(server: PgServer, name: str) -> None:
-    await asyncio.sleep(1.0)
-    await server.read_only(name, False)
-
-
-_IN_SETTLE: ContextVar[bool] = ContextVar("in_settle", default=False)
 
 
 async def test_connection_terminated_inside_settle(
@@ -162,32 +110,41 @@ async def test_connection_terminated_inside_settle(
     try:
         env = await refund_env(db)
         conv_id, conf_id = await ask(env)
-        settle, write, cut = Ledger.settle, Database.write, list[int]()
-
-        async def settle_marked(self: Ledger, key: str, **kw: Any) -> bool:
-            token = _IN_SETTLE.set(True)
-            try:
-                return await settle(self, key, **kw)
-            finally:
-                _IN_SETTLE.reset(token)
-
-        async def write_cut(self: Database, fn: Callable[[Connection, WriteContext], Any]) -> Any:
-            if not _IN_SETTLE.get() or cut:
-                return await write(self, fn)
-            cut.append(1)
-
-            def then_terminated(conn: Connection, ctx: WriteContext) -> Any:
-                result = fn(conn, ctx)
-                conn.execute(text("SELECT pg_terminate_backend(pg_backend_pid())"))
-                return result
-
-            return await write(self, then_terminated)
-
-        monkeypatch.setattr(Ledger, "settle", settle_marked)
-        monkeypatch.setattr(Database, "write", write_cut)
+        cut = cut_before_commit(monkeypatch, db, Ledger, "settle")
         done = await asyncio.wait_for(env.runtime.confirm(conf_id, actor=C7, accept=True), timeout=RECOVERY_S)
         assert cut and done.result is not None and done.result["refund_id"], done
         await assert_exactly_once_and_told(env, conf_id, told_in(env, conv_id, answered=done.reply is not None))
+        await audit_verifies(server.url(name), tmp_path)
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.parametrize("fault", ["cut", "answer_lost"])
+async def test_confirm_cut_at_its_commit_is_sent_again(
+    server: PgServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fault: str
+) -> None:
+    """The customer's confirm meets a fault at the COMMIT of its decision transaction (the
+    answer, its proposal and its job): terminated before the COMMIT (nothing stays), or committed
+    with the answer lost. Either way the confirm answers ``Unavailable`` having done nothing, the
+    same click sent again is taken (not used up) and carried out, and the confirmation's job
+    afterwards finds it done: exactly one refund."""
+    name, db = await fresh(server)
+    try:
+        env = await refund_env(db)
+        conv_id, conf_id = await ask(env)
+        with monkeypatch.context() as patch:
+            if fault == "cut":
+                hit = cut_before_commit(patch, db, confirmations, "record")
+            else:
+                hit = lose_the_answer(patch, confirmations, "record")
+            with pytest.raises(Unavailable):
+                await env.runtime.confirm(conf_id, actor=C7, accept=True)
+        assert hit and await refunds_of(db) == []
+        again = await asyncio.wait_for(env.runtime.confirm(conf_id, actor=C7, accept=True), timeout=RECOVERY_S)
+        assert again.result is not None and again.result["refund_id"], again
+        env.clock.advance(timedelta(seconds=60))  # the confirmation's job, if its record committed
+        await Worker(env.runtime).run_once()
+        await assert_exactly_once_and_told(env, conf_id, told_in(env, conv_id, answered=again.reply is not None))
         await audit_verifies(server.url(name), tmp_path)
     finally:
         await db.dispose()
@@ -210,7 +167,7 @@ async def test_restart_between_the_effect_and_the_settle(
         async def write_then_restart(self: SandboxStore, *a: Any, **kw: Any) -> Any:
             result = await original(self, *a, **kw)
             await server.stop()
-            restarts.append(asyncio.create_task(_start_later(server, 2.0)))
+            restarts.append(asyncio.create_task(start_later(server, 2.0)))
             return result
 
         monkeypatch.setattr(SandboxStore, "issue_refund", write_then_restart)
@@ -228,11 +185,6 @@ async def test_restart_between_the_effect_and_the_settle(
         await audit_verifies(server.url(name), tmp_path)
     finally:
         await db.dispose()
-
-
-async def _start_later(server: PgServer, after_s: float) -> None:
-    await asyncio.sleep(after_s)
-    await server.start()
 
 
 async def test_worker_started_during_a_restart_comes_up(server: PgServer, tmp_path: Path) -> None:

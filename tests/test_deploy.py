@@ -47,7 +47,8 @@ def test_dashboard_queries_only_exported_metrics() -> None:
 
 def test_dashboard_covers_what_operators_watch() -> None:
     """Containment, escalations by reason, gate refusals, approvals by outcome and
-    time-to-decision, tokens and cost per conversation, refund amounts, latency p50/p95."""
+    time-to-decision, tokens and cost per conversation, refund amounts, latency p50/p95, stuck
+    ledger claims, reconciliations and database errors."""
     board = json.loads(DASHBOARD.read_text())
     titles = " | ".join(p["title"].lower() for p in board["panels"])
     for needle in (
@@ -62,6 +63,9 @@ def test_dashboard_covers_what_operators_watch() -> None:
         "turn latency p50 / p95",
         "model latency p50 / p95",
         "breaker",
+        "ledger claims stuck",
+        "reconciliations by result",
+        "database errors by kind",
     ):
         assert needle in titles, needle
     ids = [p["id"] for p in board["panels"]]
@@ -80,6 +84,7 @@ def test_alert_rules_cover_breaker_escalations_and_refunds_on_exported_metrics()
         "SignoffEscalationSpike",
         "SignoffRefundAmountSpike",
         "SignoffAuditHeadWentDown",
+        "SignoffLedgerClaimsStuck",
     } <= names
     known = exported_series()
     for r in rules:

@@ -60,6 +60,7 @@ async def test_enqueued_job_is_claimed_with_its_payload(any_db: Database, clock:
         run_after=T0 + timedelta(seconds=30),
         dedup_key=None,
         status="running",
+        created_at=T0,
     )
     assert await q.claim("w2") == []
     assert await q.complete(job_id, worker_id="w1")

@@ -9,20 +9,28 @@ faults for real.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import os
+import socket
 import sqlite3
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from sqlalchemy import select, update
 
 from agent.errors import Unavailable
-from agent.metrics import attach_metrics
+from agent.metrics import Metrics, attach_metrics
 from agent.reconcile import reconcile_stuck
 from agent.runtime import Runtime
 from agent.worker import Worker, WorkerConfig, recover
+from bot.server import make_web_app
 from storage.db import Database
 from storage.faults import fault_kind
 from storage.ledger import Ledger
+from storage.models import JobRow, ToolExecutionRow
+from tests.api_kit import app_of
 from tests.fault_kit import ask, assert_exactly_once_and_told, refund_env, refund_fault, refunds_of, told_in
 from tests.gatekeeper_kit import C7, Env, ledger_rows
 
@@ -186,6 +194,89 @@ async def test_an_approval_cut_by_a_fault_is_not_used_up(db: Database) -> None:
         r for r in await refunds_of(db, a.arguments["order_id"]) if r["amount_minor"] == a.arguments["amount_minor"]
     ]
     assert len(refunds) == 1
+    assert h.notifier.of("follow_up") == [
+        (a.conversation_id, "Good news: your refund of $189.00 was approved and issued.")
+    ]
+
+
+async def test_a_claim_another_live_process_holds_never_quarantines_the_safety_net_job(db: Database) -> None:
+    """The confirmation's job meets 409 "being carried out" (the claim's holder is another live
+    process) more often than ``max_attempts``: while it has waited less than
+    ``in_progress_wait_s`` in all, those attempts are not counted (no spurious quarantine before
+    the pass settles the claim); past that bound they count again (nothing waits forever); once
+    the pass settles the claim the job finishes and the customer has the outcome once."""
+    env = await refund_env(db)
+    conv_id, conf_id = await stranded(env, after_effect=True)
+    job_id = await _held_elsewhere(db, "confirmation")
+    assert WorkerConfig(in_progress_wait_s=1, orphan_after_s=600).in_progress_bound_s == 670  # never below a pass
+    config = WorkerConfig(max_attempts=2, in_progress_wait_s=600)
+    for _ in range(4):  # twice max_attempts within the bound
+        env.clock.advance(timedelta(seconds=60))
+        assert await Worker(env.runtime, config=config).run_once() == 1
+        job = await env.services.jobs.get(job_id)
+        assert job is not None and job.status == "queued" and job.attempts == 0, job
+        assert job.last_error is not None and "being carried out" in job.last_error
+    env.clock.advance(timedelta(seconds=400))  # past the bound: the conflict counts
+    assert await Worker(env.runtime, config=config).run_once() == 1
+    job = await env.services.jobs.get(job_id)
+    assert job is not None and job.status == "queued" and job.attempts == 1, job
+    await Worker(env.runtime, config=config).reconcile()  # the pass settles the claim (done) and tells
+    env.clock.advance(timedelta(seconds=60))
+    assert await Worker(env.runtime, config=config).run_once() == 1
+    job = await env.services.jobs.get(job_id)
+    assert job is not None and job.status == "done", job
+    await assert_exactly_once_and_told(env, conf_id, told_in(env, conv_id))
+
+
+async def test_every_replica_reads_the_stuck_claims_at_scrape_time(db: Database) -> None:
+    """``signoff_ledger_stuck`` is read from the ledger's in-flight rows at each scrape, in a
+    process that never ran the reconciliation pass (a replica whose worker is another process)."""
+    env = await refund_env(db)
+    await stranded(env, after_effect=True)
+    app = dataclasses.replace(app_of(cast(Any, env)), metrics=Metrics())
+    assert app.metrics is not None
+    async with TestClient(TestServer(make_web_app(app, metrics_render=app.metrics.render))) as client:
+        assert "signoff_ledger_stuck 0.0" in await (await client.get("/metrics")).text()  # within the bound
+        env.clock.advance(timedelta(seconds=61))
+        assert "signoff_ledger_stuck 1.0" in await (await client.get("/metrics")).text()
+
+
+async def _held_elsewhere(db: Database, job_kind: str) -> int:
+    """The stranded claim's holder becomes another process, alive (our parent); the id of the one
+    job of ``job_kind`` (the confirmation's safety net, the approval's resume)."""
+    async with db.sessions() as s, s.begin():
+        await s.execute(update(ToolExecutionRow).values(holder=f"{socket.gethostname()[:40]}:{os.getppid()}:x"))
+        (job_id,) = (await s.execute(select(JobRow.id).where(JobRow.kind == job_kind))).scalars().all()
+    return int(job_id)
+
+
+async def test_an_approvals_resume_job_waits_for_a_claim_another_live_process_holds(db: Database) -> None:
+    """The approval's resume job meets 409 "being carried out" more often than ``max_attempts``
+    while the claim's holder lives: not quarantined; once the pass settles the claim the job
+    finishes and the customer hears, once, that the refund was approved and issued."""
+    from tests.support import SUP_A, seeded
+    from tests.test_loop_support import open_refund_approval
+    from tests.test_resume import follow_up_planner
+
+    h = await seeded(db, follow_up_planner())
+    a = await open_refund_approval(h)
+    with refund_fault(after_effect=True), pytest.raises(Unavailable):
+        await h.runtime.decide(a.id, expected_version=1, decision="approve", actor=SUP_A)
+    job_id = await _held_elsewhere(db, "resume")
+    config = WorkerConfig(max_attempts=2)
+    for _ in range(4):
+        h.clock.now += timedelta(seconds=30)
+        assert await Worker(h.runtime, config=config).run_once() >= 1  # (the confirmation's job too, once)
+        job = await h.services.jobs.get(job_id)
+        assert job is not None and job.status == "queued" and job.attempts == 0, job
+    await Worker(h.runtime, config=config).reconcile()
+    h.clock.now += timedelta(seconds=30)
+    await Worker(h.runtime, config=config).run_once()
+    job = await h.services.jobs.get(job_id)
+    done = await h.services.approvals.get(a.id)
+    assert job is not None and job.status == "done", job
+    assert done is not None and done.result is not None and done.result["status"] == "REFUNDED", done
+    assert len([r for r in await refunds_of(db, "O-1042") if r["amount_minor"] == 18900]) == 1
     assert h.notifier.of("follow_up") == [
         (a.conversation_id, "Good news: your refund of $189.00 was approved and issued.")
     ]

@@ -59,7 +59,11 @@ def _run_commands(sub: Subparsers) -> None:
         "--metrics-port", type=int, help="serve /metrics only on this port (same host), not on the main one"
     )
 
-    sub.add_parser("worker", help="the resume/expiry worker alone")
+    worker = sub.add_parser("worker", help="the resume/expiry worker alone")
+    worker.add_argument("--host", default="127.0.0.1", help="the address of its /metrics listener, if any")
+    worker.add_argument(
+        "--metrics-port", type=int, help="serve /metrics (and /healthz) on this port (else SIGNOFF_METRICS_PORT)"
+    )
     sub.add_parser("socket", help="the Slack app over Socket Mode (SLACK_APP_TOKEN), with the worker")
 
 
@@ -191,7 +195,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
             return await _serve(settings, args)
         case "worker":
             settings.require_model("worker")
-            return await _worker(settings)
+            return await _worker(settings, args)
         case "socket":
             return await _socket(settings)
         case "eval":
@@ -500,13 +504,14 @@ async def _socket(settings: Settings) -> int:
     return 0
 
 
-async def _worker(settings: Settings) -> int:
+async def _worker(settings: Settings, args: argparse.Namespace) -> int:
     import signal
 
     from bot.app import create_app
     from bot.logging import configure_logging
-    from bot.server import settle_heap
+    from bot.server import settle_heap, start_metrics
 
+    listen = (args.host, args.metrics_port) if args.metrics_port else settings.metrics_listen(args.host)
     configure_logging(json=True)
     app = await create_app(settings)
     settle_heap()
@@ -515,11 +520,16 @@ async def _worker(settings: Settings) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     refresher = asyncio.create_task(app.policy_refresher().run(stop), name="signoff-policy")
+    metrics = None
     try:
+        if listen is not None and app.metrics is not None:  # its passes' figures, scraped from it
+            metrics = await start_metrics(app, app.metrics.render, listen)
         await app.worker().run_forever(stop)
     finally:
         stop.set()
         await refresher
+        if metrics is not None:
+            await metrics.cleanup()
         await app.close()
     return 0
 
