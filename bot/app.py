@@ -387,10 +387,9 @@ def shopify_backend(config: ShopifyConfig) -> ShopifyBackend:
 
 def build_mailer(settings: Settings) -> Mailer | None:
     """The one SMTP client (email replies and follow-ups, Slack link codes), when configured."""
-    from bot.email.bridge import smtp_config
     from bot.email.smtp import SmtpMailer
 
-    cfg = smtp_config(settings)
+    cfg = settings.smtp_config()
     return SmtpMailer(cfg) if cfg is not None else None
 
 
