@@ -129,7 +129,7 @@ async def _read_audit_head(app: App) -> None:
     except Exception:
         log.warning("audit head not read for /metrics", exc_info=True)
     try:
-        await rollout_metrics.refresh(app.metrics, app.runtime.s)
+        await rollout_metrics.refresh(app.metrics, app.services)
     except Exception:
         log.warning("rollout figures not read for /metrics", exc_info=True)
 

@@ -340,7 +340,8 @@ def test_public_functions_need_docstrings_in_storage_tools_and_sandbox(filename:
 COMPOSITION_ROOT = {"bot/app.py"}
 #: The faces' own folders: not even ``App.services`` there.
 FACE_FOLDERS = ("bot/api/", "bot/email/", "bot/slack/", "bot/teams/", "bot/shopify/", "bot/widget/")
-_REACH = re.compile(r"\bruntime\.s\.|\b_runtime\.s\.")
+#: ``runtime.s``, ``_runtime.s``, ``rt.s`` however it is followed (``.audit``, ``)``, end of line).
+_REACH = re.compile(r"\b_?(?:runtime|rt)\.s\b")
 _SERVICES = re.compile(r"\bapp\.services\b")
 
 
@@ -364,8 +365,9 @@ def test_faces_reach_the_runtime_only_through_the_port() -> None:
 
 
 def test_a_planted_repository_reach_is_caught(tmp_path: Path) -> None:
-    """A face that reads a repository off the runtime, or off ``App.services``, is caught; the
-    composition root is not."""
+    """A face that reads a repository off the runtime, or off ``App.services``, is caught, and so
+    is a CLI command or the server reaching ``rt.s``/``runtime.s``; the composition root is not
+    (the CLI may use ``App.services``, the operator's view)."""
     for folder in ("bot/slack", "bot/cli"):
         (tmp_path / folder).mkdir(parents=True)
     (tmp_path / "bot" / "slack" / "x.py").write_text(
@@ -373,9 +375,18 @@ def test_a_planted_repository_reach_is_caught(tmp_path: Path) -> None:
     )
     (tmp_path / "bot" / "slack" / "y.py").write_text("def g(app):\n    return app.services.audit\n", encoding="utf-8")
     (tmp_path / "bot" / "cli" / "z.py").write_text("def h(app):\n    return app.services.jobs\n", encoding="utf-8")
+    (tmp_path / "bot" / "cli" / "w.py").write_text(
+        "async def d(demo):\n    return await demo.rt.s.audit.list()\n", encoding="utf-8"
+    )
+    (tmp_path / "bot" / "m.py").write_text("def m(app, f):\n    return f(app.runtime.s)\n", encoding="utf-8")
     (tmp_path / "bot" / "app.py").write_text("def i(runtime):\n    return runtime.s.db\n", encoding="utf-8")
     paths = sorted((tmp_path / "bot").rglob("*.py"))
-    assert repository_reaches(paths, tmp_path) == ["bot/slack/x.py:2", "bot/slack/y.py:2"]
+    assert repository_reaches(paths, tmp_path) == [
+        "bot/cli/w.py:2",
+        "bot/m.py:2",
+        "bot/slack/x.py:2",
+        "bot/slack/y.py:2",
+    ]
 
 
 def test_settings_import_no_face() -> None:
