@@ -1,6 +1,7 @@
-"""One approval, every state, every face: Slack's Block Kit and Teams' Adaptive Card render
-the same view, so they agree on whether it is open, the amount, the routing reason and the
-reference of what was done."""
+"""One approval, every state, every face: Slack's Block Kit, Teams' Adaptive Card and the HTTP
+API's JSON render the same view, so they agree on whether it is open, the amount, the routing
+reason and the reference of what was done. (The email face renders no approval: it is no staff
+surface, and a customer hears of a decision in the turn's reply.)"""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from agent.views import ApprovalView, approval_view
 from agent.wording import ROUTING_REASONS
+from bot.api.routes import approval_view_json
 from bot.slack import blocks as slack
 from bot.teams import cards as teams
 from storage.records import Approval, Decision
@@ -79,6 +81,14 @@ def _teams_text(view: ApprovalView) -> tuple[bool, str]:
     return bool(card.get("actions")), json.dumps(card, ensure_ascii=False)
 
 
+def _api_text(view: ApprovalView) -> tuple[bool, str]:
+    shown = approval_view_json(view)
+    return shown["open"], json.dumps(shown, ensure_ascii=False)
+
+
+FACES = (_slack_text, _teams_text, _api_text)
+
+
 @pytest.mark.parametrize(("state", "changes", "later", "is_open", "reference"), STATES, ids=[s[0] for s in STATES])
 def test_every_face_shows_the_same_approval_the_same_way(
     state: str, changes: dict[str, Any], later: timedelta, is_open: bool, reference: str | None
@@ -87,7 +97,7 @@ def test_every_face_shows_the_same_approval_the_same_way(
     view = approval_view(record, tool=REGISTRY.get(record.tool), now=NOW + later)
     assert view.open is is_open, state
     assert (view.amount, view.ceiling, view.reason) == ("189.00 USD", "100.00 USD", "over_ceiling")
-    for buttons, shown in (_slack_text(view), _teams_text(view)):
+    for buttons, shown in (face(view) for face in FACES):
         assert buttons is is_open, state
         assert "189.00 USD" in shown and "100.00 USD" in shown
         assert ROUTING_REASONS["over_ceiling"] in shown
@@ -96,6 +106,9 @@ def test_every_face_shows_the_same_approval_the_same_way(
             assert reference in shown
         if state.startswith("approved"):
             assert view.outcome is not None and view.outcome.label in shown
+    api = approval_view_json(view)  # the API's fields, not only its text
+    assert (api["amount"], api["ceiling"], api["reason"]) == ("189.00 USD", "100.00 USD", "over_ceiling")
+    assert (api["outcome"] or {}).get("reference") == reference
 
 
 @pytest.mark.parametrize("reason", list(ROUTING_REASONS))
@@ -103,5 +116,5 @@ def test_every_reason_the_gate_emits_is_named_by_every_face(reason: str) -> None
     record = approval(**{**ROUTED, "routing": {**ROUTED["routing"], "reason": reason}})
     view = approval_view(record, tool=REGISTRY.get(record.tool), now=NOW)
     assert view.reason_text == ROUTING_REASONS[reason]  # type: ignore[index]
-    for _, shown in (_slack_text(view), _teams_text(view)):
+    for _, shown in (face(view) for face in FACES):
         assert ROUTING_REASONS[reason] in shown  # type: ignore[index]

@@ -18,6 +18,7 @@ from jsonschema import Draft202012Validator
 from agent import queries
 from agent.outcomes import TurnResult
 from agent.runtime import ConfirmResult
+from agent.views import ApprovalView, approval_view
 from bot.api import wording as say
 from bot.api.auth import ID_PATTERN, Authenticator, Caller
 from bot.api.openapi import SCHEMAS, document, validator_schema
@@ -100,7 +101,7 @@ async def list_approvals(request: web.Request) -> web.Response:
     approvals = await queries.list_approvals(
         st.app.runtime, status=query.get("status", "pending"), limit=int(query.get("limit", "100"))
     )
-    return json_ok({"approvals": [a.as_public() for a in approvals]})
+    return json_ok({"approvals": [staff_approval(st, a) for a in approvals]})
 
 
 async def get_approval(request: web.Request) -> web.Response:
@@ -112,7 +113,7 @@ async def get_approval(request: web.Request) -> web.Response:
     approval = await queries.get_approval(st.app.runtime, approval_id)
     if approval is None:
         raise ApiError("not_found", say.NO_SUCH_APPROVAL)
-    return json_ok(approval.as_public())
+    return json_ok(staff_approval(st, approval))
 
 
 async def approve(request: web.Request) -> web.Response:
@@ -164,7 +165,10 @@ async def _answer(request: web.Request, *, accept: bool) -> web.Response:
     ):
         raise ApiError("not_found", say.NO_SUCH_CONFIRMATION)  # someone else's looks exactly like a missing one
     result = await st.app.runtime.confirm(confirmation_id, actor=caller.principal, accept=accept)
-    return json_ok(render_confirm(result, staff=caller.is_staff))
+    body = render_confirm(result, staff=caller.is_staff)
+    if caller.is_staff and result.approval is not None:
+        body["approval"] = staff_approval(st, result.approval)
+    return json_ok(body)
 
 
 async def _decide(request: web.Request, decision: str, schema: str) -> web.Response:
@@ -181,7 +185,7 @@ async def _decide(request: web.Request, decision: str, schema: str) -> web.Respo
         actor=caller.principal,
         comment=body.get("comment"),
     )
-    return json_ok({"approval": decided.approval.as_public(), "result": jsonable(decided.result)})
+    return json_ok({"approval": staff_approval(st, decided.approval), "result": jsonable(decided.result)})
 
 
 async def _bind(st: ApiState, caller: Caller, body: dict[str, Any]) -> tuple[Principal, str | None]:
@@ -246,6 +250,33 @@ def _query(request: web.Request, schema: str) -> dict[str, str]:
 
 
 # -- rendering ----------------------------------------------------------------------------
+
+
+def staff_approval(st: ApiState, a: Approval) -> dict[str, Any]:
+    """The whole record, and ``view``: the approval as every face shows it now."""
+    port = st.app.port
+    return {**a.as_public(), "view": approval_view_json(approval_view(a, tool=port.tool(a.tool), now=port.clock()))}
+
+
+def approval_view_json(v: ApprovalView) -> dict[str, Any]:
+    """The API's rendering of :class:`ApprovalView` (Slack's and Teams' cards render the same
+    view): open or not, its state, the figures by the one money formatter, the routing reason,
+    the outcome."""
+    outcome = v.outcome
+    return {
+        "state": v.state,
+        "open": v.open,
+        "amount": v.amount,
+        "ceiling": v.ceiling,
+        "aggregate": v.aggregate,
+        "reason": v.reason,
+        "reasonText": v.reason_text,
+        "outcome": (
+            {"kind": outcome.kind, "label": outcome.label, "reference": outcome.reference}
+            if outcome is not None
+            else None
+        ),
+    }
 
 
 def render_turn(r: TurnResult) -> dict[str, Any]:
