@@ -223,6 +223,14 @@ class FacePort:
     async def pending_approvals(self, *, limit: int = 20) -> list[Approval]:
         return await self._runtime.s.approvals.list_approvals(status="pending", limit=limit)
 
+    async def approvals(self, *, status: str | None, limit: int) -> list[Approval]:
+        """Approvals, newest first, of one ``status`` or all (the HTTP API's list)."""
+        return await queries.list_approvals(self._runtime, status=status, limit=limit)
+
+    async def conversation_view(self, viewer: Principal, conversation_id: str) -> queries.ConversationView | None:
+        """The conversation rendered for people, if ``viewer`` may see it."""
+        return await queries.conversation_view(self._runtime, viewer, conversation_id)
+
     async def show_confirmation(self, confirmation_id: str, face: str, ref: dict[str, Any]) -> None:
         """Where ``face`` shows the confirmation's card (redrawn there when it moves on)."""
         await self._runtime.s.confirmations.set_surface(confirmation_id, face, ref)

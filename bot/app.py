@@ -28,6 +28,7 @@ from agent.runtime import Runtime
 from agent.services import Services, build_services
 from agent.tracing import TracedModel
 from agent.worker import Worker, WorkerConfig
+from bot.api import wiring as api_wiring
 from bot.email import wiring as email_wiring
 from bot.email.smtp import Mailer
 from bot.faces import Face, FaceFactory, FaceKit
@@ -256,6 +257,7 @@ async def start_policy(db: Database, settings: Settings) -> ActivePolicy:
 #: Every face, one line each (a folder under bot/ and its line here): its factory reads its own
 #: settings and builds it over a :class:`~bot.faces.FaceKit`, or says it is not configured.
 FACES: tuple[FaceFactory, ...] = (
+    api_wiring.face,
     email_wiring.face,
     slack_wiring.face,
     teams_wiring.face,

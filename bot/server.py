@@ -1,5 +1,5 @@
-"""The aiohttp server: ``/healthz``, ``/metrics``, ``/api/*``, ``/email/inbound``, the faces' own
-routes (``/teams/messages`` when Teams is configured) and any extra routes.
+"""The aiohttp server: ``/healthz``, ``/metrics``, ``/email/inbound``, the faces' own routes
+(``/api/*``; ``/teams/messages`` when Teams is configured; …) and any extra routes.
 
 Every error is JSON ``{"error", "message"}``; a client mistake is never a 5xx.
 ``serve`` runs the site and, unless told not to, the resume/expiry worker as an
@@ -27,9 +27,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from agent import queries, rollout_metrics
-from bot.api import routes as api
 from bot.api import wording as say
-from bot.api.auth import AuthConfig, Authenticator
 from bot.app import App
 from bot.email import bridge as email_bridge
 from bot.email.bridge import EmailBridge, EmailConfig
@@ -48,7 +46,6 @@ def make_web_app(
     *,
     metrics_render: Callable[[], bytes] | None = None,
     extra_routes: Iterable[web.AbstractRouteDef] = (),
-    auth: AuthConfig | None = None,
     email: EmailConfig | None = None,
     metrics_token: str | None = None,
 ) -> web.Application:
@@ -58,17 +55,15 @@ def make_web_app(
     """
     if metrics_token is None and app.settings is not None:
         metrics_token = reveal(app.settings.signoff_metrics_token)
-    auth = auth or AuthConfig.from_settings(app.settings)
     email = email or EmailConfig.from_settings(app.settings)
     web_app = web.Application(middlewares=[errors], client_max_size=email.max_body)
     web_app[FAULTS] = app.db.fault
-    web_app[api.STATE] = api.make_state(app, Authenticator(auth, app.backend, app.services.people))
+    web_app[APP] = app
     web_app[email_bridge.EMAIL] = EmailBridge(app, email)
     web_app[_METRICS] = _Metrics(metrics_render, metrics_token, loopback_only=True)
     web_app.router.add_get("/healthz", healthz)
     web_app.router.add_get("/metrics", metrics)
     web_app.router.add_post("/email/inbound", email_bridge.inbound)
-    api.add_routes(web_app)
     if app.slack is not None and app.slack.config.signing_secret:
         from bot.slack.bolt import build_bolt
         from bot.slack.bolt import routes as slack_routes
@@ -76,7 +71,7 @@ def make_web_app(
         web_app.router.add_routes(slack_routes(build_bolt(app.slack), app.slack.config.signing_secret))
     elif app.slack is not None:
         log.info("Slack without SLACK_SIGNING_SECRET: Socket Mode only, no /slack/* route")
-    # The faces' own endpoints, when configured (Teams: POST /teams/messages).
+    # The faces' own endpoints (the HTTP API's /api/*; Teams: POST /teams/messages, when configured).
     web_app.router.add_routes([*app.http_routes, *extra_routes])
     return web_app
 
@@ -90,10 +85,12 @@ class _Metrics:
 
 
 _METRICS: web.AppKey[_Metrics] = web.AppKey("signoff_metrics", _Metrics)
+#: The app the server runs (``/healthz`` and ``/metrics`` read it; tests find it there).
+APP: web.AppKey[App] = web.AppKey("signoff_app", App)
 
 
 async def healthz(request: web.Request) -> web.Response:
-    if await queries.database_ok(request.app[api.STATE].app.runtime):
+    if await queries.database_ok(request.app[APP].runtime):
         return web.json_response({"status": "ok"})
     return error_response("unavailable", say.DATABASE_DOWN)
 
@@ -110,7 +107,7 @@ async def metrics(request: web.Request) -> web.Response:
             response = error_response("unauthorized", say.METRICS_TOKEN)
             response.headers["WWW-Authenticate"] = 'Bearer realm="metrics"'
             return response
-    await _read_audit_head(request.app[api.STATE].app)
+    await _read_audit_head(request.app[APP])
     return web.Response(body=state.render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
@@ -139,7 +136,7 @@ def make_metrics_app(
 ) -> web.Application:
     """The separate metrics listener: ``/metrics`` (token-guarded when configured) and ``/healthz``."""
     web_app = web.Application(middlewares=[errors])
-    web_app[api.STATE] = api.make_state(app, Authenticator(AuthConfig(), app.backend, app.services.people))
+    web_app[APP] = app
     web_app[_METRICS] = _Metrics(metrics_render, metrics_token)
     web_app.router.add_get("/healthz", healthz)
     web_app.router.add_get("/metrics", metrics)
