@@ -68,6 +68,8 @@ async def test_seed_conversation_over_http_refund_confirm_approve(any_db: Databa
         assert chat["iterations"] == 4 and chat["inputTokens"] > 0 and chat["outputTokens"] > 0
 
         assert confirmed["confirmation"]["status"] == "confirmed"
+        shown = confirmed["confirmation"]["view"]  # as the cards show it
+        assert (shown["open"], shown["awaitingApproval"], shown["outcome"]) == (False, True, None)
         assert confirmed["result"] == {"status": "PENDING_APPROVAL", "approvalId": confirmed["approval"]["id"]}
         assert confirmed["approval"]["status"] == "pending"
         assert "rationale" not in confirmed["approval"]  # the review file is for staff

@@ -134,6 +134,17 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "conversationId": _ID,
             "createdAt": {"type": "string", "format": "date-time"},
             "decidedAt": {"type": ["string", "null"], "format": "date-time"},
+            "view": {
+                "type": "object",
+                "description": "The confirmation as every face shows it: open or not, and what came of it.",
+                "required": ["open", "status", "awaitingApproval", "outcome"],
+                "properties": {
+                    "open": {"type": "boolean"},
+                    "status": {"type": "string"},
+                    "awaitingApproval": {"type": "boolean"},
+                    "outcome": {"type": ["object", "null"], "description": "{kind, label, reference}"},
+                },
+            },
         },
     },
     "ConfirmResponse": {

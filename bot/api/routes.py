@@ -20,7 +20,7 @@ from agent import queries
 from agent.face_port import FacePort
 from agent.outcomes import TurnResult
 from agent.runtime import ConfirmResult
-from agent.views import ApprovalView, approval_view
+from agent.views import ApprovalView, ConfirmationView, OutcomeView, approval_view, confirmation_view
 from bot.api import wording as say
 from bot.api.auth import ID_PATTERN, Authenticator, Caller
 from bot.api.openapi import SCHEMAS, document, validator_schema
@@ -167,6 +167,8 @@ async def _answer(st: ApiState, request: web.Request, *, accept: bool) -> web.Re
         raise ApiError("not_found", say.NO_SUCH_CONFIRMATION)  # someone else's looks exactly like a missing one
     result = await st.port.confirm(confirmation_id, actor=caller.principal, accept=accept, via="api")
     body = render_confirm(result, staff=caller.is_staff)
+    shown = confirmation_view(result.confirmation, tool=st.port.tool(result.confirmation.tool))
+    body["confirmation"]["view"] = confirmation_view_json(shown)
     if caller.is_staff and result.approval is not None:
         body["approval"] = staff_approval(st, result.approval)
     return json_ok(body)
@@ -259,11 +261,27 @@ def staff_approval(st: ApiState, a: Approval) -> dict[str, Any]:
     return {**a.as_public(), "view": approval_view_json(approval_view(a, tool=port.tool(a.tool), now=port.clock()))}
 
 
+def confirmation_view_json(v: ConfirmationView) -> dict[str, Any]:
+    """The API's rendering of :class:`ConfirmationView`, as the cards show it: open or not, and
+    what came of it."""
+    return {
+        "open": v.open,
+        "status": v.status,
+        "awaitingApproval": v.awaiting_approval,
+        "outcome": _outcome_json(v.outcome),
+    }
+
+
+def _outcome_json(outcome: OutcomeView | None) -> dict[str, Any] | None:
+    if outcome is None:
+        return None
+    return {"kind": outcome.kind, "label": outcome.label, "reference": outcome.reference}
+
+
 def approval_view_json(v: ApprovalView) -> dict[str, Any]:
     """The API's rendering of :class:`ApprovalView` (Slack's and Teams' cards render the same
     view): open or not, its state, the figures by the one money formatter, the routing reason,
     the outcome."""
-    outcome = v.outcome
     return {
         "state": v.state,
         "open": v.open,
@@ -272,11 +290,7 @@ def approval_view_json(v: ApprovalView) -> dict[str, Any]:
         "aggregate": v.aggregate,
         "reason": v.reason,
         "reasonText": v.reason_text,
-        "outcome": (
-            {"kind": outcome.kind, "label": outcome.label, "reference": outcome.reference}
-            if outcome is not None
-            else None
-        ),
+        "outcome": _outcome_json(v.outcome),
     }
 
 
