@@ -14,12 +14,13 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from agent import queries
 from agent.approvals import DecideResult
 from agent.audit_budget import AuditBudget
 from agent.confirmations import ConfirmResult, Via
+from agent.errors import DecisionCode
 from agent.handoff_port import HandoffDesk
 from agent.outcomes import TurnResult
 from agent.runtime import Runtime
@@ -39,6 +40,31 @@ log = logging.getLogger(__name__)
 
 #: ``send()`` of :meth:`FacePort.once`: posts the message, returns where it went (stored with the key).
 Send = Callable[[], Awaitable[dict[str, Any]]]
+
+#: What a click on a card asks, whatever the face (its button's verb without ``signoff.``).
+ClickAction = Literal["confirm", "decline", "approve", "reject", "takeover", "handback", "close"]
+#: Why a click changed nothing: the runtime's refusal code (:data:`~agent.errors.DecisionCode`),
+#: a hand-off's (``taken``, ``not_yours``, … of ``HandoffDesk``), or ``bad_value`` (a button
+#: value we cannot read).
+ClickRefusal = DecisionCode | str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClickSeen:
+    """A click on one of our cards, as every face audits it (:meth:`FacePort.click_event`)."""
+
+    face: str
+    action: ClickAction
+    #: The confirmation's or approval's id (``None``: the button could not be read).
+    target: str | None
+    #: The clicker as the face knows them: its user id and its workspace or tenant.
+    user: str
+    team: str | None
+
+    @property
+    def who(self) -> str:
+        """The clicker across the faces (``slack:T…:U…``, ``teams:tenant:aad``): the budget's person."""
+        return f"{self.face}:{self.team or '-'}:{self.user}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,6 +223,14 @@ class FacePort:
     async def pending_approvals(self, *, limit: int = 20) -> list[Approval]:
         return await self._runtime.s.approvals.list_approvals(status="pending", limit=limit)
 
+    async def approvals(self, *, status: str | None, limit: int) -> list[Approval]:
+        """Approvals, newest first, of one ``status`` or all (the HTTP API's list)."""
+        return await queries.list_approvals(self._runtime, status=status, limit=limit)
+
+    async def conversation_view(self, viewer: Principal, conversation_id: str) -> queries.ConversationView | None:
+        """The conversation rendered for people, if ``viewer`` may see it."""
+        return await queries.conversation_view(self._runtime, viewer, conversation_id)
+
     async def show_confirmation(self, confirmation_id: str, face: str, ref: dict[str, Any]) -> None:
         """Where ``face`` shows the confirmation's card (redrawn there when it moves on)."""
         await self._runtime.s.confirmations.set_surface(confirmation_id, face, ref)
@@ -256,6 +290,36 @@ class FacePort:
         await self._runtime.s.audit.append(event)
         return True
 
+    async def click_event(
+        self,
+        click: ClickSeen,
+        *,
+        refused: ClickRefusal | None = None,
+        by: str | None = None,
+        budget: AuditBudget | None = None,
+    ) -> bool:
+        """A click, audited in one shape by every face: ``click.decided`` (the decision went
+        through, by principal ``by``) or ``click.refused`` (``refused`` says why; it changed
+        nothing, so it is audited within the clicker's share of ``budget``). Data: ``face``,
+        ``action``, ``target``, ``user``, ``team`` (and ``reason``). True when appended."""
+        data: dict[str, Any] = {
+            "face": click.face,
+            "action": click.action,
+            "target": click.target,
+            "user": click.user,
+            "team": click.team,
+        }
+        if refused is None:
+            return await self.face_event("click.decided", data, principal=by or click.who)
+        return await self.face_event(
+            "click.refused",
+            {**data, "reason": refused},
+            principal=click.who,
+            budget=budget,
+            person=click.who,
+            channel=click.face,
+        )
+
     def mailbox(self) -> SentMail:
         """The Message-IDs the email face sent (a reply finds its conversation by them)."""
         return SentMail(self._runtime.s.db)
@@ -270,4 +334,4 @@ class FacePort:
         return await OutsideActions(self._runtime.s.db).record(action, source=source)
 
 
-__all__ = ["FacePort", "InboundItem", "Once", "Send"]
+__all__ = ["ClickAction", "ClickRefusal", "ClickSeen", "FacePort", "InboundItem", "Once", "Send"]

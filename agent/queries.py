@@ -1,4 +1,4 @@
-"""Read-only queries the faces (HTTP API, email bridge) need beyond the runtime's verbs.
+"""Read-only queries the faces (HTTP API, email bridge) and the demo need beyond the runtime's verbs.
 
 Nothing here writes or decides. Every lookup that a principal drives is scoped
 the same way the runtime scopes it: a conversation the viewer may not see is
@@ -14,7 +14,8 @@ from typing import Any, Literal
 from agent.handoff import person_reply
 from agent.history import EVENT_CLOSE, EVENT_OPEN
 from agent.runtime import Runtime
-from storage.records import Approval, Confirmation, Conversation, StoredMessage
+from storage.audit import AuditRecord
+from storage.records import Approval, Confirmation, Conversation, Proposal, StoredMessage
 from tools.context import Principal
 
 #: ``person``: a person's reply to the customer while they owned the conversation (a hand-off).
@@ -115,6 +116,30 @@ async def get_approval(rt: Runtime, approval_id: str) -> Approval | None:
 
 async def list_approvals(rt: Runtime, *, status: str | None, limit: int) -> list[Approval]:
     return await rt.s.approvals.list_approvals(status=status, limit=limit)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunTrace:
+    """A conversation as its runs stored it (``signoff demo`` prints it iteration by iteration):
+    every message, and the gate's proposals of its runs by tool_use id."""
+
+    history: tuple[StoredMessage, ...]
+    proposals: dict[str, Proposal]
+
+
+async def run_trace(rt: Runtime, conversation_id: str) -> RunTrace:
+    history = await rt.s.conversations.history(conversation_id)
+    proposals: dict[str, Proposal] = {}
+    for run in sorted({m.run_id for m in history if m.run_id}):
+        proposals |= {p.tool_use_id: p for p in await rt.s.conversations.proposals(run)}
+    return RunTrace(history=tuple(history), proposals=proposals)
+
+
+async def executions(rt: Runtime, conversation_id: str) -> list[AuditRecord]:
+    """The actions executed in a conversation's runs (``execution.succeeded`` events)."""
+    runs = {m.run_id for m in await rt.s.conversations.history(conversation_id) if m.run_id}
+    events = await rt.s.audit.list(kind="execution.succeeded", limit=1000)
+    return [e for e in events if e.run_id in runs]
 
 
 # -- rendering -------------------------------------------------------------------------

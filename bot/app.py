@@ -30,6 +30,7 @@ from agent.runtime import Runtime
 from agent.services import Services, build_services
 from agent.tracing import TracedModel
 from agent.worker import Worker, WorkerConfig
+from bot.api import wiring as api_wiring
 from bot.email import wiring as email_wiring
 from bot.email.smtp import Mailer
 from bot.faces import Face, FaceFactory, FaceKit
@@ -269,6 +270,7 @@ async def start_policy(db: Database, settings: Settings, seal_key: Ed25519Public
 #: Every face, one line each (a folder under bot/ and its line here): its factory reads its own
 #: settings and builds it over a :class:`~bot.faces.FaceKit`, or says it is not configured.
 FACES: tuple[FaceFactory, ...] = (
+    api_wiring.face,
     email_wiring.face,
     slack_wiring.face,
     teams_wiring.face,
@@ -423,10 +425,9 @@ def shopify_backend(config: ShopifyConfig) -> ShopifyBackend:
 
 def build_mailer(settings: Settings) -> Mailer | None:
     """The one SMTP client (email replies and follow-ups, Slack link codes), when configured."""
-    from bot.email.bridge import smtp_config
     from bot.email.smtp import SmtpMailer
 
-    cfg = smtp_config(settings)
+    cfg = settings.smtp_config()
     return SmtpMailer(cfg) if cfg is not None else None
 
 

@@ -1,5 +1,5 @@
-"""The aiohttp server: ``/healthz``, ``/metrics``, ``/api/*``, ``/email/inbound``, the faces' own
-routes (``/teams/messages`` when Teams is configured) and any extra routes.
+"""The aiohttp server: ``/healthz``, ``/metrics``, ``/email/inbound``, the faces' own routes
+(``/api/*``; ``/teams/messages`` when Teams is configured; …) and any extra routes.
 
 Every error is JSON ``{"error", "message"}``; a client mistake is never a 5xx.
 ``serve`` runs the site and, unless told not to, the resume/expiry worker as an
@@ -29,9 +29,7 @@ from aiohttp import web
 from agent import queries, rollout_metrics
 from agent.reconcile import stuck_claims
 from agent.worker import WorkerConfig
-from bot.api import routes as api
 from bot.api import wording as say
-from bot.api.auth import AuthConfig, Authenticator
 from bot.app import App
 from bot.email import bridge as email_bridge
 from bot.email.bridge import EmailBridge, EmailConfig
@@ -50,7 +48,6 @@ def make_web_app(
     *,
     metrics_render: Callable[[], bytes] | None = None,
     extra_routes: Iterable[web.AbstractRouteDef] = (),
-    auth: AuthConfig | None = None,
     email: EmailConfig | None = None,
     metrics_token: str | None = None,
 ) -> web.Application:
@@ -60,17 +57,15 @@ def make_web_app(
     """
     if metrics_token is None and app.settings is not None:
         metrics_token = reveal(app.settings.signoff_metrics_token)
-    auth = auth or AuthConfig.from_settings(app.settings)
     email = email or EmailConfig.from_settings(app.settings)
     web_app = web.Application(middlewares=[errors], client_max_size=email.max_body)
     web_app[FAULTS] = app.db.fault
-    web_app[api.STATE] = api.make_state(app, Authenticator(auth, app.backend, app.services.people))
+    web_app[APP] = app
     web_app[email_bridge.EMAIL] = EmailBridge(app, email)
     web_app[_METRICS] = _Metrics(metrics_render, metrics_token, loopback_only=True)
     web_app.router.add_get("/healthz", healthz)
     web_app.router.add_get("/metrics", metrics)
     web_app.router.add_post("/email/inbound", email_bridge.inbound)
-    api.add_routes(web_app)
     slack = app.slack.config if app.slack is not None else None
     # Socket Mode (SLACK_APP_TOKEN) brings the events over its WebSocket: over HTTP it serves at
     # most the OAuth install flow (SLACK_CLIENT_ID), and nothing at all without a signing secret.
@@ -87,7 +82,7 @@ def make_web_app(
         web_app.router.add_routes(slack_routes(bolt, slack.signing_secret, events=not slack.app_token))
     elif app.slack is not None:
         log.info("Slack over Socket Mode or without SLACK_SIGNING_SECRET: no /slack/events route")
-    # The faces' own endpoints, when configured (Teams: POST /teams/messages).
+    # The faces' own endpoints (the HTTP API's /api/*; Teams: POST /teams/messages, when configured).
     web_app.router.add_routes([*app.http_routes, *extra_routes])
     return web_app
 
@@ -101,10 +96,12 @@ class _Metrics:
 
 
 _METRICS: web.AppKey[_Metrics] = web.AppKey("signoff_metrics", _Metrics)
+#: The app the server runs (``/healthz`` and ``/metrics`` read it; tests find it there).
+APP: web.AppKey[App] = web.AppKey("signoff_app", App)
 
 
 async def healthz(request: web.Request) -> web.Response:
-    if await queries.database_ok(request.app[api.STATE].app.runtime):
+    if await queries.database_ok(request.app[APP].runtime):
         return web.json_response({"status": "ok"})
     return error_response("unavailable", say.DATABASE_DOWN)
 
@@ -121,7 +118,7 @@ async def metrics(request: web.Request) -> web.Response:
             response = error_response("unauthorized", say.METRICS_TOKEN)
             response.headers["WWW-Authenticate"] = 'Bearer realm="metrics"'
             return response
-    await _read_gauges(request.app[api.STATE].app)
+    await _read_gauges(request.app[APP])
     return web.Response(body=state.render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
@@ -143,11 +140,11 @@ async def _read_gauges(app: App) -> None:
         log.warning("audit head not read for /metrics", exc_info=True)
     bound = app.settings.signoff_reconcile_after_s if app.settings is not None else WorkerConfig.orphan_after_s
     try:
-        app.metrics.ledger_stuck.set(len(await stuck_claims(app.runtime.s, older_than_s=bound)))
+        app.metrics.ledger_stuck.set(len(await stuck_claims(app.services, older_than_s=bound)))
     except Exception:
         log.warning("stuck ledger claims not read for /metrics", exc_info=True)
     try:
-        await rollout_metrics.refresh(app.metrics, app.runtime.s)
+        await rollout_metrics.refresh(app.metrics, app.services)
     except Exception:
         log.warning("rollout figures not read for /metrics", exc_info=True)
 
@@ -157,7 +154,7 @@ def make_metrics_app(
 ) -> web.Application:
     """The separate metrics listener: ``/metrics`` (token-guarded when configured) and ``/healthz``."""
     web_app = web.Application(middlewares=[errors])
-    web_app[api.STATE] = api.make_state(app, Authenticator(AuthConfig(), app.backend, app.services.people))
+    web_app[APP] = app
     web_app[_METRICS] = _Metrics(metrics_render, metrics_token)
     web_app.router.add_get("/healthz", healthz)
     web_app.router.add_get("/metrics", metrics)

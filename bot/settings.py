@@ -19,6 +19,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from agent.errors import ConfigError
 
 if TYPE_CHECKING:
+    from bot.email.config import SmtpConfig
+    from bot.slack.config import SlackConfig
     from bot.teams.config import TeamsConfig
 from shopify.config import ShopifyConfig, shopify_config
 
@@ -49,6 +51,7 @@ class Settings(BaseSettings):
     anthropic_base_url: str | None = None
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None
+    #: Slack (bot/slack/settings.py says what they mean): on with the bot token or the OAuth client.
     slack_bot_token: SecretStr | None = None
     slack_signing_secret: SecretStr | None = None
     slack_app_token: SecretStr | None = None
@@ -110,6 +113,7 @@ class Settings(BaseSettings):
     #: ``/metrics`` on its own port (on ``serve --host``); without it or the address above,
     #: ``/metrics`` is answered on the main port to loopback peers only (bot/server.py).
     signoff_metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    #: Email (bot/email/settings.py says what they mean): SMTP out, the inbound webhook's secret.
     signoff_smtp_url: str | None = None
     signoff_email_secret: SecretStr | None = None
     signoff_email_from: str | None = None
@@ -204,27 +208,6 @@ class Settings(BaseSettings):
             raise ValueError("must be 0 (off) or a positive number of seconds")
         return v
 
-    @field_validator("signoff_approvals_channel", "signoff_escalation_channel")
-    @classmethod
-    def _slack_channel(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[CGD][A-Z0-9]{2,31}", v):
-            raise ValueError("must be a Slack channel id such as C0123ABCD (not a #name)")
-        return v
-
-    @field_validator("signoff_slack_allowed_teams")
-    @classmethod
-    def _allowed_teams(cls, v: str | None) -> str | None:
-        if v is not None and not all(re.fullmatch(r"[TE][A-Z0-9]{2,31}", t.strip()) for t in v.split(",")):
-            raise ValueError("must be Slack team ids separated by commas, such as T0123ABCD,T0456EFGH")
-        return v
-
-    @field_validator("signoff_slack_supervisor_group", "signoff_slack_oncall_group")
-    @classmethod
-    def _slack_group(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"S[A-Z0-9]{2,31}", v):
-            raise ValueError("must be a Slack user group id such as S0123ABCD")
-        return v
-
     @field_validator("signoff_metrics_token")
     @classmethod
     def _metrics_token(cls, v: SecretStr | None) -> SecretStr | None:
@@ -241,20 +224,6 @@ class Settings(BaseSettings):
                 raise ValueError("must be HOST:PORT, e.g. 127.0.0.1:9100")
         return v
 
-    @field_validator("signoff_smtp_url")
-    @classmethod
-    def _smtp(cls, v: str | None) -> str | None:
-        if v is not None and not v.startswith(("smtp://", "smtps://")):
-            raise ValueError("must be smtp://host:port or smtps://host:port")
-        return v
-
-    @field_validator("signoff_email_from")
-    @classmethod
-    def _from(cls, v: str | None) -> str | None:
-        if v is not None and (v.count("@") != 1 or any(c in v for c in " <>\r\n")):
-            raise ValueError("must be a plain address like support@shop.example")
-        return v
-
     @model_validator(mode="after")
     def _provider(self) -> Settings:
         if self.signoff_llm_provider == "anthropic" and not self.anthropic_api_key:
@@ -265,28 +234,12 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _slack(self) -> Settings:
-        if self.slack_client_id and not self.slack_client_secret:
-            raise ValueError("SLACK_CLIENT_SECRET: required when SLACK_CLIENT_ID is set (OAuth install)")
-        if self.slack_client_id and len(reveal(self.signoff_secret_key) or "") < 32:
-            raise ValueError(
-                "SIGNOFF_SECRET_KEY: required with SLACK_CLIENT_ID, 32+ characters (tokens are encrypted at rest)"
-            )
-        if self.slack_client_id and not self.slack_signing_secret:
-            raise ValueError("SLACK_SIGNING_SECRET: required with SLACK_CLIENT_ID (the OAuth install is over HTTP)")
-        if self.slack_bot_token and not (self.slack_signing_secret or self.slack_app_token):
-            raise ValueError(
-                "SLACK_SIGNING_SECRET: required for the Slack app over HTTP (or SLACK_APP_TOKEN for Socket Mode)"
-            )
+        self.slack_config()  # fails at start-up, naming the variable
         return self
 
     @model_validator(mode="after")
-    def _shop_address(self) -> Settings:
-        # Replies come from the shop's own address, never from whatever the inbound mail was sent to.
-        if self.signoff_smtp_url and not self.signoff_email_from and "from=" not in self.signoff_smtp_url:
-            raise ValueError(
-                "SIGNOFF_EMAIL_FROM: required with SIGNOFF_SMTP_URL (the shop's address replies come from), "
-                "or give it in the URL as ?from=support@shop.example"
-            )
+    def _email(self) -> Settings:
+        self.smtp_config()  # fails at start-up, naming the variable
         return self
 
     @model_validator(mode="after")
@@ -322,6 +275,20 @@ class Settings(BaseSettings):
             webhook_secret=reveal(self.signoff_shopify_webhook_secret),
             admin_url=self.signoff_shopify_admin_url,
         )
+
+    def slack_config(self) -> SlackConfig | None:
+        """The Slack face's settings, or ``None`` when Slack is not configured (its section is
+        read in its own folder, ``bot/slack/settings.py``; the SDK is not imported here)."""
+        from bot.slack.settings import slack_config_of
+
+        return slack_config_of(self)
+
+    def smtp_config(self) -> SmtpConfig | None:
+        """The SMTP settings (replies, follow-ups, link codes), or ``None`` without
+        ``SIGNOFF_SMTP_URL`` (read in the email face's folder, ``bot/email/settings.py``)."""
+        from bot.email.settings import smtp_config_of
+
+        return smtp_config_of(self)
 
     def teams_config(self) -> TeamsConfig | None:
         """The Teams face's settings, or ``None`` when Teams is not configured (its section is
@@ -372,13 +339,6 @@ class Settings(BaseSettings):
             if path and path != ":memory:":
                 url = f"{scheme}:///{Path(path).resolve()}"
         return hashlib.sha256(url.encode()).hexdigest()[:12]
-
-    @property
-    def allowed_slack_teams(self) -> frozenset[str] | None:
-        """``SIGNOFF_SLACK_ALLOWED_TEAMS`` as a set of team ids (``None`` when unset)."""
-        if not self.signoff_slack_allowed_teams:
-            return None
-        return frozenset(t.strip() for t in self.signoff_slack_allowed_teams.split(",") if t.strip())
 
     @property
     def checkpoint_every_s(self) -> float | None:

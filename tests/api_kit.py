@@ -10,13 +10,13 @@ from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import func, select
 
 from agent.face_port import FacePort
-from bot.api import routes as api_routes
-from bot.api.auth import make_token
+from bot.api import wiring as api_wiring
+from bot.api.auth import AuthConfig, make_token
 from bot.app import App, build_mailer
 from bot.email import wiring as email_wiring
 from bot.email.smtp import Mailer
 from bot.faces import FaceKit
-from bot.server import make_web_app
+from bot.server import APP, make_web_app
 from bot.settings import Settings, load_settings
 from storage.db import Database
 from storage.models import (
@@ -45,13 +45,17 @@ def settings(**extra: str) -> Settings:
     return load_settings(env)
 
 
-def app_of(h: Harness, s: Settings | None = None, *, mailer: Mailer | None = None) -> App:
+def app_of(
+    h: Harness, s: Settings | None = None, *, mailer: Mailer | None = None, auth: AuthConfig | None = None
+) -> App:
     """An App over the harness's runtime, with the SMTP client the composition root would build
-    (or ``mailer``) and the email face's worker side."""
+    (or ``mailer``), the HTTP API face (its tokens checked with ``auth``, else as the settings
+    say) and the email face's worker side."""
     s = s or settings()
     mailer = mailer or build_mailer(s)
     backend: Any = h.services.backend
     kit = FaceKit(settings=s, port=FacePort(h.runtime), backend=backend, clock=h.services.clock, mailer=mailer)
+    api = api_wiring.build(kit, auth or AuthConfig.from_settings(s))
     email = email_wiring.face(kit)
     assert email is not None
     return App(
@@ -62,23 +66,24 @@ def app_of(h: Harness, s: Settings | None = None, *, mailer: Mailer | None = Non
         notifier=h.notifier,
         mailer=mailer,
         inbound={email.name: email.handle},
-        faces=(email,),
+        faces=(api, email),
+        http_routes=tuple(api.routes()),
     )
 
 
 @asynccontextmanager
 async def client_for(
-    h: Harness, s: Settings | None = None, *, mailer: Mailer | None = None, **kw: Any
+    h: Harness, s: Settings | None = None, *, mailer: Mailer | None = None, auth: AuthConfig | None = None, **kw: Any
 ) -> AsyncIterator[TestClient]:
     """An aiohttp test client against ``make_web_app`` over the harness's runtime."""
-    web_app = make_web_app(app_of(h, s, mailer=mailer), **kw)
+    web_app = make_web_app(app_of(h, s, mailer=mailer, auth=auth), **kw)
     async with TestClient(TestServer(web_app)) as client:
         yield client
 
 
 def app_behind(client: TestClient) -> App:
     """The :class:`App` a :func:`client_for` client serves."""
-    return client.server.app[api_routes.STATE].app  # type: ignore[attr-defined]
+    return client.server.app[APP]  # type: ignore[attr-defined]
 
 
 async def drain(client: TestClient, *, rounds: int = 20) -> int:

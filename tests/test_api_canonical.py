@@ -68,6 +68,8 @@ async def test_seed_conversation_over_http_refund_confirm_approve(any_db: Databa
         assert chat["iterations"] == 4 and chat["inputTokens"] > 0 and chat["outputTokens"] > 0
 
         assert confirmed["confirmation"]["status"] == "confirmed"
+        shown = confirmed["confirmation"]["view"]  # as the cards show it
+        assert (shown["open"], shown["awaitingApproval"], shown["outcome"]) == (False, True, None)
         assert confirmed["result"] == {"status": "PENDING_APPROVAL", "approvalId": confirmed["approval"]["id"]}
         assert confirmed["approval"]["status"] == "pending"
         assert "rationale" not in confirmed["approval"]  # the review file is for staff
@@ -81,6 +83,9 @@ async def test_seed_conversation_over_http_refund_confirm_approve(any_db: Databa
         assert (await client.get(f"/api/approvals/{approval_id}", headers=C7)).status == 403
         shown = await client.get(f"/api/approvals/{approval_id}", headers=REP)
         assert shown.status == 200 and (await shown.json())["rationale"]["trust"].startswith("untrusted")
+        view = (await shown.json())["view"]  # as every face shows it
+        assert (view["state"], view["open"], view["amount"], view["outcome"]) == ("open", True, "189.00 USD", None)
+        assert view["reason"] is not None and view["reasonText"]
 
         path = f"/api/approvals/{approval_id}/approve"
         before = await counts(db)
@@ -96,6 +101,9 @@ async def test_seed_conversation_over_http_refund_confirm_approve(any_db: Databa
         assert status == 200, body
         assert body["approval"]["status"] == "approved" and body["approval"]["version"] == version + 1
         assert body["result"]["status"] == "REFUNDED"
+        view = body["approval"]["view"]
+        assert (view["state"], view["open"]) == ("approved", False)
+        assert view["outcome"]["reference"] == body["result"]["refund_id"]
         assert await h.services.backend.refundable_minor("C-7", "O-1042") == 0
 
         status, body = await post(client, path, {"version": version + 1}, SUP_B)
@@ -111,6 +119,8 @@ async def test_expired_approval_is_410(db: Database) -> None:
         _chat, confirmed = await to_pending_approval(client)
         approval = confirmed["approval"]
         h.clock.now += timedelta(days=2)
+        lapsed = await (await client.get(f"/api/approvals/{approval['id']}", headers=SUP)).json()
+        assert lapsed["status"] == "pending" and (lapsed["view"]["state"], lapsed["view"]["open"]) == ("expired", False)
         status, body = await post(
             client, f"/api/approvals/{approval['id']}/approve", {"version": approval["version"]}, SUP
         )

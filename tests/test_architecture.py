@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -338,8 +339,9 @@ def test_public_functions_need_docstrings_in_storage_tools_and_sandbox(filename:
 #: ``App.services`` the root hands out).
 COMPOSITION_ROOT = {"bot/app.py"}
 #: The faces' own folders: not even ``App.services`` there.
-FACE_FOLDERS = ("bot/api/", "bot/email/", "bot/slack/", "bot/teams/", "bot/shopify/")
-_REACH = re.compile(r"\bruntime\.s\.|\b_runtime\.s\.")
+FACE_FOLDERS = ("bot/api/", "bot/email/", "bot/slack/", "bot/teams/", "bot/shopify/", "bot/widget/")
+#: ``runtime.s``, ``_runtime.s``, ``rt.s`` however it is followed (``.audit``, ``)``, end of line).
+_REACH = re.compile(r"\b_?(?:runtime|rt)\.s\b")
 _SERVICES = re.compile(r"\bapp\.services\b")
 
 
@@ -363,8 +365,9 @@ def test_faces_reach_the_runtime_only_through_the_port() -> None:
 
 
 def test_a_planted_repository_reach_is_caught(tmp_path: Path) -> None:
-    """A face that reads a repository off the runtime, or off ``App.services``, is caught; the
-    composition root is not."""
+    """A face that reads a repository off the runtime, or off ``App.services``, is caught, and so
+    is a CLI command or the server reaching ``rt.s``/``runtime.s``; the composition root is not
+    (the CLI may use ``App.services``, the operator's view)."""
     for folder in ("bot/slack", "bot/cli"):
         (tmp_path / folder).mkdir(parents=True)
     (tmp_path / "bot" / "slack" / "x.py").write_text(
@@ -372,9 +375,18 @@ def test_a_planted_repository_reach_is_caught(tmp_path: Path) -> None:
     )
     (tmp_path / "bot" / "slack" / "y.py").write_text("def g(app):\n    return app.services.audit\n", encoding="utf-8")
     (tmp_path / "bot" / "cli" / "z.py").write_text("def h(app):\n    return app.services.jobs\n", encoding="utf-8")
+    (tmp_path / "bot" / "cli" / "w.py").write_text(
+        "async def d(demo):\n    return await demo.rt.s.audit.list()\n", encoding="utf-8"
+    )
+    (tmp_path / "bot" / "m.py").write_text("def m(app, f):\n    return f(app.runtime.s)\n", encoding="utf-8")
     (tmp_path / "bot" / "app.py").write_text("def i(runtime):\n    return runtime.s.db\n", encoding="utf-8")
     paths = sorted((tmp_path / "bot").rglob("*.py"))
-    assert repository_reaches(paths, tmp_path) == ["bot/slack/x.py:2", "bot/slack/y.py:2"]
+    assert repository_reaches(paths, tmp_path) == [
+        "bot/cli/w.py:2",
+        "bot/m.py:2",
+        "bot/slack/x.py:2",
+        "bot/slack/y.py:2",
+    ]
 
 
 def test_settings_import_no_face() -> None:
@@ -388,3 +400,49 @@ def test_settings_import_no_face() -> None:
         for a in (n.names if isinstance(n, ast.Import) else [n])  # type: ignore[list-item]
     ]
     assert [n for n in names if n and f"{n}.".startswith(faces)] == []
+
+
+#: What a face's settings section (``bot/<face>/settings.py``) and its config dataclass
+#: (``bot/<face>/config.py``) may import of the project: the variables, the config error, and the
+#: face's own config, and the standard library. Never its runtime code (SDK, senders, handlers),
+#: even lazily.
+_SECTION_IMPORTS = ("bot.settings", "agent.errors")
+
+
+def settings_reaches(root: Path = ROOT) -> list[str]:
+    """``file imports module`` for each project import of a face's settings or config module
+    beyond :data:`_SECTION_IMPORTS` and the face's own ``config``."""
+    out = []
+    for path in sorted((root / "bot").glob("*/settings.py")) + sorted((root / "bot").glob("*/config.py")):
+        own = f"bot.{path.parent.name}.config"
+        for name in sorted(_imports(path)):
+            top = name.split(".")[0]
+            if (top in PACKAGES and name not in (*_SECTION_IMPORTS, own)) or (
+                top not in PACKAGES and top not in sys.stdlib_module_names
+            ):
+                out.append(f"{path.relative_to(root).as_posix()} imports {name}")
+    return out
+
+
+def test_a_faces_settings_import_none_of_its_runtime_code() -> None:
+    """Slack, email and Teams read their settings section in their folder, over a plain config."""
+    for face in ("slack", "email", "teams"):
+        assert (ROOT / "bot" / face / "settings.py").is_file(), face
+    assert settings_reaches() == []
+
+
+def test_a_planted_runtime_import_in_a_settings_section_is_caught(tmp_path: Path) -> None:
+    (tmp_path / "bot" / "slack").mkdir(parents=True)
+    (tmp_path / "bot" / "slack" / "settings.py").write_text(
+        "from bot.settings import Settings\nfrom bot.slack.config import SlackConfig\n\n"
+        "def f(s):\n    from bot.slack.face import SlackFace\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "bot" / "slack" / "config.py").write_text(
+        "import slack_sdk\nimport bot.slack.sender\n", encoding="utf-8"
+    )
+    assert settings_reaches(tmp_path) == [
+        "bot/slack/settings.py imports bot.slack.face",
+        "bot/slack/config.py imports bot.slack.sender",
+        "bot/slack/config.py imports slack_sdk",
+    ]

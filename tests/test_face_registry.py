@@ -153,3 +153,13 @@ async def test_a_throwaway_face_plugged_in_with_one_line_gets_a_message_a_confir
 async def _count(app: Any, query: Any) -> int:
     async with app.db.reader() as s:
         return int(await s.scalar(query) or 0)
+
+
+def test_every_face_folder_is_one_line_of_the_registry() -> None:
+    """Each folder under bot/ with a ``wiring.py`` is in ``FACES`` by exactly one line (its
+    ``face``), the HTTP API's included; nothing else is."""
+    root = Path(__file__).resolve().parents[1] / "bot"
+    folders = sorted(p.parent.name for p in root.glob("*/wiring.py"))
+    lines = [f"{f.__module__}.{f.__name__}" for f in FACES]  # type: ignore[attr-defined]
+    assert sorted(lines) == [f"bot.{name}.wiring.face" for name in folders]
+    assert "api" in folders and "shopify" in folders

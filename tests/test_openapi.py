@@ -11,7 +11,6 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate as validate_openapi
 
 from agent.llm.testing import ScriptedModel
-from bot.api import routes as api
 from bot.api.openapi import OPERATIONS, SCHEMAS, document
 from bot.server import make_web_app
 from storage.db import Database
@@ -92,7 +91,7 @@ def test_request_schemas_are_strict() -> None:
 async def test_validator_uses_the_documented_schemas(db: Database) -> None:
     """One source of truth: the validators check exactly the documented component schemas."""
     h = await seeded(db, ScriptedModel([]))
-    state = make_web_app(app_of(h))[api.STATE]
+    (state,) = [f.inner for f in app_of(h).faces if f.name == "api"]  # type: ignore[attr-defined]
     for name, validator in state.validators.items():
         documented = dict(validator.schema)
         documented.pop("$schema")

@@ -25,7 +25,6 @@ from bot.production import refuse_public_listen
 from bot.server import make_web_app
 from bot.server import metrics as metrics_handler
 from bot.settings import Settings, load_settings
-from bot.slack.face import SlackConfig
 from sandbox.schema import upgrade
 from storage.checkpoints import load_or_create_signing_key
 from storage.db import Database
@@ -165,7 +164,8 @@ async def test_secrets_never_show_in_a_repr_a_dump_an_error_or_the_start_up_logs
     shown: list[Any] = [repr(settings), str(settings), settings.model_dump(), settings.model_dump_json()]
     shown += [
         AuthConfig.from_settings(settings),
-        SlackConfig.from_settings(settings),
+        settings.slack_config(),
+        settings.smtp_config(),
         EmailConfig.from_settings(settings),
     ]
     shown += [settings.teams_config()]

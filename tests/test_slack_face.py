@@ -140,8 +140,11 @@ async def test_a_click_from_another_workspace_or_by_a_rep_changes_nothing_and_is
     assert await world.click(TOMAS, "signoff.approve", value, channel=APPROVALS, message_ts=card.ts) == 200
     await world.drain()
     assert await world.count(StoreRefundRow) == before
-    refused = await world.app.runtime.s.audit.list(kind="slack.click_refused", limit=10)
-    assert {(e.data["slack_user"], e.data["slack_team"]) for e in refused} == {(GRACE, "T0OTHER"), (TOMAS, "T0SIGNOFF")}
+    refused = await world.app.runtime.s.audit.list(kind="click.refused", limit=10)
+    assert {(e.data["user"], e.data["team"], e.data["reason"]) for e in refused} == {
+        (GRACE, "T0OTHER", "forbidden"),
+        (TOMAS, "T0SIGNOFF", "forbidden"),
+    }
     approval = (await world.app.runtime.s.approvals.list_approvals(status="pending"))[0]
     assert approval.status == "pending" and approval.version == 1
 
@@ -342,11 +345,11 @@ async def test_feedback_and_refused_clicks_are_audited_within_a_per_person_budge
     await world.drain()
     audit = world.app.runtime.s.audit
     assert len(await audit.list(kind="feedback", limit=100)) == PER_WINDOW
-    refused = await audit.list(kind="slack.click_refused", limit=100)
-    assert sorted(e.data["slack_user"] for e in refused) == sorted([TOMAS] * PER_WINDOW + [GRACE])
+    refused = await audit.list(kind="click.refused", limit=100)
+    assert sorted(e.data["user"] for e in refused) == sorted([TOMAS] * PER_WINDOW + [GRACE])
     assert len([e for e in world.slack.ephemeral if e["user"] == TOMAS]) == clicks  # every click answered
     assert len([e for e in world.slack.ephemeral if e["user"] == PRIYA]) == clicks
     metrics = world.app.metrics.render() if world.app.metrics else b""
     assert b'signoff_audit_suppressed_total{channel="slack",kind="feedback"} 5.0' in metrics
-    assert b'signoff_audit_suppressed_total{channel="slack",kind="slack.click_refused"} 5.0' in metrics
+    assert b'signoff_audit_suppressed_total{channel="slack",kind="click.refused"} 5.0' in metrics
     assert (await audit.verify()).ok

@@ -25,6 +25,7 @@ from bot.app import App, create_app
 from bot.cli.slack_demo import demo_database
 from bot.server import make_web_app
 from bot.settings import load_settings
+from bot.slack.settings import allowed_teams
 from storage.models import InboundRow
 from tests.fakes.slack_api import FakeSlackApi
 from tests.slack_kit import SIGNING_SECRET, event_body, mention, next_ts, signed_headers
@@ -183,6 +184,6 @@ def test_oauth_without_a_secret_key_is_a_configuration_error(key: str | None) ->
 
 def test_the_allow_list_takes_team_ids_only() -> None:
     base = {"SIGNOFF_LLM_PROVIDER": "scripted"}
-    assert load_settings({**base, "SIGNOFF_SLACK_ALLOWED_TEAMS": "T01, T02"}).allowed_slack_teams == {"T01", "T02"}
+    assert allowed_teams(load_settings({**base, "SIGNOFF_SLACK_ALLOWED_TEAMS": "T01, T02"})) == {"T01", "T02"}
     with pytest.raises(ConfigError, match="SIGNOFF_SLACK_ALLOWED_TEAMS"):
         load_settings({**base, "SIGNOFF_SLACK_ALLOWED_TEAMS": "acme.slack.com"})

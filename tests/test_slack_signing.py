@@ -84,9 +84,9 @@ async def client(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 
 
 async def _count(c: TestClient) -> tuple[int, int]:
-    from bot.api.routes import STATE
+    from bot.server import APP
 
-    db = c.server.app[STATE].app.db
+    db = c.server.app[APP].db
     async with db.reader() as s:
         inbound = (await s.execute(select(func.count()).select_from(InboundRow))).scalar_one()
         jobs = (await s.execute(select(func.count()).select_from(JobRow))).scalar_one()

@@ -23,9 +23,10 @@ from tools.backend import Refund
 
 #: How long the shop takes to refund.
 SHOP_S = 10.0
-#: The invoke's bound: a correctness bound, well under the shop's 10 s (before, the invoke waited
-#: for the refund); the figure is printed.
-INVOKE_BOUND_S = 8.0
+#: The invoke's bound, the issue's figure: it separates "waited for the shop" (10 s) from "did not".
+#: The invoke only verifies the token, persists the click with its job and redraws the card (no
+#: shop call): measured at 0.008 s on a loaded 2-CPU machine, so 3 s leaves a wide margin. The figure is printed.
+INVOKE_BOUND_S = 3.0
 
 
 class SlowShop(SandboxStore):

@@ -134,6 +134,17 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "conversationId": _ID,
             "createdAt": {"type": "string", "format": "date-time"},
             "decidedAt": {"type": ["string", "null"], "format": "date-time"},
+            "view": {
+                "type": "object",
+                "description": "The confirmation as every face shows it: open or not, and what came of it.",
+                "required": ["open", "status", "awaitingApproval", "outcome"],
+                "properties": {
+                    "open": {"type": "boolean"},
+                    "status": {"type": "string"},
+                    "awaitingApproval": {"type": "boolean"},
+                    "outcome": {"type": ["object", "null"], "description": "{kind, label, reference}"},
+                },
+            },
         },
     },
     "ConfirmResponse": {
@@ -168,6 +179,22 @@ SCHEMAS: dict[str, dict[str, Any]] = {
             "evidence": {"type": "array"},
             "result": {},
             "expiresAt": {"type": "string", "format": "date-time"},
+            "view": {"$ref": "#/components/schemas/ApprovalView"},
+        },
+    },
+    "ApprovalView": {
+        "type": "object",
+        "description": "Staff only: the approval as every face shows it now (open or not, figures, reason, outcome).",
+        "required": ["state", "open", "amount", "ceiling", "aggregate", "reason", "reasonText", "outcome"],
+        "properties": {
+            "state": {"enum": ["open", "expired", "approved", "rejected", "superseded"]},
+            "open": {"type": "boolean"},
+            "amount": {"type": ["string", "null"], "description": "e.g. 189.00 USD"},
+            "ceiling": {"type": ["string", "null"]},
+            "aggregate": {"type": ["string", "null"]},
+            "reason": {"type": ["string", "null"], "description": "the gate's routing reason"},
+            "reasonText": {"type": ["string", "null"]},
+            "outcome": {"type": ["object", "null"], "description": "{kind, label, reference}"},
         },
     },
     "ApprovalList": {

@@ -9,6 +9,7 @@ changes nothing.
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,14 +17,16 @@ from aiohttp import web
 from jsonschema import Draft202012Validator
 
 from agent import queries
+from agent.face_port import FacePort
 from agent.outcomes import TurnResult
 from agent.runtime import ConfirmResult
+from agent.views import ApprovalView, ConfirmationView, OutcomeView, approval_view, confirmation_view
 from bot.api import wording as say
 from bot.api.auth import ID_PATTERN, Authenticator, Caller
 from bot.api.openapi import SCHEMAS, document, validator_schema
-from bot.app import App
 from bot.web import ApiError, json_ok, jsonable, parse_json, read_limited, validate
 from storage.records import Approval, Confirmation
+from tools.backend import CommerceBackend
 from tools.context import Principal
 
 #: Largest API request body, in bytes.
@@ -34,117 +37,120 @@ _JSON_TYPES = ("application/json",)
 
 @dataclass(frozen=True, kw_only=True)
 class ApiState:
-    """What the handlers share: the app (runtime, backend) and the authenticator."""
+    """What the handlers share: the port, the shop, the authenticator, the request validators."""
 
-    app: App
+    port: FacePort
+    backend: CommerceBackend
     auth: Authenticator
     validators: dict[str, Draft202012Validator]
 
 
-STATE: web.AppKey[ApiState] = web.AppKey("signoff_api", ApiState)
-
-
-def make_state(app: App, auth: Authenticator) -> ApiState:
+def make_state(port: FacePort, backend: CommerceBackend, auth: Authenticator) -> ApiState:
     names = [n for n in SCHEMAS if n.endswith(("Request", "Query"))]
-    return ApiState(app=app, auth=auth, validators={n: Draft202012Validator(validator_schema(n)) for n in names})
+    validators = {n: Draft202012Validator(validator_schema(n)) for n in names}
+    return ApiState(port=port, backend=backend, auth=auth, validators=validators)
 
 
-def add_routes(web_app: web.Application) -> None:
-    """Register every ``/api`` route (``bot.api.openapi.OPERATIONS`` documents the same set)."""
-    r = web_app.router
-    r.add_get("/api/openapi.json", openapi_json)
-    r.add_post("/api/chat", chat)
-    r.add_post("/api/confirmations/{id}/confirm", confirm)
-    r.add_post("/api/confirmations/{id}/decline", decline)
-    r.add_get("/api/approvals", list_approvals)
-    r.add_get("/api/approvals/{id}", get_approval)
-    r.add_post("/api/approvals/{id}/approve", approve)
-    r.add_post("/api/approvals/{id}/reject", reject)
-    r.add_get("/api/conversations/{id}", get_conversation)
-    r.add_post("/api/conversations/{id}/handoff", talk_to_person)
+Handler = Callable[[ApiState, web.Request], Awaitable[web.StreamResponse]]
+
+
+def routes(st: ApiState) -> list[web.RouteDef]:
+    """Every ``/api`` route over ``st`` (``bot.api.openapi.OPERATIONS`` documents the same set)."""
+
+    def on(handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await handler(st, request)
+
+        return handle
+
+    return [
+        web.get("/api/openapi.json", on(openapi_json)),
+        web.post("/api/chat", on(chat)),
+        web.post("/api/confirmations/{id}/confirm", on(confirm)),
+        web.post("/api/confirmations/{id}/decline", on(decline)),
+        web.get("/api/approvals", on(list_approvals)),
+        web.get("/api/approvals/{id}", on(get_approval)),
+        web.post("/api/approvals/{id}/approve", on(approve)),
+        web.post("/api/approvals/{id}/reject", on(reject)),
+        web.get("/api/conversations/{id}", on(get_conversation)),
+        web.post("/api/conversations/{id}/handoff", on(talk_to_person)),
+    ]
 
 
 # -- handlers ------------------------------------------------------------------------------
 
 
-async def openapi_json(request: web.Request) -> web.Response:
+async def openapi_json(st: ApiState, request: web.Request) -> web.Response:
     """The OpenAPI 3.1 document (no auth)."""
     return json_ok(document())
 
 
-async def chat(request: web.Request) -> web.Response:
-    st = request.app[STATE]
-    caller = await authenticate(request)
-    body = await read_json(request, "ChatRequest")
+async def chat(st: ApiState, request: web.Request) -> web.Response:
+    caller = await authenticate(st, request)
+    body = await read_json(st, request, "ChatRequest")
     principal, conversation_id = await _bind(st, caller, body)
-    result = await st.app.runtime.chat(
+    result = await st.port.chat(
         principal=principal, channel="api", message=body["message"], conversation_id=conversation_id
     )
     return json_ok(render_turn(result))
 
 
-async def confirm(request: web.Request) -> web.Response:
-    return await _answer(request, accept=True)
+async def confirm(st: ApiState, request: web.Request) -> web.Response:
+    return await _answer(st, request, accept=True)
 
 
-async def decline(request: web.Request) -> web.Response:
-    return await _answer(request, accept=False)
+async def decline(st: ApiState, request: web.Request) -> web.Response:
+    return await _answer(st, request, accept=False)
 
 
-async def list_approvals(request: web.Request) -> web.Response:
-    st = request.app[STATE]
-    caller = await authenticate(request)
-    query = _query(request, "ApprovalsQuery")
+async def list_approvals(st: ApiState, request: web.Request) -> web.Response:
+    caller = await authenticate(st, request)
+    query = _query(st, request, "ApprovalsQuery")
     if caller.role != "supervisor":
         raise ApiError("forbidden", say.SUPERVISOR_ONLY)
-    approvals = await queries.list_approvals(
-        st.app.runtime, status=query.get("status", "pending"), limit=int(query.get("limit", "100"))
-    )
-    return json_ok({"approvals": [a.as_public() for a in approvals]})
+    approvals = await st.port.approvals(status=query.get("status", "pending"), limit=int(query.get("limit", "100")))
+    return json_ok({"approvals": [staff_approval(st, a) for a in approvals]})
 
 
-async def get_approval(request: web.Request) -> web.Response:
-    st = request.app[STATE]
-    caller = await authenticate(request)
+async def get_approval(st: ApiState, request: web.Request) -> web.Response:
+    caller = await authenticate(st, request)
     approval_id = path_id(request, say.NO_SUCH_APPROVAL)
     if not caller.is_staff:
         raise ApiError("forbidden", say.STAFF_ONLY)
-    approval = await queries.get_approval(st.app.runtime, approval_id)
+    approval = await st.port.approval(approval_id)
     if approval is None:
         raise ApiError("not_found", say.NO_SUCH_APPROVAL)
-    return json_ok(approval.as_public())
+    return json_ok(staff_approval(st, approval))
 
 
-async def approve(request: web.Request) -> web.Response:
-    return await _decide(request, "approve", "ApproveRequest")
+async def approve(st: ApiState, request: web.Request) -> web.Response:
+    return await _decide(st, request, "approve", "ApproveRequest")
 
 
-async def reject(request: web.Request) -> web.Response:
-    return await _decide(request, "reject", "RejectRequest")
+async def reject(st: ApiState, request: web.Request) -> web.Response:
+    return await _decide(st, request, "reject", "RejectRequest")
 
 
-async def get_conversation(request: web.Request) -> web.Response:
-    st = request.app[STATE]
-    caller = await authenticate(request)
+async def get_conversation(st: ApiState, request: web.Request) -> web.Response:
+    caller = await authenticate(st, request)
     conversation_id = path_id(request, say.NO_SUCH_CONVERSATION)
-    view = await queries.conversation_view(st.app.runtime, caller.principal, conversation_id)
+    view = await st.port.conversation_view(caller.principal, conversation_id)
     if view is None:
         raise ApiError("not_found", say.NO_SUCH_CONVERSATION)
     return json_ok(render_conversation(view, staff=caller.is_staff))
 
 
-async def talk_to_person(request: web.Request) -> web.Response:
+async def talk_to_person(st: ApiState, request: web.Request) -> web.Response:
     """The customer asks for a person: the hand-off opens (or the open one is returned)."""
-    st = request.app[STATE]
-    caller = await authenticate(request)
+    caller = await authenticate(st, request)
     conversation_id = path_id(request, say.NO_SUCH_CONVERSATION)
-    await read_json(request, "HandoffRequest", optional=True)
-    conv = await queries.visible_conversation(st.app.runtime, caller.principal, conversation_id)
+    await read_json(st, request, "HandoffRequest", optional=True)
+    conv = await st.port.visible_conversation(caller.principal, conversation_id)
     if conv is None:
         raise ApiError("not_found", say.NO_SUCH_CONVERSATION)
     if caller.is_staff:
         raise ApiError("forbidden", say.CUSTOMERS_ONLY)
-    h, told = await st.app.port.handoffs.ask_for_person(conv, by=caller.principal.key)
+    h, told = await st.port.handoffs.ask_for_person(conv, by=caller.principal.key)
     handoff = {"id": h.id, "state": h.state, **({"name": h.owner_name} if h.state == "taken" and h.owner_name else {})}
     return json_ok({"handoff": handoff, "reply": told})
 
@@ -152,36 +158,37 @@ async def talk_to_person(request: web.Request) -> web.Response:
 # -- the steps the handlers share ---------------------------------------------------------
 
 
-async def _answer(request: web.Request, *, accept: bool) -> web.Response:
-    st = request.app[STATE]
-    caller = await authenticate(request)
+async def _answer(st: ApiState, request: web.Request, *, accept: bool) -> web.Response:
+    caller = await authenticate(st, request)
     confirmation_id = path_id(request, say.NO_SUCH_CONFIRMATION)
-    await read_json(request, "ConfirmRequest", optional=True)
-    conf = await queries.get_confirmation(st.app.runtime, confirmation_id)
-    if (
-        conf is None
-        or await queries.visible_conversation(st.app.runtime, caller.principal, conf.conversation_id) is None
-    ):
+    await read_json(st, request, "ConfirmRequest", optional=True)
+    conf = await st.port.confirmation(confirmation_id)
+    if conf is None or await st.port.visible_conversation(caller.principal, conf.conversation_id) is None:
         raise ApiError("not_found", say.NO_SUCH_CONFIRMATION)  # someone else's looks exactly like a missing one
-    result = await st.app.runtime.confirm(confirmation_id, actor=caller.principal, accept=accept)
-    return json_ok(render_confirm(result, staff=caller.is_staff))
+    result = await st.port.confirm(confirmation_id, actor=caller.principal, accept=accept, via="api")
+    body = render_confirm(result, staff=caller.is_staff)
+    shown = confirmation_view(result.confirmation, tool=st.port.tool(result.confirmation.tool))
+    body["confirmation"]["view"] = confirmation_view_json(shown)
+    if caller.is_staff and result.approval is not None:
+        body["approval"] = staff_approval(st, result.approval)
+    return json_ok(body)
 
 
-async def _decide(request: web.Request, decision: str, schema: str) -> web.Response:
-    st = request.app[STATE]
-    caller = await authenticate(request)
+async def _decide(st: ApiState, request: web.Request, decision: str, schema: str) -> web.Response:
+    caller = await authenticate(st, request)
     approval_id = path_id(request, say.NO_SUCH_APPROVAL)
-    body = await read_json(request, schema)
+    body = await read_json(st, request, schema)
     if not caller.is_staff:  # customers learn nothing about approvals, not even that one exists
         raise ApiError("forbidden", say.SUPERVISOR_ONLY)
-    decided = await st.app.runtime.decide(
+    decided = await st.port.decide(
         approval_id,
         expected_version=int(body["version"]),
         decision=decision,
         actor=caller.principal,
         comment=body.get("comment"),
+        via={"surface": "api"},
     )
-    return json_ok({"approval": decided.approval.as_public(), "result": jsonable(decided.result)})
+    return json_ok({"approval": staff_approval(st, decided.approval), "result": jsonable(decided.result)})
 
 
 async def _bind(st: ApiState, caller: Caller, body: dict[str, Any]) -> tuple[Principal, str | None]:
@@ -193,7 +200,7 @@ async def _bind(st: ApiState, caller: Caller, body: dict[str, Any]) -> tuple[Pri
         return caller.principal, conversation_id
     me = caller.principal
     if conversation_id is not None:
-        conv = await queries.visible_conversation(st.app.runtime, me, conversation_id)
+        conv = await st.port.visible_conversation(me, conversation_id)
         if conv is None:
             raise ApiError("not_found", say.NO_SUCH_CONVERSATION)
         if customer_id is not None and customer_id != conv.customer_id:
@@ -202,13 +209,13 @@ async def _bind(st: ApiState, caller: Caller, body: dict[str, Any]) -> tuple[Pri
     customer_id = customer_id or caller.default_customer
     if customer_id is None:
         raise ApiError("invalid", say.CUSTOMER_ID_REQUIRED)
-    if await st.app.backend.get_customer(customer_id) is None:
+    if await st.backend.get_customer(customer_id) is None:
         raise ApiError("not_found", say.NO_SUCH_CUSTOMER)
     return Principal(kind=me.kind, id=me.id, customer_id=customer_id), None
 
 
-async def authenticate(request: web.Request) -> Caller:
-    return await request.app[STATE].auth.authenticate(request.headers.get("Authorization"))
+async def authenticate(st: ApiState, request: web.Request) -> Caller:
+    return await st.auth.authenticate(request.headers.get("Authorization"))
 
 
 def path_id(request: web.Request, missing: str) -> str:
@@ -222,7 +229,7 @@ def path_id(request: web.Request, missing: str) -> str:
 # -- bodies -------------------------------------------------------------------------------
 
 
-async def read_json(request: web.Request, schema: str, *, optional: bool = False) -> dict[str, Any]:
+async def read_json(st: ApiState, request: web.Request, schema: str, *, optional: bool = False) -> dict[str, Any]:
     """Read, parse and validate a JSON body against ``bot.api.openapi.SCHEMAS[schema]``."""
     raw = await read_limited(request, MAX_BODY)
     if not raw.strip():
@@ -232,20 +239,59 @@ async def read_json(request: web.Request, schema: str, *, optional: bool = False
     if request.content_type not in _JSON_TYPES:
         raise ApiError("unsupported_media_type", say.WRONG_CONTENT_TYPE)
     data = parse_json(raw)
-    validate(request.app[STATE].validators[schema], data)
+    validate(st.validators[schema], data)
     return data  # type: ignore[no-any-return]
 
 
-def _query(request: web.Request, schema: str) -> dict[str, str]:
+def _query(st: ApiState, request: web.Request, schema: str) -> dict[str, str]:
     query = request.rel_url.query
     if len(set(query.keys())) != len(query):
         raise ApiError("invalid", "query: a parameter is repeated")
     data = dict(query)
-    validate(request.app[STATE].validators[schema], data)
+    validate(st.validators[schema], data)
     return data
 
 
 # -- rendering ----------------------------------------------------------------------------
+
+
+def staff_approval(st: ApiState, a: Approval) -> dict[str, Any]:
+    """The whole record, and ``view``: the approval as every face shows it now."""
+    port = st.port
+    return {**a.as_public(), "view": approval_view_json(approval_view(a, tool=port.tool(a.tool), now=port.clock()))}
+
+
+def confirmation_view_json(v: ConfirmationView) -> dict[str, Any]:
+    """The API's rendering of :class:`ConfirmationView`, as the cards show it: open or not, and
+    what came of it."""
+    return {
+        "open": v.open,
+        "status": v.status,
+        "awaitingApproval": v.awaiting_approval,
+        "outcome": _outcome_json(v.outcome),
+    }
+
+
+def _outcome_json(outcome: OutcomeView | None) -> dict[str, Any] | None:
+    if outcome is None:
+        return None
+    return {"kind": outcome.kind, "label": outcome.label, "reference": outcome.reference}
+
+
+def approval_view_json(v: ApprovalView) -> dict[str, Any]:
+    """The API's rendering of :class:`ApprovalView` (Slack's and Teams' cards render the same
+    view): open or not, its state, the figures by the one money formatter, the routing reason,
+    the outcome."""
+    return {
+        "state": v.state,
+        "open": v.open,
+        "amount": v.amount,
+        "ceiling": v.ceiling,
+        "aggregate": v.aggregate,
+        "reason": v.reason,
+        "reasonText": v.reason_text,
+        "outcome": _outcome_json(v.outcome),
+    }
 
 
 def render_turn(r: TurnResult) -> dict[str, Any]:
@@ -329,4 +375,4 @@ def render_conversation(view: queries.ConversationView, *, staff: bool) -> dict[
     return out
 
 
-__all__ = ["MAX_BODY", "STATE", "ApiState", "add_routes", "make_state", "read_limited"]
+__all__ = ["MAX_BODY", "ApiState", "make_state", "read_limited", "routes"]

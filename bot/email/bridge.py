@@ -21,7 +21,6 @@ mail: unvouched mail is answered from public knowledge only.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -32,10 +31,10 @@ from aiohttp import web
 
 from bot.app import App
 from bot.email import wording as say
+from bot.email.config import SmtpConfig
 from bot.email.parsing import InboundEmail, delivery_id, parse_inbound, signature_ok
 from bot.email.replies import extract_reply
 from bot.email.senders import TxtLookup, dns_txt, own_check
-from bot.email.smtp import SmtpConfig
 from bot.email.turns import FACE, answer_by_code, confirm_hints
 from bot.settings import reveal
 from bot.web import ApiError, InboxFull, read_limited
@@ -48,17 +47,6 @@ log = logging.getLogger(__name__)
 MAX_EMAIL_BODY = 64 * 1024 * 1024
 #: Bodies above this are parsed in a thread, off the event loop.
 INLINE_PARSE = 256 * 1024
-
-
-def smtp_config(settings: Any) -> SmtpConfig | None:
-    """The SMTP settings; the shop's address is ``SIGNOFF_EMAIL_FROM`` (else the URL's ``from=``)."""
-    url = settings.signoff_smtp_url
-    if not url:
-        return None
-    cfg = SmtpConfig.from_url(url)
-    if settings.signoff_email_from:
-        cfg = dataclasses.replace(cfg, from_address=settings.signoff_email_from)
-    return cfg
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +62,7 @@ class EmailConfig:
     def from_settings(cls, settings: Any) -> EmailConfig:
         if settings is None:
             return cls()
-        return cls(secret=reveal(settings.signoff_email_secret), smtp=smtp_config(settings))
+        return cls(secret=reveal(settings.signoff_email_secret), smtp=settings.smtp_config())
 
 
 # -- the bridge ---------------------------------------------------------------------------

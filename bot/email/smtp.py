@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formatdate
 from typing import Protocol
-from urllib.parse import parse_qs, unquote, urlsplit
 
 import aiosmtplib
 
 from agent.notify import EscalationNotice, ShadowNotice
 from agent.outcomes import TurnResult
+from bot.email.config import SmtpConfig
 from storage.records import Approval, Conversation
 from tools.backend import CommerceBackend
 
@@ -30,36 +30,6 @@ log = logging.getLogger(__name__)
 
 _OURS = re.compile(r"^<signoff\.([A-Za-z0-9_-]{1,64})\.[0-9a-f]{8,32}@[^<>\s@]+>$")
 _MSG_ID = re.compile(r"^<[^<>\s]{1,900}>$")
-
-
-@dataclass(frozen=True, kw_only=True)
-class SmtpConfig:
-    host: str
-    port: int
-    ssl: bool = False
-    starttls: bool = False
-    username: str | None = None
-    password: str | None = None
-    from_address: str | None = None
-    timeout_s: float = 15.0
-
-    @classmethod
-    def from_url(cls, url: str) -> SmtpConfig:
-        """Parse ``smtp[s]://[user:pass@]host[:port][?starttls=1&from=addr]``."""
-        parts = urlsplit(url)
-        if parts.scheme not in ("smtp", "smtps") or not parts.hostname:
-            raise ValueError("SIGNOFF_SMTP_URL: must be smtp://host:port or smtps://host:port")
-        q = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        ssl = parts.scheme == "smtps"
-        return cls(
-            host=parts.hostname,
-            port=parts.port or (465 if ssl else 25),
-            ssl=ssl,
-            starttls=q.get("starttls", "") in ("1", "true", "yes"),
-            username=unquote(parts.username) if parts.username else None,
-            password=unquote(parts.password) if parts.password else None,
-            from_address=q.get("from") or None,
-        )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -277,7 +277,9 @@ def without_links(reply: str, inbound: str) -> str:
 
 
 def confirm_hints(waiting: list[Confirmation]) -> str:
-    """The runtime's own lines naming each waiting confirmation and its code (never the model's)."""
+    """The runtime's own lines naming each waiting confirmation and its code (never the model's);
+    one no longer open (answered, replaced) is not offered, as no card offers it."""
+    waiting = [c for c in waiting if c.status == "pending"]
     if len(waiting) == 1:
         return "\n\n" + say.CONFIRM_HINT.format(code=waiting[0].code, summary=waiting[0].summary)
     if waiting:

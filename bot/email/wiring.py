@@ -9,11 +9,10 @@ from bot.faces import Face, FaceKit, Plain
 
 
 def face(kit: FaceKit) -> Face | None:
-    from bot.email.bridge import smtp_config
     from bot.email.smtp import EmailFollowUps
     from bot.email.turns import FACE, EmailTurns
 
-    cfg = smtp_config(kit.settings)
+    cfg = kit.settings.smtp_config()
     shop = cfg.from_address if cfg is not None else None
     turns = EmailTurns(
         port=kit.port, backend=kit.backend, mailer=kit.mailer, from_address=shop, sent=kit.port.mailbox()

@@ -4,9 +4,11 @@ A button carries an id and a version, nothing else; the record is read again and
 runtime decides (``Runtime.confirm``, ``Runtime.decide``, which compare-and-set, so a
 double or replayed click executes nothing twice). Only the acting principal's click
 confirms; only a supervisor who did not request it approves; someone from another
-organisation never does. A refused click gets an ephemeral line, changes nothing and is
-audited with the clicker's user and team, within the clicker's audit budget (agent/audit_budget.py:
-past it the click is answered and only counted). The card is then redrawn from the database.
+organisation never does. Every click is audited in the one shape every face uses
+(``FacePort.click_event``): ``click.decided`` when it went through, ``click.refused`` when it
+changed nothing — the clicker gets an ephemeral line, and the event is within the clicker's
+audit budget (agent/audit_budget.py: past it the click is answered and only counted). The card
+is then redrawn from the database.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from agent.approvals import DecideResult
 from agent.confirmations import ConfirmResult
 from agent.errors import DecisionError
+from agent.face_port import ClickAction, ClickRefusal, ClickSeen
 from bot.slack import ids, present, wording
 from bot.slack.face import Person, SlackFace, parse_ref
 from bot.slack.replies import Where, deliver
@@ -32,6 +35,12 @@ _DECIDE_REFUSAL = {
     "expired": wording.APPROVAL_EXPIRED,
     "conflict": wording.APPROVAL_CHANGED,
     "not_found": wording.BAD_BUTTON,
+}
+_ACTIONS: dict[str, ClickAction] = {
+    ids.CONFIRM: "confirm",
+    ids.DECLINE: "decline",
+    ids.APPROVE: "approve",
+    ids.REJECT: "reject",
 }
 _CONFIRM_REFUSAL = {
     "forbidden": wording.NOT_YOURS_TO_CONFIRM,
@@ -49,10 +58,12 @@ async def on_click(face: SlackFace, item: Inbound) -> None:
     if action == ids.FEEDBACK:
         await _feedback(face, p, person)
         return
+    if action not in _ACTIONS:
+        return
     try:
         target, version = ids.decode_value(p.get("value"))
-    except ids.BadValue as exc:
-        await _refuse(face, p, person, wording.BAD_BUTTON, reason=f"bad value: {exc}")
+    except ids.BadValue:
+        await refuse(face, p, seen(person, _ACTIONS[action], None), wording.BAD_BUTTON, "bad_value")
         return
     if action in (ids.CONFIRM, ids.DECLINE):
         await _confirmation(face, p, person, target, version, accept=action == ids.CONFIRM)
@@ -66,8 +77,8 @@ async def on_reject(face: SlackFace, item: Inbound) -> None:
     person = await face.person(user=p["user"], team=p["actor_team"], external=p["actor_team"] != p["team"])
     try:
         ref = ids.decode_modal_metadata(p.get("metadata"))
-    except ids.BadValue as exc:
-        await _audit_refusal(face, p, person, reason=f"bad modal metadata: {exc}")
+    except ids.BadValue:
+        await face.port.click_event(seen(person, "reject", None), refused="bad_value", budget=face.click_audit)
         return
     where = {"channel": ref.channel, "message_ts": ref.ts, **p}
     await _decide(face, where, person, ref.id, ref.version, decision="reject", comment=str(p.get("comment") or ""))
@@ -78,26 +89,28 @@ async def _confirmation(
     face: SlackFace, p: dict[str, Any], person: Person, confirmation_id: str, version: int, *, accept: bool
 ) -> None:
     port = face.port
+    click = seen(person, "confirm" if accept else "decline", confirmation_id)
     conf = await port.confirmation(confirmation_id)
     conv = await port.conversation(conf.conversation_id) if conf is not None else None
     if conf is None or conv is None:
-        await _refuse(face, p, person, wording.BAD_BUTTON, reason="unknown confirmation")
+        await refuse(face, p, click, wording.BAD_BUTTON, "not_found")
         return
     actor = person.principal(conv.customer_id if person.is_staff else None)
     if conf.principal != actor.key:
-        await _refuse(face, p, person, wording.NOT_YOURS_TO_CONFIRM, reason="not the acting principal", target=conf.id)
+        await refuse(face, p, click, wording.NOT_YOURS_TO_CONFIRM, "forbidden")
         return
     if conf.version != version and conf.status == "pending":
-        await _refuse(face, p, person, wording.BAD_BUTTON, reason="stale version", target=conf.id)
+        await refuse(face, p, click, wording.BAD_BUTTON, "conflict")
         return
     try:
         settled: ConfirmResult = await port.confirm(
             conf.id, actor=actor, accept=accept, via="button", deliver_later=True
         )
     except DecisionError as exc:
-        await _refuse(face, p, person, _CONFIRM_REFUSAL.get(exc.code, wording.CONFIRMATION_GONE), reason=exc.code)
+        await refuse(face, p, click, _CONFIRM_REFUSAL.get(exc.code, wording.CONFIRMATION_GONE), exc.code)
         await _redraw_confirmation(face, conf.id)
         return
+    await port.click_event(click, by=actor.key)
     await _redraw_confirmation(face, conf.id)
     thread = parse_ref(conv.external_ref)
     if settled.turn is not None and thread is not None:
@@ -135,8 +148,9 @@ async def _decide(
     decision: str,
     comment: str | None = None,
 ) -> None:
+    click = seen(person, "approve" if decision == "approve" else "reject", approval_id)
     if person.external or person.kind != "supervisor":
-        await _refuse(face, p, person, wording.ONLY_SUPERVISOR, reason="not a supervisor", target=approval_id)
+        await refuse(face, p, click, wording.ONLY_SUPERVISOR, "forbidden")
         return
     actor = Principal(kind="supervisor", id=str(person.id))
     try:
@@ -149,13 +163,9 @@ async def _decide(
             via={"surface": "slack", "user": person.user, "team": person.team},
         )
     except DecisionError as exc:
-        await _refuse(face, p, person, _DECIDE_REFUSAL.get(exc.code, wording.APPROVAL_CHANGED), reason=exc.code)
+        await refuse(face, p, click, _DECIDE_REFUSAL.get(exc.code, wording.APPROVAL_CHANGED), exc.code)
         return
-    await face.port.face_event(
-        "slack.decided",
-        {"approval_id": approval_id, "decision": decision, "slack_user": person.user, "slack_team": person.team},
-        principal=actor.key,
-    )
+    await face.port.click_event(click, by=actor.key)
     log.info("approval %s is %s (from Slack)", approval_id, decided.approval.status)
 
 
@@ -166,39 +176,23 @@ async def _feedback(face: SlackFace, p: dict[str, Any], person: Person) -> None:
     except ids.BadValue:
         return
     data = {"turn": turn_id, "vote": vote, "channel": "slack", "slack_user": person.user, "slack_team": person.team}
-    await _audit_click(face, person, "feedback", data, principal=person.principal().key)
+    # A vote changes nothing: within the voter's budget (one per Slack person, as refusals).
+    who = f"slack:{person.team}:{person.user}"
+    await face.port.face_event(
+        "feedback", data, principal=person.principal().key, budget=face.click_audit, person=who, channel="slack"
+    )
     await _ephemeral(face, p, wording.FEEDBACK_THANKS)
 
 
-async def _audit_click(
-    face: SlackFace, person: Person, kind: str, data: dict[str, Any], *, principal: str | None = None
-) -> None:
-    """A click that changes nothing is audited within the clicker's budget (one per Slack person)."""
-    who = f"slack:{person.team}:{person.user}"
-    await face.port.face_event(
-        kind, data, principal=principal or who, budget=face.click_audit, person=who, channel="slack"
-    )
-
-
 # -- refusals ----------------------------------------------------------------------------------
-async def _refuse(
-    face: SlackFace, p: dict[str, Any], person: Person, text: str, *, reason: str, target: str | None = None
-) -> None:
-    await _audit_refusal(face, p, person, reason=reason, target=target)
+def seen(person: Person, action: ClickAction, target: str | None) -> ClickSeen:
+    return ClickSeen(face="slack", action=action, target=target, user=person.user, team=person.team)
+
+
+async def refuse(face: SlackFace, p: dict[str, Any], click: ClickSeen, text: str, reason: ClickRefusal) -> None:
+    """The clicker is told why; the click, which changed nothing, is audited within their budget."""
+    await face.port.click_event(click, refused=reason, budget=face.click_audit)
     await _ephemeral(face, p, text)
-
-
-async def _audit_refusal(
-    face: SlackFace, p: dict[str, Any], person: Person, *, reason: str, target: str | None = None
-) -> None:
-    data = {
-        "action": str(p.get("action_id") or p.get("kind")),
-        "target": target,
-        "reason": reason[:200],
-        "slack_user": person.user,
-        "slack_team": person.team,
-    }
-    await _audit_click(face, person, "slack.click_refused", data)
 
 
 async def _ephemeral(face: SlackFace, p: dict[str, Any], text: str) -> None:

@@ -18,7 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.audit_budget import AuditBudget
 from agent.face_port import FacePort
-from bot.settings import reveal
+from bot.slack.config import SlackConfig
 from bot.slack.sender import SenderConfig, SlackSender, SlackSendError, make_client
 from bot.slack.view_models import Directory
 from tools.backend import CommerceBackend
@@ -30,57 +30,6 @@ log = logging.getLogger(__name__)
 CHANNEL = "slack"
 #: How long a user group's member list is trusted before it is read again.
 GROUP_TTL_S = 60.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class SlackConfig:
-    """What the Slack face needs from the settings (``SLACK_*``, ``SIGNOFF_SLACK_*``)."""
-
-    bot_token: str | None = field(default=None, repr=False)
-    signing_secret: str | None = field(default=None, repr=False)
-    app_token: str | None = field(default=None, repr=False)
-    api_url: str | None = None
-    approvals_channel: str | None = None
-    escalation_channel: str | None = None
-    supervisor_group: str | None = None
-    oncall_group: str | None = None
-    streaming: bool = True
-    client_id: str | None = None
-    client_secret: str | None = field(default=None, repr=False)
-    #: The workspaces served (``SIGNOFF_SLACK_ALLOWED_TEAMS``); ``None``: any that installs.
-    allowed_teams: frozenset[str] | None = None
-    #: Seals the OAuth installations' tokens at rest (``SIGNOFF_SECRET_KEY``).
-    secret_key: str | None = field(default=None, repr=False)
-    #: Seconds between two messages in one channel (Slack allows about one a second).
-    min_interval_s: float = 1.0
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> SlackConfig | None:
-        """``None`` when Slack is not configured (no bot token and no OAuth client)."""
-        if settings is None or not (settings.slack_bot_token or settings.slack_client_id):
-            return None
-        return cls(
-            bot_token=reveal(settings.slack_bot_token),
-            signing_secret=reveal(settings.slack_signing_secret),
-            app_token=reveal(settings.slack_app_token),
-            api_url=settings.signoff_slack_api_url,
-            approvals_channel=settings.signoff_approvals_channel,
-            escalation_channel=settings.signoff_escalation_channel,
-            supervisor_group=settings.signoff_slack_supervisor_group,
-            oncall_group=settings.signoff_slack_oncall_group,
-            streaming=settings.signoff_slack_streaming,
-            client_id=settings.slack_client_id,
-            client_secret=reveal(settings.slack_client_secret),
-            allowed_teams=settings.allowed_slack_teams,
-            secret_key=reveal(settings.signoff_secret_key),
-        )
-
-    @property
-    def base_url(self) -> str | None:
-        """The Web API's base URL with the trailing slash the SDK expects."""
-        if not self.api_url:
-            return None
-        return self.api_url if self.api_url.endswith("/") else self.api_url + "/"
 
 
 Kind = Literal["rep", "supervisor", "customer", "stranger"]

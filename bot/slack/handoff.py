@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from slack_sdk.models.blocks import ActionsBlock, ButtonElement, PlainTextObject
 
 from agent import handoff
+from agent.face_port import ClickAction
 from agent.handoff import Person as Staff
 from agent.handoff_relay import Deliver, PostKind, ThreadPost
 from bot.slack import blocks, clicks, wording
@@ -79,16 +80,20 @@ async def on_click(face: SlackFace, item: Inbound) -> None:
     p = item.payload
     external = bool(p.get("ext_shared")) or p.get("actor_team") != p.get("team")
     person = await face.person(user=p["user"], team=p["actor_team"], external=external)
+    action = p.get("action_id")
+    verb = _VERBS.get(str(action))
+    if verb is None:
+        return
     staff = await _staff(face, person)
     if staff is None:
-        await clicks._refuse(face, p, person, wording.HANDOFF_STAFF_ONLY, reason="not staff")
+        await clicks.refuse(face, p, clicks.seen(person, verb, None), wording.HANDOFF_STAFF_ONLY, "forbidden")
         return
     try:
         conversation_id, handoff_id = handoff.decode_value(p.get("value"))
-    except handoff.BadValue as exc:
-        await clicks._refuse(face, p, person, wording.BAD_BUTTON, reason=f"bad value: {exc}")
+    except handoff.BadValue:
+        await clicks.refuse(face, p, clicks.seen(person, verb, None), wording.BAD_BUTTON, "bad_value")
         return
-    desk, action = face.port.handoffs, p.get("action_id")
+    click, desk = clicks.seen(person, verb, handoff_id), face.port.handoffs
     if action == handoff.TAKEOVER:
         done = await desk.take_over(handoff_id, conversation_id, staff, clicked_at=_when(p.get("action_ts")))
         said = wording.HANDOFF_TAKEN
@@ -97,10 +102,15 @@ async def on_click(face: SlackFace, item: Inbound) -> None:
         said = wording.HANDOFF_CLOSED if action == handoff.CLOSE else wording.HANDOFF_RETURNED
     if not done.done:
         text = wording.HANDOFF_REFUSED.get(done.reason, wording.BAD_BUTTON)
-        await clicks._refuse(face, p, person, text, reason=f"handoff {done.reason}", target=handoff_id)
+        await clicks.refuse(face, p, click, text, done.reason or "unknown")
         return
     assert done.handoff is not None
+    await face.port.click_event(click, by=staff.principal.key)
     await _say(face, done.handoff, f"slack:handoff:{item.id}", said.format(name=clip(staff.name, 200)))
+
+
+#: The hand-off buttons as every face audits their clicks.
+_VERBS: dict[str, ClickAction] = {handoff.TAKEOVER: "takeover", handoff.HANDBACK: "handback", handoff.CLOSE: "close"}
 
 
 def _when(action_ts: object) -> datetime | None:

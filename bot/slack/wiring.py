@@ -15,15 +15,13 @@ if TYPE_CHECKING:
 
 def face(kit: FaceKit) -> Face | None:
     """``None`` without ``SLACK_BOT_TOKEN`` or the OAuth client (the SDK is not even imported)."""
-    s = kit.settings
-    if not (s.slack_bot_token or s.slack_client_id):
+    cfg = kit.settings.slack_config()
+    if cfg is None:
         return None
     from bot.slack import turns
-    from bot.slack.face import SlackConfig, SlackFace
+    from bot.slack.face import SlackFace
     from bot.slack.notifier import SlackNotifier
 
-    cfg = SlackConfig.from_settings(s)
-    assert cfg is not None
     slack = SlackFace.build(cfg, kit.port, kit.backend, kit.mailer, engine=kit.engine)
 
     async def handle(item: Inbound) -> None:

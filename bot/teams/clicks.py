@@ -13,23 +13,28 @@ the card as stored and a "working on it" notice. The worker then decides (:meth:
 the refund or cancellation runs there, and every copy of the card is redrawn with the outcome.
 A replayed or retried click finds the decision taken: the runtime returns the stored outcome
 or refuses the stale version, and nothing runs twice.
+
+Every click is audited in the one shape every face uses (``FacePort.click_event``):
+``click.decided`` when it went through, ``click.refused`` (within the clicker's audit budget)
+when it changed nothing, in the request or in the worker.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from agent.audit_budget import AuditBudget
 from agent.confirmations import ConfirmResult
 from agent.errors import DecisionError
-from agent.face_port import FacePort
+from agent.face_port import ClickAction, ClickRefusal, ClickSeen, FacePort
 from agent.notify import best_effort
 from bot.teams import present
 from bot.teams import wording as say
-from bot.teams.cards import APPROVE, CONFIRM, DECLINE, Card, with_notice
+from bot.teams.cards import APPROVE, CONFIRM, DECLINE, REJECT, Card, with_notice
 from bot.teams.delivery import SURFACE, Poster, reply_of
 from bot.teams.inbound import TeamsCardAction, TeamsUser
 from bot.teams.invoke import InvokeReply, card_reply, refusal_reply
@@ -68,8 +73,18 @@ def click_payload(action: TeamsCardAction, reference: Mapping[str, Any]) -> dict
         "comment": action.comment,
         "card_activity_id": action.card_activity_id,
         "sender": asdict(action.sender),
+        "tenant": action.place.tenant_id,
         "reference": dict(reference),
     }
+
+
+_ACTIONS: dict[str, ClickAction] = {CONFIRM: "confirm", DECLINE: "decline", APPROVE: "approve", REJECT: "reject"}
+
+
+def seen(verb: str, target_id: str, sender: TeamsUser, tenant: str | None) -> ClickSeen:
+    """A Teams click in the shape every face audits (the clicker by their Entra object id)."""
+    user = sender.aad_object_id or sender.id
+    return ClickSeen(face="teams", action=_ACTIONS[verb], target=target_id, user=user, team=tenant)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +98,11 @@ class Click:
     card_activity_id: str | None
     sender: TeamsUser
     reference: dict[str, Any]
+    tenant: str | None = None
+
+    @property
+    def seen(self) -> ClickSeen:
+        return seen(self.verb, self.target_id, self.sender, self.tenant)
 
     @classmethod
     def of(cls, payload: Mapping[str, Any]) -> Click:
@@ -94,6 +114,7 @@ class Click:
             card_activity_id=payload.get("card_activity_id"),
             sender=TeamsUser(**payload["sender"]),
             reference=dict(payload["reference"]),
+            tenant=payload.get("tenant"),
         )
 
 
@@ -106,26 +127,42 @@ class Clicks:
     sender: TeamsSender
     poster: Poster
     clock: Callable[[], datetime]
+    #: Refused clicks audited per person (past it: answered, only counted).
+    click_audit: AuditBudget = field(default_factory=AuditBudget)
+
+    async def _refused(self, click: ClickSeen, reason: ClickRefusal) -> None:
+        await self.port.click_event(click, refused=reason, budget=self.click_audit)
 
     # -- in the request: read only ---------------------------------------------------------
     async def answer(self, action: TeamsCardAction) -> tuple[InvokeReply, bool]:
-        """The invoke's answer, and whether the click goes to the worker (``False``: refused here)."""
+        """The invoke's answer, and whether the click goes to the worker (``False``: refused here,
+        and audited as refused)."""
+        reply, reason = await self._answer(action)
+        if reason is not None:
+            await self._refused(seen(action.verb, action.target_id, action.sender, action.place.tenant_id), reason)
+        return reply, reason is None
+
+    async def _answer(self, action: TeamsCardAction) -> tuple[InvokeReply, ClickRefusal | None]:
         person = await identify(self.port, self.backend, action.sender)
         if action.verb in (CONFIRM, DECLINE):
             conf, conv = await self._confirmation(action.target_id)
-            if person is None or conf is None or conv is None or not self.port.may_see(person.principal, conv):
-                return refusal_reply(say.NOT_FOUND if person is not None else say.NOT_ALLOWED), False
+            if person is None or conf is None or conv is None:
+                return refusal_reply(say.NOT_FOUND if person is not None else say.NOT_ALLOWED), (
+                    "not_found" if person is not None else "forbidden"
+                )
+            if not self.port.may_see(person.principal, conv):
+                return refusal_reply(say.NOT_FOUND), "forbidden"  # someone else's looks like a missing one
             if action.version != conf.version:
-                return refusal_reply(say.STALE, card=self._confirmation_card(conf)), False
-            return card_reply(working(self._confirmation_card(conf))), True
+                return refusal_reply(say.STALE, card=self._confirmation_card(conf)), "conflict"
+            return card_reply(working(self._confirmation_card(conf))), None
         if person is None or person.staff is None:
-            return refusal_reply(say.NOT_ALLOWED), False  # not staff: not even the card is shown again
+            return refusal_reply(say.NOT_ALLOWED), "forbidden"  # not staff: not even the card is shown again
         a = await self.port.approval(action.target_id)
         if a is None:
-            return refusal_reply(say.NOT_FOUND), False
+            return refusal_reply(say.NOT_FOUND), "not_found"
         if action.version != a.version:
-            return refusal_reply(say.STALE, card=await self.card(a)), False
-        return card_reply(working(await self.card(a))), True
+            return refusal_reply(say.STALE, card=await self.card(a)), "conflict"
+        return card_reply(working(await self.card(a))), None
 
     # -- in the worker: the decision ---------------------------------------------------------
     async def decide(self, payload: Mapping[str, Any]) -> None:
@@ -133,27 +170,30 @@ class Clicks:
         decision taken and redraws)."""
         click = Click.of(payload)
         person = await identify(self.port, self.backend, click.sender)
-        if person is None:
-            return
-        if click.verb in (CONFIRM, DECLINE):
+        if person is None or (click.verb not in (CONFIRM, DECLINE) and person.staff is None):
+            await self._refused(click.seen, "forbidden")
+        elif click.verb in (CONFIRM, DECLINE):
             await self._confirm(click, person)
-        elif person.staff is not None:
+        else:
             await self._approve(click, person)
 
     async def _confirm(self, click: Click, person: Person) -> None:
         conf, conv = await self._confirmation(click.target_id)
         if conf is None or conv is None or not self.port.may_see(person.principal, conv):
+            await self._refused(click.seen, "not_found" if conf is None else "forbidden")
             return
         try:
             settled = await self.port.confirm(
                 conf.id, actor=person.principal, accept=click.verb == CONFIRM, via="button", deliver_later=True
             )
         except DecisionError as exc:
+            await self._refused(click.seen, exc.code)
             fresh = await self.port.confirmation(conf.id) or conf
             await self._redraw_confirmation(
                 fresh, with_notice(self._confirmation_card(fresh), refusal_text(exc)), click
             )
             return
+        await self.port.click_event(click.seen, by=person.principal.key)
         card = self._confirmation_card(settled.confirmation, decided_by=person.name)
         await self._redraw_confirmation(settled.confirmation, card, click)
         await self._follow_up(settled, conv, click.reference)
@@ -161,6 +201,7 @@ class Clicks:
     async def _approve(self, click: Click, person: Person) -> None:
         a = await self.port.approval(click.target_id)
         if a is None:
+            await self._refused(click.seen, "not_found")
             return
         try:
             out = await self.port.decide(
@@ -172,7 +213,9 @@ class Clicks:
                 via={"surface": "teams", "user": click.sender.aad_object_id or click.sender.id},
             )
             decided, notice = out.approval, None
+            await self.port.click_event(click.seen, by=person.principal.key)
         except DecisionError as exc:
+            await self._refused(click.seen, exc.code)
             decided = await self.port.approval(a.id) or a
             # A retry of a decision that went through finds the version moved: the card says where it stands.
             notice = None if exc.code == "conflict" else refusal_text(exc, role=a.required_role)
