@@ -1,6 +1,7 @@
 """Hand-offs to a person: the ``handoffs`` table and its transitions.
 
-A conversation has at most one hand-off that is *active* (``waiting`` or ``taken``). Every
+A conversation has at most one hand-off that is *active* (``waiting`` or ``taken``), which the
+database enforces (the partial unique index ``uq_handoffs_active``, on SQLite and PostgreSQL). Every
 transition is a compare-and-set on ``version`` and ``state`` in one transaction with its
 audit events and the jobs it asks for (the SLA check, a relayed message), so two people
 clicking Take over at once get one owner, and a transition is never recorded without
@@ -15,6 +16,7 @@ from datetime import datetime
 from typing import Any, Literal, cast
 
 from sqlalchemy import CursorResult, func, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.audit import AuditEvent, append_audit_many, utc
@@ -113,25 +115,34 @@ class Handoffs:
         audit: Sequence[AuditEvent] = (),
         jobs: Sequence[JobSpec] = (),
     ) -> tuple[Handoff, bool]:
-        """The conversation's active hand-off, opened now if it has none: ``(handoff, opened)``."""
-        async with self.db.sessions() as s, s.begin():
-            found = await _active(s, conversation_id)
-            if found is not None:
-                return _handoff(found), False
-            row = HandoffRow(
-                id=id,
-                conversation_id=conversation_id,
-                state="waiting",
-                reason=reason[:200],
-                opened_by=opened_by[:160],
-                surfaces={},
-                version=1,
-                opened_at=self.now(),
-            )
-            s.add(row)
-            await s.flush()
-            await self._finish(s, audit, jobs)
-            return _handoff(row), True
+        """The conversation's active hand-off, opened now if it has none: ``(handoff, opened)``.
+        Two opens at once (PostgreSQL lets both look before either inserts) meet the partial
+        unique index ``uq_handoffs_active``: the loser's transaction, audit and jobs included,
+        rolls back and it returns the winner's hand-off."""
+        try:
+            async with self.db.sessions() as s, s.begin():
+                found = await _active(s, conversation_id)
+                if found is not None:
+                    return _handoff(found), False
+                row = HandoffRow(
+                    id=id,
+                    conversation_id=conversation_id,
+                    state="waiting",
+                    reason=reason[:200],
+                    opened_by=opened_by[:160],
+                    surfaces={},
+                    version=1,
+                    opened_at=self.now(),
+                )
+                s.add(row)
+                await s.flush()
+                await self._finish(s, audit, jobs)
+                return _handoff(row), True
+        except IntegrityError:
+            winner = await self.active_for(conversation_id)
+            if winner is None:
+                raise
+            return winner, False
 
     async def move(
         self, handoff_id: str, move: Move, *, audit: Sequence[AuditEvent] = (), jobs: Sequence[JobSpec] = ()

@@ -1,0 +1,47 @@
+"""One active hand-off per conversation, enforced by the database (SQLite and PostgreSQL).
+
+Until now the rule lived only in ``Handoffs.open`` (look, then insert), which two concurrent
+opens on PostgreSQL can both pass. A partial unique index on ``conversation_id`` over the
+active states makes the second insert fail; ``Handoffs.open`` then returns the winner. Should
+an existing database already hold two active hand-offs of one conversation, the older ones
+are closed first (the newest stays), so the index can be built.
+
+Revision ID: 0021_h26
+Revises: 0017_handoff
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0021_h26"
+down_revision = "0017_handoff"
+branch_labels = None
+depends_on = None
+
+_ACTIVE = "state IN ('waiting', 'taken')"
+
+
+def upgrade() -> None:
+    op.execute(
+        sa.text(
+            "UPDATE handoffs SET state = 'closed', ended_at = opened_at, version = version + 1 "
+            f"WHERE {_ACTIVE} AND EXISTS (SELECT 1 FROM handoffs AS newer "
+            "WHERE newer.conversation_id = handoffs.conversation_id AND newer.state IN ('waiting', 'taken') "
+            "AND (newer.opened_at > handoffs.opened_at "
+            "OR (newer.opened_at = handoffs.opened_at AND newer.id > handoffs.id)))"
+        )
+    )
+    op.create_index(
+        "uq_handoffs_active",
+        "handoffs",
+        ["conversation_id"],
+        unique=True,
+        sqlite_where=sa.text(_ACTIVE),
+        postgresql_where=sa.text(_ACTIVE),
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("uq_handoffs_active", table_name="handoffs")
