@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from storage.audit import AuditEvent, append_audit_many, utc
 from storage.db import Database
 from storage.jobs import JobQueue
-from storage.models import HandoffRow
+from storage.models import HandoffRow, HandoffSuggestionRow
 from storage.records import Clock, wall_clock
 
 HandoffState = Literal["waiting", "taken", "returned", "closed"]
@@ -52,6 +52,17 @@ class Handoff:
     def active(self) -> bool:
         """Waiting for a person or owned by one."""
         return self.state in ACTIVE
+
+
+@dataclass(frozen=True, kw_only=True)
+class Suggestion:
+    """A reply the agent drafted for the hand-off's owner (sent only by a person's Send)."""
+
+    id: str
+    handoff_id: str
+    conversation_id: str
+    text: str
+    created_at: datetime
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -233,11 +244,48 @@ class Handoffs:
             ).scalar_one_or_none()
             return _handoff(row) if row is not None else None
 
+    async def suggest(self, draft: Suggestion, *, audit: Sequence[AuditEvent] = ()) -> Suggestion:
+        """Store ``draft`` with its audit events unless its id is stored already (then the stored one)."""
+        try:
+            async with self.db.sessions() as s, s.begin():
+                if (found := await s.get(HandoffSuggestionRow, draft.id)) is not None:
+                    return _suggestion(found)
+                s.add(
+                    HandoffSuggestionRow(
+                        id=draft.id,
+                        handoff_id=draft.handoff_id,
+                        conversation_id=draft.conversation_id,
+                        text=draft.text,
+                        created_at=draft.created_at,
+                    )
+                )
+                await s.flush()
+                if audit:
+                    await append_audit_many(s, list(audit))
+                return draft
+        except IntegrityError:
+            stored = await self.suggestion(draft.id)
+            if stored is None:
+                raise
+            return stored
+
+    async def suggestion(self, suggestion_id: str) -> Suggestion | None:
+        """The suggestion ``suggestion_id``, if it exists."""
+        async with self.db.reader() as s:
+            row = await s.get(HandoffSuggestionRow, suggestion_id)
+            return _suggestion(row) if row is not None else None
+
     async def open_count(self) -> int:
         """Hand-offs waiting for a person or owned by one."""
         async with self.db.reader() as s:
             count = await s.scalar(select(func.count()).select_from(HandoffRow).where(HandoffRow.state.in_(ACTIVE)))
             return int(count or 0)
+
+
+def _suggestion(r: HandoffSuggestionRow) -> Suggestion:
+    return Suggestion(
+        id=r.id, handoff_id=r.handoff_id, conversation_id=r.conversation_id, text=r.text, created_at=utc(r.created_at)
+    )
 
 
 async def _active(s: AsyncSession, conversation_id: str) -> HandoffRow | None:
@@ -251,4 +299,4 @@ async def _active(s: AsyncSession, conversation_id: str) -> HandoffRow | None:
     ).scalar_one_or_none()
 
 
-__all__ = ["ACTIVE", "Handoff", "HandoffState", "Handoffs", "JobSpec", "Move"]
+__all__ = ["ACTIVE", "Handoff", "HandoffState", "Handoffs", "JobSpec", "Move", "Suggestion"]

@@ -591,3 +591,17 @@ class HandoffRow(Base):
     opened_at: Mapped[datetime] = mapped_column(TS)
     taken_at: Mapped[datetime | None] = mapped_column(TS)
     ended_at: Mapped[datetime | None] = mapped_column(TS)
+
+
+class HandoffSuggestionRow(Base):
+    """A reply the agent drafted for the person who owns a hand-off: shown in the staff thread
+    with Send, never sent by the agent itself (``agent/handoff_suggest.py``)."""
+
+    __tablename__ = "handoff_suggestions"
+
+    #: Derived from the customer message it answers, so a retried draft is stored once.
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    handoff_id: Mapped[str] = mapped_column(String(64), index=True)
+    conversation_id: Mapped[str] = mapped_column(String(64))
+    text: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(TS)

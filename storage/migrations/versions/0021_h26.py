@@ -1,4 +1,5 @@
-"""One active hand-off per conversation, enforced by the database (SQLite and PostgreSQL).
+"""One active hand-off per conversation, enforced by the database (SQLite and PostgreSQL);
+the agent's suggested replies for the person who owns a hand-off (``handoff_suggestions``).
 
 Until now the rule lived only in ``Handoffs.open`` (look, then insert), which two concurrent
 opens on PostgreSQL can both pass. A partial unique index on ``conversation_id`` over the
@@ -41,7 +42,18 @@ def upgrade() -> None:
         sqlite_where=sa.text(_ACTIVE),
         postgresql_where=sa.text(_ACTIVE),
     )
+    op.create_table(
+        "handoff_suggestions",
+        sa.Column("id", sa.String(64), primary_key=True),
+        sa.Column("handoff_id", sa.String(64), nullable=False),
+        sa.Column("conversation_id", sa.String(64), nullable=False),
+        sa.Column("text", sa.Text(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    )
+    op.create_index(op.f("ix_handoff_suggestions_handoff_id"), "handoff_suggestions", ["handoff_id"])
 
 
 def downgrade() -> None:
+    op.drop_index(op.f("ix_handoff_suggestions_handoff_id"), table_name="handoff_suggestions")
+    op.drop_table("handoff_suggestions")
     op.drop_index("uq_handoffs_active", table_name="handoffs")
