@@ -20,6 +20,10 @@ class HandoffDesk:
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
 
+    async def get(self, handoff_id: str) -> Handoff | None:
+        """The hand-off ``handoff_id`` (a Teams card's data names it), if any."""
+        return await self._runtime.s.handoffs.get(handoff_id)
+
     async def in_thread(self, thread: str) -> Handoff | None:
         """The hand-off whose staff thread is ``thread`` (``slack:TEAM:CHANNEL:TS``), if any."""
         return await self._runtime.s.handoffs.in_thread(thread)

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from storage.audit import AuditEvent, append_audit_many, utc
 from storage.db import Database
 from storage.jobs import JobQueue
-from storage.models import HandoffRow, HandoffSuggestionRow
+from storage.models import HandoffRow, HandoffSuggestionRow, HandoffThreadRow
 from storage.records import Clock, wall_clock
 
 HandoffState = Literal["waiting", "taken", "returned", "closed"]
@@ -200,14 +200,19 @@ class Handoffs:
             await self._jobs.enqueue(job.kind, job.payload, dedup_key=job.dedup_key, run_after=job.run_after, session=s)
 
     async def set_surface(self, handoff_id: str, name: str, ref: dict[str, Any], *, thread: str | None = None) -> None:
-        """Record where the staff surface ``name`` shows it (and, once, the thread replies arrive in)."""
+        """Record where the staff surface ``name`` shows it, and the thread replies to it arrive
+        in there (each surface its own: ``handoff_threads``; the first also in ``thread``)."""
         async with self.db.sessions() as s, s.begin():
             row = await s.get(HandoffRow, handoff_id, with_for_update=True)
             if row is None:
                 return
             row.surfaces = {**(row.surfaces or {}), name: ref}
-            if thread is not None and row.thread is None:
+            if thread is None:
+                return
+            if row.thread is None:
                 row.thread = thread[:255]
+            if await s.get(HandoffThreadRow, (thread[:255], handoff_id)) is None:
+                s.add(HandoffThreadRow(thread=thread[:255], handoff_id=handoff_id))
 
     async def get(self, handoff_id: str) -> Handoff | None:
         """The hand-off ``handoff_id``, if it exists."""
@@ -222,11 +227,15 @@ class Handoffs:
             return _handoff(row) if row is not None else None
 
     async def in_thread(self, thread: str) -> Handoff | None:
-        """The newest hand-off whose staff thread is ``thread``."""
+        """The newest hand-off one of whose staff threads is ``thread``."""
         async with self.db.reader() as s:
             row = (
                 await s.execute(
-                    select(HandoffRow).where(HandoffRow.thread == thread).order_by(HandoffRow.opened_at.desc()).limit(1)
+                    select(HandoffRow)
+                    .join(HandoffThreadRow, HandoffThreadRow.handoff_id == HandoffRow.id)
+                    .where(HandoffThreadRow.thread == thread)
+                    .order_by(HandoffRow.opened_at.desc())
+                    .limit(1)
                 )
             ).scalar_one_or_none()
             return _handoff(row) if row is not None else None

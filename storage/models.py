@@ -593,6 +593,16 @@ class HandoffRow(Base):
     ended_at: Mapped[datetime | None] = mapped_column(TS)
 
 
+class HandoffThreadRow(Base):
+    """A staff thread a hand-off lives in — one per staff surface (the Slack escalation thread,
+    the Teams card's reply chain) — found again by a reply in it."""
+
+    __tablename__ = "handoff_threads"
+
+    thread: Mapped[str] = mapped_column(String(255), primary_key=True)
+    handoff_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+
+
 class HandoffSuggestionRow(Base):
     """A reply the agent drafted for the person who owns a hand-off: shown in the staff thread
     with Send, never sent by the agent itself (``agent/handoff_suggest.py``)."""

@@ -2,7 +2,9 @@
 
 ``signoff.confirm`` / ``signoff.decline`` are the acting principal's alone (``Runtime.confirm``
 checks the conversation's principal); ``signoff.approve`` / ``signoff.reject`` are staff's
-with the approval's role (``Runtime.decide``, version-checked with the card's version).
+with the approval's role (``Runtime.decide``, version-checked with the card's version);
+``signoff.takeover`` / ``signoff.handback`` / ``signoff.close`` are staff's, on the hand-off
+of an escalation card (:mod:`bot.teams.takeover`).
 
 In the request (:meth:`Clicks.answer`), within Teams' budget, nothing is decided: a click
 that cannot be acted on (unknown clicker, a card they may not see, an old version) is refused
@@ -27,7 +29,7 @@ from agent.confirmations import ConfirmResult
 from agent.errors import DecisionError
 from agent.face_port import FacePort
 from agent.notify import best_effort
-from bot.teams import present
+from bot.teams import present, takeover
 from bot.teams import wording as say
 from bot.teams.cards import APPROVE, CONFIRM, DECLINE, Card, with_notice
 from bot.teams.delivery import SURFACE, Poster, reply_of
@@ -57,9 +59,10 @@ def working(card: Card) -> Card:
     return with_notice({k: v for k, v in card.items() if k != "actions"}, say.WORKING)
 
 
-def click_payload(action: TeamsCardAction, reference: Mapping[str, Any]) -> dict[str, Any]:
-    """What the worker needs of a click, as JSON (the inbound item's payload)."""
+def click_payload(action: TeamsCardAction, reference: Mapping[str, Any], *, at: datetime) -> dict[str, Any]:
+    """What the worker needs of a click, as JSON (the inbound item's payload); ``at``: when it came."""
     return {
+        "at": at.isoformat(),
         "kind": "click",
         "activity_id": action.activity_id,
         "verb": action.verb,
@@ -83,6 +86,7 @@ class Click:
     card_activity_id: str | None
     sender: TeamsUser
     reference: dict[str, Any]
+    at: datetime | None = None
 
     @classmethod
     def of(cls, payload: Mapping[str, Any]) -> Click:
@@ -94,6 +98,7 @@ class Click:
             card_activity_id=payload.get("card_activity_id"),
             sender=TeamsUser(**payload["sender"]),
             reference=dict(payload["reference"]),
+            at=datetime.fromisoformat(payload["at"]) if payload.get("at") else None,
         )
 
 
@@ -111,6 +116,8 @@ class Clicks:
     async def answer(self, action: TeamsCardAction) -> tuple[InvokeReply, bool]:
         """The invoke's answer, and whether the click goes to the worker (``False``: refused here)."""
         person = await identify(self.port, self.backend, action.sender)
+        if action.verb in takeover.VERBS:
+            return await takeover.answer(self.port, action, person)
         if action.verb in (CONFIRM, DECLINE):
             conf, conv = await self._confirmation(action.target_id)
             if person is None or conf is None or conv is None or not self.port.may_see(person.principal, conv):
@@ -135,7 +142,17 @@ class Clicks:
         person = await identify(self.port, self.backend, click.sender)
         if person is None:
             return
-        if click.verb in (CONFIRM, DECLINE):
+        if click.verb in takeover.VERBS and person.staff is not None:
+            await takeover.decide(
+                self.port,
+                self.poster,
+                self.sender,
+                verb=click.verb,
+                target=click.target_id,
+                staff=person.staff,
+                at=click.at,
+            )
+        elif click.verb in (CONFIRM, DECLINE):
             await self._confirm(click, person)
         elif person.staff is not None:
             await self._approve(click, person)

@@ -1,5 +1,7 @@
 """One active hand-off per conversation, enforced by the database (SQLite and PostgreSQL);
-the agent's suggested replies for the person who owns a hand-off (``handoff_suggestions``).
+the agent's suggested replies for the person who owns a hand-off (``handoff_suggestions``);
+every staff thread of a hand-off (``handoff_threads``: the Slack thread and the Teams reply
+chain both lead to it), filled from ``handoffs.thread``.
 
 Until now the rule lived only in ``Handoffs.open`` (look, then insert), which two concurrent
 opens on PostgreSQL can both pass. A partial unique index on ``conversation_id`` over the
@@ -51,9 +53,20 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     )
     op.create_index(op.f("ix_handoff_suggestions_handoff_id"), "handoff_suggestions", ["handoff_id"])
+    op.create_table(
+        "handoff_threads",
+        sa.Column("thread", sa.String(255), primary_key=True),
+        sa.Column("handoff_id", sa.String(64), primary_key=True),
+    )
+    op.execute(
+        sa.text(
+            "INSERT INTO handoff_threads (thread, handoff_id) SELECT thread, id FROM handoffs WHERE thread IS NOT NULL"
+        )
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("handoff_threads")
     op.drop_index(op.f("ix_handoff_suggestions_handoff_id"), table_name="handoff_suggestions")
     op.drop_table("handoff_suggestions")
     op.drop_index("uq_handoffs_active", table_name="handoffs")
