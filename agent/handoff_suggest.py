@@ -66,8 +66,9 @@ def transcript(history: list[StoredMessage]) -> str:
 
 async def draft(s: Services, handoff_id: str, key: str) -> tuple[Handoff, Suggestion] | None:
     """The owner's suggested reply to the customer message ``key``: asked of the model (no
-    tools), stored once with its audit event. None when nobody owns the hand-off any more or
-    the model has nothing to suggest."""
+    tools), stored once with its audit event (which carries the draft's tokens: it belongs to no
+    run, so no ``token_usage`` row). None when nobody owns the hand-off any more or the model
+    has nothing to suggest."""
     h = await s.handoffs.get(handoff_id)
     if h is None or h.state != "taken":
         return None
@@ -82,11 +83,13 @@ async def draft(s: Services, handoff_id: str, key: str) -> tuple[Handoff, Sugges
         max_tokens=_MAX_TOKENS,
         metadata={"conversation_id": h.conversation_id, "purpose": "handoff_suggestion"},
     )
-    text = (await s.model.complete(request)).text.strip()[:_MAX_TEXT]
+    response = await s.model.complete(request)
+    text = response.text.strip()[:_MAX_TEXT]
     if not text:
         return None
     made = Suggestion(id=sid, handoff_id=h.id, conversation_id=h.conversation_id, text=text, created_at=s.clock())
-    event = handoff.audit_event(s, "suggested", h, "system:signoff", suggestion_id=sid)
+    used = {"input_tokens": response.usage.input_tokens, "output_tokens": response.usage.output_tokens}
+    event = handoff.audit_event(s, "suggested", h, "system:signoff", suggestion_id=sid, model=response.model, **used)
     return h, await s.handoffs.suggest(made, audit=[event])
 
 

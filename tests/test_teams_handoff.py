@@ -117,11 +117,23 @@ async def test_a_teams_rep_takes_over_replies_in_the_chain_and_hands_back(
         assert len(rig.said(PERSONAL)) == before
         assert "Customer: Great, thanks!" in _chain(rig, card.id)
 
-        # Hand back: said once under the card; the agent answers again.
+        # A note: reply is a note for the agent, not a message to the customer.
+        note = message(
+            base, aad=REP, text="note: she was double charged last month", conversation_id=chain,
+            activity_id="1700000000902", conversation_type="channel",
+        )  # fmt: skip
+        assert (await rig.post(note))[0] == 202
+        await rig.work()
+        assert not any("double charged" in (v.text or "") for v in rig.said(PERSONAL))
+
+        # Hand back: said once under the card, with the note; the agent answers again.
         status, _ = await rig.post(_hand_off_click(rig, card, aad=REP, verb="signoff.handback", invoke_id="f:back"))
         assert status == 200
         await rig.work()
         assert await _handoff(rig) == ("returned", "S-1")
+        async with rig.app.db.reader() as session:
+            notes = (await session.execute(select(HandoffRow.notes))).scalar_one()
+        assert notes == "she was double charged last month"
         assert _chain(rig, card.id).count("Priya Raman handed this back to the agent.") == 1
         assert (await rig.post(message(base, text="One more thing", activity_id="1700000000003")))[0] == 202
         await rig.work()
