@@ -12,7 +12,7 @@ from agent import handoff, handoff_suggest
 from agent.handoff import Person, Transition
 from agent.handoff_relay import ask_for_person
 from agent.runtime import Runtime
-from storage.handoffs import Handoff
+from storage.handoffs import Handoff, Suggestion
 from storage.records import Conversation
 
 
@@ -45,6 +45,10 @@ class HandoffDesk:
 
     async def relay_reply(self, h: Handoff, person: Person, text: str, *, key: str) -> bool:
         return await handoff.relay_reply(self._runtime.s, h, person, text, key=key)
+
+    async def suggestion(self, suggestion_id: str) -> Suggestion | None:
+        """The agent's suggestion ``suggestion_id`` (a Teams card's data names it), if any."""
+        return await self._runtime.s.handoffs.suggestion(suggestion_id)
 
     async def send_suggestion(
         self, suggestion: str, conversation_id: str, person: Person, *, shown: Callable[[str], str]

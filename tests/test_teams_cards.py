@@ -385,7 +385,8 @@ def test_cards_are_pure_the_same_record_gives_the_same_card() -> None:
 
 
 def test_the_escalation_cards_hand_off_verbs_are_the_runtimes() -> None:
-    from agent import handoff
+    from agent import handoff, handoff_suggest
     from bot.teams import cards
 
     assert (cards.TAKEOVER, cards.HANDBACK, cards.CLOSE) == (handoff.TAKEOVER, handoff.HANDBACK, handoff.CLOSE)
+    assert cards.SEND_SUGGESTION == handoff_suggest.SEND

@@ -5,7 +5,8 @@ Take over, Hand back and Close (``Action.Execute``). A customer's click is refus
 request and changes nothing; a rep's is decided in the worker and said once under the card.
 The owner's reply in the card's reply chain reaches the customer's own Teams chat once, also
 when Teams delivers it twice; another person's reply stays in the chain; the customer's answer
-comes into the chain and the agent says nothing; Hand back returns it to the agent.
+comes into the chain and the agent says nothing, but suggests a reply under the card, which
+the owner's Send relays once; Hand back returns it to the agent.
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ from tests.teams_kit import APPROVALS, C7, PERSONAL, REP, SUP, click, message
 from tests.test_teams_face import Rig, open_rig
 
 ASK = "I want to speak to a person please"
+DRAFT = "Glad to help! Care guide: https://shop.example/care <at>everyone</at>"
 
 
 def plan(request: ModelRequest) -> Reply:
+    if "Draft the next reply" in request.system:
+        assert request.tools == []
+        return DRAFT
     last = json.dumps(request.messages[-1].content)
     if "tool_result" in last:
         return "A colleague from our team will take it from here."
@@ -49,6 +54,33 @@ async def _audited(rig: Rig, kind: str) -> list[str]:
 
 def _chain(rig: Rig, card_id: str) -> list[str]:
     return [v.text or "" for v in rig.said(APPROVALS) if v.reply_to_id == card_id]
+
+
+async def _suggestion_sent_once(rig: Rig, card_id: str) -> None:
+    """The agent's suggestion is a card under the escalation card, marked, link- and mention-free,
+    with Send; another person's Send is refused; the owner's two clicks relay it once."""
+    [sug] = [v for v in rig.said(APPROVALS) if v.reply_to_id == card_id and v.card]
+    shown = json.dumps(sug.card)
+    assert "Suggestion from the agent" in shown and "https://" not in shown and "<at>" not in shown
+    [send] = sug.card["actions"]
+    assert send["verb"] == "signoff.suggestion.send" and set(send["data"]) == {"id", "version"}
+
+    def press(aad: str, invoke_id: str) -> dict[str, Any]:
+        return click(
+            rig.connector.base_url, aad=aad, verb=send["verb"], target=send["data"]["id"], version=1,
+            card_activity_id=sug.id, conversation_id=APPROVALS, invoke_id=invoke_id,
+        )  # fmt: skip
+
+    status, body = await rig.post(press(SUP, "f:sup-send"))
+    assert status == 200 and "take it over first" in json.dumps(body)
+    for invoke_id in ("f:send-1", "f:send-2"):
+        assert (await rig.post(press(REP, invoke_id)))[0] == 200
+    await rig.work()
+    sent = [v.text or "" for v in rig.said(PERSONAL) if "Care guide" in (v.text or "")]
+    assert len(sent) == 1 and sent[0].startswith("Priya Raman (support team): Glad to help!")
+    assert "https://" not in sent[0] and "<at>" not in sent[0]
+    assert _chain(rig, card_id).count("Priya Raman sent the agent's suggestion to the customer.") == 1
+    assert len(await _audited(rig, "handoff.relayed")) == 2  # the typed reply and the suggestion
 
 
 def _hand_off_click(rig: Rig, card: Any, *, aad: str, verb: str, invoke_id: str) -> dict[str, Any]:
@@ -116,6 +148,7 @@ async def test_a_teams_rep_takes_over_replies_in_the_chain_and_hands_back(
         await rig.work()
         assert len(rig.said(PERSONAL)) == before
         assert "Customer: Great, thanks!" in _chain(rig, card.id)
+        await _suggestion_sent_once(rig, card.id)
 
         # A note: reply is a note for the agent, not a message to the customer.
         note = message(

@@ -26,6 +26,9 @@ CONFIRM, DECLINE = "signoff.confirm", "signoff.decline"
 APPROVE, REJECT = "signoff.approve", "signoff.reject"
 #: The hand-off's verbs: the contract's strings (``agent.handoff``'s, which cards do not import).
 TAKEOVER, HANDBACK, CLOSE = "signoff.takeover", "signoff.handback", "signoff.close"
+#: A suggestion's Send (``agent.handoff_suggest.SEND``).
+SEND_SUGGESTION = "signoff.suggestion.send"
+SUGGESTION_LIMIT = 3000
 COMMENT_INPUT = "comment"
 #: Teams refuses messages over ~28 KB; cards stay well under it whatever the input.
 MAX_CARD_BYTES = 24_000
@@ -336,6 +339,18 @@ def escalation_card(e: EscalationView, *, handoff_id: str | None = None) -> Card
         _execute(say.CLOSE_BUTTON, CLOSE, handoff_id, 1, style="default", inputs="none"),
     ]
     return _fit(_card(body, actions))
+
+
+def suggestion_text(text: str) -> str:
+    """The agent's suggested reply exactly as its card shows it (and as Send sends it)."""
+    return neutralize(text, SUGGESTION_LIMIT)
+
+
+def suggestion_card(text: str, suggestion_id: str) -> Card:
+    """The agent's suggestion under the escalation card: marked as one, literal, with Send."""
+    body = [_note(say.SUGGESTION_MARK, subtle=False), _literal(text, SUGGESTION_LIMIT)]
+    send = _execute(say.SUGGESTION_SEND_BUTTON, SEND_SUGGESTION, suggestion_id, 1, style="positive", inputs="none")
+    return _fit(_card(body, [send]))
 
 
 # -- notices --------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from agent.handoff_relay import Deliver, Relay
 from bot.teams.delivery import SURFACE
 from bot.teams.face import TeamsFace
 from bot.teams.sender import TeamsDeliveryError
-from bot.teams.takeover import thread_post
+from bot.teams.takeover import suggestion_post, thread_post
 from storage.records import Conversation
 
 #: How a person's words are shown to a Teams customer.
@@ -34,3 +34,4 @@ def relays(relay: Relay, teams: TeamsFace, *, staff: bool) -> None:
     relay.deliver_on("teams", customer_delivery(teams))
     if staff:
         relay.post_on(SURFACE, thread_post(teams.poster, teams.sender))
+        relay.suggest_on(SURFACE, suggestion_post(teams.poster, teams.sender))

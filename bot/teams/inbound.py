@@ -27,6 +27,7 @@ Verb = Literal[
     "signoff.takeover",
     "signoff.handback",
     "signoff.close",
+    "signoff.suggestion.send",
 ]
 VERBS: frozenset[str] = frozenset(get_args(Verb))
 CARD_ACTION = "adaptiveCard/action"

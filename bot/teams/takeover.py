@@ -8,7 +8,8 @@
   worker like every Teams click; the outcome is said in the reply chain once;
 * a reply in the chain by the owner is relayed to the customer (once per activity); a
   ``note:`` reply is a note for the agent; anyone else's stays in the chain;
-* the relay's Teams staff end: the customer's messages and the SLA re-page into the chain.
+* the relay's Teams staff ends: the customer's messages and the SLA re-page into the chain,
+  and the agent's suggestions there as cards with **Send** (the owner's own reply, once).
 
 Teams delivers a channel reply to the bot when it mentions the bot (``HANDOFF_HOW`` says so).
 """
@@ -23,20 +24,21 @@ from typing import Any
 
 from agent import handoff
 from agent.face_port import FacePort
-from agent.handoff_relay import PostKind, ThreadPost
+from agent.handoff_relay import PostKind, SuggestionPost, ThreadPost
 from bot.links import unlink
 from bot.teams import wording as say
+from bot.teams.cards import SEND_SUGGESTION, suggestion_card, suggestion_text
 from bot.teams.delivery import SURFACE, Poster
 from bot.teams.inbound import TeamsCardAction
 from bot.teams.invoke import InvokeReply, message_reply, refusal_reply
 from bot.teams.people import Person
 from bot.teams.sender import TeamsSender
-from storage.handoffs import Handoff
+from storage.handoffs import Handoff, Suggestion
 from storage.identities import Staff
 
 log = logging.getLogger(__name__)
 
-VERBS = frozenset({handoff.TAKEOVER, handoff.HANDBACK, handoff.CLOSE})
+VERBS = frozenset({handoff.TAKEOVER, handoff.HANDBACK, handoff.CLOSE, SEND_SUGGESTION})
 _CHAIN = ";messageid="
 
 
@@ -67,6 +69,8 @@ async def answer(port: FacePort, action: TeamsCardAction, person: Person | None)
     """In the request: refuse what plainly cannot act (persisting nothing), else "working on it"."""
     if person is None or person.staff is None:
         return refusal_reply(say.NOT_ALLOWED), False
+    if action.verb == SEND_SUGGESTION:
+        return await _answer_send(port, action.target_id, person.staff)
     h = await port.handoffs.get(action.target_id)
     if h is None:
         return refusal_reply(say.NOT_FOUND), False
@@ -80,14 +84,29 @@ async def answer(port: FacePort, action: TeamsCardAction, person: Person | None)
     return message_reply(say.HANDOFF_WORKING), True
 
 
+async def _answer_send(port: FacePort, suggestion_id: str, staff: Staff) -> tuple[InvokeReply, bool]:
+    sug = await port.handoffs.suggestion(suggestion_id)
+    h = await port.handoffs.get(sug.handoff_id) if sug is not None else None
+    if h is None:
+        return refusal_reply(say.NOT_FOUND), False
+    if not h.active:
+        return refusal_reply(say.HANDOFF_ENDED), False
+    if h.state != "taken" or h.owner != staff.id:
+        return refusal_reply(say.SUGGESTION_NOT_OWNER), False
+    return message_reply(say.HANDOFF_WORKING), True
+
+
 async def decide(
     port: FacePort, poster: Poster, sender: TeamsSender, *, verb: str, target: str, staff: Staff, at: datetime | None
 ) -> None:
     """In the worker: the click through the rules; the outcome said once under the card."""
+    person = _staff(staff)
+    if verb == SEND_SUGGESTION:
+        await _send(port, poster, sender, target, person)
+        return
     h = await port.handoffs.get(target)
     if h is None:
         return
-    person = _staff(staff)
     if verb == handoff.TAKEOVER:
         done = await port.handoffs.take_over(h.id, h.conversation_id, person, clicked_at=at)
         said = say.HANDOFF_TAKEN
@@ -100,6 +119,35 @@ async def decide(
     moved = done.handoff
     key = f"teams:handoff:{moved.id}:{moved.state}:{moved.version}"
     await _in_chain(poster, sender, moved, key, said.format(name=" ".join(staff.name.split())[:100]))
+
+
+async def _send(
+    port: FacePort, poster: Poster, sender: TeamsSender, suggestion_id: str, person: handoff.Person
+) -> None:
+    """Send of a suggestion: the clicker's own reply, exactly as its card showed it; once."""
+    sug = await port.handoffs.suggestion(suggestion_id)
+    if sug is None:
+        return
+    done = await port.handoffs.send_suggestion(sug.id, sug.conversation_id, person, shown=suggestion_text)
+    if not done.done or done.handoff is None:
+        log.info("teams suggestion %s not sent: %s", sug.id, done.reason)
+        return
+    said = say.SUGGESTION_SENT.format(name=" ".join(person.name.split())[:100])
+    await _in_chain(poster, sender, done.handoff, f"teams:suggestion:{sug.id}:sent", said)
+
+
+def suggestion_post(poster: Poster, sender: TeamsSender) -> SuggestionPost:
+    """The agent's suggested reply as a card under the escalation card, once per suggestion."""
+
+    async def post(h: Handoff, suggestion: Suggestion) -> None:
+        shown = h.surfaces.get(SURFACE) or {}
+        ref, card = shown.get("reference"), shown.get("activity_id")
+        if isinstance(ref, dict) and card:
+            made = suggestion_card(suggestion.text, suggestion.id)
+            key = f"teams:handoff:suggest:{suggestion.id}"
+            await poster.once(key, lambda: sender.reply(ref, reply_to_id=str(card), card=made))
+
+    return post
 
 
 # -- replies in the chain ------------------------------------------------------------------
@@ -136,4 +184,14 @@ async def _in_chain(poster: Poster, sender: TeamsSender, h: Handoff, key: str, t
         await poster.once(key, lambda: sender.reply(ref, reply_to_id=str(card), text=text))
 
 
-__all__ = ["VERBS", "answer", "chain_key", "chain_thread", "decide", "on_chain_message", "posted", "thread_post"]
+__all__ = [
+    "VERBS",
+    "answer",
+    "chain_key",
+    "chain_thread",
+    "decide",
+    "on_chain_message",
+    "posted",
+    "suggestion_post",
+    "thread_post",
+]

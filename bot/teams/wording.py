@@ -114,3 +114,10 @@ HANDOFF_REPAGE = "Still waiting for a person — can someone take this over?"
 HANDOFF_ENDED = "This hand-off has already ended."
 HANDOFF_NOT_YOURS = "Only the person who took this over (or a supervisor) can do that."
 HANDOFF_YOURS = "You already own this conversation."
+SUGGESTION_MARK = (
+    "Suggestion from the agent — not sent. Send sends it to the customer as your own reply; or write your own."
+)
+SUGGESTION_SEND_BUTTON = "Send"
+SUGGESTION_SENT = "{name} sent the agent's suggestion to the customer."
+SUGGESTION_NOT_OWNER = "Only the person who took this over can send a suggestion; take it over first."
+SUGGESTION_SENT_ALREADY = "This suggestion was already sent."
