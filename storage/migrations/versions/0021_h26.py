@@ -7,7 +7,8 @@ Until now the rule lived only in ``Handoffs.open`` (look, then insert), which tw
 opens on PostgreSQL can both pass. A partial unique index on ``conversation_id`` over the
 active states makes the second insert fail; ``Handoffs.open`` then returns the winner. Should
 an existing database already hold two active hand-offs of one conversation, the older ones
-are closed first (the newest stays), so the index can be built.
+are closed first (the newest stays; ``ended_at`` is their opening time, no audit event: the
+migration is no person), so the index can be built.
 
 Revision ID: 0021_h26
 Revises: 0017_handoff
