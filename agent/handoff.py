@@ -276,8 +276,8 @@ async def hold_message(
     s: Services, conv: Conversation, h: Handoff, message: str, *, message_key: str | None
 ) -> TurnResult:
     """A customer's message while a person owns the conversation: stored in the history (once
-    per ``message_key``) with the jobs that post it into the staff thread and draft a suggested
-    reply for the owner there; the agent says nothing to the customer."""
+    per ``message_key``) with the job that posts it into the staff thread (and then has a reply
+    suggested to the owner there); the agent says nothing to the customer."""
     key = message_key or new_id("msg")
     step = StepWrite(
         conversation_id=conv.id,
@@ -289,13 +289,7 @@ async def hold_message(
                 payload={"handoff_id": h.id, "text": message[:_MAX_TEXT], "key": key},
                 dedup_key=f"handoff:in:{conv.id}:{key}"[:200],
                 run_after=s.clock(),
-            ),
-            NewJob(
-                kind=SUGGEST_JOB,
-                payload={"handoff_id": h.id, "key": key},
-                dedup_key=f"handoff:suggest:{conv.id}:{key}"[:200],
-                run_after=s.clock(),
-            ),
+            )
         ],
     )
     seq = await s.conversations.commit(step)

@@ -27,7 +27,7 @@ from typing import Literal
 from agent import handoff, handoff_suggest, wording
 from agent.host import Host
 from agent.notify import EscalationNotice, best_effort
-from storage.handoffs import Handoff, Suggestion
+from storage.handoffs import Handoff, JobSpec, Suggestion
 from storage.jobs import Job
 from storage.records import Conversation
 
@@ -109,9 +109,7 @@ async def run_job(rt: Host, relay: Relay, job: Job) -> None:
         case handoff.RELAY_JOB:
             await _relay(rt, relay, p["conversation_id"], str(p["text"]), str(p["name"]), str(p["key"]))
         case handoff.MIRROR_JOB:
-            h = await rt.s.handoffs.get(str(p["handoff_id"]))
-            if h is not None:
-                await relay.to_staff(h, "customer", str(p["text"]), f"handoff:in:{p['key']}")
+            await _mirror(rt, relay, str(p["handoff_id"]), str(p["text"]), str(p["key"]))
         case handoff.SLA_JOB:
             await _sla(rt, relay, str(p["handoff_id"]), int(p["page"]))
         case handoff.STATE_JOB:
@@ -166,6 +164,22 @@ async def _relay(rt: Host, relay: Relay, conversation_id: str, text: str, name: 
         event = wording.HANDOFF_REPLY_EVENT.format(name=name, text=text)
         await handoff.record_event(rt.s, conv.id, event, key=f"handoff:out:{key}")
     await relay.to_customer(conv, text, name, f"handoff:out:{key}")
+
+
+async def _mirror(rt: Host, relay: Relay, handoff_id: str, text: str, key: str) -> None:
+    """The customer's message into the staff thread; then, while a person owns it and a staff
+    surface shows suggestions, the job that drafts one (after the message, so it reads in order)."""
+    h = await rt.s.handoffs.get(handoff_id)
+    if h is None:
+        return
+    await relay.to_staff(h, "customer", text, f"handoff:in:{key}")
+    if h.state == "taken" and relay.shows_suggestions(h):
+        job = JobSpec(
+            kind=handoff.SUGGEST_JOB,
+            payload={"handoff_id": h.id, "key": key},
+            dedup_key=f"handoff:suggest:{h.id}:{key}"[:200],
+        )
+        await rt.s.handoffs.enqueue_once(job)
 
 
 async def _suggest(rt: Host, relay: Relay, handoff_id: str, key: str) -> None:

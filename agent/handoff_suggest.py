@@ -1,7 +1,7 @@
 """The agent's suggestions while a person owns a conversation.
 
 The agent never answers the customer then; for each customer message it may draft a reply
-for the owner (``handoff.suggest`` job, queued with the message by ``hold_message``): the
+for the owner (``handoff.suggest`` job, queued once the message is in the staff thread): the
 model is asked with no tools, and the draft is stored once per customer message and shown
 in the staff thread, marked as a suggestion, with a **Send** button (the face renders it,
 link-free). A person's Send of it is that person's own reply: relayed only if they own the

@@ -14,7 +14,7 @@ import json
 from datetime import UTC, datetime
 
 from agent import handoff, handoff_suggest
-from agent.handoff_relay import Relay, run_job
+from agent.handoff_relay import PostKind, Relay, run_job
 from agent.llm.testing import ScriptedModel
 from bot.links import ZWSP, unlink
 from bot.slack.handoff import suggestion_message
@@ -51,10 +51,19 @@ async def test_the_agent_suggests_once_to_the_owner_and_says_nothing_to_the_cust
     async def post(hof: Handoff, suggestion: Suggestion) -> None:
         shown.append(suggestion)
 
-    [job] = await s.jobs.claim("w", kinds=[handoff.SUGGEST_JOB])
-    await run_job(h.runtime, Relay(), job)  # no surface shows suggestions: no draft is asked for
+    mirrored: list[str] = []
+
+    async def thread(hof: Handoff, kind: PostKind, text: str, key: str) -> None:
+        mirrored.append(text)
+
+    [mirror] = await s.jobs.claim("w", kinds=[handoff.MIRROR_JOB])
+    await run_job(h.runtime, Relay(staff={"slack": thread}), mirror)  # no surface shows suggestions
+    assert mirrored == ["Where is it?"] and not await s.jobs.claim("w", kinds=[handoff.SUGGEST_JOB])
+    relay = Relay(staff={"slack": thread}, suggestions={"slack": post})
+    await run_job(h.runtime, relay, mirror)  # the message is in the thread: now a draft is asked for
+    await run_job(h.runtime, relay, mirror)  # a retry queues no second draft
+    [job] = await s.jobs.claim("w", kinds=[handoff.SUGGEST_JOB], limit=5)
     assert model.requests == []
-    relay = Relay(suggestions={"slack": post})
     await run_job(h.runtime, relay, job)
     await run_job(h.runtime, relay, job)  # a retry: the stored draft, the model is not asked again
     [request] = model.requests
