@@ -14,6 +14,7 @@ import pytest
 
 from agent.llm.testing import FunctionModel
 from bot.api.auth import make_token
+from bot.widget.routes import script
 from tests.test_teams_face import plan
 from tests.widget_kit import JWT_SECRET, WidgetServer, widget_server
 from tools.context import Principal
@@ -61,7 +62,8 @@ async def _flow(server: WidgetServer, decision: str, status_after: str) -> None:
             assert r.status == 200, await r.text()
     frames = await asyncio.wait_for(_events(stream, who, _told_to_wait), 60)
     [(approval_id, status)] = _approvals(frames)
-    assert status == "pending"  # the widget shows it as waiting for a teammate
+    assert status == "pending"
+    assert 'pending: "Waiting for a teammate' in script().decode()  # how the widget shows it
     last = str(frames[-1]["seq"])
 
     # A stream open from after all that gets the supervisor's decision live, first thing.
