@@ -238,6 +238,7 @@ async def _suggestion_sent_once(
         "Tomás Ortega",
     )
     await slack.until(lambda: _thread_says(slack, esc_ts, "sent the agent's suggestion"), within_s=60)
+    await slack.until(lambda: found() is None, within_s=60)  # the post lost its Send
 
 
 def _conversation_of(value: str) -> str:

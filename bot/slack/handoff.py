@@ -24,6 +24,7 @@ from slack_sdk.models.blocks import ActionsBlock, ButtonElement, PlainTextObject
 from agent import handoff, handoff_suggest
 from agent.handoff import Person as Staff
 from agent.handoff_relay import Deliver, PostKind, SuggestionPost, ThreadPost
+from agent.notify import best_effort
 from bot.links import unlink
 from bot.slack import blocks, clicks, wording
 from bot.slack.face import Person, SlackFace, parse_ref, thread_ref
@@ -129,6 +130,21 @@ async def _send(face: SlackFace, item: Inbound, person: Person, staff: Staff) ->
     assert done.handoff is not None
     said = wording.SUGGESTION_SENT.format(name=clip(staff.name, 200))
     await _say(face, done.handoff, f"slack:suggestion:{suggestion_id}:sent", said)
+    await _spent(face, done.handoff, suggestion_id, said)
+
+
+async def _spent(face: SlackFace, h: Handoff, suggestion_id: str, said: str) -> None:
+    """The suggestion's post loses its Send once sent (best effort: the relay is already queued)."""
+    sug = await face.port.handoffs.suggestion(suggestion_id)
+    ref = h.surfaces.get(SURFACE) or {}
+    if sug is None or not (ref.get("channel") and ref.get("ts")):
+        return
+    channel, thread = str(ref["channel"]), str(ref["ts"])
+    key = f"slack:handoff:suggest:{sug.id}"
+    ts = await post_once(face, key, channel, suggestion_message(sug), thread)  # its ts: it went out before
+    if ts is not None:
+        sent = suggestion_message(sug, sent=said)
+        await best_effort(face.sender.update(channel, ts, sent.text, sent.block_list), "suggestion update")
 
 
 def _when(action_ts: object) -> datetime | None:
@@ -185,10 +201,15 @@ def thread_post(face: SlackFace) -> ThreadPost:
     return post
 
 
-def suggestion_message(suggestion: Suggestion) -> Outbound:
+def suggestion_message(suggestion: Suggestion, *, sent: str | None = None) -> Outbound:
     """The agent's suggestion as we render it: marked as one, its text link-free and escaped,
-    and Send (its value: the two ids, never the text)."""
+    and Send (its value: the two ids, never the text) — or, once ``sent``, who sent it."""
     text = clip(unlink(suggestion.text), 2800)
+    if sent is not None:
+        return Outbound(
+            text=wording.SUGGESTION_FALLBACK.format(text=text),
+            blocks=(blocks._section(text).to_dict(), blocks._context(sent).to_dict()),
+        )
     send = ButtonElement(
         text=PlainTextObject(text=wording.SUGGESTION_SEND_BUTTON),
         action_id=handoff_suggest.SEND,
