@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 Send = Callable[[], Awaitable[dict[str, Any]]]
 
 #: What a click on a card asks, whatever the face (its button's verb without ``signoff.``).
-ClickAction = Literal["confirm", "decline", "approve", "reject", "takeover", "handback", "close"]
+ClickAction = Literal["confirm", "decline", "approve", "reject", "takeover", "handback", "close", "send"]
 #: Why a click changed nothing: the runtime's refusal code (:data:`~agent.errors.DecisionCode`),
 #: a hand-off's (``taken``, ``not_yours``, … of ``HandoffDesk``), or ``bad_value`` (a button
 #: value we cannot read).

@@ -44,7 +44,9 @@ SLA_JOB = "handoff.sla"
 EVENT_JOB = "handoff.event"
 #: A state change the customer's face may show (the widget's ``handoff`` event).
 STATE_JOB = "handoff.state"
-JOB_KINDS = (RELAY_JOB, MIRROR_JOB, SLA_JOB, EVENT_JOB, STATE_JOB)
+#: The agent's suggested reply for the owner, to a customer's message (``agent/handoff_suggest.py``).
+SUGGEST_JOB = "handoff.suggest"
+JOB_KINDS = (RELAY_JOB, MIRROR_JOB, SLA_JOB, EVENT_JOB, STATE_JOB, SUGGEST_JOB)
 #: How many times an unclaimed hand-off re-pages on-call (one SLA apart).
 MAX_PAGES = 3
 #: Thread messages a person starts with this are notes for the agent, never relayed.
@@ -68,18 +70,23 @@ def encode_value(conversation_id: str, handoff_id: str) -> str:
 
 def decode_value(raw: object) -> tuple[str, str]:
     """``(conversation, handoff)`` from a button value; :class:`BadValue` for anything else."""
+    return decode_ids(raw, ("conversation", "handoff"))
+
+
+def decode_ids(raw: object, keys: tuple[str, str]) -> tuple[str, str]:
+    """The two short ids under ``keys`` of a button value that has exactly those keys."""
     if not isinstance(raw, str) or len(raw) > _MAX_VALUE:
         raise BadValue("not a short string")
     try:
         data = json.loads(raw)
     except ValueError:
         raise BadValue("not JSON") from None
-    if not isinstance(data, dict) or set(data) != {"conversation", "handoff"}:
+    if not isinstance(data, dict) or set(data) != set(keys):
         raise BadValue("unexpected keys")
-    conv, handoff = data["conversation"], data["handoff"]
-    if not (isinstance(conv, str) and isinstance(handoff, str) and 0 < len(conv) <= 64 and 0 < len(handoff) <= 64):
+    first, second = data[keys[0]], data[keys[1]]
+    if not (isinstance(first, str) and isinstance(second, str) and 0 < len(first) <= 64 and 0 < len(second) <= 64):
         raise BadValue("bad ids")
-    return conv, handoff
+    return first, second
 
 
 def person_reply(event_text: str) -> tuple[str, str] | None:
@@ -241,9 +248,12 @@ async def add_note(s: Services, h: Handoff, person: Person, text: str) -> bool:
     return await s.handoffs.move(h.id, move, audit=[audit_event(s, "noted", h, person.principal.key)]) is not None
 
 
-async def relay_reply(s: Services, h: Handoff, person: Person, text: str, *, key: str) -> bool:
-    """The owner's reply, queued once (``key``: the staff message's identity) for the customer's
-    channel under the person's name. Anyone else's reply stays in the thread (False)."""
+async def relay_reply(
+    s: Services, h: Handoff, person: Person, text: str, *, key: str, suggestion: str | None = None
+) -> bool:
+    """The owner's reply, queued once (``key``: the staff message's identity, or the suggestion
+    they sent) for the customer's channel under the person's name. Anyone else's reply stays
+    in the thread (False)."""
     if h.state != "taken" or h.owner != person.principal.id or not text.strip():
         return False
     job = JobSpec(
@@ -257,7 +267,8 @@ async def relay_reply(s: Services, h: Handoff, person: Person, text: str, *, key
         },
         dedup_key=f"handoff:out:{key}"[:200],
     )
-    event = audit_event(s, "relayed", h, person.principal.key, text_sha256=sha256_hex(text)[:16])
+    extra = {"suggestion_id": suggestion} if suggestion else {}
+    event = audit_event(s, "relayed", h, person.principal.key, text_sha256=sha256_hex(text)[:16], **extra)
     return await s.handoffs.enqueue_once(job, audit=[event])
 
 
@@ -265,7 +276,8 @@ async def hold_message(
     s: Services, conv: Conversation, h: Handoff, message: str, *, message_key: str | None
 ) -> TurnResult:
     """A customer's message while a person owns the conversation: stored in the history (once
-    per ``message_key``) with the job that posts it into the staff thread; the agent is silent."""
+    per ``message_key``) with the job that posts it into the staff thread (and then has a reply
+    suggested to the owner there); the agent says nothing to the customer."""
     key = message_key or new_id("msg")
     step = StepWrite(
         conversation_id=conv.id,
@@ -322,12 +334,14 @@ __all__ = [
     "RELAY_JOB",
     "SLA_JOB",
     "STATE_JOB",
+    "SUGGEST_JOB",
     "TAKEOVER",
     "BadValue",
     "Person",
     "Transition",
     "add_note",
     "audit_event",
+    "decode_ids",
     "decode_value",
     "encode_value",
     "end",

@@ -4,20 +4,25 @@ A face reaches it as ``FacePort.handoffs``; it never sees the repositories."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from agent import handoff
+from agent import handoff, handoff_suggest
 from agent.handoff import Person, Transition
 from agent.handoff_relay import ask_for_person
 from agent.runtime import Runtime
-from storage.handoffs import Handoff
+from storage.handoffs import Handoff, Suggestion
 from storage.records import Conversation
 
 
 class HandoffDesk:
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
+
+    async def get(self, handoff_id: str) -> Handoff | None:
+        """The hand-off ``handoff_id`` (a Teams card's data names it), if any."""
+        return await self._runtime.s.handoffs.get(handoff_id)
 
     async def in_thread(self, thread: str) -> Handoff | None:
         """The hand-off whose staff thread is ``thread`` (``slack:TEAM:CHANNEL:TS``), if any."""
@@ -40,6 +45,16 @@ class HandoffDesk:
 
     async def relay_reply(self, h: Handoff, person: Person, text: str, *, key: str) -> bool:
         return await handoff.relay_reply(self._runtime.s, h, person, text, key=key)
+
+    async def suggestion(self, suggestion_id: str) -> Suggestion | None:
+        """The agent's suggestion ``suggestion_id`` (a Teams card's data names it), if any."""
+        return await self._runtime.s.handoffs.suggestion(suggestion_id)
+
+    async def send_suggestion(
+        self, suggestion: str, conversation_id: str, person: Person, *, shown: Callable[[str], str]
+    ) -> Transition:
+        """``person``'s Send of a suggestion: their own reply, relayed once if they own the hand-off."""
+        return await handoff_suggest.send(self._runtime.s, suggestion, conversation_id, person, shown=shown)
 
     async def ask_for_person(self, conversation: Conversation, *, by: str) -> tuple[Handoff, str]:
         """The customer's "Talk to a person": the hand-off, and what the customer is told."""

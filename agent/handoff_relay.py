@@ -7,7 +7,10 @@
   ``key``, through :class:`~storage.inbox.Deliveries` or the face's own once-only path);
 * ``post_on(surface, post)``: how a staff surface (the Slack escalation thread, the Teams
   reply chain) shows the customer's messages and the SLA re-page (``post(handoff, text, key)``,
-  once per key).
+  once per key);
+* ``suggest_on(surface, post)``: how a staff surface shows the agent's suggested reply with
+  its Send button (``post(handoff, suggestion)``, once per suggestion); a hand-off none of
+  whose surfaces shows suggestions gets none drafted.
 
 The jobs (``agent.handoff.JOB_KINDS``) are durable: the worker retries one that fails, a
 crash leaves it to be claimed again, and each delivery is keyed, so a message relayed twice
@@ -21,10 +24,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agent import handoff, wording
+from agent import handoff, handoff_suggest, wording
 from agent.host import Host
 from agent.notify import EscalationNotice, best_effort
-from storage.handoffs import Handoff
+from storage.handoffs import Handoff, JobSpec, Suggestion
 from storage.jobs import Job
 from storage.records import Conversation
 
@@ -38,6 +41,8 @@ PostKind = Literal["customer", "repage"]
 ThreadPost = Callable[[Handoff, PostKind, str, str], Awaitable[None]]
 #: ``announce(conversation, state, person_name, key)``: a face shows the hand-off's state, once per key.
 Announce = Callable[[Conversation, str, str | None, str], Awaitable[None]]
+#: ``post(handoff, suggestion)``: the agent's suggested reply, marked as one, with Send; once per suggestion.
+SuggestionPost = Callable[[Handoff, Suggestion], Awaitable[None]]
 #: The author of the shop's own notices to a waiting customer.
 SHOP = "signoff"
 
@@ -55,6 +60,7 @@ class Relay:
     customers: dict[str, Deliver] = field(default_factory=lambda: {"api": in_history})
     staff: dict[str, ThreadPost] = field(default_factory=dict)
     states: dict[str, Announce] = field(default_factory=dict)
+    suggestions: dict[str, SuggestionPost] = field(default_factory=dict)
 
     def deliver_on(self, channel: str, deliver: Deliver) -> None:
         """Customers of ``channel`` get relayed messages through ``deliver``."""
@@ -67,6 +73,20 @@ class Relay:
     def post_on(self, surface: str, post: ThreadPost) -> None:
         """Hand-offs shown on ``surface`` (a key of ``Handoff.surfaces``) get their thread posts through ``post``."""
         self.staff[surface] = post
+
+    def suggest_on(self, surface: str, post: SuggestionPost) -> None:
+        """Hand-offs shown on ``surface`` get the agent's suggested replies there through ``post``."""
+        self.suggestions[surface] = post
+
+    def shows_suggestions(self, h: Handoff) -> bool:
+        """Whether any staff surface of ``h`` shows suggestions (else none is drafted)."""
+        return any(surface in self.suggestions for surface in h.surfaces)
+
+    async def suggest(self, h: Handoff, suggestion: Suggestion) -> None:
+        for surface in h.surfaces:
+            post = self.suggestions.get(surface)
+            if post is not None:
+                await post(h, suggestion)
 
     async def to_customer(self, conversation: Conversation, text: str, name: str, key: str) -> None:
         deliver = self.customers.get(conversation.channel)
@@ -89,9 +109,7 @@ async def run_job(rt: Host, relay: Relay, job: Job) -> None:
         case handoff.RELAY_JOB:
             await _relay(rt, relay, p["conversation_id"], str(p["text"]), str(p["name"]), str(p["key"]))
         case handoff.MIRROR_JOB:
-            h = await rt.s.handoffs.get(str(p["handoff_id"]))
-            if h is not None:
-                await relay.to_staff(h, "customer", str(p["text"]), f"handoff:in:{p['key']}")
+            await _mirror(rt, relay, str(p["handoff_id"]), str(p["text"]), str(p["key"]))
         case handoff.SLA_JOB:
             await _sla(rt, relay, str(p["handoff_id"]), int(p["page"]))
         case handoff.STATE_JOB:
@@ -99,6 +117,8 @@ async def run_job(rt: Host, relay: Relay, job: Job) -> None:
             announce = relay.states.get(conv.channel) if conv is not None else None
             if conv is not None and announce is not None:
                 await announce(conv, str(p["state"]), p.get("name"), job.dedup_key or str(job.id))
+        case handoff.SUGGEST_JOB:
+            await _suggest(rt, relay, str(p["handoff_id"]), str(p["key"]))
         case handoff.EVENT_JOB:
             async with rt.lock(str(p["conversation_id"])):
                 await handoff.record_event(
@@ -146,6 +166,32 @@ async def _relay(rt: Host, relay: Relay, conversation_id: str, text: str, name: 
     await relay.to_customer(conv, text, name, f"handoff:out:{key}")
 
 
+async def _mirror(rt: Host, relay: Relay, handoff_id: str, text: str, key: str) -> None:
+    """The customer's message into the staff thread; then, while a person owns it and a staff
+    surface shows suggestions, the job that drafts one (after the message, so it reads in order)."""
+    h = await rt.s.handoffs.get(handoff_id)
+    if h is None:
+        return
+    await relay.to_staff(h, "customer", text, f"handoff:in:{key}")
+    if h.state == "taken" and relay.shows_suggestions(h):
+        job = JobSpec(
+            kind=handoff.SUGGEST_JOB,
+            payload={"handoff_id": h.id, "key": key},
+            dedup_key=f"handoff:suggest:{h.id}:{key}"[:200],
+        )
+        await rt.s.handoffs.enqueue_once(job)
+
+
+async def _suggest(rt: Host, relay: Relay, handoff_id: str, key: str) -> None:
+    """A suggested reply for the owner, drafted and shown on the staff surfaces that show them."""
+    h = await rt.s.handoffs.get(handoff_id)
+    if h is None or h.state != "taken" or not relay.shows_suggestions(h):
+        return
+    drafted = await handoff_suggest.draft(rt.s, handoff_id, key)
+    if drafted is not None:
+        await relay.suggest(*drafted)
+
+
 async def _sla(rt: Host, relay: Relay, handoff_id: str, page: int) -> None:
     """Nobody took it within the SLA: on-call is mentioned again in the thread and the customer is
     told honestly when a person will reply; the next check is queued (up to ``MAX_PAGES``)."""
@@ -170,4 +216,15 @@ async def _sla(rt: Host, relay: Relay, handoff_id: str, page: int) -> None:
         await s.handoffs.add_work(audit=[event])
 
 
-__all__ = ["SHOP", "Announce", "ask_for_person", "Deliver", "PostKind", "Relay", "ThreadPost", "in_history", "run_job"]
+__all__ = [
+    "SHOP",
+    "Announce",
+    "ask_for_person",
+    "Deliver",
+    "PostKind",
+    "Relay",
+    "SuggestionPost",
+    "ThreadPost",
+    "in_history",
+    "run_job",
+]

@@ -1,6 +1,7 @@
 """Hand-offs to a person: the ``handoffs`` table and its transitions.
 
-A conversation has at most one hand-off that is *active* (``waiting`` or ``taken``). Every
+A conversation has at most one hand-off that is *active* (``waiting`` or ``taken``), which the
+database enforces (the partial unique index ``uq_handoffs_active``, on SQLite and PostgreSQL). Every
 transition is a compare-and-set on ``version`` and ``state`` in one transaction with its
 audit events and the jobs it asks for (the SLA check, a relayed message), so two people
 clicking Take over at once get one owner, and a transition is never recorded without
@@ -15,12 +16,13 @@ from datetime import datetime
 from typing import Any, Literal, cast
 
 from sqlalchemy import CursorResult, func, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.audit import AuditEvent, append_audit_many, utc
 from storage.db import Database
 from storage.jobs import JobQueue
-from storage.models import HandoffRow
+from storage.models import HandoffRow, HandoffSuggestionRow, HandoffThreadRow
 from storage.records import Clock, wall_clock
 
 HandoffState = Literal["waiting", "taken", "returned", "closed"]
@@ -50,6 +52,17 @@ class Handoff:
     def active(self) -> bool:
         """Waiting for a person or owned by one."""
         return self.state in ACTIVE
+
+
+@dataclass(frozen=True, kw_only=True)
+class Suggestion:
+    """A reply the agent drafted for the hand-off's owner (sent only by a person's Send)."""
+
+    id: str
+    handoff_id: str
+    conversation_id: str
+    text: str
+    created_at: datetime
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,25 +126,34 @@ class Handoffs:
         audit: Sequence[AuditEvent] = (),
         jobs: Sequence[JobSpec] = (),
     ) -> tuple[Handoff, bool]:
-        """The conversation's active hand-off, opened now if it has none: ``(handoff, opened)``."""
-        async with self.db.sessions() as s, s.begin():
-            found = await _active(s, conversation_id)
-            if found is not None:
-                return _handoff(found), False
-            row = HandoffRow(
-                id=id,
-                conversation_id=conversation_id,
-                state="waiting",
-                reason=reason[:200],
-                opened_by=opened_by[:160],
-                surfaces={},
-                version=1,
-                opened_at=self.now(),
-            )
-            s.add(row)
-            await s.flush()
-            await self._finish(s, audit, jobs)
-            return _handoff(row), True
+        """The conversation's active hand-off, opened now if it has none: ``(handoff, opened)``.
+        Two opens at once (PostgreSQL lets both look before either inserts) meet the partial
+        unique index ``uq_handoffs_active``: the loser's transaction, audit and jobs included,
+        rolls back and it returns the winner's hand-off."""
+        try:
+            async with self.db.sessions() as s, s.begin():
+                found = await _active(s, conversation_id)
+                if found is not None:
+                    return _handoff(found), False
+                row = HandoffRow(
+                    id=id,
+                    conversation_id=conversation_id,
+                    state="waiting",
+                    reason=reason[:200],
+                    opened_by=opened_by[:160],
+                    surfaces={},
+                    version=1,
+                    opened_at=self.now(),
+                )
+                s.add(row)
+                await s.flush()
+                await self._finish(s, audit, jobs)
+                return _handoff(row), True
+        except IntegrityError:
+            winner = await self.active_for(conversation_id)
+            if winner is None:
+                raise
+            return winner, False
 
     async def move(
         self, handoff_id: str, move: Move, *, audit: Sequence[AuditEvent] = (), jobs: Sequence[JobSpec] = ()
@@ -178,14 +200,19 @@ class Handoffs:
             await self._jobs.enqueue(job.kind, job.payload, dedup_key=job.dedup_key, run_after=job.run_after, session=s)
 
     async def set_surface(self, handoff_id: str, name: str, ref: dict[str, Any], *, thread: str | None = None) -> None:
-        """Record where the staff surface ``name`` shows it (and, once, the thread replies arrive in)."""
+        """Record where the staff surface ``name`` shows it, and the thread replies to it arrive
+        in there (each surface its own: ``handoff_threads``; the first also in ``thread``)."""
         async with self.db.sessions() as s, s.begin():
             row = await s.get(HandoffRow, handoff_id, with_for_update=True)
             if row is None:
                 return
             row.surfaces = {**(row.surfaces or {}), name: ref}
-            if thread is not None and row.thread is None:
+            if thread is None:
+                return
+            if row.thread is None:
                 row.thread = thread[:255]
+            if await s.get(HandoffThreadRow, (thread[:255], handoff_id)) is None:
+                s.add(HandoffThreadRow(thread=thread[:255], handoff_id=handoff_id))
 
     async def get(self, handoff_id: str) -> Handoff | None:
         """The hand-off ``handoff_id``, if it exists."""
@@ -200,11 +227,15 @@ class Handoffs:
             return _handoff(row) if row is not None else None
 
     async def in_thread(self, thread: str) -> Handoff | None:
-        """The newest hand-off whose staff thread is ``thread``."""
+        """The newest hand-off one of whose staff threads is ``thread``."""
         async with self.db.reader() as s:
             row = (
                 await s.execute(
-                    select(HandoffRow).where(HandoffRow.thread == thread).order_by(HandoffRow.opened_at.desc()).limit(1)
+                    select(HandoffRow)
+                    .join(HandoffThreadRow, HandoffThreadRow.handoff_id == HandoffRow.id)
+                    .where(HandoffThreadRow.thread == thread)
+                    .order_by(HandoffRow.opened_at.desc())
+                    .limit(1)
                 )
             ).scalar_one_or_none()
             return _handoff(row) if row is not None else None
@@ -222,11 +253,48 @@ class Handoffs:
             ).scalar_one_or_none()
             return _handoff(row) if row is not None else None
 
+    async def suggest(self, draft: Suggestion, *, audit: Sequence[AuditEvent] = ()) -> Suggestion:
+        """Store ``draft`` with its audit events unless its id is stored already (then the stored one)."""
+        try:
+            async with self.db.sessions() as s, s.begin():
+                if (found := await s.get(HandoffSuggestionRow, draft.id)) is not None:
+                    return _suggestion(found)
+                s.add(
+                    HandoffSuggestionRow(
+                        id=draft.id,
+                        handoff_id=draft.handoff_id,
+                        conversation_id=draft.conversation_id,
+                        text=draft.text,
+                        created_at=draft.created_at,
+                    )
+                )
+                await s.flush()
+                if audit:
+                    await append_audit_many(s, list(audit))
+                return draft
+        except IntegrityError:
+            stored = await self.suggestion(draft.id)
+            if stored is None:
+                raise
+            return stored
+
+    async def suggestion(self, suggestion_id: str) -> Suggestion | None:
+        """The suggestion ``suggestion_id``, if it exists."""
+        async with self.db.reader() as s:
+            row = await s.get(HandoffSuggestionRow, suggestion_id)
+            return _suggestion(row) if row is not None else None
+
     async def open_count(self) -> int:
         """Hand-offs waiting for a person or owned by one."""
         async with self.db.reader() as s:
             count = await s.scalar(select(func.count()).select_from(HandoffRow).where(HandoffRow.state.in_(ACTIVE)))
             return int(count or 0)
+
+
+def _suggestion(r: HandoffSuggestionRow) -> Suggestion:
+    return Suggestion(
+        id=r.id, handoff_id=r.handoff_id, conversation_id=r.conversation_id, text=r.text, created_at=utc(r.created_at)
+    )
 
 
 async def _active(s: AsyncSession, conversation_id: str) -> HandoffRow | None:
@@ -240,4 +308,4 @@ async def _active(s: AsyncSession, conversation_id: str) -> HandoffRow | None:
     ).scalar_one_or_none()
 
 
-__all__ = ["ACTIVE", "Handoff", "HandoffState", "Handoffs", "JobSpec", "Move"]
+__all__ = ["ACTIVE", "Handoff", "HandoffState", "Handoffs", "JobSpec", "Move", "Suggestion"]

@@ -20,6 +20,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -27,6 +28,8 @@ from storage import search
 from storage.db import Base, JSONType
 
 TS = DateTime(timezone=True)
+#: The states of an active hand-off, as the partial unique index ``uq_handoffs_active`` says it.
+ACTIVE_HANDOFF_SQL = "state IN ('waiting', 'taken')"
 
 
 class ConversationRow(Base):
@@ -558,6 +561,17 @@ class HandoffRow(Base):
     """A conversation handed to a person: waiting → taken → returned | closed (``storage/handoffs.py``)."""
 
     __tablename__ = "handoffs"
+    #: At most one active (waiting or taken) hand-off per conversation, enforced by the
+    #: database on SQLite and PostgreSQL alike: a partial unique index.
+    __table_args__ = (
+        Index(
+            "uq_handoffs_active",
+            "conversation_id",
+            unique=True,
+            sqlite_where=text(ACTIVE_HANDOFF_SQL),
+            postgresql_where=text(ACTIVE_HANDOFF_SQL),
+        ),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     conversation_id: Mapped[str] = mapped_column(String(64), index=True)
@@ -577,3 +591,27 @@ class HandoffRow(Base):
     opened_at: Mapped[datetime] = mapped_column(TS)
     taken_at: Mapped[datetime | None] = mapped_column(TS)
     ended_at: Mapped[datetime | None] = mapped_column(TS)
+
+
+class HandoffThreadRow(Base):
+    """A staff thread a hand-off lives in — one per staff surface (the Slack escalation thread,
+    the Teams card's reply chain) — found again by a reply in it."""
+
+    __tablename__ = "handoff_threads"
+
+    thread: Mapped[str] = mapped_column(String(255), primary_key=True)
+    handoff_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+
+
+class HandoffSuggestionRow(Base):
+    """A reply the agent drafted for the person who owns a hand-off: shown in the staff thread
+    with Send, never sent by the agent itself (``agent/handoff_suggest.py``)."""
+
+    __tablename__ = "handoff_suggestions"
+
+    #: Derived from the customer message it answers, so a retried draft is stored once.
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    handoff_id: Mapped[str] = mapped_column(String(64), index=True)
+    conversation_id: Mapped[str] = mapped_column(String(64))
+    text: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(TS)

@@ -8,6 +8,9 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, time, timedelta
 
+import pytest
+from sqlalchemy.exc import IntegrityError
+
 from agent import handoff
 from agent.handoff_relay import PostKind, Relay, run_job
 from agent.llm.testing import ScriptedModel
@@ -16,6 +19,7 @@ from agent.policy import SupportHours
 from storage.audit import AuditEvent
 from storage.db import Database
 from storage.handoffs import Handoff
+from storage.models import HandoffRow
 from storage.records import Conversation
 from tests.support import C7, REP, Harness, seeded
 from tools.context import Principal
@@ -153,3 +157,31 @@ async def test_each_transition_is_announced_once_to_the_customers_face(any_db: D
         ("waiting", None),
     ]
     assert len({key for *_, key in seen}) == 3
+
+
+async def test_opening_at_once_opens_one_and_the_database_refuses_a_second_active(any_db: Database) -> None:
+    """The one-active rule is the database's (a partial unique index on both backends), not
+    only a look-then-insert: many opens at once open one, audited once; a second active row
+    written past the repository is refused, while ended hand-offs may pile up."""
+    h = await seeded(any_db, ScriptedModel([]))
+    s = h.services
+    conv = await h.runtime.open_conversation(principal=C7, channel="api")
+    results = await asyncio.gather(
+        *(handoff.open_handoff(s, conv, reason="customer_request", opened_by=C7.key) for _ in range(8))
+    )
+    assert sum(opened for _, opened in results) == 1
+    assert len({hof.id for hof, _ in results}) == 1
+    assert len(await s.audit.list(kind="handoff.opened")) == 1
+
+    def row(id: str, state: str) -> HandoffRow:
+        return HandoffRow(
+            id=id, conversation_id=conv.id, state=state, reason="r", opened_by="x", surfaces={}, version=1,
+            opened_at=s.clock(),
+        )  # fmt: skip
+
+    async with any_db.sessions() as session, session.begin():
+        session.add_all([row("hof_old1", "closed"), row("hof_old2", "returned")])
+    with pytest.raises(IntegrityError):
+        async with any_db.sessions() as session, session.begin():
+            session.add(row("hof_second", "waiting"))
+    assert (await s.handoffs.active_for(conv.id)) == results[0][0]

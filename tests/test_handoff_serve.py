@@ -51,10 +51,15 @@ SECRET = "handoff-test-secret-" + "x" * 32
 EMAIL_SECRET = "serve-email-secret"
 NOTE = "she was double charged last month, be gentle"
 ASK = "I want to speak to a person please"
+SUGGESTED = "Glad it arrived! Our care guide: https://shop.example/care"
+SEND = "signoff.suggestion.send"
 
 
 def planner(body: dict[str, Any]) -> dict[str, Any]:
-    """Stateless: a request for a person is escalated; anything else gets a short answer."""
+    """Stateless: a request for a person is escalated; a draft for the person who owns the
+    conversation is a suggestion (with a link); anything else gets a short answer."""
+    if "Draft the next reply" in json.dumps(body.get("system")):
+        return text_turn(SUGGESTED)
     last = json.dumps(body["messages"][-1])
     if "tool_result" in last:
         return text_turn("A colleague from our team will take it from here.")
@@ -179,7 +184,7 @@ async def test_api_customer_handed_to_a_rep_and_back(
         status, held = await _api(server, "POST", "/api/chat", {"conversationId": conv, "message": "Great, thanks!"})
         assert status == 200 and held["reply"] == "", held
         await slack.until(lambda: _thread_says(slack, esc_ts, "Great, thanks!"), within_s=60)
-        assert len(model.requests) == calls_before
+        await _suggestion_sent_once(server, slack, model, calls_before, rep, other, esc_ts)
 
         # A note, then Hand back: the agent answers the next message with the note in its prompt.
         assert await server.event(message(rep, f"note: {NOTE}", channel=ESCALATIONS, thread_ts=esc_ts)) == 200
@@ -194,9 +199,50 @@ async def test_api_customer_handed_to_a_rep_and_back(
         assert "Your parcel left our warehouse today." in json.dumps(model.requests[-1].body["messages"])
         assert _audit(db, "handoff.opened") and _audit(db, "handoff.returned") == [f"rep:{owner}"]
         _, view = await _api(server, "GET", f"/api/conversations/{conv}")
-        assert len(_person_messages(view)) == 1  # still once, long after the redelivery
+        assert len(_person_messages(view)) == 2  # each still once, long after the redelivery and the double Send
     finally:
         await server.stop()
+
+
+async def _suggestion_sent_once(
+    server: Serve, slack: FakeSlackApi, model: FakeAnthropicAPI, calls_before: int, rep: str, other: str, esc_ts: str
+) -> None:
+    """The agent's only model call while held is a draft for the owner (no tools), shown in the
+    thread as a suggestion, link-free, with Send; another rep's Send is refused; the owner's
+    double click relays it once, under the owner's name, exactly as shown."""
+
+    def found() -> tuple[str, str] | None:
+        for m in slack.messages_in(ESCALATIONS, esc_ts):
+            value = button_value(m.blocks, SEND)
+            if value:
+                return m.ts, value
+        return None
+
+    sug_ts, value = await slack.until(found, within_s=60)
+    [shown] = [m for m in slack.messages_in(ESCALATIONS, esc_ts) if m.ts == sug_ts]
+    assert "Suggestion from the agent" in shown.visible and "https://" not in json.dumps(shown.blocks)
+    drafts = model.requests[calls_before:]
+    assert drafts and all(not r.body.get("tools") for r in drafts)
+    assert all("Draft the next reply" in json.dumps(r.body.get("system")) for r in drafts)
+    refused = len(slack.calls("chat.postEphemeral"))
+    assert await server.click(other, SEND, value, channel=ESCALATIONS, message_ts=sug_ts) == 200
+    await slack.wait_for("chat.postEphemeral", refused + 1, within_s=60)
+    codes = await asyncio.gather(
+        *(server.click(rep, SEND, value, channel=ESCALATIONS, message_ts=sug_ts) for _ in range(2))
+    )
+    assert codes == [200, 200]
+    view = await _until_view(server, _conversation_of(value), lambda v: len(_person_messages(v)) == 2)
+    sent = _person_messages(view)[1]
+    assert sent["text"] == SUGGESTED.replace("https://", "https:\u200b//") and sent["name"] in (
+        "Priya Raman",
+        "Tomás Ortega",
+    )
+    await slack.until(lambda: _thread_says(slack, esc_ts, "sent the agent's suggestion"), within_s=60)
+    await slack.until(lambda: found() is None, within_s=60)  # the post lost its Send
+
+
+def _conversation_of(value: str) -> str:
+    return str(json.loads(value)["conversation"])
 
 
 async def _forged_then_raced(server: Serve, slack: FakeSlackApi, db: Path, esc_ts: str, value: str) -> str:

@@ -275,3 +275,35 @@ async def test_a_database_of_the_previous_release_joins_the_sandbox_branch(blank
         assert "kind" in cols
     finally:
         await engine.dispose()
+
+
+async def test_0021_keeps_the_newest_active_handoff_of_a_conversation_and_closes_the_rest(blank_url: str) -> None:
+    """A database of 0017 may hold two active hand-offs of one conversation (the rule was only
+    code): upgraded, the newest stays active, the older is closed, and the index is in place;
+    each hand-off's staff thread is in ``handoff_threads``."""
+    await upgrade(blank_url, "0017_handoff")
+    db = create_database(blank_url)
+    insert = text(
+        "INSERT INTO handoffs (id, conversation_id, state, reason, opened_by, surfaces, version, opened_at, thread) "
+        "VALUES (:id, 'conv_1', :state, 'r', 'x', '{}', 1, :at, :thread)"
+    )
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    async with db.engine.begin() as conn:
+        for id, state, minute in (("hof_a", "waiting", 1), ("hof_b", "taken", 2), ("hof_c", "closed", 3)):
+            row = {"id": id, "state": state, "at": at.replace(minute=minute), "thread": f"{id}:thread"}
+            await conn.execute(insert, row)
+    await db.dispose()
+    await upgrade(blank_url)
+    db = create_database(blank_url)
+    try:
+        async with db.engine.connect() as conn:
+            rows = {r[0]: r[1] for r in await conn.execute(text("SELECT id, state FROM handoffs"))}
+        assert rows == {"hof_a": "closed", "hof_b": "taken", "hof_c": "closed"}
+        async with db.engine.connect() as conn:
+            threads = {r[0]: r[1] for r in await conn.execute(text("SELECT thread, handoff_id FROM handoff_threads"))}
+        assert threads == {f"{h}:thread": h for h in rows}  # every hand-off's thread is found again
+        with pytest.raises(DBAPIError):
+            async with db.engine.begin() as conn:
+                await conn.execute(insert, {"id": "hof_d", "state": "waiting", "at": at, "thread": None})
+    finally:
+        await db.dispose()

@@ -16,7 +16,9 @@ def test_only_bot_teams_imports_the_agents_sdk() -> None:
 
 
 #: The glue that calls the runtime; every other module of bot/teams/ is a building block.
-GLUE = frozenset({"face.py", "clicks.py", "delivery.py", "notifier.py", "people.py", "present.py", "handoff.py"})
+GLUE = frozenset(
+    {"face.py", "clicks.py", "delivery.py", "notifier.py", "people.py", "present.py", "handoff.py", "takeover.py"}
+)
 #: The face's wiring: its settings section and its one registry entry.
 WIRING = frozenset({"settings.py", "wiring.py"})
 #: What every face renders: the runtime's views, not the runtime.

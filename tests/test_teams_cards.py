@@ -382,3 +382,11 @@ def test_a_refusal_keeps_the_card_and_puts_the_reason_on_top_for_the_clicker() -
 def test_cards_are_pure_the_same_record_gives_the_same_card() -> None:
     a = approval()
     assert approval_card(a) == approval_card(replace(a))
+
+
+def test_the_escalation_cards_hand_off_verbs_are_the_runtimes() -> None:
+    from agent import handoff, handoff_suggest
+    from bot.teams import cards
+
+    assert (cards.TAKEOVER, cards.HANDBACK, cards.CLOSE) == (handoff.TAKEOVER, handoff.HANDBACK, handoff.CLOSE)
+    assert cards.SEND_SUGGESTION == handoff_suggest.SEND

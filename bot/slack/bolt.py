@@ -28,7 +28,6 @@ from slack_bolt.authorization import AuthorizeResult
 from slack_bolt.authorization.async_authorize import AsyncAuthorize
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import handoff
 from agent.boundary import unavailable
 from bot.slack import handoff as handoffs
 from bot.slack import ids, present
@@ -109,7 +108,7 @@ def build_bolt(face: SlackFace) -> AsyncApp:
     app.event("message")(accept.message)
     app.event("app_home_opened")(accept.home)
     app.event("assistant_thread_started")(accept.thread_started)
-    for action in (ids.CONFIRM, ids.DECLINE, ids.APPROVE, ids.FEEDBACK, *sorted(handoff.ACTIONS)):
+    for action in (ids.CONFIRM, ids.DECLINE, ids.APPROVE, ids.FEEDBACK, *sorted(handoffs.CLICKS)):
         app.action(action)(accept.click)
     app.action(ids.REJECT)(accept.reject_button)
     app.view(ids.REJECT_MODAL)(accept.reject_submitted)

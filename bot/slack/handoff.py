@@ -8,7 +8,10 @@
   whatever Slack redelivers); a ``note:`` line is a note for the agent; anyone else's reply
   stays in the thread;
 * the relay's Slack ends: the customer's messages and the SLA re-page into the thread, and a
-  person's reply to a Slack Connect customer in the customer's own thread.
+  person's reply to a Slack Connect customer in the customer's own thread;
+* the agent's suggested replies in the thread, marked as suggestions and link-free
+  (``bot/links.unlink``), with **Send**: a person's Send is their own reply, relayed (once)
+  only if they own the hand-off (``agent/handoff_suggest.py`` decides).
 """
 
 from __future__ import annotations
@@ -18,16 +21,18 @@ from datetime import UTC, datetime
 
 from slack_sdk.models.blocks import ActionsBlock, ButtonElement, PlainTextObject
 
-from agent import handoff
+from agent import handoff, handoff_suggest
 from agent.face_port import ClickAction
 from agent.handoff import Person as Staff
-from agent.handoff_relay import Deliver, PostKind, ThreadPost
+from agent.handoff_relay import Deliver, PostKind, SuggestionPost, ThreadPost
+from agent.notify import best_effort
+from bot.links import unlink
 from bot.slack import blocks, clicks, wording
 from bot.slack.face import Person, SlackFace, parse_ref, thread_ref
 from bot.slack.mrkdwn import clip, subteam
 from bot.slack.replies import plain, post_once
 from bot.slack.view_models import Outbound
-from storage.handoffs import Handoff
+from storage.handoffs import Handoff, Suggestion
 from storage.inbox import Inbound
 from storage.records import Conversation
 
@@ -35,6 +40,9 @@ log = logging.getLogger(__name__)
 
 SURFACE = "slack"
 ACTIONS_BLOCK = "signoff.handoff.actions"
+SUGGESTION_BLOCK = "signoff.suggestion.actions"
+#: Every click this module handles: the hand-off's buttons and a suggestion's Send.
+CLICKS = frozenset({*handoff.ACTIONS, handoff_suggest.SEND})
 
 
 def with_actions(message: Outbound, conversation_id: str, handoff_id: str) -> Outbound:
@@ -76,7 +84,7 @@ async def _staff(face: SlackFace, person: Person) -> Staff | None:
 
 # -- clicks ------------------------------------------------------------------------------------
 async def on_click(face: SlackFace, item: Inbound) -> None:
-    """Take over, Hand back or Close, by a person of our own workspace on staff."""
+    """Take over, Hand back, Close or a suggestion's Send, by a person of our own workspace on staff."""
     p = item.payload
     external = bool(p.get("ext_shared")) or p.get("actor_team") != p.get("team")
     person = await face.person(user=p["user"], team=p["actor_team"], external=external)
@@ -87,6 +95,9 @@ async def on_click(face: SlackFace, item: Inbound) -> None:
     staff = await _staff(face, person)
     if staff is None:
         await clicks.refuse(face, p, clicks.seen(person, verb, None), wording.HANDOFF_STAFF_ONLY, "forbidden")
+        return
+    if p.get("action_id") == handoff_suggest.SEND:
+        await _send(face, item, person, staff)
         return
     try:
         conversation_id, handoff_id = handoff.decode_value(p.get("value"))
@@ -110,7 +121,46 @@ async def on_click(face: SlackFace, item: Inbound) -> None:
 
 
 #: The hand-off buttons as every face audits their clicks.
-_VERBS: dict[str, ClickAction] = {handoff.TAKEOVER: "takeover", handoff.HANDBACK: "handback", handoff.CLOSE: "close"}
+_VERBS: dict[str, ClickAction] = {
+    handoff.TAKEOVER: "takeover",
+    handoff.HANDBACK: "handback",
+    handoff.CLOSE: "close",
+    handoff_suggest.SEND: "send",
+}
+
+
+async def _send(face: SlackFace, item: Inbound, person: Person, staff: Staff) -> None:
+    """Send of a suggestion: the clicker's own reply, exactly as shown to them (link-free)."""
+    p = item.payload
+    try:
+        conversation_id, suggestion_id = handoff_suggest.decode_value(p.get("value"))
+    except handoff.BadValue:
+        await clicks.refuse(face, p, clicks.seen(person, "send", None), wording.BAD_BUTTON, "bad_value")
+        return
+    done = await face.port.handoffs.send_suggestion(suggestion_id, conversation_id, staff, shown=unlink)
+    if not done.done:
+        text = wording.HANDOFF_REFUSED.get(done.reason, wording.BAD_BUTTON)
+        await clicks.refuse(face, p, clicks.seen(person, "send", suggestion_id), text, done.reason)
+        return
+    assert done.handoff is not None
+    await face.port.click_event(clicks.seen(person, "send", suggestion_id), by=staff.principal.key)
+    said = wording.SUGGESTION_SENT.format(name=clip(staff.name, 200))
+    await _say(face, done.handoff, f"slack:suggestion:{suggestion_id}:sent", said)
+    await _spent(face, done.handoff, suggestion_id, said)
+
+
+async def _spent(face: SlackFace, h: Handoff, suggestion_id: str, said: str) -> None:
+    """The suggestion's post loses its Send once sent (best effort: the relay is already queued)."""
+    sug = await face.port.handoffs.suggestion(suggestion_id)
+    ref = h.surfaces.get(SURFACE) or {}
+    if sug is None or not (ref.get("channel") and ref.get("ts")):
+        return
+    channel, thread = str(ref["channel"]), str(ref["ts"])
+    key = f"slack:handoff:suggest:{sug.id}"
+    ts = await post_once(face, key, channel, suggestion_message(sug), thread)  # its ts: it went out before
+    if ts is not None:
+        sent = suggestion_message(sug, sent=said)
+        await best_effort(face.sender.update(channel, ts, sent.text, sent.block_list), "suggestion update")
 
 
 def _when(action_ts: object) -> datetime | None:
@@ -163,6 +213,43 @@ def thread_post(face: SlackFace) -> ThreadPost:
             group = subteam(face.config.oncall_group)
             said = wording.HANDOFF_REPAGE.format(group=group) if group else wording.HANDOFF_REPAGE_NO_GROUP
         await post_once(face, f"slack:{key}", str(ref["channel"]), plain(face, said), str(ref["ts"]))
+
+    return post
+
+
+def suggestion_message(suggestion: Suggestion, *, sent: str | None = None) -> Outbound:
+    """The agent's suggestion as we render it: marked as one, its text link-free and escaped,
+    and Send (its value: the two ids, never the text) — or, once ``sent``, who sent it."""
+    text = clip(unlink(suggestion.text), 2800)
+    if sent is not None:
+        return Outbound(
+            text=wording.SUGGESTION_FALLBACK.format(text=text),
+            blocks=(blocks._section(text).to_dict(), blocks._context(sent).to_dict()),
+        )
+    send = ButtonElement(
+        text=PlainTextObject(text=wording.SUGGESTION_SEND_BUTTON),
+        action_id=handoff_suggest.SEND,
+        value=handoff_suggest.encode_value(suggestion),
+        style="primary",
+    )
+    return Outbound(
+        text=wording.SUGGESTION_FALLBACK.format(text=text),
+        blocks=(
+            blocks._context(wording.SUGGESTION_MARK).to_dict(),
+            blocks._section(text).to_dict(),
+            ActionsBlock(block_id=SUGGESTION_BLOCK, elements=[send]).to_dict(),
+        ),
+    )
+
+
+def suggestion_post(face: SlackFace) -> SuggestionPost:
+    """The agent's suggested reply into the hand-off's thread, once per suggestion."""
+
+    async def post(h: Handoff, suggestion: Suggestion) -> None:
+        ref = h.surfaces.get(SURFACE) or {}
+        if ref.get("channel") and ref.get("ts"):
+            key = f"slack:handoff:suggest:{suggestion.id}"
+            await post_once(face, key, str(ref["channel"]), suggestion_message(suggestion), str(ref["ts"]))
 
     return post
 

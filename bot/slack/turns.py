@@ -14,7 +14,6 @@ import secrets
 from datetime import timedelta
 from typing import Any
 
-from agent import handoff
 from agent.errors import DecisionError, LimitExceeded
 from agent.outcomes import TurnResult
 from bot.email.smtp import OutgoingEmail, new_message_id
@@ -53,7 +52,7 @@ async def handle(face: SlackFace, item: Inbound) -> None:
     kind = item.payload.get("kind")
     if kind == "message":
         await on_message(face, item)
-    elif kind == "click" and item.payload.get("action_id") in handoff.ACTIONS:
+    elif kind == "click" and item.payload.get("action_id") in handoffs.CLICKS:
         await handoffs.on_click(face, item)
     elif kind == "click":
         await clicks.on_click(face, item)

@@ -46,3 +46,4 @@ def relays(slack: SlackFace, relay: Relay) -> None:
 
     relay.deliver_on("slack", handoff.customer_delivery(slack))
     relay.post_on(handoff.SURFACE, handoff.thread_post(slack))
+    relay.suggest_on(handoff.SURFACE, handoff.suggestion_post(slack))

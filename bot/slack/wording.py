@@ -222,7 +222,17 @@ HANDOFF_REFUSED = {
     "moved": "This hand-off just changed; look at the thread and try again.",
     "unknown": "That button no longer matches a hand-off.",
     "yours": "You already own this conversation.",
+    "not_owner": "Only the person who took this over can send a suggestion; take it over first.",
+    "sent": "This suggestion was already sent.",
 }
+#: The agent's suggested reply in the hand-off's thread (rendered by bot/slack/handoff.py).
+SUGGESTION_MARK = (
+    ":bulb: *Suggestion from the agent* — not sent. *Send* sends it to the customer as your own reply; "
+    "or write your own."
+)
+SUGGESTION_FALLBACK = "Suggestion from the agent (not sent): {text}"
+SUGGESTION_SEND_BUTTON = "Send"
+SUGGESTION_SENT = "{name} sent the agent's suggestion to the customer."
 HANDOFF_STAFF_ONLY = "Only support staff can take over a conversation."
 #: A person's reply as a Slack customer sees it.
 HANDOFF_FROM_PERSON = "*{name}* (support team): {text}"

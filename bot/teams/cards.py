@@ -25,6 +25,11 @@ SCHEMA = "http://adaptivecards.io/schemas/adaptive-card.json"
 VERSION = "1.5"
 CONFIRM, DECLINE = "signoff.confirm", "signoff.decline"
 APPROVE, REJECT = "signoff.approve", "signoff.reject"
+#: The hand-off's verbs: the contract's strings (``agent.handoff``'s, which cards do not import).
+TAKEOVER, HANDBACK, CLOSE = "signoff.takeover", "signoff.handback", "signoff.close"
+#: A suggestion's Send (``agent.handoff_suggest.SEND``).
+SEND_SUGGESTION = "signoff.suggestion.send"
+SUGGESTION_LIMIT = 3000
 COMMENT_INPUT = "comment"
 #: Teams refuses messages over ~28 KB; cards stay well under it whatever the input.
 MAX_CARD_BYTES = 24_000
@@ -303,8 +308,9 @@ def _closing(a: ApprovalView) -> list[Card]:
 
 
 # -- escalation -----------------------------------------------------------------------
-def escalation_card(e: EscalationView) -> Card:
-    """For the person who picks a conversation up: why, the agent's summary, and every tool call."""
+def escalation_card(e: EscalationView, *, handoff_id: str | None = None) -> Card:
+    """For the person who picks a conversation up: why, the agent's summary, and every tool call;
+    with a hand-off, Take over, Hand back and Close (``Action.Execute``, data: its id only)."""
     body = [
         _heading(say.ESCALATION_TITLE, color="Attention"),
         _fact(say.ESCALATION_REASON, e.reason, 200),
@@ -325,7 +331,27 @@ def escalation_card(e: EscalationView) -> Card:
     if len(e.trace) > LIMITS["trace"]:
         rows.append(_note(say.MORE.format(count=len(e.trace) - LIMITS["trace"])))
     body.append(_section(say.ESCALATION_TRACE, rows or [_note(say.NO_TRACE)]))
-    return _fit(_card(body))
+    if handoff_id is None:
+        return _fit(_card(body))
+    body.append(_note(say.HANDOFF_HOW))
+    actions = [
+        _execute(say.TAKEOVER_BUTTON, TAKEOVER, handoff_id, 1, style="positive", inputs="none"),
+        _execute(say.HANDBACK_BUTTON, HANDBACK, handoff_id, 1, style="default", inputs="none"),
+        _execute(say.CLOSE_BUTTON, CLOSE, handoff_id, 1, style="default", inputs="none"),
+    ]
+    return _fit(_card(body, actions))
+
+
+def suggestion_text(text: str) -> str:
+    """The agent's suggested reply exactly as its card shows it (and as Send sends it)."""
+    return neutralize(text, SUGGESTION_LIMIT)
+
+
+def suggestion_card(text: str, suggestion_id: str) -> Card:
+    """The agent's suggestion under the escalation card: marked as one, literal, with Send."""
+    body = [_note(say.SUGGESTION_MARK, subtle=False), _literal(text, SUGGESTION_LIMIT)]
+    send = _execute(say.SUGGESTION_SEND_BUTTON, SEND_SUGGESTION, suggestion_id, 1, style="positive", inputs="none")
+    return _fit(_card(body, [send]))
 
 
 # -- shadow suggestion ---------------------------------------------------------------------

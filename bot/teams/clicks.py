@@ -2,7 +2,9 @@
 
 ``signoff.confirm`` / ``signoff.decline`` are the acting principal's alone (``Runtime.confirm``
 checks the conversation's principal); ``signoff.approve`` / ``signoff.reject`` are staff's
-with the approval's role (``Runtime.decide``, version-checked with the card's version).
+with the approval's role (``Runtime.decide``, version-checked with the card's version);
+``signoff.takeover`` / ``signoff.handback`` / ``signoff.close`` are staff's, on the hand-off
+of an escalation card (:mod:`bot.teams.takeover`).
 
 In the request (:meth:`Clicks.answer`), within Teams' budget, nothing is decided: a click
 that cannot be acted on (unknown clicker, a card they may not see, an old version) is refused
@@ -27,12 +29,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from agent import handoff
 from agent.audit_budget import AuditBudget
 from agent.confirmations import ConfirmResult
 from agent.errors import DecisionError
 from agent.face_port import ClickAction, ClickRefusal, ClickSeen, FacePort
 from agent.notify import best_effort
-from bot.teams import present
+from bot.teams import present, takeover
 from bot.teams import wording as say
 from bot.teams.cards import APPROVE, CONFIRM, DECLINE, REJECT, Card, with_notice
 from bot.teams.delivery import SURFACE, Poster, reply_of
@@ -62,9 +65,10 @@ def working(card: Card) -> Card:
     return with_notice({k: v for k, v in card.items() if k != "actions"}, say.WORKING)
 
 
-def click_payload(action: TeamsCardAction, reference: Mapping[str, Any]) -> dict[str, Any]:
-    """What the worker needs of a click, as JSON (the inbound item's payload)."""
+def click_payload(action: TeamsCardAction, reference: Mapping[str, Any], *, at: datetime) -> dict[str, Any]:
+    """What the worker needs of a click, as JSON (the inbound item's payload); ``at``: when it came."""
     return {
+        "at": at.isoformat(),
         "kind": "click",
         "activity_id": action.activity_id,
         "verb": action.verb,
@@ -78,7 +82,16 @@ def click_payload(action: TeamsCardAction, reference: Mapping[str, Any]) -> dict
     }
 
 
-_ACTIONS: dict[str, ClickAction] = {CONFIRM: "confirm", DECLINE: "decline", APPROVE: "approve", REJECT: "reject"}
+_ACTIONS: dict[str, ClickAction] = {
+    CONFIRM: "confirm",
+    DECLINE: "decline",
+    APPROVE: "approve",
+    REJECT: "reject",
+    handoff.TAKEOVER: "takeover",
+    handoff.HANDBACK: "handback",
+    handoff.CLOSE: "close",
+    takeover.SEND_SUGGESTION: "send",
+}
 
 
 def seen(verb: str, target_id: str, sender: TeamsUser, tenant: str | None) -> ClickSeen:
@@ -99,6 +112,7 @@ class Click:
     sender: TeamsUser
     reference: dict[str, Any]
     tenant: str | None = None
+    at: datetime | None = None
 
     @property
     def seen(self) -> ClickSeen:
@@ -115,6 +129,7 @@ class Click:
             sender=TeamsUser(**payload["sender"]),
             reference=dict(payload["reference"]),
             tenant=payload.get("tenant"),
+            at=datetime.fromisoformat(payload["at"]) if payload.get("at") else None,
         )
 
 
@@ -137,7 +152,11 @@ class Clicks:
     async def answer(self, action: TeamsCardAction) -> tuple[InvokeReply, bool]:
         """The invoke's answer, and whether the click goes to the worker (``False``: refused here,
         and audited as refused)."""
-        reply, reason = await self._answer(action)
+        if action.verb in takeover.VERBS:
+            reply, ok = await takeover.answer(self.port, action, await identify(self.port, self.backend, action.sender))
+            reason: ClickRefusal | None = None if ok else "refused"
+        else:
+            reply, reason = await self._answer(action)
         if reason is not None:
             await self._refused(seen(action.verb, action.target_id, action.sender, action.place.tenant_id), reason)
         return reply, reason is None
@@ -172,6 +191,16 @@ class Clicks:
         person = await identify(self.port, self.backend, click.sender)
         if person is None or (click.verb not in (CONFIRM, DECLINE) and person.staff is None):
             await self._refused(click.seen, "forbidden")
+        elif click.verb in takeover.VERBS:
+            await takeover.decide(
+                self.port,
+                self.poster,
+                self.sender,
+                verb=click.verb,
+                target=click.target_id,
+                staff=person.staff,
+                at=click.at,
+            )
         elif click.verb in (CONFIRM, DECLINE):
             await self._confirm(click, person)
         else:

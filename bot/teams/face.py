@@ -24,6 +24,7 @@ from aiohttp import web
 from agent.boundary import unavailable
 from agent.errors import Unavailable
 from agent.face_port import FacePort
+from bot.teams import takeover
 from bot.teams import wording as say
 from bot.teams.auth import InboundAuthenticator
 from bot.teams.clicks import Clicks, click_payload
@@ -126,7 +127,7 @@ class TeamsFace:
         if isinstance(activity, TeamsCardAction):
             reply, act = await self.clicks.answer(activity)
             if act:
-                await self._persist(activity, click_payload(activity, reference))
+                await self._persist(activity, click_payload(activity, reference, at=self.clock()))
             return reply
         if isinstance(activity, TeamsMessage | TeamsBotAdded):
             await self._persist(activity, _payload(activity, reference))
@@ -186,6 +187,8 @@ class TeamsFace:
             return await self._assist(item, staff, words[1])
         if text.lower() == "queue":
             return Reply(key=key, text=await self._queue(staff))
+        if await takeover.on_chain_message(self.port, item.payload, staff, text):
+            return Reply(key=key, text="")  # relayed, noted or left in the hand-off's chain: nothing to say
         binding = await self.port.binding(thread_ref(conversation_id))
         if binding is None:
             return Reply(key=key, text=say.ASSIST_HINT)

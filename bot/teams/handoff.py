@@ -1,11 +1,15 @@
-"""A person's reply to a Teams customer during a hand-off (``agent/handoff_relay.py``): posted
-with the conversation's stored Teams reference, under the person's name, once per key."""
+"""The relay's Teams ends (``agent/handoff_relay.py``): a person's reply to a Teams customer,
+posted with the conversation's stored Teams reference, under the person's name, once per key;
+with an approvals conversation, the escalation card's reply chain as a staff thread
+(``bot/teams/takeover.py``)."""
 
 from __future__ import annotations
 
-from agent.handoff_relay import Deliver
+from agent.handoff_relay import Deliver, Relay
+from bot.teams.delivery import SURFACE
 from bot.teams.face import TeamsFace
 from bot.teams.sender import TeamsDeliveryError
+from bot.teams.takeover import suggestion_post, thread_post
 from storage.records import Conversation
 
 #: How a person's words are shown to a Teams customer.
@@ -23,3 +27,11 @@ def customer_delivery(face: TeamsFace) -> Deliver:
         await face.poster.once(f"teams:{key}", lambda: face.sender.send(reference, text=said))
 
     return deliver
+
+
+def relays(relay: Relay, teams: TeamsFace, *, staff: bool) -> None:
+    """Register the Teams ends with the relay (the face's ``join``)."""
+    relay.deliver_on("teams", customer_delivery(teams))
+    if staff:
+        relay.post_on(SURFACE, thread_post(teams.poster, teams.sender))
+        relay.suggest_on(SURFACE, suggestion_post(teams.poster, teams.sender))

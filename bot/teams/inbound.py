@@ -19,7 +19,16 @@ from microsoft_agents.activity import Activity
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 ConversationType = Literal["personal", "channel", "groupChat"]
-Verb = Literal["signoff.confirm", "signoff.decline", "signoff.approve", "signoff.reject"]
+Verb = Literal[
+    "signoff.confirm",
+    "signoff.decline",
+    "signoff.approve",
+    "signoff.reject",
+    "signoff.takeover",
+    "signoff.handback",
+    "signoff.close",
+    "signoff.suggestion.send",
+]
 VERBS: frozenset[str] = frozenset(get_args(Verb))
 CARD_ACTION = "adaptiveCard/action"
 MAX_TEXT = 20_000

@@ -5,8 +5,9 @@ conversation's stored reference, once per answer. With an approvals conversation
 configured it is also a staff surface (``RoutingNotifier.staff``): each new approval's card
 is posted there once and its place kept in the approval's ``surfaces["teams"]``; whenever
 an approval moves on — decided in Teams, Slack, the API or the CLI, or expired — that card
-is redrawn from the database for everyone. Escalations, and the agent's proposals in shadow
-(a card marked "shadow: not executed", once per proposal), go to the same conversation.
+is redrawn from the database for everyone. Escalations go to the same conversation; one that
+opened a hand-off carries Take over, Hand back and Close (``bot/teams/takeover.py``). The
+agent's proposals in shadow go there too (a card marked "shadow: not executed", once per proposal).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from agent.notify import EscalationNotice, ShadowNotice
 from agent.outcomes import TurnResult
 from agent.views import escalation_view
+from bot.teams import takeover
 from bot.teams.cards import escalation_card
 from bot.teams.delivery import SURFACE, reply_of
 from bot.teams.face import TeamsFace
@@ -64,11 +66,13 @@ class TeamsNotifier:
         if ref is None:
             return
         conv = notice.conversation
-        card = escalation_card(escalation_view(notice))
+        card = escalation_card(escalation_view(notice), handoff_id=notice.handoff_id)
         digest = hashlib.sha256(f"{notice.reason}\x1f{notice.summary}".encode()).hexdigest()[:16]
-        await self.face.poster.once(
+        activity_id = await self.face.poster.once(
             f"teams:escalation:{conv.id}:{digest}", lambda: self.face.sender.send(ref, card=card)
         )
+        if notice.handoff_id is not None and activity_id is not None:
+            await takeover.posted(self.face.port, notice.handoff_id, ref, activity_id)
 
     async def shadow_recorded(self, notice: ShadowNotice) -> None:
         ref = self.face.approvals_reference

@@ -15,7 +15,7 @@ def face(kit: FaceKit) -> Face | None:
     if config is None:
         return None
     from bot.teams.face import FACE, TeamsFace, approvals_reference
-    from bot.teams.handoff import customer_delivery
+    from bot.teams.handoff import relays
     from bot.teams.notifier import TeamsNotifier
     from bot.teams.sender import TeamsSender, dev_token_connections, msal_connections
 
@@ -33,5 +33,5 @@ def face(kit: FaceKit) -> Face | None:
         staff=ref is not None,
         served=teams.routes(),
         inner=teams,
-        relays=lambda relay: relay.deliver_on("teams", customer_delivery(teams)),
+        relays=lambda relay: relays(relay, teams, staff=ref is not None),
     )

@@ -101,3 +101,29 @@ WRONG_ROLE = "Deciding this needs the {role} role."
 ALREADY = "This was already decided; the card shows where it stands."
 EXPIRED = "This request expired; nothing was done."
 WORKING = "Working on it: this card is redrawn with the outcome in a moment."
+
+# -- hand-off to a person (bot/teams/takeover.py) -----------------------------------------
+TAKEOVER_BUTTON = "Take over"
+HANDBACK_BUTTON = "Hand back"
+CLOSE_BUTTON = "Close"
+HANDOFF_HOW = (
+    "Take over to talk to the customer yourself: while you own it, your replies to this card "
+    "(mention signoff in them) go to the customer under your name, theirs come here, and the agent "
+    "stays silent. A reply starting with note: is a note for the agent, given to it when you hand back."
+)
+HANDOFF_WORKING = "Working on it: the outcome is posted under the card in a moment."
+HANDOFF_TAKEN = "{name} took this over. Their replies to this card now go to the customer."
+HANDOFF_RETURNED = "{name} handed this back to the agent."
+HANDOFF_CLOSED = "{name} closed this conversation."
+HANDOFF_CUSTOMER = "Customer: {text}"
+HANDOFF_REPAGE = "Still waiting for a person — can someone take this over?"
+HANDOFF_ENDED = "This hand-off has already ended."
+HANDOFF_NOT_YOURS = "Only the person who took this over (or a supervisor) can do that."
+HANDOFF_YOURS = "You already own this conversation."
+SUGGESTION_MARK = (
+    "Suggestion from the agent — not sent. Send sends it to the customer as your own reply; or write your own."
+)
+SUGGESTION_SEND_BUTTON = "Send"
+SUGGESTION_SENT = "{name} sent the agent's suggestion to the customer."
+SUGGESTION_NOT_OWNER = "Only the person who took this over can send a suggestion; take it over first."
+SUGGESTION_SENT_ALREADY = "This suggestion was already sent."
