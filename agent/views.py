@@ -19,7 +19,14 @@ from typing import Any, Literal, TypeGuard, get_args
 
 from agent.decisions import RoutingReason
 from agent.notify import EscalationNotice, ShadowNotice
-from agent.wording import OUTCOME_FAILED, OUTCOME_REOPENED, OUTCOME_UNKNOWN, ROUTING_REASONS, SHADOW_WOULD_NEED
+from agent.wording import (
+    OUTCOME_FAILED,
+    OUTCOME_REOPENED,
+    OUTCOME_UNKNOWN,
+    ROUTING_REASONS,
+    SHADOW_LABEL,
+    SHADOW_WOULD_NEED,
+)
 from storage.records import Approval, ApprovalStatus, Confirmation, ConfirmationStatus, aware
 from tools.registry import ToolDef
 from tools.results import format_money
@@ -186,6 +193,8 @@ class ShadowView:
     arguments: tuple[ArgumentView, ...]
     policy_version: str
     created_at: datetime
+    #: How every face marks it ("shadow: not executed").
+    label: str = SHADOW_LABEL
 
 
 # -- builders ---------------------------------------------------------------------------------

@@ -71,7 +71,7 @@ async def test_widget_message_and_slack_click_answer_503_during_an_outage(server
                 session = await client.post("/widget/api/session", json={}, headers={"Origin": ORIGIN})
                 assert session.status < 300, await session.text()
                 who = {"Origin": ORIGIN, "X-Signoff-Session": (await session.json())["session"]}
-                message = json.dumps({"id": "outage-1", "text": "Where is my order O-1042?"})
+                message = json.dumps({"clientId": "outage-1", "text": "Where is my order O-1042?"})
                 widget_headers = {**who, "Content-Type": "application/json"}
                 click = slack_kit.click_body(
                     "U0MAYA", "signoff.confirm", "cnf_outage", channel="C0SUP", message_ts="1.1"

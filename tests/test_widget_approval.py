@@ -29,19 +29,24 @@ async def _events(
     """The stream's frames (decoded) until ``until(frames)`` holds; ``opened`` is set once the
     server has begun the stream (its ``retry:`` line, written once it listens for new events)."""
     seen: list[dict[str, Any]] = []
+    frame: dict[str, Any] = {}
     async with aiohttp.ClientSession() as s, s.get(url, headers=headers) as r:
         async for line in r.content:
             if line.startswith(b"retry:") and opened is not None:
                 opened.set()
-            if line.startswith(b"data: "):
-                seen.append(json.loads(line[6:]))
+            if line.startswith(b"id: "):
+                frame = {"_id": line[4:].decode().strip()}
+            elif line.startswith(b"event: "):
+                frame["_event"] = line[7:].decode().strip()
+            elif line.startswith(b"data: "):
+                seen.append({**json.loads(line[6:]), **frame})
                 if until(seen):
                     return seen
     return seen
 
 
 def _approvals(frames: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(f["id"], f["status"]) for f in frames if f.get("kind") == "approval"]
+    return [(f["id"], f["state"]) for f in frames if f["_event"] == "approval"]
 
 
 async def _flow(server: WidgetServer, decision: str, status_after: str) -> None:
@@ -52,11 +57,13 @@ async def _flow(server: WidgetServer, decision: str, status_after: str) -> None:
         ) as r:
             assert r.status == 200, await r.text()
             who = {"Origin": ORIGIN, "X-Signoff-Session": (await r.json())["session"]}
-        async with s.post(f"{server.url}/widget/api/messages", json={"id": "r-1", "text": ASK}, headers=who) as r:
+        async with s.post(f"{server.url}/widget/api/messages", json={"clientId": "r-1", "text": ASK}, headers=who) as r:
             assert r.status == 202
         stream = f"{server.url}/widget/api/stream"
-        frames = await asyncio.wait_for(_events(stream, who, lambda f: any(x["kind"] == "confirmation" for x in f)), 60)
-        card = next(f for f in frames if f["kind"] == "confirmation")
+        frames = await asyncio.wait_for(
+            _events(stream, who, lambda f: any(x["_event"] == "confirmation" for x in f)), 60
+        )
+        card = next(f for f in frames if f["_event"] == "confirmation")
         url = f"{server.url}/widget/api/confirmations/{card['id']}/confirm"
         async with s.post(url, json={"version": card["version"]}, headers=who) as r:
             assert r.status == 200, await r.text()
@@ -64,7 +71,7 @@ async def _flow(server: WidgetServer, decision: str, status_after: str) -> None:
     [(approval_id, status)] = _approvals(frames)
     assert status == "pending"
     assert 'pending: "Waiting for a teammate' in script().decode()  # how the widget shows it
-    last = str(frames[-1]["seq"])
+    last = frames[-1]["_id"]
 
     # A stream open from after all that gets the supervisor's decision live, first thing.
     opened = asyncio.Event()
@@ -84,20 +91,25 @@ async def _flow(server: WidgetServer, decision: str, status_after: str) -> None:
             via={"surface": "test"},
         )
         got = await asyncio.wait_for(live, 60)
-    assert got[0]["kind"] == "approval" and _approvals(got) == [(approval_id, status_after)]
-    answer = await asyncio.wait_for(_events(stream, {**who, "Last-Event-ID": str(got[-1]["seq"])}, _answered), 60)
+    assert got[0]["_event"] == "approval" and _approvals(got) == [(approval_id, status_after)]
+    answer = await asyncio.wait_for(_events(stream, {**who, "Last-Event-ID": got[-1]["_id"]}, _answered), 60)
     if decision == "approve":
-        assert "The refund went through." in "".join(f["text"] for f in answer if f["kind"] == "answer")
+        assert "The refund went through." in "".join(f["text"] for f in answer if _from_agent(f))
 
 
 def _told_to_wait(frames: list[dict[str, Any]]) -> bool:
     """The pending approval, and the whole answer written after it."""
-    at = next((f["seq"] for f in frames if f.get("kind") == "approval"), None)
-    return at is not None and any(f["kind"] == "answer" and f["seq"] > at and f["k"] == f["n"] - 1 for f in frames)
+    at = next((i for i, f in enumerate(frames) if f["_event"] == "approval"), None)
+    return at is not None and any(_from_agent(f) for f in frames[at:])
+
+
+def _from_agent(frame: dict[str, Any]) -> bool:
+    """A whole answer of the agent (its pieces come as ``delta`` frames first)."""
+    return frame["_event"] == "message" and frame["from"] == "agent"
 
 
 def _answered(frames: list[dict[str, Any]]) -> bool:
-    return any(f["kind"] == "answer" and f["k"] == f["n"] - 1 for f in frames)
+    return any(_from_agent(f) for f in frames)
 
 
 @pytest.mark.parametrize(("decision", "status_after"), [("approve", "approved"), ("reject", "rejected")])

@@ -40,7 +40,6 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from agent.views import ApprovalView, ConfirmationView, EscalationView, OutcomeView, ShadowView, TraceView
-from agent.wording import SHADOW_LABEL
 from bot.slack import ids, wording
 from bot.slack.mrkdwn import channel_link, clip, clip_plain, code, date, one_line, split_text, subteam
 from bot.slack.view_models import AssistThread, Directory, Outbound, Step
@@ -398,8 +397,8 @@ def shadow_card(v: ShadowView, *, directory: Directory | None = None, in_thread:
     action from its stored arguments, who asked, the account and the amount. No buttons: there
     is nothing to approve. ``in_thread``: the short form for the assist thread."""
     summary = clip(v.summary, 500)
-    header = _header(wording.SHADOW_HEADER.format(label=SHADOW_LABEL))
-    fallback = wording.SHADOW_FALLBACK.format(label=SHADOW_LABEL, summary=summary)
+    header = _header(wording.SHADOW_HEADER.format(label=v.label))
+    fallback = wording.SHADOW_FALLBACK.format(label=v.label, summary=summary)
     if in_thread:
         blocks = [header, _section(f"*{summary}*"), _context(wording.SHADOW_THREAD_NOTE)]
         return Outbound(text=fallback, blocks=_dump(blocks))

@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any
 
 from agent.views import ApprovalView, ConfirmationView, EscalationView, OutcomeView, ShadowView
-from agent.wording import SHADOW_LABEL
 from bot.links import unlink
 from bot.teams import wording as say
 from storage.records import aware
@@ -359,7 +358,7 @@ def shadow_card(v: ShadowView) -> Card:
     """The agent's proposal in shadow as staff see it: marked "shadow: not executed", the exact
     action from its stored arguments, who asked, the account and the amount; no actions."""
     body = [
-        _heading(say.SHADOW_TITLE.format(label=SHADOW_LABEL), color="Warning"),
+        _heading(say.SHADOW_TITLE.format(label=v.label), color="Warning"),
         _literal(v.summary, LIMITS["summary"], weight="Bolder"),
         _fact(say.REQUESTED_BY, v.requester.shown, LIMITS["name"]),
     ]

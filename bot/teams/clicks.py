@@ -191,7 +191,7 @@ class Clicks:
         person = await identify(self.port, self.backend, click.sender)
         if person is None or (click.verb not in (CONFIRM, DECLINE) and person.staff is None):
             await self._refused(click.seen, "forbidden")
-        elif click.verb in takeover.VERBS:
+        elif click.verb in takeover.VERBS and person.staff is not None:
             await takeover.decide(
                 self.port,
                 self.poster,
