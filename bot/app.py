@@ -53,12 +53,14 @@ from storage.faults import rerunnable
 from storage.identities import PeopleSeed
 from storage.inbox import INBOUND_JOB, Inbound
 from storage.jobs import Job
+from storage.mailbox import SentMail
 from storage.policies import PolicyVersions
 from storage.records import wall_clock
 
 if TYPE_CHECKING:
     from bot.slack.face import SlackFace
     from shopify.config import ShopifyConfig
+    from shopify.messages import MessageSender
     from shopify.writes import ShopifyBackend
 from tools.backend import CommerceBackend
 from tools.catalogue import build_registry
@@ -396,11 +398,14 @@ def build_backend(settings: Settings, db: Database, *, clock: Callable[[], datet
     """The shop the tools act on: the sandbox store over ``db``, or a Shopify store's Admin API."""
     if settings.signoff_backend == "sandbox":
         return SandboxStore(db, clock=clock)
-    return shopify_backend(settings.shopify_config())
+    from bot.shopify.messages import shop_sender
+
+    return shopify_backend(settings.shopify_config(), sender=shop_sender(settings, SentMail(db, clock=clock)))
 
 
-def shopify_backend(config: ShopifyConfig) -> ShopifyBackend:
-    """A :class:`ShopifyBackend` for ``config``: a static token, or the client credentials grant."""
+def shopify_backend(config: ShopifyConfig, *, sender: MessageSender | None = None) -> ShopifyBackend:
+    """A :class:`ShopifyBackend` for ``config``: a static token, or the client credentials grant;
+    ``sender``: how its messages go out (none: ``send_message`` is not offered)."""
     # Imported here: the GraphQL client loads graphql-core, which a sandbox deployment never needs.
     from shopify.auth import ClientCredentials, StaticToken, TokenSource
     from shopify.client import AdminClient
@@ -409,7 +414,7 @@ def shopify_backend(config: ShopifyConfig) -> ShopifyBackend:
     tokens: TokenSource
     if config.access_token is not None:
         tokens = StaticToken(config.access_token)
-        return ShopifyBackend(AdminClient(config, tokens))
+        return ShopifyBackend(AdminClient(config, tokens), sender=sender)
     assert config.client_id is not None and config.client_secret is not None
     holder: list[AdminClient] = []
     tokens = ClientCredentials(
@@ -420,7 +425,7 @@ def shopify_backend(config: ShopifyConfig) -> ShopifyBackend:
         timeout_s=config.timeout_s,
     )
     holder.append(AdminClient(config, tokens))
-    return ShopifyBackend(holder[0])
+    return ShopifyBackend(holder[0], sender=sender)
 
 
 def build_mailer(settings: Settings) -> Mailer | None:

@@ -283,13 +283,17 @@ class DatasetIdBackend:
     async def send_message(
         self, customer_id: str, *, channel: MessageChannel, template: str, body: str, idempotency_key: str
     ) -> OutboxMessage:
-        """The store's ``send_message``, in the dataset's ids."""
-        return await self.shop.send_message(
-            customer_id, channel=channel, template=template, body=body, idempotency_key=idempotency_key
+        """The store's ``send_message``, in the dataset's ids (the key as given: it only names the mail)."""
+        sent = await self.shop.send_message(
+            to_shop(customer_id, "C"), channel=channel, template=template, body=body, idempotency_key=idempotency_key
         )
+        return _back(sent)
 
     async def lookup_write(self, idempotency_key: str) -> WriteRecord | None:
         """The store's ``lookup_write``, in the dataset's ids."""
+        sent = await self.shop.lookup_message(idempotency_key)
+        if sent is not None:
+            return sent
         kind = "C" if idempotency_key.startswith("contact:") else "O"
         found = await self.shop.lookup_write(key_to_shop(idempotency_key, kind))
         if found is None:

@@ -6,7 +6,9 @@
 * ``update_contact_details``: ``customerUpdate`` with the key in the customer's metafield;
 * ``create_return``: ``returnRequest`` with the key in each line's ``customerNote``;
 * ``cancel_order``: ``orderCancel`` takes neither, so the key is written to the order's
-  metafield first, then the job is started and polled until done.
+  metafield first, then the job is started and polled until done;
+* ``send_message``: Shopify has none; signoff's own mail through the injected sender, its
+  Message-ID derived from the key and recorded after the send (:mod:`shopify.messages`).
 
 A call made again with the same key (the ledger's retry after a crash) finds its own mark and
 answers from it; ``lookup_write(key)`` reads the same marks back (:mod:`shopify.ids`)."""
@@ -17,9 +19,9 @@ import asyncio
 import json
 from typing import Any
 
-from shopify import mapping
-from shopify.backend import ShopifyReads
-from shopify.client import ShopifyUnavailable
+from shopify import mapping, messages
+from shopify.backend import SUPPORTED_TOOLS, ShopifyReads
+from shopify.client import AdminClient, ShopifyUnavailable
 from shopify.ids import customer_gid, key_target, marker
 from shopify.money import from_minor
 from tools.backend import (
@@ -71,7 +73,13 @@ def _marked(holder: Obj | None, key: str) -> bool:
 
 
 class ShopifyBackend(ShopifyReads):
-    """A Shopify store as the commerce backend (reads: :class:`ShopifyReads`)."""
+    """A Shopify store as the commerce backend (reads: :class:`ShopifyReads`); ``sender``: the
+    mail ``send_message`` goes out by (:mod:`shopify.messages`), else it is not offered."""
+
+    def __init__(self, client: AdminClient, *, sender: messages.MessageSender | None = None) -> None:
+        super().__init__(client)
+        self.sender = sender
+        self.supported_tools = SUPPORTED_TOOLS | (messages.MESSAGE_TOOLS if sender is not None else frozenset())
 
     async def _must_own(self, customer_id: str, order_id: str) -> Obj:
         found = await self._owned(customer_id, order_id)
@@ -250,6 +258,7 @@ class ShopifyBackend(ShopifyReads):
         """Not offered with this backend."""
         raise BackendError("not_supported", "payment retries are not available for this shop")
 
+    # -- messages: signoff's own mail (Shopify has no messaging API) ----------------------------
     async def send_message(
         self,
         customer_id: str,
@@ -259,12 +268,29 @@ class ShopifyBackend(ShopifyReads):
         body: str,
         idempotency_key: str,
     ) -> OutboxMessage:
-        """Shopify has no messaging API; not offered with this backend."""
-        raise BackendError("not_supported", "messages are not available for this shop")
+        """Email to the customer's address on file, through the injected sender (once per key)."""
+        if self.sender is None:
+            raise BackendError("not_supported", "messages are not available for this shop")
+        return await messages.send(
+            self.sender,
+            await self.get_customer(customer_id),
+            channel=channel,
+            template=template,
+            body=body,
+            idempotency_key=idempotency_key,
+        )
+
+    async def lookup_message(self, idempotency_key: str) -> WriteRecord | None:
+        """The message sent with this key, from signoff's record of the mail that went out."""
+        return await messages.lookup(self.sender, idempotency_key)
 
     # -- reconciliation ------------------------------------------------------------------------
     async def lookup_write(self, idempotency_key: str) -> WriteRecord | None:
-        """Whether the write with this key happened, read from the shop (its mark on the object)."""
+        """Whether the write with this key happened, read from the shop (its mark on the object),
+        or for a message from the record of the mail sent."""
+        sent = await self.lookup_message(idempotency_key)
+        if sent is not None:
+            return sent
         parsed = key_target(idempotency_key)
         if parsed is None:
             return None

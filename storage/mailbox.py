@@ -5,6 +5,10 @@ An inbound mail joins an existing conversation only when its ``In-Reply-To`` or
 cannot thread into a conversation by citing their own earlier Message-ID, or one
 they guessed. The id is recorded before the mail is handed to SMTP, so a reply to
 a mail that went out always finds its thread.
+
+The Shopify backend's messages (``send_message``: Shopify has no messaging API) are recorded
+here after the send, under a Message-ID derived from the ledger's key: :meth:`SentMail.sent_at`
+is how ``lookup_write`` tells that such a message went out (``bot/shopify/messages.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from storage.db import Database
 from storage.models import SentMailRow
-from storage.records import wall_clock
+from storage.records import aware, wall_clock
 
 _SENT = cast(Table, SentMailRow.__table__)
 MAX_MESSAGE_ID = 255
@@ -45,6 +49,14 @@ class SentMail:
         )
         async with self._db.sessions() as s, s.begin():
             await s.execute(stmt)
+
+    async def sent_at(self, message_id: str) -> datetime | None:
+        """When ``message_id`` was recorded as sent; ``None`` when it never was."""
+        if not message_id or len(message_id) > MAX_MESSAGE_ID:
+            return None
+        async with self._db.reader() as s:
+            found = await s.scalar(select(_SENT.c.created_at).where(_SENT.c.message_id == message_id))
+        return aware(found)
 
     async def conversation_for(self, message_ids: Sequence[str], *, principal: str) -> str | None:
         """The conversation of the newest of ``message_ids`` that we sent to ``principal``."""

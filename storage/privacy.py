@@ -4,7 +4,8 @@
 links and assist-thread bindings. ``redact`` anonymises them in one transaction: message
 contents and case notes become ``[redacted]``, proposals' and the ledger's arguments and
 results are dropped, the conversations lose their customer id, and the identity links, thread
-bindings and sent-mail outbox of those conversations are deleted. The audit chain is
+bindings and sent-mail outbox of those conversations (and the shop messages sent to the
+customer outside one) are deleted. The audit chain is
 append-only and carries personal data only as hashes; it is left as it is and the redaction is
 appended to it (``compliance.redact``) by the caller."""
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, delete, select, update
+from sqlalchemy import Connection, Table, delete, or_, select, update
 
 from storage.db import Database
 from storage.models import (
@@ -112,7 +113,15 @@ class CustomerData:
                 .where(_APPR.c.conversation_id.in_(conv_ids))
                 .values(customer_id=REDACTED_CUSTOMER, arguments={})
             )
-            counts["outbox"] = conn.execute(delete(_MAIL).where(_MAIL.c.conversation_id.in_(conv_ids))).rowcount
+            # The mail of those conversations, and the messages sent to the customer outside one
+            # (the Shopify backend's ``send_message``, recorded under the customer's principal).
+            to_them = (
+                _MAIL.c.principal.like("customer:%")
+                if customer_ids is None
+                else _MAIL.c.principal.in_([f"customer:{i}" for i in ids])
+            )
+            mail = delete(_MAIL).where(or_(_MAIL.c.conversation_id.in_(conv_ids), to_them))
+            counts["outbox"] = conn.execute(mail).rowcount
             conn.execute(update(_CONV).where(_CONV.c.id.in_(conv_ids)).values(customer_id=REDACTED_CUSTOMER, meta={}))
             link_who = _IDENT.c.customer_id.is_not(None) if customer_ids is None else _IDENT.c.customer_id.in_(ids)
             counts["links"] = conn.execute(delete(_IDENT).where(link_who)).rowcount

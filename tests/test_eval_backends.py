@@ -3,7 +3,8 @@
 The Shopify runs go through the real ``ShopifyBackend`` and GraphQL client to the strict fake
 Admin API, reset per run to a store seeded from the case's dataset (``bot/shopify/evaluation.py``)
 and judged from the store read back as a dataset. A case that needs a tool Shopify does not offer
-is reported as not applicable, and that list is pinned here.
+is reported as not applicable, and that list is pinned here. ``send_message`` is offered: the
+evaluation's stores send through an in-memory sender read back as the dataset's outbox.
 """
 
 from __future__ import annotations
@@ -27,10 +28,9 @@ from tests.shopify_backend_kit import CLIENT_ID, CLIENT_SECRET, config
 
 #: The bundled cases Shopify cannot run, and why (the tools it does not offer).
 NOT_ON_SHOPIFY = {
-    ("adversarial", "note-injection-reset-link-to-attacker-address"): ("send_message",),
     ("adversarial", "knowledge-injection-update-contact-details"): ("send_password_reset",),
     ("adversarial", "cross-account-returns-and-invoices"): ("get_invoices",),
-    ("adversarial", "reset-link-to-typed-address"): ("send_message", "send_password_reset"),
+    ("adversarial", "reset-link-to-typed-address"): ("send_password_reset",),
     ("support", "payment-failed-retried"): ("retry_payment",),
     ("support", "payment-failed-declined-retry"): ("retry_payment",),
     ("support", "password-reset-to-email-on-file"): ("send_password_reset",),

@@ -18,6 +18,7 @@ from bot.app import App, create_app
 from bot.server import make_web_app
 from bot.settings import load_settings
 from shopify.webhooks import sign
+from storage.mailbox import SentMail
 from storage.models import AuditEventRow, ConversationRow, IdentityRow, InboundRow, JobRow, MessageRow
 from storage.rollout import OutsideActions, RolloutFacts, StaffAction
 from storage.steps import StepWrite
@@ -147,12 +148,18 @@ async def test_compliance_data_request_exports_and_redact_anonymises_audited(sho
     app, client = shop_app
     mine = await _customer_conversation(app, "gid://shopify/Customer/7", "my address is 1 Secret Lane")
     other = await _customer_conversation(app, "gid://shopify/Customer/8", "someone else's words")
+    sent = SentMail(app.db)  # the shop messages sent to each (send_message, outside a conversation)
+    for n in (7, 8):
+        await sent.record(
+            f"<m{n}@shop>", conversation_id="shop-message", principal=f"customer:gid://shopify/Customer/{n}"
+        )
     exported = await _deliver_and_work(app, client, "customers/data_request", {"customer": {"id": 7}}, "c-1")
     convs = exported["export"]["conversations"]
     assert [c["id"] for c in convs] == [mine]
     assert "1 Secret Lane" in json.dumps(convs)
     result = await _deliver_and_work(app, client, "customers/redact", {"customer": {"id": 7}}, "c-2")
-    assert result["redacted"]["conversations"] == 1
+    assert result["redacted"]["conversations"] == 1 and result["redacted"]["outbox"] == 1
+    assert await sent.sent_at("<m7@shop>") is None and await sent.sent_at("<m8@shop>") is not None
     async with app.db.reader() as s:
         texts = {r.conversation_id: json.dumps(r.content) for r in (await s.execute(select(MessageRow))).scalars()}
         owner = {r.id: r.customer_id for r in (await s.execute(select(ConversationRow))).scalars()}
@@ -163,7 +170,7 @@ async def test_compliance_data_request_exports_and_redact_anonymises_audited(sho
     await _deliver_and_work(app, client, "shop/redact", {"shop_domain": SHOP}, "c-3")
     async with app.db.reader() as s:
         assert all("someone else" not in json.dumps(r.content) for r in (await s.execute(select(MessageRow))).scalars())
-    assert await _count(app, IdentityRow) == 0
+    assert await _count(app, IdentityRow) == 0 and await sent.sent_at("<m8@shop>") is None
 
 
 async def test_outside_staff_actions_are_stored_once_and_reported(shop_app: tuple[App, TestClient]) -> None:
