@@ -25,7 +25,7 @@ from typing import Any
 
 from agent.face_port import FacePort
 from agent.outcomes import TurnResult
-from storage.records import Approval, Confirmation
+from storage.records import Approval, Confirmation, Conversation
 from storage.widget import WidgetSession, WidgetStore
 
 
@@ -139,6 +139,20 @@ async def append_outbound(port: FacePort, conversation_id: str, *, text: str, au
     return len(sessions)
 
 
+async def bind_started(port: FacePort, conversation: Conversation) -> None:
+    """The session that started ``conversation`` (its ``external_ref`` names it) holds it, even
+    when news of it (a hand-off's state, a person's reply) comes before the turn's answer, which
+    is when the session is otherwise bound."""
+    prefix, _, rest = (conversation.external_ref or "").partition(":")
+    session_id = rest.partition(":")[0]
+    if prefix != "widget" or not session_id:
+        return
+    store = store_of(port)
+    session = await store.get(session_id)
+    if session is not None and session.conversation_id is None:
+        await store.set_conversation(session.id, conversation.id)
+
+
 async def announce_handoff(port: FacePort, conversation_id: str, *, state: str, name: str | None, key: str) -> int:
     """The hand-off's new state in the stream of every session of the conversation, once per ``key``."""
     store = store_of(port)
@@ -157,6 +171,7 @@ __all__ = [
     "HUB",
     "Hub",
     "announce_handoff",
+    "bind_started",
     "append_outbound",
     "deliver",
     "emit",

@@ -86,6 +86,10 @@ class WidgetFace:
             await inbox.finished("ignored")
             return
         await self._echo(session.id, str(p["client_id"]), str(p["text"]))  # before the answer, always
+        if p.get("person") is True:
+            await self._ask_for_person(item, session)
+            await inbox.delivered()
+            return
         if item.status == "answered" and item.result:
             result = TurnResult.from_dict(item.result)
         else:
@@ -98,6 +102,20 @@ class WidgetFace:
         await events.deliver(self.port, session, result)
         await inbox.delivered()
 
+    async def _ask_for_person(self, item: Inbound, session: WidgetSession) -> None:
+        """ "Talk to a person": the hand-off opens (or the open one stands), and the customer is told
+        honestly when a person will reply, once per message however often this runs."""
+        principal = Visitor(session=session, page_held=False).principal
+        conv = await self.port.open_conversation(
+            principal=principal, channel=CHANNEL, external_ref=f"widget:{session.id}:{principal.key}"
+        )
+        store = events.store_of(self.port)
+        if session.conversation_id != conv.id:
+            await store.set_conversation(session.id, conv.id)
+        _, told = await self.port.handoffs.ask_for_person(conv, by=principal.key)
+        key = f"widget:answer:{session.id}:person:{item.id}"
+        await events.emit(store, session.id, key=key, kind="answer", data={"text": told})
+
     async def _turn(self, item: Inbound, session: WidgetSession) -> TurnResult | None:
         principal = Visitor(session=session, page_held=False).principal
         try:
@@ -108,7 +126,7 @@ class WidgetFace:
                 external_ref=f"widget:{session.id}:{principal.key}",
                 deliver_later=True,
                 message_key=f"inbound:{item.id}",
-                meta={"widget": {"session": session.id, "person": bool(item.payload.get("person"))}},
+                meta={"widget": {"session": session.id}},
             )
         except LimitExceeded:
             # Nothing was stored for this message: say so once, never retried.

@@ -23,12 +23,14 @@ def face(kit: FaceKit) -> Face | None:
     def relays(relay: Relay) -> None:
         """Hand-offs: a person's replies and the hand-off's state go into the customer's widget
         stream, once per key."""
-        from bot.widget.events import announce_handoff, append_outbound
+        from bot.widget.events import announce_handoff, append_outbound, bind_started
 
         async def deliver(conversation: Conversation, text: str, name: str, key: str) -> None:
+            await bind_started(port, conversation)
             await append_outbound(port, conversation.id, text=text, author=name, key=key)
 
         async def announce(conversation: Conversation, state: str, name: str | None, key: str) -> None:
+            await bind_started(port, conversation)
             await announce_handoff(port, conversation.id, state=state, name=name, key=key)
 
         relay.deliver_on(FACE, deliver)
