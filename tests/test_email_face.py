@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 
 from agent.llm.testing import ScriptedModel
 from bot.app import FACES, create_app
+from bot.email import wiring as email_wiring
 from bot.email import wording as say
 from bot.email.parsing import sign
 from bot.server import make_web_app
@@ -45,5 +46,23 @@ async def test_without_a_secret_the_webhook_answers_503_and_stores_nothing(tmp_p
             assert (await client.get("/email/inbound")).status == 405
         async with app.db.reader() as s:
             assert await s.scalar(select(func.count()).select_from(InboundRow)) == 0
+    finally:
+        await app.close()
+
+
+async def test_the_webhook_is_the_email_faces_route_from_its_registry_line(tmp_path: Path) -> None:
+    """The email face serves ``POST /email/inbound``; without its line the server serves none."""
+    app = await _app(tmp_path, SIGNOFF_EMAIL_SECRET="s")
+    try:
+        (mail,) = [f for f in app.faces if f.name == "email"]
+        assert [(r.method, r.path) for r in mail.routes()] == [("POST", "/email/inbound")]  # type: ignore[attr-defined]
+    finally:
+        await app.close()
+    app = await _app(tmp_path, tuple(f for f in FACES if f is not email_wiring.face), SIGNOFF_EMAIL_SECRET="s")
+    try:
+        async with TestClient(TestServer(make_web_app(app))) as client:
+            r = await client.post("/email/inbound", data=b"{}", headers={"Content-Type": "application/json"})
+            assert r.status == 404
+            assert (await client.get("/healthz")).status == 200
     finally:
         await app.close()
