@@ -1,6 +1,6 @@
 """The aiohttp server: ``/healthz``, ``/metrics``, the faces' own routes (each face's
-``routes()``, from its registry line: ``/api/*``, ``/email/inbound``; ``/teams/messages`` when
-Teams is configured; …) and any extra routes.
+``routes()``, from its registry line: ``/api/*``, ``/email/inbound``; ``/slack/events`` and
+``/teams/messages`` when configured; …) and any extra routes.
 
 Every error is JSON ``{"error", "message"}``; a client mistake is never a 5xx.
 ``serve`` runs the site and, unless told not to, the resume/expiry worker as an
@@ -64,24 +64,8 @@ def make_web_app(
     web_app[_METRICS] = _Metrics(metrics_render, metrics_token, loopback_only=True)
     web_app.router.add_get("/healthz", healthz)
     web_app.router.add_get("/metrics", metrics)
-    slack = app.slack.config if app.slack is not None else None
-    # Socket Mode (SLACK_APP_TOKEN) brings the events over its WebSocket: over HTTP it serves at
-    # most the OAuth install flow (SLACK_CLIENT_ID), and nothing at all without a signing secret.
-    if (
-        app.slack is not None
-        and slack is not None
-        and slack.signing_secret
-        and (not slack.app_token or slack.client_id)
-    ):
-        from bot.slack.bolt import build_bolt
-        from bot.slack.bolt import routes as slack_routes
-
-        bolt = build_bolt(app.slack)
-        web_app.router.add_routes(slack_routes(bolt, slack.signing_secret, events=not slack.app_token))
-    elif app.slack is not None:
-        log.info("Slack over Socket Mode or without SLACK_SIGNING_SECRET: no /slack/events route")
-    # The faces' own endpoints (the HTTP API's /api/*, the email webhook; Teams: POST
-    # /teams/messages, when configured), each from its line of the registry.
+    # The faces' own endpoints, each from its line of the registry (the HTTP API's /api/*, the
+    # email webhook; Slack's Bolt routes and Teams' POST /teams/messages, when configured).
     web_app.router.add_routes([*app.http_routes, *extra_routes])
     return web_app
 
