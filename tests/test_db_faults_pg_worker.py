@@ -90,8 +90,9 @@ async def test_a_running_worker_recovers_a_stranded_claim_within_the_bound(serve
         assert proc.stderr is not None
         logs = asyncio.create_task(proc.stderr.read())  # its logs never fill the pipe
         await _until_up(f"http://127.0.0.1:{port}/healthz", proc)
-        env.clock.now = datetime.now(UTC)  # the claim is stamped now, on the worker's clock
+        env.clock.now = datetime.now(UTC)
         conv_id, conf_id = await ask(env)
+        env.clock.now = datetime.now(UTC)  # the claim is stamped now, on the worker's clock (asking took a while)
         stranded_at = time.monotonic()
         with refund_fault(after_effect=True), pytest.raises(Unavailable):
             await env.runtime.confirm(conf_id, actor=C7, accept=True)

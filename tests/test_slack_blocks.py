@@ -13,7 +13,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.views import EscalationView, TraceView, approval_view, confirmation_view, outcome_view
 from agent.wording import OUTCOME_REOPENED
-from bot.slack import blocks, ids, wording
+from bot.slack import answers, blocks, ids, wording
 from bot.slack.mrkdwn import date
 from bot.slack.view_models import AssistThread, Directory, Outbound, Step
 from storage.records import Approval, Confirmation, Decision
@@ -425,7 +425,7 @@ async def test_the_fake_slack_api_accepts_every_card_even_for_huge_inputs() -> N
                 for _ in range(25)
             ]
         ),
-        *blocks.answer_messages("para\n\n" * 8000, cards=[approval_card(approval())]),
+        *answers.answer_messages("para\n\n" * 8000, cards=[approval_card(approval())]),
     ]
     async with FakeSlackApi() as slack:
         client = AsyncWebClient(token=slack.token, base_url=slack.base_url)
@@ -539,7 +539,7 @@ def test_trace_lists_each_call_with_its_gate_and_result_across_messages() -> Non
 
 
 def test_feedback_buttons_carry_only_the_turn_and_vote() -> None:
-    block = blocks.feedback_block("turn_3")
+    block = answers.feedback_block("turn_3")
     assert block["type"] == "context_actions" and block["block_id"] == ids.FEEDBACK_BLOCK
     (element,) = block["elements"]
     assert element["type"] == "feedback_buttons" and element["action_id"] == ids.FEEDBACK
@@ -550,15 +550,15 @@ def test_feedback_buttons_carry_only_the_turn_and_vote() -> None:
 def test_answer_is_split_into_markdown_messages_with_the_card_last() -> None:
     answer = "\n\n".join(f"Paragraph {i}: " + "text " * 200 for i in range(30))
     card = confirmation_card(confirmation())
-    messages = blocks.answer_messages(answer, cards=[card], extra_blocks=[blocks.feedback_block("turn_3")])
+    messages = answers.answer_messages(answer, cards=[card], extra_blocks=[answers.feedback_block("turn_3")])
     markdown = [b["text"] for m in messages for b in m.blocks if b["type"] == "markdown"]
     assert "".join(markdown) == answer
-    assert all(len(t) <= blocks.ANSWER_CHUNK for t in markdown)
+    assert all(len(t) <= answers.ANSWER_CHUNK for t in markdown)
     assert all(len(m.text) <= blocks.MESSAGE_TEXT_CHARS and m.text for m in messages)
     assert all(text_size(list(m.blocks)) <= blocks.TEXT_BUDGET for m in messages)
     last = messages[-1]
     assert [b["type"] for b in last.blocks][-4:] == ["section", "context", "actions", "context_actions"]
-    only_card = blocks.answer_messages("", cards=[card])
+    only_card = answers.answer_messages("", cards=[card])
     assert only_card == [card]
 
 
@@ -577,7 +577,7 @@ def test_gate_decisions_become_steps_in_our_words(decision: str, title: str, sta
 
 
 def test_steps_block_lists_each_step_with_its_state() -> None:
-    block = blocks.steps_block(
+    block = answers.steps_block(
         [Step(id="1", title="Looked up O-1042"), Step(id="2", title="Refund <!here>", status="error")]
     )
     assert block["elements"][0]["text"] == "*Steps*\n✓ Looked up O-1042\n✗ Refund &lt;!here&gt;"

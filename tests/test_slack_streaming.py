@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bot.slack import blocks, wording
+from bot.slack import answers, wording
 from bot.slack.mrkdwn import ZWSP
 from bot.slack.sender import SenderConfig, SlackSender, SlackSendError, make_client
 from bot.slack.streaming import Recipient, StreamOptions
@@ -75,7 +75,7 @@ async def test_dm_reply_streams_status_steps_text_and_cards_at_stop(slack: FakeS
         await reply.write("Your order O-1042 was delivered on 2 March. ")
         await reply.write("I can refund it.")
         await reply.step(Step(id="t2", title="Refund 189.00 USD — waiting for your confirmation", status="pending"))
-        result = await reply.finish(cards=[CARD], extra_blocks=[blocks.feedback_block("turn_1")])
+        result = await reply.finish(cards=[CARD], extra_blocks=[answers.feedback_block("turn_1")])
     assert result.streamed and len(result.ts) == 1
     assert [c.method for c in slack.calls()] == [
         "assistant.threads.setStatus",
@@ -228,7 +228,7 @@ async def test_falls_back_to_post_message_when_streaming_is_unknown(slack: FakeS
     reply = sender.reply(channel="C0SHARED", thread_ts=parent, recipient=CUSTOMER)
     await reply.step(Step(id="t1", title="Looked up O-1042"))
     await reply.write(answer)
-    result = await reply.finish(cards=[CARD], extra_blocks=[blocks.feedback_block("turn_2")])
+    result = await reply.finish(cards=[CARD], extra_blocks=[answers.feedback_block("turn_2")])
     assert not result.streamed
     assert len(slack.calls("chat.startStream")) == 1 and not slack.calls("chat.appendStream")
     posts = slack.calls("chat.postMessage")

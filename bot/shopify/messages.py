@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
-from bot.email.bridge import smtp_config
 from bot.email.smtp import Mailer, OutgoingEmail, SmtpMailer
 from shopify.messages import ShopMail
 from storage.mailbox import SentMail
+
+if TYPE_CHECKING:
+    from bot.settings import Settings
 
 #: The ``conversation_id`` of a shop message's record: a message, not a conversation's reply.
 NO_CONVERSATION = "shop-message"
@@ -48,10 +50,10 @@ class SmtpShopMessages:
         return await self.sent.sent_at(message_id)
 
 
-def shop_sender(settings: Any, sent: SentMail) -> SmtpShopMessages | None:
+def shop_sender(settings: Settings, sent: SentMail) -> SmtpShopMessages | None:
     """The sender for ``settings``: SMTP from the shop's address (``SIGNOFF_EMAIL_FROM`` or the
     URL's ``from=``); ``None`` without both, and ``send_message`` is then not offered."""
-    cfg = smtp_config(settings)
+    cfg = settings.smtp_config()
     if cfg is None or not cfg.from_address:
         return None
     return SmtpShopMessages(mailer=SmtpMailer(cfg), from_address=cfg.from_address, sent=sent)

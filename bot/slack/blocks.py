@@ -24,14 +24,10 @@ from slack_sdk.models.blocks import (
     Block,
     ButtonElement,
     ConfirmObject,
-    ContextActionsBlock,
     ContextBlock,
     DividerBlock,
-    FeedbackButtonObject,
-    FeedbackButtonsElement,
     HeaderBlock,
     InputBlock,
-    MarkdownBlock,
     MarkdownTextObject,
     PlainTextInputElement,
     PlainTextObject,
@@ -41,8 +37,8 @@ from slack_sdk.models.views import View
 
 from agent.views import ApprovalView, ConfirmationView, EscalationView, OutcomeView, ShadowView, TraceView
 from bot.slack import ids, wording
-from bot.slack.mrkdwn import channel_link, clip, clip_plain, code, date, one_line, split_text, subteam
-from bot.slack.view_models import AssistThread, Directory, Outbound, Step
+from bot.slack.mrkdwn import channel_link, clip, clip_plain, code, date, one_line, subteam
+from bot.slack.view_models import AssistThread, Directory, Outbound
 
 MAX_MESSAGE_BLOCKS = 50
 MAX_VIEW_BLOCKS = 100
@@ -53,7 +49,6 @@ MESSAGE_TEXT_CHARS = 40_000
 #: What we allow ourselves of the ~12k cumulative block-text cap (with a buffer).
 TEXT_BUDGET = 11_000
 #: One piece of a long answer (leaves room in the last message for a card).
-ANSWER_CHUNK = 8_000
 EVIDENCE_SHOWN = 5
 PROVENANCE_SHOWN = 10
 TRACE_STEPS_PER_MESSAGE = 10
@@ -68,7 +63,7 @@ def _section(text: str) -> Block:
     return SectionBlock(text=_md(text))
 
 
-def _context(*texts: str) -> Block:
+def context_block(*texts: str) -> Block:
     return ContextBlock(elements=[_md(t) for t in texts])
 
 
@@ -108,7 +103,7 @@ def confirmation_card(c: ConfirmationView, *, directory: Directory | None = None
         value = ids.encode_value(c.id, c.version)
         blocks = [
             _section(f"*{wording.CONFIRM_HEADER}:* {summary}"),
-            _context(wording.CONFIRM_NOTHING_YET),
+            context_block(wording.CONFIRM_NOTHING_YET),
             ActionsBlock(
                 block_id=ids.CONFIRMATION_ACTIONS_BLOCK,
                 elements=[
@@ -130,14 +125,14 @@ def confirmation_card(c: ConfirmationView, *, directory: Directory | None = None
         if when
         else outcome
     )
-    blocks = [_section(f"~{summary}~" if c.status in ("declined", "superseded") else summary), _context(line)]
+    blocks = [_section(f"~{summary}~" if c.status in ("declined", "superseded") else summary), context_block(line)]
     note = wording.CONFIRMATION_NOTE.get(str(c.status))
     if c.awaiting_approval and c.status in ("confirmed", "consumed"):
         note = wording.CONFIRMATION_AWAITING_APPROVAL
     elif c.outcome is not None:
         note = outcome_text(c.outcome)
     if note:
-        blocks.append(_context(note))
+        blocks.append(context_block(note))
     return Outbound(
         text=wording.CONFIRMATION_DECIDED_FALLBACK.format(outcome=outcome, summary=summary), blocks=_dump(blocks)
     )
@@ -195,9 +190,9 @@ def _progress(a: ApprovalView, people: Directory) -> list[Block]:
         return []
     done = [d for d in a.decisions if d.decision == "approve"]
     if not done:
-        return [_context(wording.PROGRESS.format(done=0, required=a.approvals_required))]
+        return [context_block(wording.PROGRESS.format(done=0, required=a.approvals_required))]
     who = ", ".join(people.who(d.actor.key, d.actor.name) for d in done[:3])
-    return [_context(wording.PROGRESS_WAITING.format(done=len(done), required=a.approvals_required, who=who))]
+    return [context_block(wording.PROGRESS_WAITING.format(done=len(done), required=a.approvals_required, who=who))]
 
 
 def _evidence(a: ApprovalView) -> list[Block]:
@@ -211,7 +206,7 @@ def _evidence(a: ApprovalView) -> list[Block]:
         text = f"• *{title}* `{ref}`" + (f"\n>{excerpt}" if excerpt else "")
         blocks.append(_section(f"*{wording.EVIDENCE_HEADING}*\n{text}" if i == 0 else text))
     if len(a.evidence) > EVIDENCE_SHOWN:
-        blocks.append(_context(wording.EVIDENCE_MORE.format(count=len(a.evidence) - EVIDENCE_SHOWN)))
+        blocks.append(context_block(wording.EVIDENCE_MORE.format(count=len(a.evidence) - EVIDENCE_SHOWN)))
     return blocks
 
 
@@ -229,7 +224,7 @@ def _rationale(a: ApprovalView) -> list[Block]:
     if not a.rationale:
         return []
     quoted = ">" + clip(a.rationale, 1400).replace("\n", "\n>")
-    return [_context(f"_{wording.RATIONALE_LABEL}_"), _section(quoted)]
+    return [context_block(f"_{wording.RATIONALE_LABEL}_"), _section(quoted)]
 
 
 def _approval_actions(a: ApprovalView, block_id: str = ids.APPROVAL_ACTIONS_BLOCK) -> Block:
@@ -370,7 +365,7 @@ def _queue(queue: Sequence[ApprovalView], people: Directory, total: int | None, 
         ]
     shown = min(fits, len(pending))
     if total > shown:
-        blocks.append(_context(wording.HOME_QUEUE_MORE.format(count=total - shown)))
+        blocks.append(context_block(wording.HOME_QUEUE_MORE.format(count=total - shown)))
     return blocks
 
 
@@ -400,7 +395,7 @@ def shadow_card(v: ShadowView, *, directory: Directory | None = None, in_thread:
     header = _header(wording.SHADOW_HEADER.format(label=v.label))
     fallback = wording.SHADOW_FALLBACK.format(label=v.label, summary=summary)
     if in_thread:
-        blocks = [header, _section(f"*{summary}*"), _context(wording.SHADOW_THREAD_NOTE)]
+        blocks = [header, _section(f"*{summary}*"), context_block(wording.SHADOW_THREAD_NOTE)]
         return Outbound(text=fallback, blocks=_dump(blocks))
     people = directory or Directory()
     pairs = [
@@ -417,7 +412,7 @@ def shadow_card(v: ShadowView, *, directory: Directory | None = None, in_thread:
         _section(f"*{summary}*"),
         SectionBlock(fields=[_md(f"*{label}*\n{value}") for label, value in pairs]),
         _section(f"*{wording.SHADOW_ARGUMENTS}*\n" + "\n".join(args[:PROVENANCE_SHOWN] or ["—"])),
-        _context(wording.SHADOW_NOTE),
+        context_block(wording.SHADOW_NOTE),
     ]
     return Outbound(text=fallback, blocks=_dump(blocks))
 
@@ -441,7 +436,7 @@ def escalation_message(e: EscalationView, *, oncall_group: str | None = None) ->
     group = subteam(oncall_group)
     if group:
         blocks.append(_section(wording.ESCALATION_PING.format(group=group)))
-    blocks.append(_context(wording.ESCALATION_TRACE_FOLLOWS))
+    blocks.append(context_block(wording.ESCALATION_TRACE_FOLLOWS))
     return Outbound(text=wording.ESCALATION_FALLBACK.format(reason=reason), blocks=_dump(blocks))
 
 
@@ -455,7 +450,7 @@ def trace_messages(steps: Sequence[TraceView]) -> list[Outbound]:
     for start in range(0, total, TRACE_STEPS_PER_MESSAGE):
         chunk = steps[start : start + TRACE_STEPS_PER_MESSAGE]
         first, last = start + 1, start + len(chunk)
-        blocks = [_context(wording.TRACE_HEADER.format(first=first, last=last, total=total))]
+        blocks = [context_block(wording.TRACE_HEADER.format(first=first, last=last, total=total))]
         blocks += [_section(_trace_line(first + i, s)) for i, s in enumerate(chunk)]
         out.append(
             Outbound(text=wording.TRACE_FALLBACK.format(first=first, last=last, total=total), blocks=_dump(blocks))
@@ -474,101 +469,15 @@ def _trace_line(n: int, s: TraceView) -> str:
     return line
 
 
-# -- answers, steps and feedback -------------------------------------------------------------
-def feedback_block(turn_id: str) -> dict[str, Any]:
-    """Thumbs up/down under an answer; each value carries only the turn id and the vote."""
-
-    def button(vote: ids.Vote, text: str, label: str) -> FeedbackButtonObject:
-        return FeedbackButtonObject(text=text, value=ids.encode_feedback(turn_id, vote), accessibility_label=label)
-
-    buttons = FeedbackButtonsElement(
-        action_id=ids.FEEDBACK,
-        positive_button=button("positive", wording.FEEDBACK_POSITIVE, wording.FEEDBACK_POSITIVE_LABEL),
-        negative_button=button("negative", wording.FEEDBACK_NEGATIVE, wording.FEEDBACK_NEGATIVE_LABEL),
-    )
-    return ContextActionsBlock(block_id=ids.FEEDBACK_BLOCK, elements=[buttons]).to_dict()
-
-
-def steps_block(steps: Sequence[Step]) -> dict[str, Any]:
-    """The steps of a turn as a context block, for replies that could not be streamed."""
-    lines = [f"{wording.STEP_STATUS.get(s.status, '•')} {clip(one_line(s.title), 150)}" for s in steps[:20]]
-    return _context(f"*{wording.STEPS_HEADING}*\n" + "\n".join(lines)).to_dict()
-
-
-def recovered_message(text: str, steps: Sequence[Step], tail: Sequence[dict[str, Any]] = ()) -> Outbound:
-    """A stream Slack gave up on, redrawn (``chat.update``) with exactly the text it had received,
-    its steps, and ``tail`` (cards) when given."""
-    parts: list[dict[str, Any]] = [MarkdownBlock(text=text).to_dict()] if text.strip() else []
-    if steps:
-        parts.append(steps_block(steps))
-    fallback = text or "\n".join(one_line(s.title) for s in steps) or wording.STEPS_HEADING
-    return Outbound(text=clip_plain(fallback, MESSAGE_TEXT_CHARS), blocks=(*parts, *tail))
-
-
-def fits_under_stream(streamed_chars: int, tail: Sequence[dict[str, Any]]) -> bool:
-    """Whether ``tail`` can go under a streamed message of ``streamed_chars`` (count and text budget)."""
-    return len(tail) <= MAX_MESSAGE_BLOCKS and streamed_chars + text_size(tail) <= TEXT_BUDGET
-
-
-def answer_messages(
-    text: str, *, cards: Sequence[Outbound] = (), extra_blocks: Sequence[dict[str, Any]] = (), chunk: int = ANSWER_CHUNK
-) -> list[Outbound]:
-    """A (long) Markdown answer as messages within Slack's limits, cards after it.
-
-    The answer is split with :func:`split_text` into ``markdown`` blocks; the cards'
-    blocks (and ``extra_blocks``, e.g. feedback) join the last message when the
-    block count and text budget allow, else follow in messages of their own.
-    """
-    out = [Outbound(text=piece, blocks=(MarkdownBlock(text=piece).to_dict(),)) for piece in split_text(text, chunk)]
-    tail: list[Outbound] = [*cards]
-    if extra_blocks:
-        tail.append(Outbound(text=wording.ANSWER_FALLBACK, blocks=tuple(extra_blocks)))
-    for card in tail:
-        last = out[-1] if out else None
-        if last and _fits(last.blocks, card.blocks):
-            out[-1] = Outbound(text=last.text or card.text, blocks=last.blocks + card.blocks)
-        else:
-            out.append(card)
-    return [o for o in out if o.blocks or o.text]
-
-
-def _fits(have: tuple[dict[str, Any], ...], more: tuple[dict[str, Any], ...]) -> bool:
-    return len(have) + len(more) <= MAX_MESSAGE_BLOCKS and text_size(have) + text_size(more) <= TEXT_BUDGET
-
-
-def text_size(blocks: Sequence[Any]) -> int:
-    """All the text in ``blocks`` (what Slack's cumulative cap counts, as far as is known)."""
-    total = 0
-    stack: list[Any] = list(blocks)
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            for key, value in item.items():
-                if key == "text" and isinstance(value, str):
-                    total += len(value)
-                else:
-                    stack.append(value)
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-    return total
-
-
 __all__ = [
-    "ANSWER_CHUNK",
     "MAX_MESSAGE_BLOCKS",
     "MAX_VIEW_BLOCKS",
     "TEXT_BUDGET",
-    "answer_messages",
     "approval_card",
     "confirmation_card",
     "escalation_message",
-    "feedback_block",
-    "fits_under_stream",
     "home_view",
-    "recovered_message",
     "reject_modal",
     "outcome_text",
-    "steps_block",
-    "text_size",
     "trace_messages",
 ]

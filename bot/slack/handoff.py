@@ -57,7 +57,7 @@ def with_actions(message: Outbound, conversation_id: str, handoff_id: str) -> Ou
         )
     ]
     extra = (
-        blocks._context(wording.HANDOFF_HOW).to_dict(),
+        blocks.context_block(wording.HANDOFF_HOW).to_dict(),
         ActionsBlock(block_id=ACTIONS_BLOCK, elements=buttons).to_dict(),
     )
     return Outbound(text=message.text, blocks=(*message.blocks, *extra))
@@ -224,7 +224,7 @@ def suggestion_message(suggestion: Suggestion, *, sent: str | None = None) -> Ou
     if sent is not None:
         return Outbound(
             text=wording.SUGGESTION_FALLBACK.format(text=text),
-            blocks=(blocks._section(text).to_dict(), blocks._context(sent).to_dict()),
+            blocks=(blocks._section(text).to_dict(), blocks.context_block(sent).to_dict()),
         )
     send = ButtonElement(
         text=PlainTextObject(text=wording.SUGGESTION_SEND_BUTTON),
@@ -235,7 +235,7 @@ def suggestion_message(suggestion: Suggestion, *, sent: str | None = None) -> Ou
     return Outbound(
         text=wording.SUGGESTION_FALLBACK.format(text=text),
         blocks=(
-            blocks._context(wording.SUGGESTION_MARK).to_dict(),
+            blocks.context_block(wording.SUGGESTION_MARK).to_dict(),
             blocks._section(text).to_dict(),
             ActionsBlock(block_id=SUGGESTION_BLOCK, elements=[send]).to_dict(),
         ),

@@ -16,7 +16,7 @@ from typing import Any
 
 from agent.outcomes import TurnResult
 from bot.links import unlink
-from bot.slack import blocks, present, wording
+from bot.slack import answers, blocks, present, wording
 from bot.slack.face import SlackFace
 from bot.slack.sender import SlackSendError
 from bot.slack.streaming import Recipient, StreamOptions
@@ -67,7 +67,7 @@ async def deliver(face: SlackFace, where: Where, result: TurnResult, *, since: d
         for step in await _steps(face, result, since) if since is not None else []:
             await reply.step(step)
         await reply.write(text or wording.ANSWER_FALLBACK)
-        posted = await reply.finish(extra_blocks=[blocks.feedback_block(_turn_id(result))])
+        posted = await reply.finish(extra_blocks=[answers.feedback_block(_turn_id(result))])
         # Each card is a message of its own, so a click redraws the card and leaves the answer.
         for c, card in cards:
             shown.append((c, await face.sender.post(where.channel, card.text, card.block_list, where.thread_ts)))
@@ -87,7 +87,7 @@ async def deliver(face: SlackFace, where: Where, result: TurnResult, *, since: d
 
 async def _whisper(face: SlackFace, where: Where, result: TurnResult, text: str, cards: list[Outbound]) -> bool:
     """The answer and its cards as ephemeral messages, once: in the thread, seen by ``where.user`` only."""
-    messages = blocks.answer_messages(text or wording.ANSWER_FALLBACK, cards=cards)
+    messages = answers.answer_messages(text or wording.ANSWER_FALLBACK, cards=cards)
 
     async def send() -> dict[str, Any]:
         for m in messages:

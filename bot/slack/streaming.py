@@ -28,7 +28,7 @@ from typing import Any, Literal
 from slack_sdk.models.messages.chunk import Chunk, PlanUpdateChunk, TaskUpdateChunk
 from slack_sdk.web.async_chat_stream import AsyncChatStream
 
-from bot.slack import blocks, wording
+from bot.slack import answers, blocks, wording
 from bot.slack.mrkdwn import clip_plain, defang, one_line, safe_prefix, take
 from bot.slack.sender import SlackSender, SlackSendError
 from bot.slack.view_models import Outbound, Step
@@ -197,11 +197,11 @@ class StreamingReply:
         tail = tuple(b for c in cards for b in c.blocks) + tuple(extra_blocks)
         placed = await self._stop(tail) if self._streaming else False
         if not self._streaming:
-            steps = [blocks.steps_block(list(self._steps.values()))] if self._steps else []
-            messages = blocks.answer_messages("".join(self._unsent), cards=cards, extra_blocks=[*steps, *extra_blocks])
+            steps = [answers.steps_block(list(self._steps.values()))] if self._steps else []
+            messages = answers.answer_messages("".join(self._unsent), cards=cards, extra_blocks=[*steps, *extra_blocks])
             self._ts += await self._sender.post_all(self.channel, messages, self.thread_ts)
         elif tail and not placed:
-            messages = blocks.answer_messages("", cards=cards, extra_blocks=extra_blocks)
+            messages = answers.answer_messages("", cards=cards, extra_blocks=extra_blocks)
             self._ts += await self._sender.post_all(self.channel, messages, self.thread_ts)
         if self._status_on:
             await self._clear_status()
@@ -318,7 +318,7 @@ class StreamingReply:
         """A stream Slack gave up on: make the message show exactly what it had received."""
         if self._seg is seg:
             self._seg = None
-        message = blocks.recovered_message("".join(seg.delivered), list(seg.steps.values()), tail)
+        message = answers.recovered_message("".join(seg.delivered), list(seg.steps.values()), tail)
         await self._sender.update(self.channel, str(seg.stream.ts), message.text, message.block_list)
 
     async def _stop(self, tail: tuple[dict[str, Any], ...]) -> bool:
@@ -327,7 +327,7 @@ class StreamingReply:
             return False
         seg = await self._segment()
         starting = seg.stream.ts is None
-        fits = blocks.fits_under_stream(seg.chars, tail)
+        fits = answers.fits_under_stream(seg.chars, tail)
         if starting and not (tail and fits):
             return False  # nothing streamed here, and nothing (that fits) to stream
         self._seg = None
