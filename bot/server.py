@@ -1,5 +1,6 @@
-"""The aiohttp server: ``/healthz``, ``/metrics``, ``/email/inbound``, the faces' own routes
-(``/api/*``; ``/teams/messages`` when Teams is configured; …) and any extra routes.
+"""The aiohttp server: ``/healthz``, ``/metrics``, the faces' own routes (each face's
+``routes()``, from its registry line: ``/api/*``, ``/email/inbound``; ``/slack/events`` and
+``/teams/messages`` when configured; …) and any extra routes.
 
 Every error is JSON ``{"error", "message"}``; a client mistake is never a 5xx.
 ``serve`` runs the site and, unless told not to, the resume/expiry worker as an
@@ -31,8 +32,6 @@ from agent.reconcile import stuck_claims
 from agent.worker import WorkerConfig
 from bot.api import wording as say
 from bot.app import App
-from bot.email import bridge as email_bridge
-from bot.email.bridge import EmailBridge, EmailConfig
 from bot.settings import reveal
 from bot.teams.config import is_loopback_host
 from bot.web import FAULTS, error_response, errors
@@ -41,6 +40,9 @@ log = logging.getLogger(__name__)
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: aiohttp's bound on a body a handler reads whole; each route bounds its own below it (the
+#: email webhook's, 64 MiB, is the largest).
+MAX_REQUEST_BODY = 64 * 1024 * 1024
 
 
 def make_web_app(
@@ -48,7 +50,6 @@ def make_web_app(
     *,
     metrics_render: Callable[[], bytes] | None = None,
     extra_routes: Iterable[web.AbstractRouteDef] = (),
-    email: EmailConfig | None = None,
     metrics_token: str | None = None,
 ) -> web.Application:
     """The whole HTTP surface over one :class:`App`; settings come from ``app.settings`` unless given.
@@ -57,32 +58,14 @@ def make_web_app(
     """
     if metrics_token is None and app.settings is not None:
         metrics_token = reveal(app.settings.signoff_metrics_token)
-    email = email or EmailConfig.from_settings(app.settings)
-    web_app = web.Application(middlewares=[errors], client_max_size=email.max_body)
+    web_app = web.Application(middlewares=[errors], client_max_size=MAX_REQUEST_BODY)
     web_app[FAULTS] = app.db.fault
     web_app[APP] = app
-    web_app[email_bridge.EMAIL] = EmailBridge(app, email)
     web_app[_METRICS] = _Metrics(metrics_render, metrics_token, loopback_only=True)
     web_app.router.add_get("/healthz", healthz)
     web_app.router.add_get("/metrics", metrics)
-    web_app.router.add_post("/email/inbound", email_bridge.inbound)
-    slack = app.slack.config if app.slack is not None else None
-    # Socket Mode (SLACK_APP_TOKEN) brings the events over its WebSocket: over HTTP it serves at
-    # most the OAuth install flow (SLACK_CLIENT_ID), and nothing at all without a signing secret.
-    if (
-        app.slack is not None
-        and slack is not None
-        and slack.signing_secret
-        and (not slack.app_token or slack.client_id)
-    ):
-        from bot.slack.bolt import build_bolt
-        from bot.slack.bolt import routes as slack_routes
-
-        bolt = build_bolt(app.slack)
-        web_app.router.add_routes(slack_routes(bolt, slack.signing_secret, events=not slack.app_token))
-    elif app.slack is not None:
-        log.info("Slack over Socket Mode or without SLACK_SIGNING_SECRET: no /slack/events route")
-    # The faces' own endpoints (the HTTP API's /api/*; Teams: POST /teams/messages, when configured).
+    # The faces' own endpoints, each from its line of the registry (the HTTP API's /api/*, the
+    # email webhook; Slack's Bolt routes and Teams' POST /teams/messages, when configured).
     web_app.router.add_routes([*app.http_routes, *extra_routes])
     return web_app
 

@@ -14,6 +14,7 @@ from bot.api import wiring as api_wiring
 from bot.api.auth import AuthConfig, make_token
 from bot.app import App, build_mailer
 from bot.email import wiring as email_wiring
+from bot.email.bridge import EmailConfig
 from bot.email.smtp import Mailer
 from bot.faces import FaceKit
 from bot.server import APP, make_web_app
@@ -46,18 +47,22 @@ def settings(**extra: str) -> Settings:
 
 
 def app_of(
-    h: Harness, s: Settings | None = None, *, mailer: Mailer | None = None, auth: AuthConfig | None = None
+    h: Harness,
+    s: Settings | None = None,
+    *,
+    mailer: Mailer | None = None,
+    auth: AuthConfig | None = None,
+    email: EmailConfig | None = None,
 ) -> App:
     """An App over the harness's runtime, with the SMTP client the composition root would build
     (or ``mailer``), the HTTP API face (its tokens checked with ``auth``, else as the settings
-    say) and the email face's worker side."""
+    say) and the email face (its webhook checked with ``email``, else as the settings say)."""
     s = s or settings()
     mailer = mailer or build_mailer(s)
     backend: Any = h.services.backend
     kit = FaceKit(settings=s, port=FacePort(h.runtime), backend=backend, clock=h.services.clock, mailer=mailer)
     api = api_wiring.build(kit, auth or AuthConfig.from_settings(s))
-    email = email_wiring.face(kit)
-    assert email is not None
+    mail = email_wiring.build(kit, email or EmailConfig.from_settings(s))
     return App(
         settings=s,
         db=h.db,
@@ -65,18 +70,24 @@ def app_of(
         backend=h.services.backend,  # type: ignore[arg-type]
         notifier=h.notifier,
         mailer=mailer,
-        inbound={email.name: email.handle},
-        faces=(api, email),
-        http_routes=tuple(api.routes()),
+        inbound={mail.name: mail.handle},
+        faces=(api, mail),
+        http_routes=(*api.routes(), *mail.routes()),
     )
 
 
 @asynccontextmanager
 async def client_for(
-    h: Harness, s: Settings | None = None, *, mailer: Mailer | None = None, auth: AuthConfig | None = None, **kw: Any
+    h: Harness,
+    s: Settings | None = None,
+    *,
+    mailer: Mailer | None = None,
+    auth: AuthConfig | None = None,
+    email: EmailConfig | None = None,
+    **kw: Any,
 ) -> AsyncIterator[TestClient]:
     """An aiohttp test client against ``make_web_app`` over the harness's runtime."""
-    web_app = make_web_app(app_of(h, s, mailer=mailer, auth=auth), **kw)
+    web_app = make_web_app(app_of(h, s, mailer=mailer, auth=auth, email=email), **kw)
     async with TestClient(TestServer(web_app)) as client:
         yield client
 

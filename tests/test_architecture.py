@@ -446,3 +446,65 @@ def test_a_planted_runtime_import_in_a_settings_section_is_caught(tmp_path: Path
         "bot/slack/config.py imports bot.slack.sender",
         "bot/slack/config.py imports slack_sdk",
     ]
+
+
+#: The server's own routes; every other route is a face's, from its line of the registry.
+SERVER_ROUTES = {"/healthz", "/metrics"}
+#: What the server may import of a face's folder: wording and a host check, never a route.
+SERVER_FACE_IMPORTS = {"bot.api.wording", "bot.teams.config"}
+_ROUTE_CALLS = {"add_get", "add_post", "add_put", "add_patch", "add_delete", "add_route", "add_view"}
+_ROUTE_DEFS = {"get", "post", "put", "patch", "delete", "route", "view"}
+
+
+def _imported(node: ast.AST) -> list[str]:
+    """The modules an import names (``from bot.api import wording``: ``bot.api.wording``),
+    less :data:`SERVER_FACE_IMPORTS`."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.module:
+        face = f"{node.module}/".removeprefix("bot.") in {f.removeprefix("bot/") for f in FACE_FOLDERS}
+        names = [f"{node.module}.{a.name}" for a in node.names] if face else [node.module]
+    else:
+        names = []
+    return [n for n in names if n not in SERVER_FACE_IMPORTS]
+
+
+def server_face_routes(path: Path) -> list[str]:
+    """``line: what`` for each face route the server mounts itself: a route path of its own
+    beyond :data:`SERVER_ROUTES`, or an import (lazy ones too) of a face module beyond
+    :data:`SERVER_FACE_IMPORTS` (the email bridge, Slack's Bolt routes, …)."""
+    faces = tuple(f.replace("/", ".") for f in FACE_FOLDERS)
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name, args = node.func.attr, [a for a in node.args if isinstance(a, ast.Constant)]
+            paths = [a.value for a in args if isinstance(a.value, str) and a.value.startswith("/")]
+            if (name in _ROUTE_CALLS or name in _ROUTE_DEFS) and any(p not in SERVER_ROUTES for p in paths):
+                out.append(f"{node.lineno}: {name} {paths[0]}")
+        out += [f"{node.lineno}: imports {n}" for n in _imported(node) if f"{n}.".startswith(faces)]
+    return sorted(out)
+
+
+def test_the_server_mounts_no_face_route_itself() -> None:
+    """``/healthz`` and ``/metrics`` are the server's; every face's routes come through its
+    registry line (``Face.routes()``, mounted from ``App.http_routes``)."""
+    assert server_face_routes(ROOT / "bot" / "server.py") == []
+
+
+def test_a_planted_face_route_in_the_server_is_caught(tmp_path: Path) -> None:
+    server = tmp_path / "server.py"
+    server.write_text(
+        "from aiohttp import web\nfrom bot.email import bridge\nfrom bot.api import wording\n\n"
+        "def make(app, w):\n"
+        "    w.router.add_get('/healthz', h)\n"
+        "    w.router.add_post('/email/inbound', bridge.inbound)\n"
+        "    from bot.slack.bolt import routes\n"
+        "    w.router.add_routes([web.get('/teams/x', h), *app.http_routes])\n",
+        encoding="utf-8",
+    )
+    assert server_face_routes(server) == [
+        "2: imports bot.email.bridge",
+        "7: add_post /email/inbound",
+        "8: imports bot.slack.bolt",
+        "9: get /teams/x",
+    ]

@@ -29,7 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
-from bot.app import App
+from agent.face_port import FacePort
 from bot.email import wording as say
 from bot.email.config import SmtpConfig
 from bot.email.parsing import InboundEmail, delivery_id, parse_inbound, signature_ok
@@ -38,7 +38,7 @@ from bot.email.senders import TxtLookup, dns_txt, own_check
 from bot.email.turns import FACE, answer_by_code, confirm_hints
 from bot.settings import reveal
 from bot.web import ApiError, InboxFull, read_limited
-from tools.backend import Customer
+from tools.backend import CommerceBackend, Customer
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +68,30 @@ class EmailConfig:
 # -- the bridge ---------------------------------------------------------------------------
 
 
-class EmailBridge:
-    """Checks one inbound webhook and accepts the mail for the worker (see the module)."""
+#: The webhook's path (INTERFACES.md "Email bridge").
+INBOUND_PATH = "/email/inbound"
 
-    def __init__(self, app: App, config: EmailConfig, *, now: Callable[[], float] = time.time) -> None:
-        self.app = app
+
+class EmailBridge:
+    """Checks one inbound webhook and accepts the mail for the worker (see the module): it holds
+    the runtime as the email face's :class:`FacePort`, the shop (senders on file) and its config."""
+
+    def __init__(
+        self,
+        port: FacePort,
+        backend: CommerceBackend,
+        config: EmailConfig,
+        *,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.port = port
+        self.backend = backend
         self.config = config
         self.now = now
+
+    def routes(self) -> list[web.RouteDef]:
+        """``POST /email/inbound``: always served, 503 ``unavailable`` without a secret."""
+        return [web.post(INBOUND_PATH, self.handle)]
 
     async def handle(self, request: web.Request) -> web.Response:
         raw = await read_limited(request, self.config.max_body)
@@ -94,17 +111,17 @@ class EmailBridge:
         check = await asyncio.to_thread(own_check, mail, self.config.txt_lookup)
         if check.verdict == "failed":
             raise ApiError("forbidden", say.EMAIL_AUTH_FAILED.format(check=check.reason))
-        customer = await self.app.backend.find_customer_by_email(mail.sender)
+        customer = await self.backend.find_customer_by_email(mail.sender)
         if customer is None or customer.email.strip().lower() != mail.sender.lower():
             raise ApiError("forbidden", say.EMAIL_UNKNOWN_SENDER)
         verified = check.verdict == "verified"
-        accepted = await self.app.port.accept(
+        accepted = await self.port.accept(
             FACE,
             [delivery_id(mail)],
             inbound_payload(mail, customer, verified=verified, check=check.reason, text=reply),
         )
         if accepted.full:  # 503 + Retry-After: the provider redelivers later
-            raise InboxFull(self.app.port.retry_after_s)
+            raise InboxFull(self.port.retry_after_s)
         if not verified:
             log.info("email %s accepted unverified (%s): public answers only", accepted.id, check.reason)
         return web.json_response(
@@ -150,21 +167,12 @@ def inbound_payload(
     }
 
 
-EMAIL: web.AppKey[EmailBridge] = web.AppKey("signoff_email", EmailBridge)
-
-
-async def inbound(request: web.Request) -> web.Response:
-    """``POST /email/inbound``."""
-    return await request.app[EMAIL].handle(request)
-
-
 __all__ = [
-    "EMAIL",
+    "INBOUND_PATH",
     "EmailBridge",
     "EmailConfig",
     "answer_by_code",
     "confirm_hints",
-    "inbound",
     "inbound_payload",
     "read_mail",
 ]

@@ -1,9 +1,13 @@
-"""The Slack face in the registry (``bot.app.FACES``). Its HTTP routes are the Bolt app's,
-mounted by the server from ``App.slack`` (they need the signing secret; Socket Mode needs none)."""
+"""The Slack face in the registry (``bot.app.FACES``). Its HTTP routes are the Bolt app's
+(``/slack/events``, the OAuth install flow), served through this line like every face's: they
+need the signing secret; Socket Mode brings the events over its WebSocket and needs none."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
+
+from aiohttp import web
 
 from agent.handoff_relay import Relay
 from bot.faces import Face, FaceKit, Plain
@@ -11,6 +15,8 @@ from storage.inbox import Inbound
 
 if TYPE_CHECKING:
     from bot.slack.face import SlackFace
+
+log = logging.getLogger(__name__)
 
 
 def face(kit: FaceKit) -> Face | None:
@@ -32,11 +38,24 @@ def face(kit: FaceKit) -> Face | None:
         handler=handle,
         notifier=SlackNotifier(slack),
         staff=True,
+        served=http_routes(slack),
         on_start=slack.start,
         on_close=slack.close,
         inner=slack,
         relays=lambda relay: relays(slack, relay),
     )
+
+
+def http_routes(slack: SlackFace) -> list[web.RouteDef]:
+    """The Bolt app's routes: ``/slack/events`` unless Socket Mode (``SLACK_APP_TOKEN``) brings
+    the events, and the OAuth install flow (``SLACK_CLIENT_ID``); none without a signing secret."""
+    cfg = slack.config
+    if not cfg.signing_secret or (cfg.app_token and not cfg.client_id):
+        log.info("Slack over Socket Mode or without SLACK_SIGNING_SECRET: no /slack/events route")
+        return []
+    from bot.slack.bolt import build_bolt, routes
+
+    return routes(build_bolt(slack), cfg.signing_secret, events=not cfg.app_token)
 
 
 def relays(slack: SlackFace, relay: Relay) -> None:
