@@ -6,7 +6,8 @@ this process; the 200 guests each open a session, start their stream, send one m
 until its answer is complete, then keeps its stream open (idle) until every guest has its answer
 and ``--hold`` seconds more. ``/healthz`` is timed every 10 ms meanwhile; its figures are given
 for the delivery (``healthz_*``) and for the idle hold with every stream open (``idle_healthz_*``:
-what the streams cost when nothing happens). Usage:
+what the streams cost when nothing happens), from this process's loop and from a process of its
+own (``own_process_*``: the server alone, not the bench's 200 readers beside it). Usage:
 ``.venv/bin/python bench/widget_load.py [--sessions 200] [--hold 10]``.
 """
 
@@ -18,11 +19,14 @@ import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -116,6 +120,11 @@ async def load(url: str, sessions: int, hold: float) -> dict[str, Any]:
                 (idle if got.all_in.is_set() else latencies).append((time.perf_counter() - t0) * 1000)
                 await asyncio.sleep(0.01)
 
+        outside = await asyncio.create_subprocess_exec(
+            sys.executable, __file__, "--probe", url, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+        )
+        assert outside.stdout is not None
+        assert await outside.stdout.readline() == b"ready\n"
         prober = asyncio.create_task(probe())
         t0 = time.perf_counter()
         guests = [asyncio.create_task(one(http, url, n, got)) for n in range(sessions)]
@@ -123,11 +132,15 @@ async def load(url: str, sessions: int, hold: float) -> dict[str, Any]:
         await asyncio.wait([everyone, *guests], return_when=asyncio.FIRST_COMPLETED)  # a guest done: it failed
         elapsed = time.perf_counter() - t0
         got.all_in.set()
+        idle_from = time.time()
         await asyncio.sleep(hold)  # every stream open, nothing to send
         got.held.set()
         results = await asyncio.gather(*guests)
         done.set()
         await prober
+        assert outside.stdin is not None
+        outside.stdin.close()
+        samples = json.loads((await outside.communicate())[0])
     ok = refused = 0
     for frames in results:
         users = [f for f in frames if f["event"] == "message" and f["from"] == "customer"]
@@ -143,14 +156,38 @@ async def load(url: str, sessions: int, hold: float) -> dict[str, Any]:
         **_percentiles("", latencies),
         "streams_held_idle_s": hold,
         **_percentiles("idle_", idle),
+        **_percentiles("own_process_", [ms for t, ms in samples if t < idle_from]),
+        **_percentiles("own_process_idle_", [ms for t, ms in samples if t >= idle_from]),
     }
+
+
+def probe_from_own_process(url: str) -> None:
+    """``/healthz`` every 10 ms from a process of its own (not slowed by the bench's loop or its
+    GIL) until stdin closes; prints [[wall time, ms], …]."""
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    parts = urlsplit(url)
+    conn = HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=60)
+    out: list[tuple[float, float]] = []
+    print("ready", flush=True)
+    while not stop.is_set():
+        t0, p0 = time.time(), time.perf_counter()
+        conn.request("GET", "/healthz")
+        conn.getresponse().read()
+        out.append((t0, (time.perf_counter() - p0) * 1000))
+        time.sleep(0.01)
+    print(json.dumps(out))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--hold", type=float, default=10.0, help="seconds every stream stays open, idle, after")
+    parser.add_argument("--probe", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.probe:
+        probe_from_own_process(args.probe)
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         policy = Path(tmp) / "policy.yaml"
         text = (ROOT / "agent" / "data" / "policy.yaml").read_text()
