@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -34,7 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import write_result  # noqa: E402
-from tests.widget_kit import widget_server  # noqa: E402
+from bot.widget.demo import demo_env  # noqa: E402
+from tests.widget_kit import JWT_SECRET, PROXY_SECRET, WidgetServer, widget_server  # noqa: E402
 
 QUESTION = "What is your refund policy?"
 
@@ -161,6 +164,22 @@ async def load(url: str, sessions: int, hold: float) -> dict[str, Any]:
     }
 
 
+def _worker_process(server: WidgetServer, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``signoff worker`` on the server's database: the answers reach the streams through the
+    server's poller, as from any other process."""
+    assert server.app.settings is not None
+    settings_env = {
+        **os.environ,  # noqa: TID251  (the child process inherits the bench's PATH and the like)
+        **demo_env(server.app.settings.signoff_database_url),
+        "SIGNOFF_SHOPIFY_CLIENT_SECRET": PROXY_SECRET,
+        "SIGNOFF_JWT_SECRET": JWT_SECRET,
+        **env,
+        "PYTHONPATH": str(ROOT),
+    }
+    cmd = [sys.executable, "-c", "import sys; from bot.cli import main; sys.exit(main())", "worker"]
+    return subprocess.Popen(cmd, env=settings_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def probe_from_own_process(url: str) -> None:
     """``/healthz`` every 10 ms from a process of its own (not slowed by the bench's loop or its
     GIL) until stdin closes; prints [[wall time, ms], …]."""
@@ -183,6 +202,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--hold", type=float, default=10.0, help="seconds every stream stays open, idle, after")
+    parser.add_argument(
+        "--worker-process",
+        action="store_true",
+        help="the turns in a `signoff worker` of their own",
+    )
     parser.add_argument("--probe", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:
@@ -203,11 +227,18 @@ def main() -> int:
             "SIGNOFF_WIDGET_SESSIONS_PER_IP_HOUR": str(args.sessions * 2),
             "SIGNOFF_POLICY_FILE": str(policy),
         }
-        with widget_server(**env) as server:
-            figures = asyncio.run(load(server.url, args.sessions, args.hold))
+        with widget_server(worker=not args.worker_process, **env) as server:
+            worker = _worker_process(server, env) if args.worker_process else None
+            try:
+                figures = asyncio.run(load(server.url, args.sessions, args.hold))
+            finally:
+                if worker is not None:
+                    worker.terminate()
+                    worker.wait(30)
+    figures["worker"] = "own process" if args.worker_process else "in the server's process"
     for k, v in figures.items():
         print(f"{k}: {v}")
-    write_result("widget_load", figures)
+    write_result("widget_load_worker_process" if args.worker_process else "widget_load", figures)
     return 0 if figures["exactly_once"] == args.sessions else 1
 
 
