@@ -184,7 +184,12 @@ def probe_from_own_process(url: str) -> None:
     """``/healthz`` every 10 ms from a process of its own (not slowed by the bench's loop or its
     GIL) until stdin closes; prints [[wall time, ms], …]."""
     stop = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+
+    def until_stdin_closes() -> None:
+        sys.stdin.read()
+        stop.set()
+
+    threading.Thread(target=until_stdin_closes, daemon=True).start()
     parts = urlsplit(url)
     conn = HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=60)
     out: list[tuple[float, float]] = []

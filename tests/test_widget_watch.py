@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import aiohttp
@@ -123,7 +123,7 @@ async def test_one_poll_asks_once_per_chunk_and_wakes_only_the_streams_behind(an
     asked: list[list[str]] = []
     latest = store.latest
 
-    async def counted(session_ids: list[str]) -> dict[str, int]:
+    async def counted(session_ids: Sequence[str]) -> dict[str, int]:
         asked.append(list(session_ids))
         return await latest(session_ids)
 
