@@ -231,6 +231,20 @@ class WidgetStore:
             rows = (await s.execute(stmt)).scalars().all()
         return [_event(r) for r in rows]
 
+    async def latest(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """The largest ``seq`` of each of these sessions that has events (one query: the widget's
+        poller asks it for every session with an open stream at once)."""
+        if not session_ids:
+            return {}
+        stmt = (
+            select(WidgetEventRow.session_id, func.max(WidgetEventRow.seq))
+            .where(WidgetEventRow.session_id.in_(list(session_ids)))
+            .group_by(WidgetEventRow.session_id)
+        )
+        async with self._db.reader() as s:
+            rows = (await s.execute(stmt)).all()
+        return {str(sid): int(top) for sid, top in rows}
+
     async def count(self, session_id: str, kinds: Sequence[str], window: timedelta) -> int:
         """The session's events of ``kinds`` within ``window`` (the per-session message limit)."""
         since = self._clock() - window

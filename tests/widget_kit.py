@@ -89,7 +89,7 @@ class WidgetServer:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
 
-async def _start(tmp: Path, model: ModelClient | None, env: dict[str, str]) -> tuple[Any, ...]:
+async def _start(tmp: Path, model: ModelClient | None, env: dict[str, str], worker: bool) -> tuple[Any, ...]:
     url = await demo_database(tmp / "widget.db")
     settings = load_settings(
         {**demo_env(url), "SIGNOFF_SHOPIFY_CLIENT_SECRET": PROXY_SECRET, "SIGNOFF_JWT_SECRET": JWT_SECRET, **env}
@@ -104,14 +104,15 @@ async def _start(tmp: Path, model: ModelClient | None, env: dict[str, str]) -> t
     await front_runner.setup()
     await web.TCPSite(front_runner, "127.0.0.1", 0).start()
     stop = asyncio.Event()
-    worker = asyncio.create_task(app.worker().run_forever(stop))
-    return app, base, front, f"http://127.0.0.1:{front_runner.addresses[0][1]}", (runner, front_runner, stop, worker)
+    jobs = asyncio.create_task(app.worker().run_forever(stop)) if worker else None
+    return app, base, front, f"http://127.0.0.1:{front_runner.addresses[0][1]}", (runner, front_runner, stop, jobs)
 
 
 async def _stop(app: App, parts: tuple[Any, ...]) -> None:
-    runner, front_runner, stop, worker = parts
+    runner, front_runner, stop, jobs = parts
     stop.set()
-    await worker
+    if jobs is not None:
+        await jobs
     await front_runner.cleanup()
     await runner.shutdown()
     await runner.cleanup()
@@ -119,13 +120,14 @@ async def _stop(app: App, parts: tuple[Any, ...]) -> None:
 
 
 @contextmanager
-def widget_server(model: ModelClient | None = None, /, **env: str) -> Iterator[WidgetServer]:
-    """The server on a loop in its own thread, for a synchronous browser driver."""
+def widget_server(model: ModelClient | None = None, /, *, worker: bool = True, **env: str) -> Iterator[WidgetServer]:
+    """The server on a loop in its own thread, for a synchronous browser driver; ``worker=False``:
+    no worker in it (one runs elsewhere: ``signoff worker`` on the same database)."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     with tempfile.TemporaryDirectory(prefix="signoff-widget-test-") as tmp:
-        started = asyncio.run_coroutine_threadsafe(_start(Path(tmp), model, env), loop).result(120)
+        started = asyncio.run_coroutine_threadsafe(_start(Path(tmp), model, env, worker), loop).result(120)
         app, base, front, front_url, parts = started
         try:
             yield WidgetServer(app=app, url=base, storefront=front, storefront_url=front_url, loop=loop)

@@ -53,8 +53,13 @@ class WidgetConfig:
     chunk_delay_s: float = 0.03
     #: The stream ends after this long; the browser reconnects with ``Last-Event-ID``.
     stream_max_s: float = 300.0
-    #: How often an idle stream looks for events another process wrote.
+    #: How often the process's one poller asks the store which open streams have events another
+    #: process wrote (one query for all of them, ``bot/widget/watch.py``); also how often a
+    #: stream checks that its reader is still there.
     poll_s: float = 1.0
+    #: An open stream reads its store at least this often even when nothing woke it (a net under
+    #: the poller; what this process writes wakes it at once).
+    reread_s: float = 60.0
     #: A comment line this often keeps proxies from closing an idle stream.
     heartbeat_s: float = 15.0
     #: How long a logged-in customer's conversation continues on the next page.

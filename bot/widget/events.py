@@ -31,7 +31,7 @@ from storage.widget import WidgetSession, WidgetStore
 
 class Hub:
     """Wakes this process's open streams of a session when an event is written here (another
-    process's writes are found by the streams' polling)."""
+    process's writes are found by the face's one poller, which wakes them here: ``watch.py``)."""
 
     def __init__(self) -> None:
         self._waiting: dict[str, set[asyncio.Event]] = {}

@@ -23,6 +23,7 @@ from bot.web import InboxFull
 from bot.widget import events
 from bot.widget.config import CHANNEL, FACE, WidgetConfig
 from bot.widget.sessions import Sessions, Visitor
+from bot.widget.watch import Watch
 from storage.inbox import Inbound
 from storage.records import Approval, Conversation
 from storage.widget import WidgetSession
@@ -43,11 +44,24 @@ class WidgetFace:
         self.auth = auth
         self._port: FacePort | None = None
         self._sessions: Sessions | None = None
+        self._watch: Watch | None = None
 
     def attach(self, port: FacePort) -> None:
         self._port = port
         store = events.store_of(port)
         self._sessions = Sessions(self.config, store, Authenticator(self.auth, self.backend, port), self.backend)
+        self._watch = Watch(store, interval=self.config.poll_s)
+
+    @property
+    def watch(self) -> Watch:
+        """The poller of this process's open streams (one query a tick for all of them)."""
+        if self._watch is None:
+            raise RuntimeError("the widget face was not attached to a runtime")
+        return self._watch
+
+    async def close(self) -> None:
+        if self._watch is not None:
+            await self._watch.close()
 
     @property
     def sessions(self) -> Sessions:

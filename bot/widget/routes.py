@@ -138,7 +138,12 @@ class Routes:
         self.face.sessions.cors(request, response)
         try:
             return await stream.serve(
-                request, visitor.session.id, self.face.sessions.store, self.face.config, cors=response.headers
+                request,
+                visitor.session.id,
+                self.face.sessions.store,
+                self.face.config,
+                self.face.watch,
+                cors=response.headers,
             )
         except (ConnectionResetError, ConnectionError):
             return response

@@ -24,12 +24,14 @@ from typing import Any
 from aiohttp import web
 
 from bot.widget.config import WidgetConfig
-from bot.widget.events import HUB
+from bot.widget.watch import Watch
 from storage.widget import WidgetEvent, WidgetStore
 
 CHUNKED = frozenset({"answer", "person"})
 _WORDS = re.compile(r"\S+\s*|\s+")
 WORDS_PER_CHUNK = 4
+#: Events read from the store at a time.
+READ_LIMIT = 200
 
 
 def chunks(text: str) -> list[str]:
@@ -43,6 +45,11 @@ class Cursor:
     seq: int = 0
     #: The last piece of event ``seq`` the reader has (``None``: all of it).
     piece: int | None = None
+
+    @property
+    def after(self) -> int:
+        """The events to read are those past this ``seq`` (event ``seq`` itself if only part of it was sent)."""
+        return self.seq - (1 if self.piece is not None else 0)
 
 
 def parse_cursor(value: str | None) -> Cursor:
@@ -110,9 +117,13 @@ async def serve(
     session_id: str,
     store: WidgetStore,
     config: WidgetConfig,
+    watch: Watch,
     *,
     cors: Mapping[str, str] | None = None,
 ) -> web.StreamResponse:
+    """The session's stream until ``config.stream_max_s`` or the reader goes. The store is read
+    when the stream opens, when ``watch`` wakes it (a write here at once, another process's within
+    ``poll_s``) and after ``reread_s`` of quiet; never on a timer per stream."""
     cursor = parse_cursor(request.headers.get("Last-Event-ID"))
     response = web.StreamResponse(
         headers={
@@ -125,29 +136,32 @@ async def serve(
     )
     loop = asyncio.get_running_loop()
     ends = loop.time() + config.stream_max_s
-    with HUB.listen(session_id) as woken:
+    with watch.listen(session_id) as ear:
         await response.prepare(request)
         await response.write(b"retry: 1000\n\n")
         replay = True  # what is already stored when the stream opens is sent at once
-        quiet_since = loop.time()
+        quiet_since = read_by = loop.time()
         while loop.time() < ends and request.transport is not None and not request.transport.is_closing():
-            woken.clear()
-            events = await store.after(session_id, cursor.seq - (1 if cursor.piece is not None else 0))
-            for event in events:
-                for frame_id, name, data in frames(event, cursor, live=not replay):
-                    await response.write(frame_bytes(frame_id, name, data))
-                    if name == "delta" and config.chunk_delay_s:
-                        await asyncio.sleep(config.chunk_delay_s)
-                cursor = Cursor(event.seq)
-            replay = False
-            if events:
-                quiet_since = loop.time()
-                continue
+            if ear.woken.is_set() or loop.time() >= read_by:
+                ear.woken.clear()  # before the read: a write during it wakes the stream again
+                events = await store.after(session_id, cursor.after, limit=READ_LIMIT)
+                for event in events:
+                    for frame_id, name, data in frames(event, cursor, live=not replay):
+                        await response.write(frame_bytes(frame_id, name, data))
+                        if name == "delta" and config.chunk_delay_s:
+                            await asyncio.sleep(config.chunk_delay_s)
+                    cursor = Cursor(event.seq)
+                ear.seen, replay, read_by = cursor.after, False, loop.time() + config.reread_s
+                if events:
+                    quiet_since = loop.time()
+                    if len(events) == READ_LIMIT:  # more stored than one read takes
+                        read_by = loop.time()
+                        continue
             if loop.time() - quiet_since >= config.heartbeat_s:
                 await response.write(b": keep-alive\n\n")
                 quiet_since = loop.time()
             try:
-                await asyncio.wait_for(woken.wait(), timeout=config.poll_s)
+                await asyncio.wait_for(ear.woken.wait(), timeout=config.poll_s)
             except TimeoutError:
                 pass
     return response

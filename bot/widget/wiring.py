@@ -36,4 +36,12 @@ def face(kit: FaceKit) -> Face | None:
         relay.deliver_on(FACE, deliver)
         relay.announce_on(FACE, announce)
 
-    return Plain(name=FACE, handler=widget.handle, notifier=widget, served=widget.routes(), inner=widget, relays=relays)
+    return Plain(
+        name=FACE,
+        handler=widget.handle,
+        notifier=widget,
+        served=widget.routes(),
+        inner=widget,
+        relays=relays,
+        on_close=widget.close,
+    )
