@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiosmtpd.controller import Controller
 from sqlalchemy import func, select
 
 from agent import handoff
@@ -21,6 +22,8 @@ from storage.models import InboundRow, WidgetEventRow, WidgetSessionRow
 from storage.widget import WidgetEvent
 from tests.gatekeeper_kit import policy_with
 from tests.support import REP
+from tests.test_api_serve import free_port
+from tests.test_email_serve import Sink
 from tests.widget_kit import JWT_SECRET, PROXY_SECRET, SHOP, WidgetServer, widget_server
 
 ORIGIN = "https://shop.example"
@@ -294,3 +297,30 @@ def test_the_hand_off_is_shown_as_its_states_and_a_person_by_name(server: Widget
     server.run(take())
     taken = server.run(asyncio.wait_for(_read_stream(url, who, '"state": "taken"'), 60))
     assert taken.count('event: handoff\ndata: {"state": "taken", "name": "Priya Raman"}') == 1
+
+
+def test_a_guest_verifies_with_a_code_emailed_over_smtp_to_the_address_on_file() -> None:
+    """With SMTP configured the code goes by mail from the shop (not into the outbox), to the
+    customer's address on file; typing it binds the session to that customer."""
+    sink = Sink()
+    smtp = Controller(sink, hostname="127.0.0.1", port=free_port())
+    smtp.start()
+    try:
+        env = {"SIGNOFF_SMTP_URL": f"smtp://127.0.0.1:{smtp.port}", "SIGNOFF_EMAIL_FROM": "support@shop.example"}
+        with widget_server(SIGNOFF_WIDGET_ORIGINS=ORIGIN, **env) as server:
+            who = _guest(server)
+            status, _, body = call(
+                server, "POST", "/widget/api/verify", json={"email": "MAYA.CHEN@example.com"}, headers=who
+            )
+            assert (status, body) == (200, {"outcome": "code_sent"})
+            [mail] = server.run(sink.wait(1))
+            assert mail["To"] == "maya.chen@example.com" and mail["From"] == "support@shop.example"
+            code = next(
+                w.rstrip(".") for w in str(mail.get_payload()).split() if len(w.rstrip(".")) == 6 and w.isupper()
+            )
+            status, _, body = call(server, "POST", "/widget/api/verify", json={"code": code}, headers=who)
+            assert (status, body) == (200, {"outcome": "verified"})
+            status, _, body = call(server, "POST", "/widget/api/session", json={}, headers=who)
+            assert body["customer"] == "C-7"
+    finally:
+        smtp.stop()

@@ -16,7 +16,7 @@ from typing import Any
 
 from agent.errors import DecisionError, LimitExceeded
 from agent.outcomes import TurnResult
-from bot.email.smtp import OutgoingEmail, new_message_id
+from bot.email.codes import send_code
 from bot.slack import blocks, clicks, present, wording
 from bot.slack import handoff as handoffs
 from bot.slack.face import CHANNEL, Person, SlackFace, thread_ref
@@ -252,19 +252,14 @@ async def _send_code(face: SlackFace, customer: Customer, code: str, inbound_id:
         f"Your signoff link code is {code}. Write it in Slack to link your Slack account to your "
         "customer account. It expires in 15 minutes. If you did not ask for it, ignore this message."
     )
-    sender = getattr(face.mailer, "from_address", None)
-    if face.mailer is not None and sender:
-        mail = OutgoingEmail(
-            to=customer.email,
-            from_address=sender,
-            subject=wording.LINK_CODE_SUBJECT,
-            body=body,
-            message_id=new_message_id(f"slack-link-{inbound_id}", sender),
-        )
-        await face.mailer.send(mail)
-        return
-    await face.backend.send_message(
-        customer.id, channel="email", template="slack_link_code", body=body, idempotency_key=f"slack-link:{inbound_id}"
+    await send_code(
+        face.mailer,
+        face.backend,
+        customer,
+        subject=wording.LINK_CODE_SUBJECT,
+        body=body,
+        template="slack_link_code",
+        key=f"slack-link:{inbound_id}",
     )
 
 

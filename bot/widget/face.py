@@ -19,6 +19,7 @@ from agent.face_port import FacePort, InboundItem
 from agent.notify import EscalationNotice, ShadowNotice
 from agent.outcomes import TurnResult
 from bot.api.auth import AuthConfig, Authenticator
+from bot.email.smtp import Mailer
 from bot.web import InboxFull
 from bot.widget import events
 from bot.widget.config import CHANNEL, FACE, WidgetConfig
@@ -38,9 +39,13 @@ class WidgetFace:
     """The widget of one process; :meth:`attach` hands it the runtime's port (its notifier is
     one of the runtime's collaborators)."""
 
-    def __init__(self, config: WidgetConfig, *, backend: CommerceBackend, auth: AuthConfig) -> None:
+    def __init__(
+        self, config: WidgetConfig, *, backend: CommerceBackend, auth: AuthConfig, mailer: Mailer | None = None
+    ) -> None:
         self.config = config
         self.backend = backend
+        #: Verification codes go over SMTP when it is configured.
+        self.mailer = mailer
         self.auth = auth
         self._port: FacePort | None = None
         self._sessions: Sessions | None = None

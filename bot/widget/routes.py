@@ -175,7 +175,9 @@ class Routes:
             order, email = _text(body, "order", 64), _text(body, "email", 254)
             outcome = await verify.by_order(port, backend, visitor, order, email)
         elif "email" in body:
-            outcome = await verify.request_code(port, backend, visitor, _text(body, "email", 254))
+            outcome = await verify.request_code(
+                port, backend, visitor, _text(body, "email", 254), mailer=self.face.mailer
+            )
         else:
             raise ApiError("invalid", 'send {"order", "email"}, {"email"} or {"code"}')
         return await self._verified(visitor, outcome)

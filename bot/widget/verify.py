@@ -17,6 +17,8 @@ import secrets
 from datetime import timedelta
 
 from agent.face_port import FacePort
+from bot.email.codes import send_code
+from bot.email.smtp import Mailer
 from bot.widget import events
 from bot.widget.config import CHANNEL
 from bot.widget.sessions import Visitor
@@ -26,6 +28,7 @@ from tools.backend import CommerceBackend
 #: Order checks and code emails: at most 3 to one address and 5 by one session per hour.
 CAPS = CodeCaps(per_address=3, per_requester=5, window=timedelta(hours=1))
 CODE_TTL_S = 15 * 60
+SUBJECT = "Your verification code"
 _CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 
 
@@ -65,8 +68,11 @@ async def by_order(port: FacePort, backend: CommerceBackend, visitor: Visitor, o
     return await _bind(port, visitor, customer.id, "order")
 
 
-async def request_code(port: FacePort, backend: CommerceBackend, visitor: Visitor, email: str) -> str:
-    """A code to the address on file, if it is one (the answer is ``code_sent`` either way)."""
+async def request_code(
+    port: FacePort, backend: CommerceBackend, visitor: Visitor, email: str, *, mailer: Mailer | None = None
+) -> str:
+    """A code to the address on file, if it is one (the answer is ``code_sent`` either way): over
+    SMTP when ``mailer`` is configured, else the shop's outbox."""
     if visitor.session.customer_id is not None:
         return "already"
     address = _email(email)
@@ -82,12 +88,14 @@ async def request_code(port: FacePort, backend: CommerceBackend, visitor: Visito
             f"Your verification code is {code}. Type it in the chat on our website to see your orders "
             "there. It expires in 15 minutes. If you did not ask for it, ignore this message."
         )
-        await backend.send_message(
-            customer.id,
-            channel="email",
-            template="widget_code",
+        await send_code(
+            mailer,
+            backend,
+            customer,
+            subject=SUBJECT,
             body=body,
-            idempotency_key=f"widget-code:{visitor.session.id}:{secrets.token_hex(6)}",
+            template="widget_code",
+            key=f"widget-code:{visitor.session.id}:{secrets.token_hex(6)}",
         )
     return "code_sent"
 

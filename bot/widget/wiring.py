@@ -15,7 +15,10 @@ def face(kit: FaceKit) -> Face | None:
     from bot.widget.face import WidgetFace
 
     widget = WidgetFace(
-        WidgetConfig.from_settings(kit.settings), backend=kit.backend, auth=AuthConfig.from_settings(kit.settings)
+        WidgetConfig.from_settings(kit.settings),
+        backend=kit.backend,
+        auth=AuthConfig.from_settings(kit.settings),
+        mailer=kit.mailer,
     )
     widget.attach(kit.port)
     port = kit.port
