@@ -24,6 +24,7 @@ from agent import continuation
 from agent.approvals import RESUME_JOB
 from agent.confirmations import CONFIRM_JOB
 from agent.errors import Busy, InProgress, Unavailable
+from agent.loop_lag import LoopLag
 from agent.reconcile import LEASE_WAIT_S, finish, finish_run, reconcile_stuck
 from agent.runtime import Runtime
 from storage.faults import rerunnable
@@ -50,6 +51,10 @@ class WorkerConfig:
     #: Jobs run at once by ``run_forever`` (turns wait on the model: they overlap; one
     #: conversation's turns still take its lock one at a time).
     concurrency: int = 32
+    #: No new job while the loop runs more than this late (``agent.loop_lag``; one job always
+    #: runs): turns busy with the CPU then never make the loop, and a server on it, slow to
+    #: answer. ``None``: only ``concurrency`` bounds them.
+    lag_limit_s: float | None = 0.02
     #: How often ``checkpoint`` runs (signing the audit head); ``None``: never.
     checkpoint_every_s: float | None = None
     #: How often the reconciliation pass (:func:`recover`) runs while the worker runs.
@@ -227,31 +232,43 @@ class Worker:
     async def _jobs_forever(self, stop: asyncio.Event) -> None:
         running: set[asyncio.Task[None]] = set()
         done = asyncio.Event()
-        while not stop.is_set():
-            free = self.config.concurrency - len(running)
-            jobs: list[Job] = []
-            if free > 0:
-                try:
-                    jobs = await self._claim(min(free, self.config.batch))
-                except Exception as exc:
-                    if self.rt.s.db.fault(exc) is None:
-                        log.exception("worker iteration failed")
-                    else:  # the database restarts: poll again shortly (the outage is counted)
-                        log.warning("worker: database unavailable (%s); waiting", type(exc).__name__)
-            for job in jobs:
-                task = asyncio.create_task(self._run(job), name=f"signoff-job-{job.id}")
-                running.add(task)
-                task.add_done_callback(running.discard)
-                task.add_done_callback(lambda _t: done.set())
-            if jobs and len(running) < self.config.concurrency:
-                continue  # more may be due right away
-            done.clear()
-            waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(done.wait())]
-            await asyncio.wait(waits, timeout=self.config.poll_s, return_when=asyncio.FIRST_COMPLETED)
-            for w in waits:
-                w.cancel()
+        limit = self.config.lag_limit_s
+        with LoopLag().timing() as lag:
+            while not stop.is_set():
+                free = self.config.concurrency - len(running)
+                held = bool(running) and limit is not None and lag.behind(limit)
+                if held:
+                    free = 0  # the loop is behind: the running jobs go first
+                jobs: list[Job] = []
+                if free > 0:
+                    try:
+                        jobs = await self._claim(min(free, self.config.batch))
+                    except Exception as exc:
+                        if self.rt.s.db.fault(exc) is None:
+                            log.exception("worker iteration failed")
+                        else:  # the database restarts: poll again shortly (the outage is counted)
+                            log.warning("worker: database unavailable (%s); waiting", type(exc).__name__)
+                for job in jobs:
+                    task = asyncio.create_task(self._run(job), name=f"signoff-job-{job.id}")
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                    task.add_done_callback(lambda _t: done.set())
+                if jobs and len(running) < self.config.concurrency:
+                    if limit is not None:
+                        await lag.tick()  # the new jobs' first steps count in the lag read next
+                    continue  # more may be due right away
+                done.clear()
+                waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(done.wait())]
+                await asyncio.wait(waits, timeout=self._wait_s(held, lag), return_when=asyncio.FIRST_COMPLETED)
+                for w in waits:
+                    w.cancel()
         if running:
             await asyncio.gather(*running, return_exceptions=True)
+
+    def _wait_s(self, held: bool, lag: LoopLag) -> float:
+        """How long to wait for a job to end before looking again: held back by the lag, only until
+        the loop may have caught up."""
+        return min(self.config.poll_s, 5 * lag.interval) if held else self.config.poll_s
 
 
 async def recover(rt: Runtime, *, orphan_after_s: float = 60.0, lease_wait_s: float = LEASE_WAIT_S) -> int:

@@ -1,8 +1,8 @@
 """200 widget sessions streaming at once on one process: every message delivered exactly once,
 and ``GET /healthz`` p99 while they stream (target < 100 ms).
 
-The composition root's own app (sandbox, the offline planner) on a loopback port in a thread of
-this process; the 200 guests each open a session, start their stream, send one message and read
+The composition root's own app (sandbox, the offline planner) on a loopback port in a process of
+its own (as ``signoff serve`` runs; not sharing this process's interpreter with the readers); the 200 guests each open a session, start their stream, send one message and read
 until its answer is complete, then keeps its stream open (idle) until every guest has its answer
 and ``--hold`` seconds more. ``/healthz`` is timed every 10 ms meanwhile; its figures are given
 for the delivery (``healthz_*``) and for the idle hold with every stream open (``idle_healthz_*``:
@@ -36,10 +36,29 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import write_result  # noqa: E402
+from bot.server import settle_heap  # noqa: E402
 from bot.widget.demo import demo_env  # noqa: E402
 from tests.widget_kit import JWT_SECRET, PROXY_SECRET, WidgetServer, widget_server  # noqa: E402
 
 QUESTION = "What is your refund policy?"
+
+
+class SlowPlanner:
+    """The offline planner, answering after ``latency_s`` (a model's time to answer; 0: at once)."""
+
+    def __init__(self, latency_s: float) -> None:
+        from agent.planner import DemoPlanner
+
+        self._planner = DemoPlanner()
+        self._latency_s = latency_s
+
+    @property
+    def model_name(self) -> str:
+        return self._planner.model_name
+
+    async def complete(self, request: Any) -> Any:
+        await asyncio.sleep(self._latency_s)
+        return await self._planner.complete(request)
 
 
 async def _frames(stream: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
@@ -58,13 +77,15 @@ async def _rest(frames: AsyncIterator[dict[str, Any]], seen: list[dict[str, Any]
         seen.append(f)
 
 
-async def one(session: aiohttp.ClientSession, url: str, n: int, got: Got) -> list[dict[str, Any]]:
-    """A guest: open, stream, send one message, read until its answer is whole; every frame seen.
-    Then its stream stays open (still read: anything more would be a duplicate) until the hold ends."""
+async def one(session: aiohttp.ClientSession, url: str, n: int, got: Got, delay: float = 0.0) -> list[dict[str, Any]]:
+    """A guest: open, stream, send one message (``delay`` seconds after opening), read until its
+    answer is whole; every frame seen. Then its stream stays open (still read: anything more would
+    be a duplicate) until the hold ends."""
     async with session.post(f"{url}/widget/api/session", json={}, headers={"Origin": "https://bench.example"}) as r:
         who = {"Origin": "https://bench.example", "X-Signoff-Session": (await r.json())["session"]}
     seen: list[dict[str, Any]] = []
     async with session.get(f"{url}/widget/api/stream", headers=who) as stream:
+        await asyncio.sleep(delay)
         async with session.post(
             f"{url}/widget/api/messages", json={"clientId": f"b-{n}", "text": QUESTION}, headers=who
         ) as r:
@@ -107,7 +128,7 @@ def _percentiles(prefix: str, latencies: list[float]) -> dict[str, Any]:
     }
 
 
-async def load(url: str, sessions: int, hold: float) -> dict[str, Any]:
+async def load(url: str, sessions: int, hold: float, spread: float = 0.0) -> dict[str, Any]:
     latencies: list[float] = []
     idle: list[float] = []
     done = asyncio.Event()
@@ -130,7 +151,7 @@ async def load(url: str, sessions: int, hold: float) -> dict[str, Any]:
         assert await outside.stdout.readline() == b"ready\n"
         prober = asyncio.create_task(probe())
         t0 = time.perf_counter()
-        guests = [asyncio.create_task(one(http, url, n, got)) for n in range(sessions)]
+        guests = [asyncio.create_task(one(http, url, n, got, spread * n / sessions)) for n in range(sessions)]
         everyone = asyncio.create_task(got.all_in.wait())
         await asyncio.wait([everyone, *guests], return_when=asyncio.FIRST_COMPLETED)  # a guest done: it failed
         elapsed = time.perf_counter() - t0
@@ -153,6 +174,7 @@ async def load(url: str, sessions: int, hold: float) -> dict[str, Any]:
         refused += any(f["event"] == "notice" for f in frames)
     return {
         "sessions": sessions,
+        "messages_sent_over_s": spread,
         "exactly_once": ok,
         "refused_by_a_limit": refused,
         "seconds": round(elapsed, 2),
@@ -203,20 +225,9 @@ def probe_from_own_process(url: str) -> None:
     print(json.dumps(out))
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sessions", type=int, default=200)
-    parser.add_argument("--hold", type=float, default=10.0, help="seconds every stream stays open, idle, after")
-    parser.add_argument(
-        "--worker-process",
-        action="store_true",
-        help="the turns in a `signoff worker` of their own",
-    )
-    parser.add_argument("--probe", metavar="URL", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.probe:
-        probe_from_own_process(args.probe)
-        return 0
+def serve(sessions: int, worker_process: bool, model_s: float) -> None:
+    """The server (and, with ``worker_process``, a ``signoff worker`` beside it) in this process,
+    which is not the bench's: prints its URL, serves until stdin closes."""
     with tempfile.TemporaryDirectory() as tmp:
         policy = Path(tmp) / "policy.yaml"
         text = (ROOT / "agent" / "data" / "policy.yaml").read_text()
@@ -229,21 +240,62 @@ def main() -> int:
         policy.write_text(text)
         env = {
             "SIGNOFF_WIDGET_ORIGINS": "https://bench.example",
-            "SIGNOFF_WIDGET_SESSIONS_PER_IP_HOUR": str(args.sessions * 2),
+            "SIGNOFF_WIDGET_SESSIONS_PER_IP_HOUR": str(sessions * 2),
             "SIGNOFF_POLICY_FILE": str(policy),
         }
-        with widget_server(worker=not args.worker_process, **env) as server:
-            worker = _worker_process(server, env) if args.worker_process else None
+        with widget_server(SlowPlanner(model_s), worker=not worker_process, **env) as server:
+            settle_heap()  # as `signoff serve` does once it listens
+            worker = _worker_process(server, env) if worker_process else None
             try:
-                figures = asyncio.run(load(server.url, args.sessions, args.hold))
+                print(server.url, flush=True)
+                sys.stdin.read()
             finally:
                 if worker is not None:
                     worker.terminate()
                     worker.wait(30)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--hold", type=float, default=10.0, help="seconds every stream stays open, idle, after")
+    parser.add_argument(
+        "--worker-process",
+        action="store_true",
+        help="the turns in a `signoff worker` of their own",
+    )
+    parser.add_argument(
+        "--spread", type=float, default=0.0, help="seconds over which the guests send (0: every guest at once)"
+    )
+    parser.add_argument("--model-ms", type=float, default=0.0, help="the offline planner's time to answer a call")
+    parser.add_argument("--probe", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.probe:
+        probe_from_own_process(args.probe)
+        return 0
+    if args.serve:
+        serve(args.sessions, args.worker_process, args.model_ms / 1000)
+        return 0
+    cmd = [sys.executable, __file__, "--serve", "--sessions", str(args.sessions), "--model-ms", str(args.model_ms)]
+    server = subprocess.Popen(
+        cmd + (["--worker-process"] if args.worker_process else []), stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert server.stdin is not None and server.stdout is not None
+    try:
+        url = server.stdout.readline().decode().strip()
+        if not url.startswith("http"):
+            raise SystemExit("the server did not start")
+        figures = asyncio.run(load(url, args.sessions, args.hold, args.spread))
+    finally:
+        server.stdin.close()
+        server.wait(60)
     figures["worker"] = "own process" if args.worker_process else "in the server's process"
+    figures["model_ms"] = args.model_ms
     for k, v in figures.items():
         print(f"{k}: {v}")
-    write_result("widget_load_worker_process" if args.worker_process else "widget_load", figures)
+    name = "widget_load" + ("_worker_process" if args.worker_process else "") + ("_paced" if args.spread else "")
+    write_result(name, figures)
     return 0 if figures["exactly_once"] == args.sessions else 1
 
 

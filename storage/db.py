@@ -375,6 +375,10 @@ def _sqlite_pragmas(engine: AsyncEngine | Engine, *, busy_ms: int = 30_000) -> N
             cursor.close()
 
 
+#: Connections the SQLite file's async engine keeps open (as many again may open for a burst).
+SQLITE_POOL = 32
+
+
 def create_database(url: str, *, echo: bool = False, pool_size: int = 10) -> Database:
     """Build the engine for ``url``; SQLite gets WAL + ``BEGIN IMMEDIATE``."""
     kwargs: dict[str, Any] = {"echo": echo}
@@ -384,6 +388,10 @@ def create_database(url: str, *, echo: bool = False, pool_size: int = 10) -> Dat
         if path and path != ":memory:" and not path.startswith("file:"):
             # Statements run on the loop's thread; a busy file sends the call to a thread.
             kwargs["async_creator"] = lambda: inline_connect(path)
+            # Each connection has a thread of its own (aiosqlite): kept, not opened and closed
+            # per request when a burst of requests each holds one.
+            kwargs["pool_size"] = SQLITE_POOL
+            kwargs["max_overflow"] = SQLITE_POOL
     else:
         kwargs["pool_size"] = pool_size
         kwargs["max_overflow"] = pool_size

@@ -18,15 +18,55 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Connection, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from storage.db import Database
+from storage.db import Database, WriteContext
+from storage.fastsql import prepared
 from storage.models import WidgetEventRow, WidgetSessionRow
 from storage.records import aware, wall_clock
 
 #: How often an insert that lost the race for a ``seq`` is tried again.
 _SEQ_TRIES = 8
+
+# Every statement of a widget request is built once and prepared (``storage.fastsql``): a
+# burst of 200 widgets opening at once is 600 requests, and the loop answers ``/healthz``
+# between them.
+_S = WidgetSessionRow.__table__
+_E = WidgetEventRow.__table__
+_SESSION_BY_SECRET = prepared(select(_S).where(_S.c.secret_hash == bindparam("h")))
+_SESSION_BY_ID = prepared(select(_S).where(_S.c.id == bindparam("id")))
+_SESSIONS_OF_CONV = prepared(select(_S).where(_S.c.conversation_id == bindparam("c")))
+_LATEST_FOR = prepared(
+    select(_S)
+    .where(
+        _S.c.shop == bindparam("shop"),
+        _S.c.customer_id == bindparam("customer"),
+        _S.c.verified_via == bindparam("via"),
+        _S.c.created_at >= bindparam("since"),
+    )
+    .order_by(_S.c.created_at.desc())
+    .limit(1)
+)
+_OPENED_FROM = prepared(
+    select(func.count()).select_from(_S).where(_S.c.ip_hash == bindparam("ip"), _S.c.created_at >= bindparam("since"))
+)
+_INSERT_SESSION = prepared(insert(_S))
+_SET_CONVERSATION = prepared(update(_S).where(_S.c.id == bindparam("sid")).values(conversation_id=bindparam("c")))
+_EVENT_BY_KEY = prepared(select(_E.c.id).where(_E.c.key == bindparam("key")))
+_TOP_SEQ = prepared(select(func.max(_E.c.seq)).where(_E.c.session_id == bindparam("sid")))
+_INSERT_EVENT = prepared(insert(_E))
+_EVENTS_AFTER = prepared(
+    select(_E)
+    .where(_E.c.session_id == bindparam("sid"), _E.c.seq > bindparam("seq"))
+    .order_by(_E.c.seq)
+    .limit(bindparam("limit"))
+)
+_COUNT_KIND = prepared(
+    select(func.count())
+    .select_from(_E)
+    .where(_E.c.session_id == bindparam("sid"), _E.c.kind == bindparam("kind"), _E.c.created_at >= bindparam("since"))
+)
 
 
 def secret_hash(secret: str) -> str:
@@ -58,7 +98,7 @@ class WidgetEvent:
     created_at: datetime
 
 
-def _session(row: WidgetSessionRow) -> WidgetSession:
+def _session(row: Any) -> WidgetSession:
     return WidgetSession(
         id=row.id,
         shop=row.shop,
@@ -69,7 +109,7 @@ def _session(row: WidgetSessionRow) -> WidgetSession:
     )
 
 
-def _event(row: WidgetEventRow) -> WidgetEvent:
+def _event(row: Any) -> WidgetEvent:
     return WidgetEvent(
         session_id=row.session_id,
         seq=row.seq,
@@ -99,50 +139,43 @@ class WidgetStore:
         verified_via: str | None = None,
     ) -> WidgetSession:
         """A new session; only the hash of ``secret`` is kept."""
-        row = WidgetSessionRow(
+        values = {
+            "id": id,
+            "secret_hash": secret_hash(secret),
+            "shop": shop,
+            "customer_id": customer_id,
+            "verified_via": verified_via,
+            "ip_hash": ip_hash,
+            "conversation_id": None,
+            "created_at": self._clock(),
+        }
+        await self._db.write(lambda conn, _ctx: conn.execute(_INSERT_SESSION, values))
+        return WidgetSession(
             id=id,
-            secret_hash=secret_hash(secret),
             shop=shop,
             customer_id=customer_id,
             verified_via=verified_via,
-            ip_hash=ip_hash,
-            created_at=self._clock(),
+            conversation_id=None,
+            created_at=values["created_at"],
         )
-        async with self._db.sessions() as s, s.begin():
-            s.add(row)
-        return _session(row)
+
+    async def _one_session(self, stmt: Any, params: dict[str, Any]) -> WidgetSession | None:
+        row = await self._db.read(lambda conn: conn.execute(stmt, params).first())
+        return _session(row) if row is not None else None
 
     async def by_secret(self, secret: str) -> WidgetSession | None:
         """The session this secret opens, if any."""
-        async with self._db.reader() as s:
-            row = (
-                await s.execute(select(WidgetSessionRow).where(WidgetSessionRow.secret_hash == secret_hash(secret)))
-            ).scalar_one_or_none()
-        return _session(row) if row is not None else None
+        return await self._one_session(_SESSION_BY_SECRET, {"h": secret_hash(secret)})
 
     async def get(self, session_id: str) -> WidgetSession | None:
         """A session by its id (the worker's look-up)."""
-        async with self._db.reader() as s:
-            row = await s.get(WidgetSessionRow, session_id)
-        return _session(row) if row is not None else None
+        return await self._one_session(_SESSION_BY_ID, {"id": session_id})
 
     async def latest_for(self, shop: str, customer_id: str, *, via: str, window: timedelta) -> WidgetSession | None:
         """The newest session of an identified customer on ``shop`` established the same way
         (a logged-in customer's conversation continues on the next page without a cookie)."""
-        stmt = (
-            select(WidgetSessionRow)
-            .where(
-                WidgetSessionRow.shop == shop,
-                WidgetSessionRow.customer_id == customer_id,
-                WidgetSessionRow.verified_via == via,
-                WidgetSessionRow.created_at >= self._clock() - window,
-            )
-            .order_by(WidgetSessionRow.created_at.desc())
-            .limit(1)
-        )
-        async with self._db.reader() as s:
-            row = (await s.execute(stmt)).scalar_one_or_none()
-        return _session(row) if row is not None else None
+        params = {"shop": shop, "customer": customer_id, "via": via, "since": self._clock() - window}
+        return await self._one_session(_LATEST_FOR, params)
 
     async def bind(self, session_id: str, *, customer_id: str, via: str) -> bool:
         """Bind a guest session to one customer; a session bound already stays as it is (False)."""
@@ -163,72 +196,52 @@ class WidgetStore:
 
     async def set_conversation(self, session_id: str, conversation_id: str) -> None:
         """The conversation the session's messages now go to (follow-ups find the session by it)."""
-        stmt = update(WidgetSessionRow).where(WidgetSessionRow.id == session_id).values(conversation_id=conversation_id)
-        async with self._db.sessions() as s, s.begin():
-            await s.execute(stmt)
+        params = {"sid": session_id, "c": conversation_id}
+        await self._db.write(lambda conn, _ctx: conn.execute(_SET_CONVERSATION, params))
 
     async def for_conversation(self, conversation_id: str) -> list[WidgetSession]:
         """The sessions whose current conversation this is (normally one)."""
-        async with self._db.reader() as s:
-            rows = (
-                (await s.execute(select(WidgetSessionRow).where(WidgetSessionRow.conversation_id == conversation_id)))
-                .scalars()
-                .all()
-            )
+        rows = await self._db.read(lambda conn: conn.execute(_SESSIONS_OF_CONV, {"c": conversation_id}).all())
         return [_session(r) for r in rows]
 
     async def opened_from(self, ip_hash: str, window: timedelta) -> int:
         """Sessions opened from one address within ``window`` (the per-address guest limit)."""
-        since = self._clock() - window
-        stmt = select(func.count(WidgetSessionRow.id)).where(
-            WidgetSessionRow.ip_hash == ip_hash, WidgetSessionRow.created_at >= since
-        )
-        async with self._db.reader() as s:
-            return int((await s.execute(stmt)).scalar_one())
+        params = {"ip": ip_hash, "since": self._clock() - window}
+        return int(await self._db.read(lambda conn: conn.execute(_OPENED_FROM, params).scalar_one()))
 
     # -- events -----------------------------------------------------------------------------
     async def append(self, session_id: str, *, key: str, kind: str, data: dict[str, Any]) -> WidgetEvent | None:
         """Write one event under ``key``; ``None`` when that key was written already."""
         for _ in range(_SEQ_TRIES):
             try:
-                return await self._append(session_id, key=key, kind=kind, data=data)
+                return await self._db.write(lambda conn, _ctx: self._append(conn, session_id, key, kind, data))
             except IntegrityError:
                 if await self._has_key(key):
                     return None
         raise RuntimeError(f"widget event {key!r}: no free seq after {_SEQ_TRIES} tries")
 
-    async def _append(self, session_id: str, *, key: str, kind: str, data: dict[str, Any]) -> WidgetEvent | None:
-        async with self._db.sessions() as s, s.begin():
-            if (await s.execute(select(WidgetEventRow.id).where(WidgetEventRow.key == key))).first() is not None:
-                return None
-            top = (
-                await s.execute(select(func.max(WidgetEventRow.seq)).where(WidgetEventRow.session_id == session_id))
-            ).scalar_one()
-            row = WidgetEventRow(
-                session_id=session_id,
-                seq=int(top or 0) + 1,
-                key=key,
-                kind=kind,
-                data=data,
-                created_at=self._clock(),
-            )
-            s.add(row)
-        return _event(row)
+    def _append(self, conn: Connection, session_id: str, key: str, kind: str, data: dict[str, Any]) -> WidgetEvent | None:
+        if conn.execute(_EVENT_BY_KEY, {"key": key}).first() is not None:
+            return None
+        top = conn.execute(_TOP_SEQ, {"sid": session_id}).scalar_one()
+        values = {
+            "session_id": session_id,
+            "seq": int(top or 0) + 1,
+            "key": key,
+            "kind": kind,
+            "data": data,
+            "created_at": self._clock(),
+        }
+        conn.execute(_INSERT_EVENT, values)
+        return WidgetEvent(**{**values, "data": dict(data)})
 
     async def _has_key(self, key: str) -> bool:
-        async with self._db.reader() as s:
-            return (await s.execute(select(WidgetEventRow.id).where(WidgetEventRow.key == key))).first() is not None
+        return await self._db.read(lambda conn: conn.execute(_EVENT_BY_KEY, {"key": key}).first()) is not None
 
     async def after(self, session_id: str, seq: int, *, limit: int = 200) -> list[WidgetEvent]:
         """The session's events after ``seq``, in order."""
-        stmt = (
-            select(WidgetEventRow)
-            .where(WidgetEventRow.session_id == session_id, WidgetEventRow.seq > seq)
-            .order_by(WidgetEventRow.seq)
-            .limit(limit)
-        )
-        async with self._db.reader() as s:
-            rows = (await s.execute(stmt)).scalars().all()
+        params = {"sid": session_id, "seq": seq, "limit": limit}
+        rows = await self._db.read(lambda conn: conn.execute(_EVENTS_AFTER, params).all())
         return [_event(r) for r in rows]
 
     async def latest(self, session_ids: Sequence[str]) -> dict[str, int]:
@@ -245,16 +258,10 @@ class WidgetStore:
             rows = (await s.execute(stmt)).all()
         return {str(sid): int(top) for sid, top in rows}
 
-    async def count(self, session_id: str, kinds: Sequence[str], window: timedelta) -> int:
-        """The session's events of ``kinds`` within ``window`` (the per-session message limit)."""
-        since = self._clock() - window
-        stmt = select(func.count(WidgetEventRow.id)).where(
-            WidgetEventRow.session_id == session_id,
-            WidgetEventRow.kind.in_(list(kinds)),
-            WidgetEventRow.created_at >= since,
-        )
-        async with self._db.reader() as s:
-            return int((await s.execute(stmt)).scalar_one())
+    async def count(self, session_id: str, kind: str, window: timedelta) -> int:
+        """The session's events of ``kind`` within ``window`` (the per-session message limit)."""
+        params = {"sid": session_id, "kind": kind, "since": self._clock() - window}
+        return int(await self._db.read(lambda conn: conn.execute(_COUNT_KIND, params).scalar_one()))
 
 
 __all__ = ["WidgetEvent", "WidgetSession", "WidgetStore", "secret_hash"]
