@@ -150,7 +150,7 @@ async def load(url: str, sessions: int, hold: float, spread: float = 0.0) -> dic
         assert outside.stdout is not None
         assert await outside.stdout.readline() == b"ready\n"
         prober = asyncio.create_task(probe())
-        t0 = time.perf_counter()
+        t0, started = time.perf_counter(), time.time()
         guests = [asyncio.create_task(one(http, url, n, got, spread * n / sessions)) for n in range(sessions)]
         everyone = asyncio.create_task(got.all_in.wait())
         await asyncio.wait([everyone, *guests], return_when=asyncio.FIRST_COMPLETED)  # a guest done: it failed
@@ -182,6 +182,10 @@ async def load(url: str, sessions: int, hold: float, spread: float = 0.0) -> dic
         "streams_held_idle_s": hold,
         **_percentiles("idle_", idle),
         **_percentiles("own_process_", [ms for t, ms in samples if t < idle_from]),
+        # the five slowest while answering, each with when it started (s from the first guest)
+        "own_process_slowest": [
+            [round(t - started, 2), round(ms, 1)] for t, ms in sorted(samples, key=lambda x: -x[1])[:5] if t < idle_from
+        ],
         **_percentiles("own_process_idle_", [ms for t, ms in samples if t >= idle_from]),
     }
 

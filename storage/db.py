@@ -193,6 +193,10 @@ class WriteContext:
     audit_events: list[Any] = field(default_factory=list)
 
 
+#: How often at most the SQLite writer checkpoints the WAL (on its own thread).
+CHECKPOINT_EVERY_S = 1.0
+
+
 class SyncWriter:
     """The stdlib ``sqlite3`` engines behind :meth:`Database.write` and :meth:`Database.read`.
 
@@ -215,6 +219,8 @@ class SyncWriter:
         self.handoffs = 0
         self._local = threading.local()
         self._held: list[Connection] = []
+        self._checkpoint_due = 0.0
+        self._checkpointing = False
 
     @property
     def engines(self) -> list[Engine]:
@@ -251,6 +257,7 @@ class SyncWriter:
         if self.inline is not None:
             ran, result = self._inline(self._kept("writer"), lambda c: fn(c, ctx))
             if ran:
+                self._maybe_checkpoint()
                 return result  # type: ignore[return-value]
             self.handoffs += 1
             for delay in BUSY_POLL_S:  # another process writes: poll for the lock here first
@@ -300,6 +307,31 @@ class SyncWriter:
             if driver is not None and driver.in_transaction:
                 driver.rollback()
             raise
+
+    def _maybe_checkpoint(self) -> None:
+        """At most every :data:`CHECKPOINT_EVERY_S`, a passive WAL checkpoint on the writer's
+        thread: connections on the loop's thread never checkpoint on commit (copying the WAL into
+        the file and its fsync can hold a commit, and the loop, for a tenth of a second)."""
+        now = time.monotonic()
+        if self._checkpointing or now < self._checkpoint_due:
+            return
+        self._checkpointing, self._checkpoint_due = True, now + CHECKPOINT_EVERY_S
+        try:
+            self._pool.submit(self._checkpoint)
+        except RuntimeError:  # the writer is closing
+            self._checkpointing = False
+
+    def _checkpoint(self) -> None:
+        try:
+            raw = self.engine.raw_connection()
+            try:
+                raw.driver_connection.execute("PRAGMA wal_checkpoint(PASSIVE)").close()  # type: ignore[union-attr]
+            finally:
+                raw.close()
+        except Exception:  # the next one tries again; SQLite's WAL stays correct meanwhile
+            log.warning("WAL checkpoint failed", exc_info=True)
+        finally:
+            self._checkpointing = False
 
     def _patient(self, read: bool, fn: Callable[[Connection], T]) -> T:
         base = self.engine.connect()
@@ -359,6 +391,8 @@ def _sqlite_pragmas(engine: AsyncEngine | Engine, *, busy_ms: int = 30_000) -> N
                 time.sleep(0.025)
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
+        if busy_ms == 0:  # the loop's thread: never checkpoint in a commit (SyncWriter._checkpoint does)
+            cursor.execute("PRAGMA wal_autocheckpoint=0")
         cursor.close()
 
     @event.listens_for(sync_engine, "begin")

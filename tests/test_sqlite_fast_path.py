@@ -188,11 +188,60 @@ async def test_a_read_leaves_no_snapshot_behind(tmp_path: Path) -> None:
     try:
         await db.write(lambda conn, _ctx: conn.execute(_INSERT, _row("conv-1")))
         assert await db.read(lambda conn: conn.execute(_GET, {"id": "conv-1"}).first()) is not None
+        assert db.sync_writer is not None  # its own checkpoint (after the write) has finished
+        await asyncio.wrap_future(db.sync_writer._pool.submit(lambda: None))
         other = sqlite3.connect(tmp_path / "t.db", isolation_level=None)
         try:
             busy, _log, _done = other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         finally:
             other.close()
         assert busy == 0
+    finally:
+        await db.dispose()
+
+
+def _wal_frames(path: Path) -> int:
+    """Frames in the WAL now (a passive checkpoint from another connection reports them)."""
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        _busy, log, _done = other.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    finally:
+        other.close()
+    return int(log)
+
+
+async def test_the_wal_is_checkpointed_on_the_writers_thread_never_in_a_commit_on_the_loop(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The loop's connections never checkpoint when they commit (the copy and its fsync held the
+    loop); the writer checkpoints on its own thread, so the WAL starts over and stays small."""
+    import storage.db
+
+    db = await make_sqlite(tmp_path / "t.db")
+    writer = db.sync_writer
+    assert writer is not None
+    try:
+        monkeypatch.setattr(storage.db, "CHECKPOINT_EVERY_S", 3600.0)
+        writer._checkpoint_due = float("inf")  # none yet: the WAL grows
+        for n in range(60):
+            await db.write(lambda conn, _ctx, n=n: conn.execute(_INSERT, _row(f"conv-{n}")))
+        driver = writer._kept("writer").connection.driver_connection
+        assert driver is not None and driver.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        threads: list[str] = []
+        checkpoint = writer._checkpoint
+
+        def spied() -> None:
+            import threading
+
+            threads.append(threading.current_thread().name)
+            checkpoint()
+
+        monkeypatch.setattr(writer, "_checkpoint", spied)
+        writer._checkpoint_due = 0.0
+        await db.write(lambda conn, _ctx: conn.execute(_INSERT, _row("conv-last")))
+        await asyncio.wrap_future(writer._pool.submit(lambda: None))  # the checkpoint has run
+        assert threads and threads[0].startswith("signoff-sqlite-writer")
+        await db.write(lambda conn, _ctx: conn.execute(_INSERT, _row("conv-after")))  # the WAL starts over
+        assert _wal_frames(tmp_path / "t.db") <= 12  # one write's frames (the 61 before: hundreds)
     finally:
         await db.dispose()
