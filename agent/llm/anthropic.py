@@ -42,7 +42,10 @@ class AnthropicConfig:
     is a ceiling: a request asking for more is clamped to it. ``max_connections`` sizes
     the one connection pool every conversation of the process shares: that many calls in
     flight at once, each kept alive for the next step (the SDK's default keeps 100 alive,
-    so a busier process reconnects on every call beyond them).
+    so a busier process reconnects on every call beyond them). The pool is the one of the
+    SDK's ``DefaultAioHttpClient`` transport: the default transport's pool walks every connection
+    it holds on each request (``has_expired`` per connection), a third of a busy process's CPU
+    with 200 calls in flight; this one takes a kept connection in constant time.
     """
 
     model: str
@@ -75,7 +78,7 @@ class AnthropicClient:
             base_url=config.base_url,
             timeout=config.timeout_s,
             max_retries=config.max_retries,
-            http_client=anthropic.DefaultAsyncHttpxClient(
+            http_client=anthropic.DefaultAioHttpClient(
                 limits=type(anthropic.DEFAULT_CONNECTION_LIMITS)(
                     max_connections=config.max_connections, max_keepalive_connections=config.max_connections
                 )
