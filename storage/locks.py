@@ -57,6 +57,12 @@ class Locks:
         self.db = db
         self.lock_wait_s = lock_wait_s
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        #: Holders at once in this process (PostgreSQL): each holds a connection for its lock and
+        #: needs another for its work, so at most half the pool's kept connections hold locks —
+        #: a pool full of holders, each waiting for a second connection, would wait out its timeout.
+        size = getattr(db.engine.pool, "size", None)
+        self.max_holders = max(1, size() // 2) if callable(size) else None
+        self._holders: asyncio.Semaphore | None = None
 
     def _local(self, name: str) -> asyncio.Lock:
         lock = self._locks.get(name)
@@ -90,10 +96,29 @@ class Locks:
         except TimeoutError:
             raise LockBusy(name, wait) from None
         try:
-            async with self._pg_xact_lock(name, deadline, wait):
+            async with self._holder(name, deadline, wait), self._pg_xact_lock(name, deadline, wait):
                 yield
         finally:
             lock.release()
+
+    @asynccontextmanager
+    async def _holder(self, name: str, deadline: float, wait: float) -> AsyncIterator[None]:
+        """A place among the process's :attr:`max_holders` (waited for within the lock's wait)."""
+        if self.max_holders is None:
+            yield
+            return
+        if self._holders is None:
+            self._holders = asyncio.Semaphore(self.max_holders)
+        holders = self._holders
+        try:
+            async with asyncio.timeout(max(0.001, deadline - asyncio.get_running_loop().time())):
+                await holders.acquire()
+        except TimeoutError:
+            raise LockBusy(name, wait) from None
+        try:
+            yield
+        finally:
+            holders.release()
 
     @asynccontextmanager
     async def _pg_xact_lock(self, name: str, deadline: float, wait: float) -> AsyncIterator[None]:

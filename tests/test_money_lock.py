@@ -242,3 +242,32 @@ async def test_an_error_inside_the_lock_releases_it(tmp_path: Path) -> None:
         await small.dispose()
     finally:
         await db.dispose()
+
+
+async def test_holders_of_many_customers_never_take_the_connections_their_work_needs() -> None:
+    """Each holder keeps a connection for its lock and needs a second for its work: with a pool of
+    4, at most 2 hold at once, so 12 customers' actions at once all finish (a pool full of holders
+    waited out the pool's timeout, and the replica answered 503)."""
+    if not PG_URL:
+        pytest.skip("SIGNOFF_TEST_PG_URL not set")
+    db = Database.of(create_async_engine(PG_URL, pool_size=4, max_overflow=0, pool_timeout=5))
+    locks = Locks(db)
+    assert locks.max_holders == 2
+    at_once = peak = 0
+
+    async def action(i: int) -> None:
+        nonlocal at_once, peak
+        async with locks.exclusive(f"money:C-{i}"):
+            at_once += 1
+            peak = max(peak, at_once)
+            await asyncio.sleep(0.05)  # the judgement, with other holders arriving meanwhile
+            assert await db.read(lambda conn: conn.exec_driver_sql("SELECT 1").scalar_one()) == 1
+            at_once -= 1
+
+    try:
+        async with asyncio.timeout(GUARD_S):
+            await asyncio.gather(*(action(i) for i in range(12)))
+        assert peak == 2
+        assert db.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    finally:
+        await db.dispose()
