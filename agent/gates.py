@@ -119,7 +119,10 @@ async def request_approval(
         },
     )
     approval = await s.approvals.create(new, audit=[event])
-    await best_effort(s.notifier.approval_requested(approval))
+    # Its card goes out once the customer's money lock is released (``steps.money_lock``): a
+    # post can wait seconds for Slack's pace in the approvals channel, and the customer's other
+    # actions must not wait with it.
+    turn.unannounced.append(approval)
     return approval
 
 

@@ -9,7 +9,8 @@ a check does escapes as an exception: an unexpected failure is an ``is_error`` r
 from __future__ import annotations
 
 import logging
-from contextlib import AbstractAsyncContextManager, nullcontext
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from agent.decisions import Decision, Execute, Intercept, NeedsApproval, NeedsCo
 from agent.executor import ExecOutcome
 from agent.gatekeeper import Proposed, args_hash
 from agent.history import blocks_of, new_id, tool_result
+from agent.notify import best_effort
 from agent.llm.base import Block, ModelResponse, ToolUseBlock, is_tool_use
 from agent.outcomes import Pending, TurnResult
 from agent.run_control import TurnControl, TurnDesk
@@ -240,13 +242,26 @@ async def decide(
     )
 
 
-def money_lock(turn: Turn, tool: str) -> AbstractAsyncContextManager[None]:
+@asynccontextmanager
+async def money_lock(turn: Turn, tool: str) -> AsyncIterator[None]:
     """One customer's money actions are judged and carried out one at a time, so the day's
-    aggregate a verdict rests on still holds when the money moves (S5: no split in a race)."""
+    aggregate a verdict rests on still holds when the money moves (S5: no split in a race).
+    The approvals opened meanwhile are announced once the lock is released, whatever happened."""
     t = turn.services.registry.get(tool)
-    if t is None or (t.money is None and t.money_at_stake is None) or not turn.principal.customer_id:
-        return nullcontext()
-    return turn.services.locks.exclusive(f"money:{turn.principal.customer_id}")
+    customer = turn.principal.customer_id
+    money = t is not None and (t.money is not None or t.money_at_stake is not None) and customer
+    try:
+        async with turn.services.locks.exclusive(f"money:{customer}") if money else nullcontext():
+            yield
+    finally:
+        await announce(turn)
+
+
+async def announce(turn: Turn) -> None:
+    """The approval cards of the approvals this turn opened (best effort: each is committed)."""
+    while turn.unannounced:
+        approval = turn.unannounced.pop(0)
+        await best_effort(turn.services.notifier.approval_requested(approval))
 
 
 async def act(

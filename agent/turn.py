@@ -25,7 +25,7 @@ from agent.prompt import system_prompt
 from agent.services import Services
 from agent.wording import confirmation_notice
 from storage.audit import AuditEvent
-from storage.records import Conversation, Run, RunStatus, StoredMessage
+from storage.records import Approval, Conversation, Run, RunStatus, StoredMessage
 from storage.steps import StepWrite, UsageWrite
 from tools.context import Principal
 
@@ -54,6 +54,8 @@ class Turn:
     started: float = field(default_factory=time.monotonic)
     replies: list[str] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
+    #: Approvals opened in this turn whose cards are not out yet (``steps.money_lock`` sends them).
+    unannounced: list[Approval] = field(default_factory=list)
     executed: list[dict[str, Any]] = field(default_factory=list)
     finished: dict[str, Any] | None = None
     escalated: bool = False

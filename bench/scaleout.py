@@ -257,6 +257,7 @@ class Tally:
     errors: list[str] = field(default_factory=list)
     approve_races: Counter[str] = field(default_factory=Counter)
     latency_s: list[float] = field(default_factory=list)
+    latency_by_kind: dict[str, list[float]] = field(default_factory=dict)
 
     def fail(self, item: Item, why: str) -> None:
         self.failed[item.kind] += 1
@@ -287,7 +288,9 @@ class Driver:
             self.tally.fail(item, why)
         else:
             self.tally.done[item.kind] += 1
-            self.tally.latency_s.append(time.perf_counter() - start)
+            took = time.perf_counter() - start
+            self.tally.latency_s.append(took)
+            self.tally.latency_by_kind.setdefault(item.kind, []).append(took)
 
     async def _query(self, i: int, item: Item) -> str | None:
         body = {"conversationId": None, "message": f"Hi, where is my order {item.order}?"}
@@ -598,6 +601,7 @@ async def configuration(
         "queue_drained": empty,
         "throughput_per_s": done / wall,
         "conversation_latency_s": summary(t.latency_s),
+        "conversation_latency_by_kind_s": {k: summary(v) for k, v in sorted(t.latency_by_kind.items())},
         "approve_races": dict(t.approve_races),
         "cpu_s": {
             **{f"serve{k}": round(c, 2) for k, c in enumerate(cpu[:n])},

@@ -3,10 +3,13 @@ above the customer's ceiling, confirmation, supervisor approval, resume."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Any
 
 from agent.llm.testing import ScriptedModel, text_block, tool_use_block
 from storage.db import Database
+from storage.locks import LockBusy
 from tests.support import C7, SUP_A, last_tool_result, seeded
 
 REFUND = {
@@ -76,3 +79,32 @@ async def test_canonical_refund_flow_confirm_approve_resume(db: Database) -> Non
         "run.resumed",
     ):
         assert k in kinds, k
+
+
+async def test_the_approval_card_goes_out_after_the_customers_money_lock_is_released(db: Database) -> None:
+    """A card can wait seconds for Slack's pace in the approvals channel: the customer's money
+    lock is not held meanwhile (it was, and every other action of the customer waited with it)."""
+    model = script()
+    h = await seeded(db, model)
+    rt = h.runtime
+    first = await rt.chat(principal=C7, channel="api", message="Where is my order O-1042? Also refund it.")
+    lock_free_while_posting: list[bool] = []
+    posted = h.notifier.approval_requested
+
+    async def take_the_lock() -> None:
+        async with h.services.locks.exclusive(f"money:{C7.customer_id}", wait_s=0.5):
+            pass
+
+    async def slow_post(approval: Any) -> None:
+        try:
+            await asyncio.wait_for(take_the_lock(), timeout=0.5)
+            lock_free_while_posting.append(True)
+        except (TimeoutError, LockBusy):
+            lock_free_while_posting.append(False)
+        await posted(approval)
+
+    h.notifier.approval_requested = slow_post  # type: ignore[method-assign]
+    confirmed = await rt.confirm(first.pending[0].id, actor=C7, accept=True)
+    assert confirmed.approval is not None and confirmed.approval.status == "pending"
+    assert lock_free_while_posting == [True]
+    assert [a.id for kind, a in h.notifier.events if kind == "approval_requested"] == [confirmed.approval.id]

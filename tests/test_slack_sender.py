@@ -101,14 +101,18 @@ async def test_messages_in_one_channel_go_a_second_apart_while_other_channels_do
             assert [m.text for m in slack.messages_in("C0BUSY")] == ["busy 0", "busy 1", "busy 2"]
 
 
-async def test_pacing_spaces_posts_updates_and_ephemerals_in_the_same_lane(
+async def test_pacing_spaces_posts_and_ephemerals_in_one_lane_while_a_card_update_goes_at_once(
     slack: FakeSlackApi, sender: SlackSender, clock: FakeClock
 ) -> None:
+    """The one-a-second pace is chat.postMessage's: a decided card is redrawn at once, never
+    behind a queue of new cards in the approvals channel (chat.update is Tier 3)."""
     ts = await sender.post("C0SUPPORT", "card v1")
     await sender.update("C0SUPPORT", ts, "card v2", [{"type": "section", "text": {"type": "mrkdwn", "text": "v2"}}])
     await sender.ephemeral("C0SUPPORT", "U0LEAD", "Only a supervisor can decide this.")
-    assert [round(c.at - slack.calls()[0].at, 3) for c in slack.calls()] == [0.0, 1.0, 2.0]
-    assert [m.visible for m in slack.messages_in("C0SUPPORT")] == ["v2"]
+    await sender.post("C0SUPPORT", "card two")
+    assert [c.method for c in slack.calls()] == ["chat.postMessage", "chat.update", "chat.postEphemeral", "chat.postMessage"]
+    assert [round(c.at - slack.calls()[0].at, 3) for c in slack.calls()] == [0.0, 0.0, 1.0, 2.0]
+    assert [m.visible for m in slack.messages_in("C0SUPPORT")] == ["v2", "card two"]
 
 
 async def test_slack_errors_surface_as_send_errors_with_slacks_code(slack: FakeSlackApi, sender: SlackSender) -> None:

@@ -170,9 +170,11 @@ class SlackSender:
         return [await self.post(channel, m.text, m.block_list, thread_ts) for m in messages]
 
     async def update(self, channel: str, ts: str, text: str, blocks: Sequence[dict[str, Any]] | None = None) -> str:
-        """``chat.update`` of our own message at ``ts`` (a card redrawn from the record)."""
-        response = await self.paced(
-            channel,
+        """``chat.update`` of our own message at ``ts`` (a card redrawn from the record). Not in the
+        channel's lane: the one-a-second pace is ``chat.postMessage``'s; ``chat.update`` is Tier 3
+        (50+ a minute per workspace, a 429 waits its ``Retry-After``), and a decided card must not
+        wait behind a queue of new ones."""
+        response = await self.call(
             "chat.update",
             lambda: self.client.chat_update(
                 channel=channel, ts=ts, text=text, blocks=list(blocks) if blocks is not None else None
