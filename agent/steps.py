@@ -19,8 +19,8 @@ from agent.decisions import Decision, Execute, Intercept, NeedsApproval, NeedsCo
 from agent.executor import ExecOutcome
 from agent.gatekeeper import Proposed, args_hash
 from agent.history import blocks_of, new_id, tool_result
-from agent.notify import best_effort
 from agent.llm.base import Block, ModelResponse, ToolUseBlock, is_tool_use
+from agent.notify import best_effort
 from agent.outcomes import Pending, TurnResult
 from agent.run_control import TurnControl, TurnDesk
 from agent.turn import Turn

@@ -2,7 +2,8 @@
 and ``GET /healthz`` p99 while they stream (target < 100 ms).
 
 The composition root's own app (sandbox, the offline planner) on a loopback port in a process of
-its own (as ``signoff serve`` runs; not sharing this process's interpreter with the readers); the 200 guests each open a session, start their stream, send one message and read
+its own (as ``signoff serve`` runs; not sharing this process's interpreter with the readers); the
+200 guests each open a session, start their stream, send one message and read
 until its answer is complete, then keeps its stream open (idle) until every guest has its answer
 and ``--hold`` seconds more. ``/healthz`` is timed every 10 ms meanwhile; its figures are given
 for the delivery (``healthz_*``) and for the idle hold with every stream open (``idle_healthz_*``:

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from storage.db import Database, WriteContext
+from storage.db import Database
 from storage.fastsql import prepared
 from storage.models import WidgetEventRow, WidgetSessionRow
 from storage.records import aware, wall_clock
@@ -32,8 +32,8 @@ _SEQ_TRIES = 8
 # Every statement of a widget request is built once and prepared (``storage.fastsql``): a
 # burst of 200 widgets opening at once is 600 requests, and the loop answers ``/healthz``
 # between them.
-_S = WidgetSessionRow.__table__
-_E = WidgetEventRow.__table__
+_S: Table = WidgetSessionRow.__table__  # type: ignore[assignment]
+_E: Table = WidgetEventRow.__table__  # type: ignore[assignment]
 _SESSION_BY_SECRET = prepared(select(_S).where(_S.c.secret_hash == bindparam("h")))
 _SESSION_BY_ID = prepared(select(_S).where(_S.c.id == bindparam("id")))
 _SESSIONS_OF_CONV = prepared(select(_S).where(_S.c.conversation_id == bindparam("c")))
@@ -139,7 +139,8 @@ class WidgetStore:
         verified_via: str | None = None,
     ) -> WidgetSession:
         """A new session; only the hash of ``secret`` is kept."""
-        values = {
+        now = self._clock()
+        values: dict[str, Any] = {
             "id": id,
             "secret_hash": secret_hash(secret),
             "shop": shop,
@@ -147,7 +148,7 @@ class WidgetStore:
             "verified_via": verified_via,
             "ip_hash": ip_hash,
             "conversation_id": None,
-            "created_at": self._clock(),
+            "created_at": now,
         }
         await self._db.write(lambda conn, _ctx: conn.execute(_INSERT_SESSION, values))
         return WidgetSession(
@@ -156,7 +157,7 @@ class WidgetStore:
             customer_id=customer_id,
             verified_via=verified_via,
             conversation_id=None,
-            created_at=values["created_at"],
+            created_at=now,
         )
 
     async def _one_session(self, stmt: Any, params: dict[str, Any]) -> WidgetSession | None:
@@ -220,11 +221,13 @@ class WidgetStore:
                     return None
         raise RuntimeError(f"widget event {key!r}: no free seq after {_SEQ_TRIES} tries")
 
-    def _append(self, conn: Connection, session_id: str, key: str, kind: str, data: dict[str, Any]) -> WidgetEvent | None:
+    def _append(
+        self, conn: Connection, session_id: str, key: str, kind: str, data: dict[str, Any]
+    ) -> WidgetEvent | None:
         if conn.execute(_EVENT_BY_KEY, {"key": key}).first() is not None:
             return None
         top = conn.execute(_TOP_SEQ, {"sid": session_id}).scalar_one()
-        values = {
+        values: dict[str, Any] = {
             "session_id": session_id,
             "seq": int(top or 0) + 1,
             "key": key,

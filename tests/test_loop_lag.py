@@ -27,7 +27,7 @@ async def test_the_lag_is_how_late_a_timer_fires_and_it_falls_back_once_the_loop
     with lag.timing():
         await lag.tick()
         assert not lag.behind(0.02)
-        time.sleep(0.06)  # the loop held by one callback
+        time.sleep(0.06)  # noqa: ASYNC251  (the loop held by one callback, on purpose)
         assert lag.behind(0.02)  # the timer due now is already late
         await lag.tick()
         assert lag.last >= 0.04 and lag.behind(0.02)
@@ -55,7 +55,7 @@ async def _peak_running(db: Database, config: WorkerConfig, jobs: int) -> tuple[
         running += 1
         peak = max(peak, running)
         for _ in range(3):
-            time.sleep(0.02)  # a step busy with the CPU
+            time.sleep(0.02)  # noqa: ASYNC251  (a step busy with the CPU, holding the loop on purpose)
             await asyncio.sleep(0)
         running -= 1
         ended += 1

@@ -110,7 +110,8 @@ async def test_pacing_spaces_posts_and_ephemerals_in_one_lane_while_a_card_updat
     await sender.update("C0SUPPORT", ts, "card v2", [{"type": "section", "text": {"type": "mrkdwn", "text": "v2"}}])
     await sender.ephemeral("C0SUPPORT", "U0LEAD", "Only a supervisor can decide this.")
     await sender.post("C0SUPPORT", "card two")
-    assert [c.method for c in slack.calls()] == ["chat.postMessage", "chat.update", "chat.postEphemeral", "chat.postMessage"]
+    methods = ["chat.postMessage", "chat.update", "chat.postEphemeral", "chat.postMessage"]
+    assert [c.method for c in slack.calls()] == methods
     assert [round(c.at - slack.calls()[0].at, 3) for c in slack.calls()] == [0.0, 0.0, 1.0, 2.0]
     assert [m.visible for m in slack.messages_in("C0SUPPORT")] == ["v2", "card two"]
 
