@@ -231,10 +231,14 @@ class Turn:
         next_seq = await self.services.conversations.commit(step)
         if next_seq is None:
             return False
+        self.written(step, next_seq)
+        return True
+
+    def written(self, step: StepWrite, next_seq: int) -> None:
+        """Keep the in-memory history in step with ``step``, committed up to ``next_seq``."""
         base = next_seq - len(step.messages)
         for i, (role, content) in enumerate(step.messages):
             self.history.append(StoredMessage(seq=base + i, role=role, content=content, run_id=self.run.id))  # type: ignore[arg-type]
-        return True
 
 
 __all__ = ["Outcome", "Pending", "Turn", "TurnResult"]

@@ -88,6 +88,11 @@ def _at(ts: datetime) -> datetime:
     return utc(ts)
 
 
+def pending_confirmations(conn: Connection, conversation_id: str) -> list[Confirmation]:
+    """The conversation's pending confirmations (inside the caller's transaction)."""
+    return [to_confirmation(r) for r in conn.execute(_PENDING_CONFS, {"conv": conversation_id}).all()]  # type: ignore[arg-type]
+
+
 def to_confirmation(r: ConfirmationRow) -> Confirmation:
     """The frozen record of a confirmation row."""
     return Confirmation(
@@ -212,8 +217,7 @@ class ConfirmationRepo:
 
     async def pending(self, conversation_id: str) -> list[Confirmation]:
         """The conversation's pending confirmations."""
-        rows = await self.db.read(lambda conn: conn.execute(_PENDING_CONFS, {"conv": conversation_id}).all())
-        return [to_confirmation(r) for r in rows]  # type: ignore[arg-type]
+        return await self.db.read(lambda conn: pending_confirmations(conn, conversation_id))
 
     async def pending_by_code(self, conversation_id: str, code: str) -> Confirmation | None:
         """The pending confirmation in this conversation whose code is ``code`` (email replies)."""

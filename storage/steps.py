@@ -132,10 +132,7 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
     """Apply ``step``; the conversation's next seq, or ``None`` when ``event_key`` was already there."""
     # Core statements, batched: this runs once or twice per agent step, and
     # the runtime's own cost per step is a design target (bench/overhead.py).
-    if (
-        step.event_key is not None
-        and conn.execute(_EVENT_SEEN, {"c": step.conversation_id, "k": step.event_key}).first() is not None
-    ):
+    if step.event_key is not None and event_seen(conn, step.conversation_id, step.event_key):
         return None
     if step.confirmation_move is not None:
         _move_confirmation(conn, step.confirmation_move)
@@ -159,6 +156,11 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
         append_audit_sync(conn, step.audit, ctx.audit_head)
         ctx.audit_events.extend(step.audit)
     return next_seq
+
+
+def event_seen(conn: Connection, conversation_id: str, event_key: str) -> bool:
+    """Whether the conversation already holds the message or event ``event_key``."""
+    return conn.execute(_EVENT_SEEN, {"c": conversation_id, "k": event_key}).first() is not None
 
 
 def _advance_conversation(conn: Connection, step: StepWrite, now: datetime) -> int:
