@@ -141,7 +141,10 @@ async def run_tools(turn: Turn, response: ModelResponse | None, uses: list[ToolU
         step.messages.append(("assistant", response.content))
         step.usage = turn.count(response)
         turn.rationale = response.text
-    await turn.commit(step)
+    # Reads only: the proposals commit with their results, in the step's one write.
+    proposed = step if response is not None and _reads_only(turn, uses) else None
+    if proposed is None:
+        await turn.commit(step)
     ids = {p.tool_use_id: p.id for p in new} | {k: v.id for k, v in known.items()}
     results: list[Block] = []
     outcomes: list[ProposalOutcome] = []
@@ -162,9 +165,19 @@ async def run_tools(turn: Turn, response: ModelResponse | None, uses: list[ToolU
         audit=audit + ([turn.ended("finished")] if done else []),
         run_status="completed" if done else ("escalated" if turn.escalated else None),
     )
+    if proposed is not None:
+        step.messages[:0] = proposed.messages
+        step.new_proposals, step.usage, step.audit = proposed.new_proposals, proposed.usage, proposed.audit + step.audit
     turn.step_done(step, final=done or turn.escalated)
     await turn.commit(step)
     return Finished() if done else Ran()
+
+
+def _reads_only(turn: Turn, uses: list[ToolUseBlock]) -> bool:
+    """Every call is to a read (no effect the step's own write does not record): a crash before
+    that one write is a crash during the model call — nothing was done, the model is asked again."""
+    tools = turn.services.registry.tools
+    return all((t := tools.get(str(u.get("name")))) is not None and t.meta.kind == "read" for u in uses)
 
 
 async def _known(turn: Turn, response: ModelResponse | None, uses: list[ToolUseBlock]) -> dict[str, Proposal]:
