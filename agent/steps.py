@@ -195,8 +195,14 @@ async def handle(
     proposed = Proposed(tool=name, args=args, hash=args_hash(name, args))
     ctx = tool_context(turn, proposal_id)
     try:
-        async with money_lock(turn, name):
-            decision = await decide(turn, proposed, proposal_id, ctx, resumed=repairing)
+        decision = await decide(turn, proposed, proposal_id, ctx, resumed=repairing)
+        # Only an execution moves money: it is judged again, and carried out, under the
+        # customer's money lock. Any other verdict moves nothing now, and the action it leads
+        # to (confirmed, approved) is judged again under the lock when it is carried out.
+        lock = money_lock(turn, name) if isinstance(decision, Execute) else nullcontext()
+        async with lock:
+            if not isinstance(lock, nullcontext):
+                decision = await decide(turn, proposed, proposal_id, ctx, resumed=repairing)
             result, is_error, key = await act(turn, decision, proposed, proposal_id, ctx)
     except (ConcurrentTurn, LostRace):
         raise

@@ -19,6 +19,7 @@ from storage.audit import AuditLog
 from storage.db import Database
 from storage.models import AuditEventRow, ConversationRow, LockRow, MessageRow, RunRow
 from tests.support import C7, seeded
+from tests.test_loop_support import SEARCH, SMALL_REFUND
 
 
 class Commits:
@@ -120,4 +121,23 @@ async def test_a_step_of_reads_writes_once(any_db: Database) -> None:
     assert result.reply == "It was delivered."
     (_, at_call), (_, at_answer) = seen
     assert at_answer - at_call == 1, f"the read step committed {at_answer - at_call} writes"
+    assert (await AuditLog(any_db).verify()).ok
+
+
+async def test_a_refund_step_that_asks_for_confirmation_writes_three_times(any_db: Database) -> None:
+    """``issue_refund``'s step, answered with a confirmation to ask: the proposal, the
+    confirmation, the step's results — the customer's money lock is not taken, since nothing
+    moves until the customer confirms (and the confirmed action is judged again under it)."""
+    counter, seen = Commits(), list[tuple[int, int]]()
+    script: list[Reply] = [
+        [tool_use_block("search_knowledge", SEARCH)],
+        [tool_use_block("issue_refund", SMALL_REFUND)],
+        "Please confirm the refund.",
+    ]
+    h = await seeded(any_db, first_call_counts(counter, seen, *script))
+    with counter.counting(any_db):
+        result = await h.runtime.chat(principal=C7, channel="api", message="Refund $30 on O-1044, it is damaged.")
+    assert [p.kind for p in result.pending] == ["confirmation"]
+    (_, at_refund), (_, at_answer) = seen[1:]
+    assert at_answer - at_refund <= 3, f"the refund step committed {at_answer - at_refund} writes"
     assert (await AuditLog(any_db).verify()).ok
