@@ -20,8 +20,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from storage.audit import AuditEvent, append_audit_sync
 from storage.db import WriteContext
 from storage.fastsql import prepared
+from storage.gates import create_confirmation
 from storage.holders import process_id
 from storage.models import ConfirmationRow, ConversationRow, JobRow, MessageRow, ProposalRow, RunRow, TokenUsageRow
+from storage.records import NewConfirmation
 
 _CONV: Table = ConversationRow.__table__  # type: ignore[assignment]
 _MSG: Table = MessageRow.__table__  # type: ignore[assignment]
@@ -118,6 +120,8 @@ class StepWrite:
     #: ``(confirmation id, outcome)``: what a confirmation led to, recorded with the outcome itself.
     confirmation_outcome: tuple[str, dict[str, Any]] | None = None
     jobs: list[NewJob] = field(default_factory=list)
+    #: Confirmations opened by the step, each with its audit events (``storage.gates.create_confirmation``).
+    confirmations: list[tuple[NewConfirmation, list[AuditEvent]]] = field(default_factory=list)
 
 
 class ConcurrentTurn(Exception):
@@ -147,6 +151,8 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
         _update_run(conn, step, step.run_id, now)
     if step.usage is not None and step.run_id is not None:
         _insert_usage(conn, step, step.usage, step.run_id, now)
+    for new, events in step.confirmations:
+        create_confirmation(conn, ctx, new, events)
     if step.confirmation_outcome is not None:
         cid, outcome = step.confirmation_outcome
         conn.execute(_SET_CONF_OUTCOME, {"cid": cid, "outcome": outcome})
