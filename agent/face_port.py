@@ -25,11 +25,11 @@ from agent.handoff_port import HandoffDesk
 from agent.outcomes import TurnResult
 from agent.runtime import Runtime
 from storage.audit import AuditEvent
-from storage.conversations import TurnState
 from storage.db import Database
 from storage.identities import Identity, IdentityLinks, Staff
 from storage.inbox import Accepted, DeliveryState, Inbound, InboundStatus, ThreadBinding
 from storage.mailbox import SentMail
+from storage.opening import TurnState
 from storage.privacy import CustomerData
 from storage.records import Approval, Confirmation, Conversation
 from storage.rollout import OutsideActions, StaffAction

@@ -16,7 +16,7 @@ from agent.gatekeeper import Proposed
 from agent.history import new_id
 from agent.notify import EscalationNotice, best_effort
 from agent.turn import Turn
-from storage.gates import ConfirmationCreated
+from storage.gates import ConfirmationCreated, drafted
 from storage.records import Approval, NewApproval, NewConfirmation, StoredMessage
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
@@ -31,9 +31,11 @@ async def request_confirmation(
     turn: Turn, p: Proposed, proposal_id: str, decision: NeedsConfirmation
 ) -> ConfirmationCreated:
     """A pending confirmation of exactly these arguments (the same one again if it is already
-    pending); an older one for the same tool on the same target is superseded."""
+    pending); an older one for the same tool on the same target is superseded. A new one is
+    written with the turn's next step (``Turn.confirm_later``), with what it supersedes."""
     s = turn.services
-    for existing in await s.confirmations.pending(turn.conversation.id):
+    waiting = await s.confirmations.pending(turn.conversation.id) + turn.unsaved_confirmations()
+    for existing in waiting:
         if existing.tool == p.tool and existing.args_hash == p.hash and existing.principal == turn.principal.key:
             return ConfirmationCreated(confirmation=existing, superseded=())
     new = NewConfirmation(
@@ -58,7 +60,13 @@ async def request_confirmation(
         args_hash=p.hash,
         data={"confirmation_id": new.id},
     )
-    return await s.confirmations.create(new, audit=[event])
+    turn.confirm_later(new, event)
+    # What storage.gates.create_confirmation will supersede in that write (the turn holds the
+    # conversation's lease: nothing else opens or answers its confirmations meanwhile).
+    superseded = tuple(
+        c.id for c in waiting if c.principal == new.principal and c.tool == new.tool and c.target == new.target
+    )
+    return ConfirmationCreated(confirmation=drafted(new), superseded=superseded)
 
 
 async def consume_confirmation(turn: Turn, p: Proposed) -> None:

@@ -309,7 +309,7 @@ async def hold_message(
 async def held(s: Services, conv: Conversation) -> Handoff | None:
     """The hand-off of a person who owns ``conv`` right now, if any."""
     h = await s.handoffs.active_for(conv.id)
-    return h if h is not None and h.state == "taken" else None
+    return h if h is not None and h.owned else None
 
 
 async def record_event(s: Services, conversation_id: str, text: str, *, key: str, resolved: bool = False) -> bool:

@@ -13,9 +13,9 @@ import logging
 import uuid
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, TypeVar
 
 import structlog
 
@@ -25,20 +25,23 @@ from agent.errors import DecisionError, InProgress, LimitExceeded
 from agent.gatekeeper import Proposed, RunFacts, args_hash
 from agent.history import new_id
 from agent.outcomes import TurnResult
+from agent.policy import Policy
 from agent.prompt import PROMPT_VERSION
 from agent.services import Services
 from agent.turn import Turn
 from storage.audit import AuditEvent
+from storage.db import WriteFn
 from storage.inbox import Accepted
 from storage.leases import Leases
+from storage.limits import Allowance, OverLimit
+from storage.opening import TurnState
 from storage.records import Approval, Conversation, Run
 from storage.steps import NewProposal, ProposalOutcome, StepWrite
 from tools.context import Principal
 from tools.intent import classify
 
 log = logging.getLogger(__name__)
-HOUR = timedelta(hours=1)
-DAY = timedelta(hours=24)
+T = TypeVar("T")
 _TOO_MANY = "Too many new conversations in the last hour; continue an open one or try again later."
 _SPENT = "This account has used its assistant allowance for today; try again later."
 
@@ -74,11 +77,18 @@ class Host:
         self.s = services
         self._leases = Leases(services.db)
 
-    def lock(self, conversation_id: str, *, wait_s: float | None = None) -> AbstractAsyncContextManager[None]:
+    def lock(
+        self,
+        conversation_id: str,
+        *,
+        wait_s: float | None = None,
+        first: WriteFn[T] | None = None,
+    ) -> AbstractAsyncContextManager[T | None]:
         """One turn of this conversation at a time, across replicas and workers (a lease, see
         :mod:`storage.leases`); a wait (``wait_s``, default the lease's) that runs out raises
-        ``LockBusy`` (faces see ``Busy``)."""
-        return self._leases.hold(conversation_id, wait_s=wait_s)
+        ``LockBusy`` (faces see ``Busy``). ``first`` is the turn's first write, with the lease
+        (:meth:`storage.leases.Leases.hold`); the context yields its result."""
+        return self._leases.hold(conversation_id, wait_s=wait_s, first=first)
 
     # -- conversations ---------------------------------------------------------------
     async def open_conversation(
@@ -91,6 +101,17 @@ class Host:
         meta: dict[str, Any] | None = None,
     ) -> Conversation:
         """The principal's conversation, created on first use. Another principal's id is ``not_found``."""
+        conv = await self.find_conversation(principal, conversation_id=conversation_id, external_ref=external_ref)
+        if conv is not None:
+            return conv
+        await self.check_new_conversation(principal)
+        return await self.s.conversations.create(**self.new_conversation(principal, channel, external_ref, meta))
+
+    async def find_conversation(
+        self, principal: Principal, *, conversation_id: str | None, external_ref: str | None
+    ) -> Conversation | None:
+        """The conversation ``conversation_id`` (else the one of ``external_ref``), ``None`` when
+        a new one is due. Another principal's is ``not_found``, as is an unknown id."""
         if conversation_id is not None:
             conv = await self.s.conversations.get(conversation_id)
             if conv is None or not self.may_see(principal, conv):
@@ -102,62 +123,70 @@ class Host:
                 if not self.may_see(principal, conv):
                     raise DecisionError("not_found", "No such conversation.")
                 return conv
-        await self.check_new_conversation(principal)
-        return await self.s.conversations.create(
-            id=new_id("conv"),
-            channel=channel,
-            external_ref=external_ref,
-            principal_kind=principal.kind,
-            principal_id=principal.id,
-            customer_id=principal.customer_id,
-            principal_group=_group(principal),
-            model=self.s.model.model_name,
-            prompt_version=PROMPT_VERSION,
-            loaded_groups=[],
-            meta=meta,
-        )
+        return None
+
+    def new_conversation(
+        self, principal: Principal, channel: str, external_ref: str | None, meta: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """The fields of a new conversation of ``principal`` (``ConversationRepo.draft``)."""
+        return {
+            "id": new_id("conv"),
+            "channel": channel,
+            "external_ref": external_ref,
+            "principal_kind": principal.kind,
+            "principal_id": principal.id,
+            "customer_id": principal.customer_id,
+            "principal_group": _group(principal),
+            "model": self.s.model.model_name,
+            "prompt_version": PROMPT_VERSION,
+            "loaded_groups": [],
+            "meta": meta,
+        }
 
     # -- per-principal limits across conversations (policy ``customer`` and ``strangers``) ---
-    async def check_new_conversation(self, principal: Principal) -> None:
-        """Refuse a customer's new conversation beyond the hourly limit (nothing is stored): a
-        bound customer counted by account, anyone else by their own key and by their group."""
-        if principal.kind != "customer":
-            return
-        usage = self.s.usage
-        if principal.customer_id:
-            used = await usage.customer_conversations(principal.customer_id, HOUR)
-        else:
-            used = await usage.unbound_conversations(principal.kind, principal.id, HOUR)
-        if used >= self.s.policy.customer.max_new_conversations_per_hour:
-            self._refused(principal, "conversations_per_hour")
-            raise LimitExceeded("conversations_per_hour", _TOO_MANY)
+    def allowance(self, principal: Principal, *, tokens: bool = True, conversations: bool = False) -> Allowance:
+        """The caps a customer is checked against (the day's model tokens; with
+        ``conversations``, new conversations in the hour): a bound customer counted by account,
+        anyone else by their own key and by their group. None for staff."""
         group = _group(principal)
-        limit = self.s.policy.strangers.max_new_conversations_per_hour_per_group
-        if group is not None and await usage.group_conversations(group, HOUR) >= limit:
-            self._refused(principal, "group_conversations_per_hour")
-            raise LimitExceeded("group_conversations_per_hour", _TOO_MANY)
+        a = Allowance(kind=principal.kind, ident=principal.id, customer_id=principal.customer_id, group=group)
+        if principal.kind != "customer":
+            return a
+        customer, strangers = self.s.policy.customer, self.s.policy.strangers
+        if tokens:
+            a = replace(a, tokens_per_day=customer.max_model_tokens_per_day)
+            if group is not None:
+                a = replace(a, group_tokens_per_day=strangers.max_model_tokens_per_day_per_group)
+        if conversations:
+            a = replace(a, conversations_per_hour=customer.max_new_conversations_per_hour)
+            if group is not None:
+                a = replace(a, group_conversations_per_hour=strangers.max_new_conversations_per_hour_per_group)
+        return a
+
+    def refusal(self, principal: Principal, over: OverLimit) -> LimitExceeded:
+        """The error for a cap reached (nothing is stored; the metrics still count it)."""
+        self._refused(principal, over.limit)
+        return LimitExceeded(over.limit, _TOO_MANY if "conversations" in over.limit else _SPENT)
+
+    async def check_new_conversation(self, principal: Principal) -> None:
+        """Refuse a customer's new conversation beyond the hourly limit (nothing is stored)."""
+        try:
+            await self.s.usage.check(self.allowance(principal, tokens=False, conversations=True))
+        except OverLimit as over:
+            raise self.refusal(principal, over) from None
 
     async def customer_tokens_today(self, principal: Principal) -> int | None:
         """The model tokens of the principal's own conversations in the last 24 h (an account's
         across its conversations; ``None``: not a customer)."""
-        if principal.kind != "customer":
-            return None
-        if principal.customer_id:
-            return await self.s.usage.customer_tokens(principal.customer_id, DAY)
-        return await self.s.usage.unbound_tokens(principal.kind, principal.id, DAY)
+        return await self.s.usage.check(self.allowance(principal, tokens=False))
 
     async def check_tokens_today(self, principal: Principal) -> None:
         """Refuse a customer's turn once their day's model tokens, or their group's, are spent
         (before anything is stored)."""
-        used = await self.customer_tokens_today(principal)
-        if used is not None and used >= self.s.policy.customer.max_model_tokens_per_day:
-            self._refused(principal, "model_tokens_per_day")
-            raise LimitExceeded("model_tokens_per_day", _SPENT)
-        group = _group(principal)
-        limit = self.s.policy.strangers.max_model_tokens_per_day_per_group
-        if group is not None and await self.s.usage.group_tokens(group, DAY) >= limit:
-            self._refused(principal, "group_model_tokens_per_day")
-            raise LimitExceeded("group_model_tokens_per_day", _SPENT)
+        try:
+            await self.s.usage.check(self.allowance(principal))
+        except OverLimit as over:
+            raise self.refusal(principal, over) from None
 
     async def accept_inbound(self, face: str, keys: Sequence[str], payload: dict[str, Any]) -> Accepted:
         """``Inbox.accept`` under the policy's cap on messages waiting for the worker (``full``:
@@ -224,44 +253,54 @@ class Host:
                 prompt_version=PROMPT_VERSION,
                 policy_version=policy.version,
                 trace_id=uuid.uuid4().hex,
-                audit=[_run_event(run_id, principal, policy.version, s.model.model_name, s.clock())],
+                audit=[run_event(run_id, principal, policy.version, s.model.model_name, s.clock())],
             )
         else:
             policy = await s.pinned_policy(run.policy_version)
+        state = await s.conversations.turn_state(conv.id, run.id)
+        tokens = await self.customer_tokens_today(principal)
+        return self.turn_of(conv, principal, run, policy, state, tokens, first_message=first_message)
+
+    def turn_of(
+        self,
+        conv: Conversation,
+        principal: Principal,
+        run: Run,
+        policy: Policy,
+        state: TurnState,
+        customer_tokens: int | None,
+        first_message: str | None = None,
+    ) -> Turn:
+        """A turn over the state loaded for it (:meth:`turn`, or a turn's opening)."""
         # Every log line from here on carries the run's trace (structured JSON logs).
         structlog.contextvars.bind_contextvars(trace_id=run.trace_id, run_id=run.id, conversation_id=conv.id)
-        state = await s.conversations.turn_state(conv.id, run.id)
-        history = state.history
-        groups = set(conv.loaded_groups)
-        if not groups and first_message:
-            groups = set(classify(first_message))
         facts = RunFacts(
             principal=principal,
             channel=conv.channel,
             conversation_id=conv.id,
             run_id=run.id,
-            loaded_groups=groups,
+            loaded_groups=groups_of(conv, first_message),
             knowledge_ids=set(run.state.get("knowledge_ids", [])),
         )
         for p in state.proposals:
             facts.step = max(facts.step, p.step)
-            tool = s.registry.get(p.tool)
+            tool = self.s.registry.get(p.tool)
             if p.decision == "execute" and tool is not None:
                 facts.tool_counts[p.tool] += 1
                 if tool.meta.kind == "action" and not tool.meta.runtime:
                     facts.action_counts[p.tool] += 1
         return Turn(
-            services=s,
+            services=self.s,
             conversation=conv,
             run=run,
             principal=principal,
-            model=s.model,
-            history=history,
+            model=self.s.model,
+            history=state.history,
             facts=facts,
             policy=policy,
-            now=s.clock(),
+            now=self.s.clock(),
             tokens_before=state.tokens_used,
-            customer_tokens_before=await self.customer_tokens_today(principal),
+            customer_tokens_before=customer_tokens,
         )
 
     # -- applying a decided-upon action outside a model step ---------------------------
@@ -346,7 +385,13 @@ async def _propose(turn: Turn, p: Proposed, origin: str) -> str:
     return prop_id
 
 
-def _run_event(run_id: str, principal: Principal, policy_version: str, model: str, at: datetime) -> AuditEvent:
+def groups_of(conv: Conversation, first_message: str | None) -> set[str]:
+    """The tool groups a turn starts with: the conversation's, else those its first message names."""
+    groups = set(conv.loaded_groups)
+    return set(classify(first_message)) if not groups and first_message else groups
+
+
+def run_event(run_id: str, principal: Principal, policy_version: str, model: str, at: datetime) -> AuditEvent:
     return AuditEvent(
         ts=at,
         kind="run.started",

@@ -6,6 +6,8 @@ methods; none of them decides anything itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from typing import Any
 
 from agent import approvals as approval_flow
@@ -13,9 +15,10 @@ from agent import confirmations, continuation, handoff
 from agent.boundary import translated
 from agent.confirmations import Answer, AskWhich, ConfirmResult, Via
 from agent.errors import DecisionError
-from agent.history import event_block, sanitize_user_text
+from agent.history import event_block
 from agent.host import ApplyResult, Host
 from agent.loop import run_loop
+from agent.opening import open_message_turn
 from agent.outcomes import Pending, TurnResult
 from agent.turn import Turn
 from agent.wording import ASKED_WHICH_EVENT, confirmation_notice, which_one
@@ -77,43 +80,39 @@ class Runtime(Host):
         A customer over a per-customer limit of the policy (new conversations per hour, model
         tokens per day) is refused with :class:`~agent.errors.LimitExceeded` before anything
         is stored."""
-        await self.check_tokens_today(principal)
-        conv = await self.open_conversation(
-            principal=principal, channel=channel, conversation_id=conversation_id, external_ref=external_ref, meta=meta
-        )
-        if principal.is_staff and conv.principal_kind == "customer":
-            # Staff read customers' conversations but never speak inside them as the customer.
-            raise DecisionError("forbidden", "Staff work in their own assist conversation on this account.")
-        acting = self.acting_principal(conv, principal)
-        async with self.lock(conv.id):
-            if (owned := await handoff.held(self.s, conv)) is not None:
-                # A person owns the conversation: the message goes to them, the agent says nothing.
-                return await handoff.hold_message(self.s, conv, owned, message, message_key=message_key)
-            if message_key is not None and await self.s.conversations.has_event(conv.id, message_key):
-                return await self._answer_owed(conv, acting, message_key)
-            # The user's words are durable before anything acts on them.
-            turn = await self.turn(conv, acting, first_message=message)
-            stored = await turn.commit(
-                StepWrite(
-                    conversation_id=conv.id,
-                    run_id=turn.run.id,
-                    messages=[("user", [{"type": "text", "text": sanitize_user_text(message)}])],
-                    run_status="running",
-                    loaded_groups=sorted(turn.facts.loaded_groups),
-                    event_key=message_key,
-                )
+        async with AsyncExitStack() as stack:
+            # One write: limits, conversation, lease, run, the user's words durable before
+            # anything acts on them (agent.opening).
+            opened = await open_message_turn(
+                self,
+                stack,
+                principal=principal,
+                channel=channel,
+                message=message,
+                conversation_id=conversation_id,
+                external_ref=external_ref,
+                meta=meta,
+                message_key=message_key,
             )
-            if not stored and message_key is not None:
+            conv, acting = opened.conversation, opened.acting
+            if opened.handoff is not None:
+                # A person owns the conversation: the message goes to them, the agent says nothing.
+                return await handoff.hold_message(self.s, conv, opened.handoff, message, message_key=message_key)
+            if opened.owed:
+                assert message_key is not None  # only a keyed message can have been stored before
                 return await self._answer_owed(conv, acting, message_key)
-            result = await self._respond(conv, acting, turn, message)
+            assert opened.turn is not None
+            result = await self._respond(conv, acting, opened.turn, message, opened.waiting)
         if not deliver_later:
             await self.delivered(result)
         return result
 
-    async def _respond(self, conv: Conversation, acting: Principal, turn: Turn, message: str) -> TurnResult:
+    async def _respond(
+        self, conv: Conversation, acting: Principal, turn: Turn, message: str, pending: Sequence[Confirmation]
+    ) -> TurnResult:
         """The stored message's answer: a typed answer to a waiting confirmation is settled by the
         runtime (or, ambiguous, the runtime asks which); anything else goes to the agent."""
-        waiting = [c for c in await self.s.confirmations.pending(conv.id) if c.principal == acting.key]
+        waiting = [c for c in pending if c.principal == acting.key]
         codes_only = conv.channel in confirmations.CODE_ONLY_CHANNELS
         match confirmations.read_reply(message, waiting, codes_only=codes_only):
             case Answer(confirmation=conf, accept=accept, via=via):

@@ -143,7 +143,10 @@ async def run_tools(turn: Turn, response: ModelResponse | None, uses: list[ToolU
         step.messages.append(("assistant", response.content))
         step.usage = turn.count(response)
         turn.rationale = response.text
-    await turn.commit(step)
+    # Reads only: the proposals commit with their results, in the step's one write.
+    proposed = step if response is not None and _reads_only(turn, uses) else None
+    if proposed is None:
+        await turn.commit(step)
     ids = {p.tool_use_id: p.id for p in new} | {k: v.id for k, v in known.items()}
     results: list[Block] = []
     outcomes: list[ProposalOutcome] = []
@@ -164,9 +167,19 @@ async def run_tools(turn: Turn, response: ModelResponse | None, uses: list[ToolU
         audit=audit + ([turn.ended("finished")] if done else []),
         run_status="completed" if done else ("escalated" if turn.escalated else None),
     )
+    if proposed is not None:
+        step.messages[:0] = proposed.messages
+        step.new_proposals, step.usage, step.audit = proposed.new_proposals, proposed.usage, proposed.audit + step.audit
     turn.step_done(step, final=done or turn.escalated)
     await turn.commit(step)
     return Finished() if done else Ran()
+
+
+def _reads_only(turn: Turn, uses: list[ToolUseBlock]) -> bool:
+    """Every call is to a read (no effect the step's own write does not record): a crash before
+    that one write is a crash during the model call — nothing was done, the model is asked again."""
+    tools = turn.services.registry.tools
+    return all((t := tools.get(str(u.get("name")))) is not None and t.meta.kind == "read" for u in uses)
 
 
 async def _known(turn: Turn, response: ModelResponse | None, uses: list[ToolUseBlock]) -> dict[str, Proposal]:
@@ -184,8 +197,14 @@ async def handle(
     proposed = Proposed(tool=name, args=args, hash=args_hash(name, args))
     ctx = tool_context(turn, proposal_id)
     try:
-        async with money_lock(turn, name):
-            decision = await decide(turn, proposed, proposal_id, ctx, resumed=repairing)
+        decision = await decide(turn, proposed, proposal_id, ctx, resumed=repairing)
+        # Only an execution moves money: it is judged again, and carried out, under the
+        # customer's money lock. Any other verdict moves nothing now, and the action it leads
+        # to (confirmed, approved) is judged again under the lock when it is carried out.
+        lock = money_lock(turn, name) if isinstance(decision, Execute) else nullcontext()
+        async with lock:
+            if not isinstance(lock, nullcontext):
+                decision = await decide(turn, proposed, proposal_id, ctx, resumed=repairing)
             result, is_error, key = await act(turn, decision, proposed, proposal_id, ctx)
     except (ConcurrentTurn, LostRace):
         raise
@@ -202,6 +221,7 @@ async def handle(
             message="Something failed on our side while handling this; tell the person honestly and escalate.",
         )
         result, is_error, key = decision.as_result(), True, None
+    await announce(turn)  # an approval opened without the lock (money_lock announces its own)
     if not isinstance(decision, NeedsConfirmation | NeedsApproval | Intercept):
         turn.facts.remember(name, proposed.hash, result)
     reason = decision.reason if isinstance(decision, Reject) else None

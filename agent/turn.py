@@ -25,7 +25,8 @@ from agent.prompt import system_prompt
 from agent.services import Services
 from agent.wording import confirmation_notice
 from storage.audit import AuditEvent
-from storage.records import Approval, Conversation, Run, RunStatus, StoredMessage
+from storage.gates import drafted
+from storage.records import Approval, Confirmation, Conversation, NewConfirmation, Run, RunStatus, StoredMessage
 from storage.steps import StepWrite, UsageWrite
 from tools.context import Principal
 
@@ -65,6 +66,8 @@ class Turn:
     rationale: str = ""
     notes: dict[str, dict[str, str]] = field(default_factory=dict)
     _unsaved_steps: int = 0
+    #: Confirmations opened and not written yet: the next :meth:`commit` writes them.
+    _confirmations: list[tuple[NewConfirmation, list[AuditEvent]]] = field(default_factory=list)
     _saved: dict[str, Any] = field(default_factory=dict)
 
     # -- the request ---------------------------------------------------------------
@@ -230,13 +233,28 @@ class Turn:
 
         False when the step carried an ``event_key`` the conversation already holds (the
         event was delivered before, e.g. by a worker after a crash): nothing was written."""
+        if self._confirmations:
+            step.confirmations = [*self._confirmations, *step.confirmations]
         next_seq = await self.services.conversations.commit(step)
         if next_seq is None:
             return False
+        self._confirmations = []
+        self.written(step, next_seq)
+        return True
+
+    def confirm_later(self, new: NewConfirmation, event: AuditEvent) -> None:
+        """Open ``new`` (with its audit event) in the next :meth:`commit`: the step that shows it."""
+        self._confirmations.append((new, [event]))
+
+    def unsaved_confirmations(self) -> list[Confirmation]:
+        """The confirmations :meth:`confirm_later` holds, as they will be stored."""
+        return [drafted(new) for new, _ in self._confirmations]
+
+    def written(self, step: StepWrite, next_seq: int) -> None:
+        """Keep the in-memory history in step with ``step``, committed up to ``next_seq``."""
         base = next_seq - len(step.messages)
         for i, (role, content) in enumerate(step.messages):
             self.history.append(StoredMessage(seq=base + i, role=role, content=content, run_id=self.run.id))  # type: ignore[arg-type]
-        return True
 
 
 __all__ = ["Outcome", "Pending", "Turn", "TurnResult"]

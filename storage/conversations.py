@@ -8,16 +8,15 @@ crash leaves history, proposals and audit consistent.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, func, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 
-from storage.audit import AuditEvent, append_audit_many, append_audit_sync
+from storage.audit import AuditEvent, append_audit_many
 from storage.db import Database, WriteContext
-from storage.fastsql import one_of, prepared
+from storage.fastsql import prepared
 from storage.holders import is_dead, process_id
 from storage.models import (
     CaseNoteRow,
@@ -26,6 +25,16 @@ from storage.models import (
     ProposalRow,
     RunRow,
     TokenUsageRow,
+)
+from storage.opening import (
+    TurnState,
+    find_open_run,
+    insert_conversation,
+    insert_run,
+    load_turn_state,
+    new_run,
+    to_proposal,
+    to_run,
 )
 from storage.records import Clock, Conversation, Proposal, Run, StoredMessage, aware, wall_clock
 from storage.steps import (
@@ -55,50 +64,10 @@ def to_conversation(row: ConversationRow) -> Conversation:
     )
 
 
-def to_run(row: RunRow) -> Run:
-    """The frozen record of a run row."""
-    return Run(
-        id=row.id,
-        conversation_id=row.conversation_id,
-        status=row.status,  # type: ignore[arg-type]
-        steps=row.steps,
-        model=row.model,
-        prompt_version=row.prompt_version,
-        policy_version=row.policy_version,
-        trace_id=row.trace_id,
-        pending_ids=tuple(row.pending_ids or ()),
-        state=dict(row.state or {}),
-        holder=row.holder,
-    )
-
-
 def _stale(row: RunRow, older_than: datetime) -> bool:
     """Nothing moved on the run since ``older_than``, or the process holding it is gone."""
     updated = aware(row.updated_at)
     return (updated is not None and updated < older_than) or (row.holder is not None and is_dead(row.holder))
-
-
-def to_proposal(row: ProposalRow) -> Proposal:
-    """The frozen record of a proposal row."""
-    return Proposal(
-        id=row.id,
-        run_id=row.run_id,
-        conversation_id=row.conversation_id,
-        tool_use_id=row.tool_use_id,
-        tool=row.tool,
-        arguments=row.arguments,
-        args_hash=row.args_hash,
-        principal=row.principal,
-        step=row.step,
-        origin=row.origin,
-        decision=row.decision,
-        reason=row.reason,
-        idempotency_key=row.idempotency_key,
-        result=row.result,
-        is_error=row.is_error,
-        policy_version=row.policy_version,
-        created_at=aware(row.created_at) or wall_clock(),
-    )
 
 
 _RUNS: Table = RunRow.__table__  # type: ignore[assignment]
@@ -107,51 +76,7 @@ _MSGS: Table = MessageRow.__table__  # type: ignore[assignment]
 _PROPS: Table = ProposalRow.__table__  # type: ignore[assignment]
 _USAGE: Table = TokenUsageRow.__table__  # type: ignore[assignment]
 
-# What opening a turn reads and writes, built once (storage.fastsql).
-_INSERT_CONV = prepared(insert(_CONVS))
-#: The columns ``create`` sets (any other keeps its default).
-_CONV_KEYS = (
-    "id", "channel", "external_ref", "principal_kind", "principal_id", "customer_id", "principal_group", "status",
-    "loaded_groups", "model", "prompt_version", "next_seq", "meta", "created_at", "updated_at",
-)  # fmt: skip
-_INSERT_RUN = prepared(insert(_RUNS))
 _GET_CONV = prepared(select(_CONVS).where(_CONVS.c.id == bindparam("id")))
-_OPEN_RUN = prepared(
-    select(_RUNS)
-    .where(_RUNS.c.conversation_id == bindparam("c"), one_of(_RUNS.c.status, ("running", "waiting")))
-    .order_by(_RUNS.c.created_at.desc())
-    .limit(1)
-)
-_HISTORY = prepared(
-    select(_MSGS.c.seq, _MSGS.c.role, _MSGS.c.content, _MSGS.c.run_id)
-    .where(_MSGS.c.conversation_id == bindparam("c"))
-    .order_by(_MSGS.c.seq)
-)
-_RUN_PROPOSALS = prepared(
-    select(_PROPS).where(_PROPS.c.run_id == bindparam("r")).order_by(_PROPS.c.created_at, _PROPS.c.id)
-)
-_CONV_TOKENS = prepared(
-    select(
-        func.coalesce(
-            func.sum(
-                _USAGE.c.input_tokens
-                + _USAGE.c.output_tokens
-                + _USAGE.c.cache_creation_tokens
-                + _USAGE.c.cache_read_tokens
-            ),
-            0,
-        )
-    ).where(_USAGE.c.conversation_id == bindparam("c"))
-)
-
-
-@dataclass(frozen=True, kw_only=True)
-class TurnState:
-    """What a turn loads at once: the conversation, its latest run, history, proposals, tokens used."""
-
-    history: list[StoredMessage]
-    proposals: list[Proposal]
-    tokens_used: int
 
 
 class ConversationRepo:
@@ -163,7 +88,11 @@ class ConversationRepo:
         #: keeps the real time here, so a frozen clock cannot tie their order.
         self._clock = clock
 
-    async def create(
+    def stamp(self) -> datetime:
+        """The time this repository stamps rows with now (see ``__init__``)."""
+        return self._clock()
+
+    def draft(
         self,
         *,
         id: str,
@@ -178,9 +107,8 @@ class ConversationRepo:
         meta: dict[str, Any] | None = None,
         principal_group: str | None = None,
     ) -> Conversation:
-        """Insert-if-absent on ``external_ref`` (a Slack thread, an email thread)."""
-        now = self._clock()
-        row = ConversationRow(
+        """A new conversation's record, not stored yet (:meth:`create` or a turn's opening stores it)."""
+        return Conversation(
             id=id,
             channel=channel,
             external_ref=external_ref,
@@ -189,24 +117,27 @@ class ConversationRepo:
             customer_id=customer_id,
             principal_group=principal_group,
             status="open",
-            loaded_groups=list(loaded_groups),
+            loaded_groups=tuple(loaded_groups),
             model=model,
             prompt_version=prompt_version,
             next_seq=0,
             meta=dict(meta or {}),
-            created_at=now,
-            updated_at=now,
+            created_at=self._clock(),
         )
-        values = {key: getattr(row, key) for key in _CONV_KEYS}
+
+    async def create(self, **fields: Any) -> Conversation:
+        """Insert-if-absent on ``external_ref`` (a Slack thread, an email thread); ``fields`` as
+        for :meth:`draft`."""
+        conv = self.draft(**fields)
         try:
-            await self.db.write(lambda conn, _ctx: conn.execute(_INSERT_CONV, values))
+            await self.db.write(lambda conn, _ctx: insert_conversation(conn, conv))
         except IntegrityError:
-            if external_ref is None:
+            if conv.external_ref is None:
                 raise
-            existing = await self.get_by_external_ref(external_ref)
+            existing = await self.get_by_external_ref(conv.external_ref)
             assert existing is not None
             return existing
-        return to_conversation(row)
+        return conv
 
     async def get(self, conversation_id: str) -> Conversation | None:
         """The conversation ``conversation_id``, if it exists."""
@@ -241,8 +172,7 @@ class ConversationRepo:
     # -- runs ------------------------------------------------------------------
     async def open_run(self, conversation_id: str) -> Run | None:
         """The conversation's unfinished run (running or waiting), if any."""
-        row = await self.db.read(lambda conn: conn.execute(_OPEN_RUN, {"c": conversation_id}).first())
-        return to_run(row) if row else None  # type: ignore[arg-type]
+        return await self.db.read(lambda conn: find_open_run(conn, conversation_id))
 
     async def create_run(
         self,
@@ -256,47 +186,21 @@ class ConversationRepo:
         audit: list[AuditEvent] | None = None,
     ) -> Run:
         """Insert a running run of the conversation (with its audit events)."""
-        now = self._clock()
-        row = RunRow(
+        run = new_run(
             id=id,
             conversation_id=conversation_id,
-            status="running",
-            holder=process_id(),
-            steps=0,
             model=model,
             prompt_version=prompt_version,
             policy_version=policy_version,
             trace_id=trace_id,
-            pending_ids=[],
-            state={},
-            created_at=now,
-            updated_at=now,
         )
-        values = {c.name: getattr(row, c.name) for c in RunRow.__table__.columns}
-
-        def _insert(conn: Connection, ctx: WriteContext) -> None:
-            conn.execute(_INSERT_RUN, values)
-            if audit:
-                append_audit_sync(conn, audit, ctx.audit_head)
-                ctx.audit_events.extend(audit)
-
-        await self.db.write(_insert)
-        return to_run(row)
+        now = self._clock()
+        await self.db.write(lambda conn, ctx: insert_run(conn, ctx, run, now, audit or []))
+        return run
 
     async def turn_state(self, conversation_id: str, run_id: str) -> TurnState:
         """What a turn loads, in one read: the history, the run's proposals, tokens used."""
-
-        def _load(conn: Connection) -> TurnState:
-            messages = conn.execute(_HISTORY, {"c": conversation_id}).all()
-            proposals = conn.execute(_RUN_PROPOSALS, {"r": run_id}).all()
-            tokens = conn.execute(_CONV_TOKENS, {"c": conversation_id}).scalar_one()
-            return TurnState(
-                history=[StoredMessage(seq=r[0], role=r[1], content=r[2], run_id=r[3]) for r in messages],
-                proposals=[to_proposal(r) for r in proposals],  # type: ignore[arg-type]
-                tokens_used=int(tokens),
-            )
-
-        return await self.db.read(_load)
+        return await self.db.read(lambda conn: load_turn_state(conn, conversation_id, run_id))
 
     async def stale_runs(self, *, older_than: datetime, limit: int = 100) -> list[Run]:
         """Runs left ``running`` by a crash: their process is gone, or nothing moved since ``older_than``."""

@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from sqlalchemy import JSON, Connection, Engine, MetaData, create_engine, event, make_url, text
 from sqlalchemy.dialects.postgresql import JSONB
@@ -191,6 +191,10 @@ class WriteContext:
     audit_head: dict[str, Any] | None = None
     #: Audit events appended in this transaction, for the observers.
     audit_events: list[Any] = field(default_factory=list)
+
+
+#: A function :meth:`Database.write` runs in one transaction.
+WriteFn: TypeAlias = Callable[[Connection, WriteContext], T]
 
 
 #: How often at most the SQLite writer checkpoints the WAL (on its own thread).

@@ -88,6 +88,52 @@ def _at(ts: datetime) -> datetime:
     return utc(ts)
 
 
+def drafted(new: NewConfirmation) -> Confirmation:
+    """The record of ``new`` once stored (pending, version 1)."""
+    values = {**_fields(new), "status": "pending", "version": 1}
+    row = SimpleNamespace(**{**dict.fromkeys(_CONF.c.keys()), **values})
+    return to_confirmation(row)  # type: ignore[arg-type]
+
+
+def create_confirmation(
+    conn: Connection, ctx: WriteContext, new: NewConfirmation, audit: Sequence[AuditEvent]
+) -> tuple[str, ...]:
+    """Insert a pending confirmation, in the caller's transaction; the ids it superseded. A
+    pending one of the same principal for the same tool on the same target (same order, same
+    account field) is superseded and that transition audited; confirmations of anything else
+    stay pending beside it."""
+    match = {
+        "s_conv": new.conversation_id,
+        "s_principal": new.principal,
+        "s_tool": new.tool,
+        "s_target": new.target,
+        "s_hash": new.args_hash,
+        "s_at": new.created_at,
+    }
+    superseded = conn.execute(_SUPERSEDE, match).all()
+    conn.execute(_INSERT_CONF, {**_fields(new), "status": "pending", "version": 1})
+    events = list(audit)
+    if events:
+        events += [
+            dataclasses.replace(
+                events[0],
+                kind="confirmation.superseded",
+                tool=tool,
+                args_hash=h,
+                data={"confirmation_id": cid, "superseded_by": new.id},
+            )
+            for cid, tool, h in superseded
+        ]
+        append_audit_sync(conn, events, ctx.audit_head)
+        ctx.audit_events.extend(events)
+    return tuple(c for c, _t, _h in superseded)
+
+
+def pending_confirmations(conn: Connection, conversation_id: str) -> list[Confirmation]:
+    """The conversation's pending confirmations (inside the caller's transaction)."""
+    return [to_confirmation(r) for r in conn.execute(_PENDING_CONFS, {"conv": conversation_id}).all()]  # type: ignore[arg-type]
+
+
 def to_confirmation(r: ConfirmationRow) -> Confirmation:
     """The frozen record of a confirmation row."""
     return Confirmation(
@@ -157,41 +203,9 @@ class ConfirmationRepo:
         self.db = db
 
     async def create(self, new: NewConfirmation, *, audit: Sequence[AuditEvent] = ()) -> ConfirmationCreated:
-        """Insert a pending confirmation. A pending one of the same principal for the same tool on
-        the same target (same order, same account field) is superseded and that transition audited;
-        confirmations of anything else stay pending beside it."""
-        values = {**_fields(new), "status": "pending", "version": 1}
-        match = {
-            "s_conv": new.conversation_id,
-            "s_principal": new.principal,
-            "s_tool": new.tool,
-            "s_target": new.target,
-            "s_hash": new.args_hash,
-            "s_at": new.created_at,
-        }
-
-        def _create(conn: Connection, ctx: WriteContext) -> list[Any]:
-            superseded = conn.execute(_SUPERSEDE, match).all()
-            conn.execute(_INSERT_CONF, values)
-            events = list(audit)
-            if events:
-                events += [
-                    dataclasses.replace(
-                        events[0],
-                        kind="confirmation.superseded",
-                        tool=tool,
-                        args_hash=h,
-                        data={"confirmation_id": cid, "superseded_by": new.id},
-                    )
-                    for cid, tool, h in superseded
-                ]
-                append_audit_sync(conn, events, ctx.audit_head)
-                ctx.audit_events.extend(events)
-            return list(superseded)
-
-        superseded = await self.db.write(_create)
-        row = SimpleNamespace(**{**dict.fromkeys(_CONF.c.keys()), **values})
-        return ConfirmationCreated(confirmation=to_confirmation(row), superseded=tuple(c for c, _t, _h in superseded))  # type: ignore[arg-type]
+        """Insert a pending confirmation (see :func:`create_confirmation`)."""
+        superseded = await self.db.write(lambda conn, ctx: create_confirmation(conn, ctx, new, audit))
+        return ConfirmationCreated(confirmation=drafted(new), superseded=superseded)
 
     async def mark_shown(self, ids: Sequence[str], at: datetime) -> None:
         """Record that the runtime's own text of these confirmations reached their principal."""
@@ -212,8 +226,7 @@ class ConfirmationRepo:
 
     async def pending(self, conversation_id: str) -> list[Confirmation]:
         """The conversation's pending confirmations."""
-        rows = await self.db.read(lambda conn: conn.execute(_PENDING_CONFS, {"conv": conversation_id}).all())
-        return [to_confirmation(r) for r in rows]  # type: ignore[arg-type]
+        return await self.db.read(lambda conn: pending_confirmations(conn, conversation_id))
 
     async def pending_by_code(self, conversation_id: str, code: str) -> Confirmation | None:
         """The pending confirmation in this conversation whose code is ``code`` (email replies)."""

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, cast
 
-from sqlalchemy import CursorResult, func, select, update
+from sqlalchemy import Connection, CursorResult, bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.audit import AuditEvent, append_audit_many, utc
 from storage.db import Database
+from storage.fastsql import one_of, prepared
 from storage.jobs import JobQueue
 from storage.models import HandoffRow, HandoffSuggestionRow, HandoffThreadRow
 from storage.records import Clock, wall_clock
@@ -52,6 +53,11 @@ class Handoff:
     def active(self) -> bool:
         """Waiting for a person or owned by one."""
         return self.state in ACTIVE
+
+    @property
+    def owned(self) -> bool:
+        """A person owns the conversation right now (the agent says nothing in it)."""
+        return self.state == "taken"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -222,9 +228,7 @@ class Handoffs:
 
     async def active_for(self, conversation_id: str) -> Handoff | None:
         """The conversation's waiting or taken hand-off, if any."""
-        async with self.db.reader() as s:
-            row = await _active(s, conversation_id)
-            return _handoff(row) if row is not None else None
+        return await self.db.read(lambda conn: active_handoff(conn, conversation_id))
 
     async def in_thread(self, thread: str) -> Handoff | None:
         """The newest hand-off one of whose staff threads is ``thread``."""
@@ -295,6 +299,22 @@ def _suggestion(r: HandoffSuggestionRow) -> Suggestion:
     return Suggestion(
         id=r.id, handoff_id=r.handoff_id, conversation_id=r.conversation_id, text=r.text, created_at=utc(r.created_at)
     )
+
+
+_H: Any = HandoffRow.__table__
+# Built once: every turn's opening runs it (storage.fastsql).
+_ACTIVE = prepared(
+    select(_H)
+    .where(_H.c.conversation_id == bindparam("c"), one_of(_H.c.state, sorted(ACTIVE)))
+    .order_by(_H.c.opened_at.desc())
+    .limit(1)
+)
+
+
+def active_handoff(conn: Connection, conversation_id: str) -> Handoff | None:
+    """The conversation's waiting or taken hand-off, if any (inside the caller's transaction)."""
+    row = conn.execute(_ACTIVE, {"c": conversation_id}).first()
+    return _handoff(row) if row is not None else None  # type: ignore[arg-type]
 
 
 async def _active(s: AsyncSession, conversation_id: str) -> HandoffRow | None:

@@ -29,12 +29,13 @@ import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from sqlalchemy import Connection, CursorResult, Table, delete, event, select, update
+from sqlalchemy import Connection, CursorResult, Table, bindparam, delete, event, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from storage.db import Database
+from storage.db import Database, WriteContext, WriteFn
+from storage.fastsql import prepared
 from storage.holders import is_dead, process_id
 from storage.locks import LockBusy
 from storage.models import LockRow
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     import asyncpg
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _LOCKS: Table = LockRow.__table__  # type: ignore[assignment]
 
@@ -79,9 +81,20 @@ class Leases:
         return lock
 
     @asynccontextmanager
-    async def hold(self, conversation_id: str, *, wait_s: float | None = None) -> AsyncIterator[None]:
+    async def hold(
+        self,
+        conversation_id: str,
+        *,
+        wait_s: float | None = None,
+        first: WriteFn[T] | None = None,
+    ) -> AsyncIterator[T | None]:
         """Hold conversation ``conversation_id`` for one turn, waiting at most ``wait_s``
-        (default :data:`WAIT_S`) for the local queue and then for another process."""
+        (default :data:`WAIT_S`) for the local queue and then for another process.
+
+        ``first`` (a :meth:`Database.write` function) runs once the lease is held, and its
+        result is what the context yields: on SQLite in the very transaction that takes the
+        lease row (one commit; ``first`` raising rolls the lease back with it), on PostgreSQL
+        in a transaction of its own once the advisory lock is held."""
         name = f"conv:{conversation_id}"
         wait = self.wait_s if wait_s is None else wait_s
         loop = asyncio.get_running_loop()
@@ -95,27 +108,35 @@ class Leases:
         try:
             if self._pg is not None:
                 async with self._pg.hold(name, deadline, wait):
-                    yield
+                    yield await self.db.write(first) if first is not None else None
             else:
-                async with self._sqlite_lease(name, deadline, wait):
-                    yield
+                async with self._sqlite_lease(name, deadline, wait, first) as result:
+                    yield result
         finally:
             local.release()
 
     # -- SQLite: a lease row ---------------------------------------------------------------
     @asynccontextmanager
-    async def _sqlite_lease(self, name: str, deadline: float, wait: float) -> AsyncIterator[None]:
+    async def _sqlite_lease(
+        self, name: str, deadline: float, wait: float, first: WriteFn[T] | None
+    ) -> AsyncIterator[T | None]:
         holder = f"{process_id()}:{uuid.uuid4().hex[:6]}"
         loop = asyncio.get_running_loop()
         pause = _POLL_FIRST_S
-        while not await self.db.write(lambda conn, _ctx: _take(conn, name, holder, self.lease_s)):
+
+        def take(conn: Connection, ctx: WriteContext) -> tuple[bool, T | None]:
+            if not _take(conn, name, holder, self.lease_s):
+                return False, None
+            return True, first(conn, ctx) if first is not None else None
+
+        while not (taken := await self.db.write(take))[0]:
             if loop.time() + pause > deadline:
                 raise LockBusy(name, wait)
             await asyncio.sleep(pause)
             pause = min(pause * 2, _POLL_MAX_S)
         renewal = _Renewal(self.db, name, holder, self.lease_s)
         try:
-            yield
+            yield taken[1]
         finally:
             renewal.stop()
             await asyncio.shield(self._give_back(name, holder))
@@ -131,19 +152,29 @@ def _take(conn: Connection, name: str, holder: str, lease_s: float) -> bool:
     row is in the way and its holder's process is gone (same host), delete it and try again."""
     # Real time, never an injected clock: other processes read these leases.
     now = wall_clock()
-    stmt = sqlite_insert(_LOCKS).values(name=name, holder=holder, expires_at=now + timedelta(seconds=lease_s))
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["name"],
-        set_={"holder": stmt.excluded.holder, "expires_at": stmt.excluded.expires_at},
-        where=_LOCKS.c.expires_at < now,
-    )
-    if cast(CursorResult[Any], conn.execute(stmt)).rowcount == 1:
+    params = {"name": name, "holder": holder, "expires": now + timedelta(seconds=lease_s), "now": now}
+    if cast(CursorResult[Any], conn.execute(_TAKE, params)).rowcount == 1:
         return True
     current = conn.execute(select(_LOCKS.c.holder).where(_LOCKS.c.name == name)).scalar_one_or_none()
     if current is None or not is_dead(current):
         return False
     conn.execute(delete(_LOCKS).where(_LOCKS.c.name == name, _LOCKS.c.holder == current))
-    return bool(cast(CursorResult[Any], conn.execute(stmt)).rowcount == 1)
+    return bool(cast(CursorResult[Any], conn.execute(_TAKE, params)).rowcount == 1)
+
+
+def _take_statement() -> Any:
+    """The lease upsert: insert, or take over a row whose lease expired before ``now``."""
+    stmt = sqlite_insert(_LOCKS).values(name=bindparam("name"), holder=bindparam("holder"), expires_at=_EXPIRES)
+    return stmt.on_conflict_do_update(
+        index_elements=["name"],
+        set_={"holder": stmt.excluded.holder, "expires_at": stmt.excluded.expires_at},
+        where=_LOCKS.c.expires_at < bindparam("now", type_=_LOCKS.c.expires_at.type),
+    )
+
+
+# Built once: a turn's opening runs it (storage.fastsql).
+_EXPIRES = bindparam("expires", type_=_LOCKS.c.expires_at.type)
+_TAKE = prepared(_take_statement())
 
 
 class _Renewal:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import Connection, bindparam, func, select
 
 from storage.db import Database
 from storage.fastsql import one_of, prepared
@@ -111,11 +111,79 @@ def _actions_query(tools: tuple[str, ...]) -> Any:
     )
 
 
+HOUR = timedelta(hours=1)
+DAY = timedelta(hours=24)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Allowance:
+    """Who opens a turn and the caps checked before anything of it is stored (``None``: not
+    checked). A customer bound to an account is counted by the account, anyone else by their
+    own key and, with a ``group``, by the group's too."""
+
+    kind: str
+    ident: str
+    customer_id: str | None = None
+    group: str | None = None
+    tokens_per_day: int | None = None
+    group_tokens_per_day: int | None = None
+    #: Only when the turn opens a new conversation.
+    conversations_per_hour: int | None = None
+    group_conversations_per_hour: int | None = None
+
+
+class OverLimit(Exception):
+    """A cap of an :class:`Allowance` is reached (``limit`` names it); nothing was written."""
+
+    def __init__(self, limit: str) -> None:
+        super().__init__(limit)
+        self.limit = limit
+
+
+def tokens_today(conn: Connection, a: Allowance) -> int | None:
+    """The model tokens of ``a``'s own conversations in the last 24 h (``None``: not a customer)."""
+    if a.kind != "customer":
+        return None
+    if a.customer_id:
+        return int(conn.execute(_TOKENS, {"c": a.customer_id, "since": _since(DAY)}).scalar_one())
+    params = {"k": a.kind, "p": a.ident, "since": _since(DAY)}
+    return int(conn.execute(_PRINCIPAL_TOKENS, params).scalar_one())
+
+
+def check_allowance(conn: Connection, a: Allowance) -> int | None:
+    """Raise :class:`OverLimit` at the first cap of ``a`` reached (the day's tokens, the group's,
+    then new conversations in the hour, the group's); else ``a``'s tokens today (see
+    :func:`tokens_today`). Reads only: run it first in the transaction it guards."""
+    used = tokens_today(conn, a)
+    if a.tokens_per_day is not None and used is not None and used >= a.tokens_per_day:
+        raise OverLimit("model_tokens_per_day")
+    day, hour = {"g": a.group, "since": _since(DAY)}, {"g": a.group, "since": _since(HOUR)}
+    if a.group is not None and a.group_tokens_per_day is not None:
+        if int(conn.execute(_GROUP_TOKENS, day).scalar_one()) >= a.group_tokens_per_day:
+            raise OverLimit("group_model_tokens_per_day")
+    if a.conversations_per_hour is not None:
+        if a.customer_id:
+            opened = conn.execute(_CONVERSATIONS, {"c": a.customer_id, "since": hour["since"]}).scalar_one()
+        else:
+            params = {"k": a.kind, "p": a.ident, "since": hour["since"]}
+            opened = conn.execute(_PRINCIPAL_CONVERSATIONS, params).scalar_one()
+        if int(opened) >= a.conversations_per_hour:
+            raise OverLimit("conversations_per_hour")
+    if a.group is not None and a.group_conversations_per_hour is not None:
+        if int(conn.execute(_GROUP_CONVERSATIONS, hour).scalar_one()) >= a.group_conversations_per_hour:
+            raise OverLimit("group_conversations_per_hour")
+    return used
+
+
 class UsageCounts:
     """Counts behind the per-principal limits, read from the database (they hold across processes)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    async def check(self, allowance: Allowance) -> int | None:
+        """:func:`check_allowance` in a read of its own."""
+        return await self.db.read(lambda conn: check_allowance(conn, allowance))
 
     async def customer_conversations(self, customer_id: str, window: timedelta) -> int:
         """Conversations the customer themself opened in the window (staff ones not counted)."""

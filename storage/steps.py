@@ -20,8 +20,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from storage.audit import AuditEvent, append_audit_sync
 from storage.db import WriteContext
 from storage.fastsql import prepared
+from storage.gates import create_confirmation
 from storage.holders import process_id
 from storage.models import ConfirmationRow, ConversationRow, JobRow, MessageRow, ProposalRow, RunRow, TokenUsageRow
+from storage.records import NewConfirmation
 
 _CONV: Table = ConversationRow.__table__  # type: ignore[assignment]
 _MSG: Table = MessageRow.__table__  # type: ignore[assignment]
@@ -118,6 +120,8 @@ class StepWrite:
     #: ``(confirmation id, outcome)``: what a confirmation led to, recorded with the outcome itself.
     confirmation_outcome: tuple[str, dict[str, Any]] | None = None
     jobs: list[NewJob] = field(default_factory=list)
+    #: Confirmations opened by the step, each with its audit events (``storage.gates.create_confirmation``).
+    confirmations: list[tuple[NewConfirmation, list[AuditEvent]]] = field(default_factory=list)
 
 
 class ConcurrentTurn(Exception):
@@ -132,10 +136,7 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
     """Apply ``step``; the conversation's next seq, or ``None`` when ``event_key`` was already there."""
     # Core statements, batched: this runs once or twice per agent step, and
     # the runtime's own cost per step is a design target (bench/overhead.py).
-    if (
-        step.event_key is not None
-        and conn.execute(_EVENT_SEEN, {"c": step.conversation_id, "k": step.event_key}).first() is not None
-    ):
+    if step.event_key is not None and event_seen(conn, step.conversation_id, step.event_key):
         return None
     if step.confirmation_move is not None:
         _move_confirmation(conn, step.confirmation_move)
@@ -150,6 +151,8 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
         _update_run(conn, step, step.run_id, now)
     if step.usage is not None and step.run_id is not None:
         _insert_usage(conn, step, step.usage, step.run_id, now)
+    for new, events in step.confirmations:
+        create_confirmation(conn, ctx, new, events)
     if step.confirmation_outcome is not None:
         cid, outcome = step.confirmation_outcome
         conn.execute(_SET_CONF_OUTCOME, {"cid": cid, "outcome": outcome})
@@ -159,6 +162,11 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
         append_audit_sync(conn, step.audit, ctx.audit_head)
         ctx.audit_events.extend(step.audit)
     return next_seq
+
+
+def event_seen(conn: Connection, conversation_id: str, event_key: str) -> bool:
+    """Whether the conversation already holds the message or event ``event_key``."""
+    return conn.execute(_EVENT_SEEN, {"c": conversation_id, "k": event_key}).first() is not None
 
 
 def _advance_conversation(conn: Connection, step: StepWrite, now: datetime) -> int:

@@ -318,6 +318,7 @@ async def confirm_exact(env: Env, turn: Turn, tool: str, args: dict[str, Any]) -
     t = env.services.registry.tools[tool]
     asked = NeedsConfirmation(summary=t.describe(args), target=t.target_of(args), key=None)
     conf = (await gates.request_confirmation(turn, p, "prop_test", asked)).confirmation
+    await turn.commit(turn.step())  # a confirmation is stored with the turn's next step
     moved = await env.services.confirmations.transition(
         conf.id, expected_version=conf.version, from_status="pending", to_status="confirmed", at=env.clock()
     )

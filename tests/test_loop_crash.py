@@ -173,20 +173,26 @@ def crash_on_tool_results(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 async def test_crash_between_tool_use_and_tool_result_is_repaired(
     db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, continued_by: str
 ) -> None:
-    """The assistant's tool_use is stored but its result is not: on restart the unanswered call
-    is answered first (whether the customer writes again or the worker recovers the run), so
-    the history the model sees is valid."""
-    model = ScriptedModel([[tool_use_block("get_order", {"order_id": "O-1042"})]])
+    """A step with an action stores its proposals before any tool runs. The assistant's
+    tool_use is stored but its results are not: on restart the unanswered calls are answered
+    first (whether the customer writes again or the worker recovers the run), so the history
+    the model sees is valid."""
+    uses = [
+        tool_use_block("search_knowledge", SEARCH),
+        tool_use_block("get_order", {"order_id": "O-1042"}),
+        tool_use_block("issue_refund", SMALL_REFUND),
+    ]
+    model = ScriptedModel([uses])
     h = await seeded(db, model)
     state = crash_on_tool_results(monkeypatch)
     with pytest.raises(Crash):
-        await h.runtime.chat(principal=C7, channel="api", message="Where is O-1042?")
+        await h.runtime.chat(principal=C7, channel="api", message="Where is O-1042? And refund O-1044.")
     assert state["crashed"] == 1
     conv_id = model.requests[0].metadata["conversation_id"]
     history = await h.services.conversations.history(conv_id)
     assert [m.role for m in history] == ["user", "assistant"]
     await db.dispose()
-    model2 = ScriptedModel(["O-1042 was delivered."])
+    model2 = ScriptedModel(["O-1042 was delivered; the refund needs your confirmation."])
     db2, rt2, notifier = await restart(tmp_path / "t.db", model2, h.clock)
     if continued_by == "customer":
         r = await rt2.chat(principal=C7, channel="api", message="hello?", conversation_id=conv_id)
@@ -196,7 +202,42 @@ async def test_crash_between_tool_use_and_tool_result_is_repaired(
         await recover(rt2, orphan_after_s=60)
         assert notifier.of("follow_up")
     [request] = model2.requests
-    [result] = results_in(request)
+    _search, order, refund = (json.loads(r["content"]) for r in results_in(request))
+    assert order["status"] == "DELIVERED"
+    assert refund["status"] == "CONFIRMATION_REQUIRED"
+    await assert_history_valid(rt2, conv_id, C7)
+    await db2.dispose()
+
+
+@pytest.mark.parametrize("continued_by", ["customer", "worker"])
+async def test_crash_during_a_read_step_leaves_the_history_as_before_the_model_call(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, continued_by: str
+) -> None:
+    """A step of reads only writes once, after its tools ran (issue 24): a crash before that
+    write leaves no tool_use without its result, nothing was done, and on restart the model is
+    simply asked again."""
+    model = ScriptedModel([[tool_use_block("get_order", {"order_id": "O-1042"})]])
+    h = await seeded(db, model)
+    state = crash_on_tool_results(monkeypatch)
+    with pytest.raises(Crash):
+        await h.runtime.chat(principal=C7, channel="api", message="Where is O-1042?")
+    assert state["crashed"] == 1
+    conv_id = model.requests[0].metadata["conversation_id"]
+    history = await h.services.conversations.history(conv_id)
+    assert [m.role for m in history] == ["user"]
+    await db.dispose()
+    model2 = ScriptedModel([[tool_use_block("get_order", {"order_id": "O-1042"})], "O-1042 was delivered."])
+    db2, rt2, notifier = await restart(tmp_path / "t.db", model2, h.clock)
+    if continued_by == "customer":
+        r = await rt2.chat(principal=C7, channel="api", message="hello?", conversation_id=conv_id)
+        assert r.outcome == "answered"
+    else:
+        advance(h.clock, 120)
+        await recover(rt2, orphan_after_s=60)
+        assert notifier.of("follow_up")
+    first, second = model2.requests
+    assert results_in(first) == []
+    [result] = results_in(second)
     assert json.loads(result["content"])["status"] == "DELIVERED"
     await assert_history_valid(rt2, conv_id, C7)
     await db2.dispose()
