@@ -201,9 +201,9 @@ async def handle(
         # Only an execution moves money: it is judged again, and carried out, under the
         # customer's money lock. Any other verdict moves nothing now, and the action it leads
         # to (confirmed, approved) is judged again under the lock when it is carried out.
-        lock = money_lock(turn, name) if isinstance(decision, Execute) else nullcontext()
-        async with lock:
-            if not isinstance(lock, nullcontext):
+        locked = isinstance(decision, Execute) and moves_money(turn, name)
+        async with money_lock(turn, name) if locked else nullcontext():
+            if locked:
                 decision = await decide(turn, proposed, proposal_id, ctx, resumed=repairing)
             result, is_error, key = await act(turn, decision, proposed, proposal_id, ctx)
     except (ConcurrentTurn, LostRace):
@@ -267,14 +267,19 @@ async def money_lock(turn: Turn, tool: str) -> AsyncIterator[None]:
     """One customer's money actions are judged and carried out one at a time, so the day's
     aggregate a verdict rests on still holds when the money moves (S5: no split in a race).
     The approvals opened meanwhile are announced once the lock is released, whatever happened."""
-    t = turn.services.registry.get(tool)
     customer = turn.principal.customer_id
-    money = t is not None and (t.money is not None or t.money_at_stake is not None) and customer
     try:
-        async with turn.services.locks.exclusive(f"money:{customer}") if money else nullcontext():
+        async with turn.services.locks.exclusive(f"money:{customer}") if moves_money(turn, tool) else nullcontext():
             yield
     finally:
         await announce(turn)
+
+
+def moves_money(turn: Turn, tool: str) -> bool:
+    """Whether ``tool`` is a money action of an identified customer (it takes the money lock)."""
+    t = turn.services.registry.get(tool)
+    money = t is not None and (t.money is not None or t.money_at_stake is not None)
+    return money and bool(turn.principal.customer_id)
 
 
 async def announce(turn: Turn) -> None:
