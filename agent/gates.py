@@ -127,7 +127,7 @@ async def request_approval(
         },
     )
     approval = await s.approvals.create(new, audit=[event])
-    # Its card goes out once the customer's money lock is released (``steps.money_lock``): a
+    # Its card goes out once the customer's money lock is released (``steps.announce``): a
     # post can wait seconds for Slack's pace in the approvals channel, and the customer's other
     # actions must not wait with it.
     turn.unannounced.append(approval)

@@ -328,11 +328,14 @@ class Host:
         p = Proposed(tool=tool, args=args, hash=args_hash(tool, args))
         prop_id = proposal_id or await _propose(turn, p, origin)
         ctx = steps.tool_context(turn, prop_id)
-        async with steps.money_lock(turn, tool):
-            decision = await steps.decide(
-                turn, p, prop_id, ctx, resumed=proposal_id is not None, approval=approval, dedup=False, key=key
-            )
-            result, is_error, used_key = await steps.act(turn, decision, p, prop_id, ctx, approval=approval)
+        try:
+            async with steps.money_lock(turn, tool):
+                decision = await steps.decide(
+                    turn, p, prop_id, ctx, resumed=proposal_id is not None, approval=approval, dedup=False, key=key
+                )
+                result, is_error, used_key = await steps.act(turn, decision, p, prop_id, ctx, approval=approval)
+        finally:
+            await steps.announce(turn)  # the card of an approval it opened, the money lock released
         if is_error and isinstance(result, dict) and result.get("error") == "in_progress":
             # Another live process is carrying this very proposal out: its outcome will be recorded.
             raise InProgress("This action is being carried out right now; its outcome follows.")

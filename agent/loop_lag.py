@@ -47,10 +47,7 @@ class LoopLag:
     def _fired(self, loop: asyncio.AbstractEventLoop) -> None:
         self.last = max(0.0, loop.time() - self._due)
         self._arm(loop)
-        waiters, self._waiters = self._waiters, []
-        for w in waiters:
-            if not w.done():
-                w.set_result(None)
+        self._release()
 
     def behind(self, limit: float) -> bool:
         """Whether the loop is more than ``limit`` seconds behind: the last timer fired that late,
@@ -64,6 +61,10 @@ class LoopLag:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+        self._release()
+
+    def _release(self) -> None:
+        """Wake every :meth:`tick` waiting."""
         waiters, self._waiters = self._waiters, []
         for w in waiters:
             if not w.done():

@@ -9,8 +9,7 @@ a check does escapes as an exception: an unexpected failure is an ``is_error`` r
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -221,7 +220,7 @@ async def handle(
             message="Something failed on our side while handling this; tell the person honestly and escalate.",
         )
         result, is_error, key = decision.as_result(), True, None
-    await announce(turn)  # an approval opened without the lock (money_lock announces its own)
+    await announce(turn)  # the card of an approval it opened, the money lock released
     if not isinstance(decision, NeedsConfirmation | NeedsApproval | Intercept):
         turn.facts.remember(name, proposed.hash, result)
     reason = decision.reason if isinstance(decision, Reject) else None
@@ -262,17 +261,13 @@ async def decide(
     )
 
 
-@asynccontextmanager
-async def money_lock(turn: Turn, tool: str) -> AsyncIterator[None]:
+def money_lock(turn: Turn, tool: str) -> AbstractAsyncContextManager[None]:
     """One customer's money actions are judged and carried out one at a time, so the day's
     aggregate a verdict rests on still holds when the money moves (S5: no split in a race).
-    The approvals opened meanwhile are announced once the lock is released, whatever happened."""
-    customer = turn.principal.customer_id
-    try:
-        async with turn.services.locks.exclusive(f"money:{customer}") if moves_money(turn, tool) else nullcontext():
-            yield
-    finally:
-        await announce(turn)
+    Approval cards are not posted while it is held: the caller announces them after (:func:`announce`)."""
+    if not moves_money(turn, tool):
+        return nullcontext()
+    return turn.services.locks.exclusive(f"money:{turn.principal.customer_id}")
 
 
 def moves_money(turn: Turn, tool: str) -> bool:

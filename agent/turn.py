@@ -55,7 +55,7 @@ class Turn:
     started: float = field(default_factory=time.monotonic)
     replies: list[str] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
-    #: Approvals opened in this turn whose cards are not out yet (``steps.money_lock`` sends them).
+    #: Approvals opened in this turn whose cards are not out yet (``steps.announce`` sends them).
     unannounced: list[Approval] = field(default_factory=list)
     executed: list[dict[str, Any]] = field(default_factory=list)
     finished: dict[str, Any] | None = None

@@ -97,11 +97,11 @@ async def test_a_killed_holders_lease_is_taken_over_at_once(tmp_path: Path) -> N
 GUARD_S = 20  # a hang guard only: every wait below ends on an event, never on a clock
 
 
-def small_pool_db(pool_size: int = 5) -> Database:
+def small_pool_db(pool_size: int = 5, *, pool_timeout: float = 30.0) -> Database:
     """PostgreSQL with a pool far smaller than the queue (advisory locks need no tables)."""
     if not PG_URL:
         pytest.skip("SIGNOFF_TEST_PG_URL not set")
-    return Database.of(create_async_engine(PG_URL, pool_size=pool_size, max_overflow=0))
+    return Database.of(create_async_engine(PG_URL, pool_size=pool_size, max_overflow=0, pool_timeout=pool_timeout))
 
 
 async def fifty_for_one_customer_then_another(locks: Locks) -> tuple[list[str], int]:
@@ -248,9 +248,7 @@ async def test_holders_of_many_customers_never_take_the_connections_their_work_n
     """Each holder keeps a connection for its lock and needs a second for its work: with a pool of
     4, at most 2 hold at once, so 12 customers' actions at once all finish (a pool full of holders
     waited out the pool's timeout, and the replica answered 503)."""
-    if not PG_URL:
-        pytest.skip("SIGNOFF_TEST_PG_URL not set")
-    db = Database.of(create_async_engine(PG_URL, pool_size=4, max_overflow=0, pool_timeout=5))
+    db = small_pool_db(4, pool_timeout=5)
     locks = Locks(db)
     assert locks.max_holders == 2
     at_once = peak = 0
