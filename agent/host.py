@@ -341,30 +341,58 @@ class Host:
             raise InProgress("This action is being carried out right now; its outcome follows.")
         new_approval = await self.s.approvals.get(turn.pending[-1].id) if decision.tag == "approval" else None
         applied = ApplyResult(decision=decision.tag, result=result, is_error=is_error, approval=new_approval)
-        reason = getattr(decision, "reason", None)
-        outcome = ProposalOutcome(
-            id=prop_id, decision=decision.tag, reason=reason, result=result, is_error=is_error, idempotency_key=used_key
-        )
-        gate = turn.event(
-            f"gate.{decision.tag}",
-            proposal_id=prop_id,
-            tool=tool,
-            args_hash=p.hash,
-            idempotency_key=used_key,
-            data={"origin": origin, "is_error": is_error, "reason": reason},
-        )
-        await turn.commit(
-            StepWrite(
-                conversation_id=turn.conversation.id,
-                run_id=turn.run.id,
-                outcomes=[outcome],
-                audit=[gate],
-                run_state=turn.run_state(),
-                pending_ids=[x.id for x in turn.pending],
-                confirmation_outcome=(confirmation_id, applied.outcome()) if confirmation_id else None,
-            )
+        await _record_applied(
+            turn,
+            p,
+            prop_id,
+            applied,
+            origin=origin,
+            key=used_key,
+            confirmation_id=confirmation_id,
+            reason=getattr(decision, "reason", None),
         )
         return applied
+
+
+async def _record_applied(
+    turn: Turn,
+    p: Proposed,
+    prop_id: str,
+    applied: ApplyResult,
+    *,
+    origin: str,
+    key: str | None,
+    confirmation_id: str | None,
+    reason: str | None,
+) -> None:
+    """Store a settled action's outcome, its gate event and the run's state in one write."""
+    outcome = ProposalOutcome(
+        id=prop_id,
+        decision=applied.decision,
+        reason=reason,
+        result=applied.result,
+        is_error=applied.is_error,
+        idempotency_key=key,
+    )
+    gate = turn.event(
+        f"gate.{applied.decision}",
+        proposal_id=prop_id,
+        tool=p.tool,
+        args_hash=p.hash,
+        idempotency_key=key,
+        data={"origin": origin, "is_error": applied.is_error, "reason": reason},
+    )
+    await turn.commit(
+        StepWrite(
+            conversation_id=turn.conversation.id,
+            run_id=turn.run.id,
+            outcomes=[outcome],
+            audit=[gate],
+            run_state=turn.run_state(),
+            pending_ids=[x.id for x in turn.pending],
+            confirmation_outcome=(confirmation_id, applied.outcome()) if confirmation_id else None,
+        )
+    )
 
 
 async def _propose(turn: Turn, p: Proposed, origin: str) -> str:
