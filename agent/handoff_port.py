@@ -4,7 +4,7 @@ A face reaches it as ``FacePort.handoffs``; it never sees the repositories."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -56,9 +56,12 @@ class HandoffDesk:
         """``person``'s Send of a suggestion: their own reply, relayed once if they own the hand-off."""
         return await handoff_suggest.send(self._runtime.s, suggestion, conversation_id, person, shown=shown)
 
-    async def ask_for_person(self, conversation: Conversation, *, by: str) -> tuple[Handoff, str]:
-        """The customer's "Talk to a person": the hand-off, and what the customer is told."""
-        return await ask_for_person(self._runtime, conversation, by=by)
+    async def ask_for_person(
+        self, conversation: Conversation, *, by: str, tell: Callable[[str], Awaitable[None]] | None = None
+    ) -> tuple[Handoff, str]:
+        """The customer's "Talk to a person": the hand-off, and what the customer is told (through
+        ``tell`` before any staff surface can take it over)."""
+        return await ask_for_person(self._runtime, conversation, by=by, tell=tell)
 
 
 __all__ = ["HandoffDesk"]

@@ -132,13 +132,18 @@ async def run_job(rt: Host, relay: Relay, job: Job) -> None:
             raise ValueError(f"not a hand-off job: {job.kind}")
 
 
-async def ask_for_person(rt: Host, conversation: Conversation, *, by: str) -> tuple[Handoff, str]:
+async def ask_for_person(
+    rt: Host, conversation: Conversation, *, by: str, tell: Callable[[str], Awaitable[None]] | None = None
+) -> tuple[Handoff, str]:
     """The customer's "Talk to a person": the hand-off (opened now unless one is active), its
     post with Take over on every staff surface, and what the customer is told — honestly, from
-    the support hours — which the agent also reads."""
+    the support hours — which the agent also reads. ``tell`` gives the customer that answer
+    before the post goes out, so a person who takes over at once is never followed by it."""
     s = rt.s
     h, opened = await handoff.open_handoff(s, conversation, reason="customer_request", opened_by=by)
     told = handoff.expectation(s, s.clock())
+    if tell is not None:
+        await tell(told)
     if opened:
         notice = EscalationNotice(
             conversation=conversation,

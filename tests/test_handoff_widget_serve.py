@@ -95,7 +95,7 @@ async def test_a_widget_customer_gets_the_reps_reply_once_across_a_kill(world: W
         await slack.until(lambda: _thread_says(slack, esc_ts, "Great, thanks!"), within_s=60)
         frames = await _frames(server, who, lambda fs: any(f.get("id") == "tp-2" for f in fs))
         after = frames[next(i for i, f in enumerate(frames) if f["event"] == "handoff" and f["state"] == "taken") :]
-        assert not [f for f in after if f["event"] == "message" and f["from"] == "agent"]
+        assert not [f for f in after if f["event"] == "message" and f["from"] == "agent"], frames
         assert len(_from_person(frames)) == 1  # still once, after the redelivery
     finally:
         await server.stop()

@@ -299,6 +299,37 @@ def test_the_hand_off_is_shown_as_its_states_and_a_person_by_name(server: Widget
     assert taken.count('event: handoff\ndata: {"state": "taken", "name": "Priya Raman"}') == 1
 
 
+def test_a_person_who_takes_over_at_once_is_never_followed_by_the_agents_answer(server: WidgetServer) -> None:
+    """The customer is told when a person will reply before the post with Take over goes out:
+    the fastest possible Take over (in the post itself) comes after that answer in the stream."""
+    services = server.app.runtime.s
+    notifier = services.notifier
+    who = _guest(server)
+    url = f"{server.url}/widget/api/stream"
+
+    class TakenAtOnce:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(notifier, name)
+
+        async def escalated(self, notice: Any) -> Any:
+            sent = await notifier.escalated(notice)
+            person = handoff.Person(principal=REP, name="Priya Raman")
+            await server.app.port.handoffs.take_over(notice.handoff_id, notice.conversation.id, person)
+            await asyncio.wait_for(_read_stream(url, who, '"state": "taken"'), 30)  # the worker said so
+            return sent
+
+    object.__setattr__(services, "notifier", TakenAtOnce())  # Services is frozen
+    try:
+        body = {"clientId": "tp-9", "text": "A person, please.", "person": True}
+        assert call(server, "POST", "/widget/api/messages", json=body, headers=who)[0] == 202
+        seen = server.run(asyncio.wait_for(_read_stream(url, who, '"state": "taken"'), 60))
+        if '"from": "agent"' not in seen:  # the answer may still follow in the stream; it must not
+            seen = server.run(asyncio.wait_for(_read_stream(url, who, '"from": "agent"'), 60))
+    finally:
+        object.__setattr__(services, "notifier", notifier)
+    assert seen.index('"from": "agent"') < seen.index('"state": "taken"'), seen
+
+
 def test_a_guest_verifies_with_a_code_emailed_over_smtp_to_the_address_on_file() -> None:
     """With SMTP configured the code goes by mail from the shop (not into the outbox), to the
     customer's address on file; typing it binds the session to that customer."""

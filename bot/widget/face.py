@@ -131,9 +131,12 @@ class WidgetFace:
         store = events.store_of(self.port)
         if session.conversation_id != conv.id:
             await store.set_conversation(session.id, conv.id)
-        _, told = await self.port.handoffs.ask_for_person(conv, by=principal.key)
         key = f"widget:answer:{session.id}:person:{item.id}"
-        await events.emit(store, session.id, key=key, kind="answer", data={"text": told})
+
+        async def tell(told: str) -> None:
+            await events.emit(store, session.id, key=key, kind="answer", data={"text": told})
+
+        await self.port.handoffs.ask_for_person(conv, by=principal.key, tell=tell)
 
     async def _turn(self, item: Inbound, session: WidgetSession) -> TurnResult | None:
         principal = Visitor(session=session, page_held=False).principal
