@@ -13,15 +13,15 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import Connection, inspect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from storage import search
+from storage import revisions, search
 from storage.faults import rerunnable
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -36,13 +36,13 @@ class MigrationSource:
 
 def alembic_config(url: str, sources: Sequence[MigrationSource] = ()) -> Config:
     """The Alembic configuration for ``url`` over the runtime's and the given migration sources."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.set_main_option("sqlalchemy.url", url)
     cfg.set_main_option("path_separator", "os")
-    cfg.set_main_option(
-        "version_locations", os.pathsep.join([str(MIGRATIONS / "versions"), *(str(s.versions) for s in sources)])
-    )
+    cfg.set_main_option("version_locations", os.pathsep.join(str(folder) for folder in version_folders(sources)))
     # The runtime's own search index exists only in the database: autogenerate leaves it alone.
     hooks = [search.include_object, *(s.include_object for s in sources if s.include_object is not None)]
     cfg.attributes["include_object"] = _all(hooks)
@@ -58,19 +58,26 @@ def _all(hooks: list[Callable[..., bool]]) -> Callable[..., bool]:
 
 async def upgrade(url: str, revision: str = "heads", *, sources: Sequence[MigrationSource] = ()) -> None:
     """Migrate ``url`` to ``revision`` (every branch by default). env.py runs its own event loop: a thread."""
+    from alembic import command
+
     await asyncio.to_thread(command.upgrade, alembic_config(url, sources), revision)
 
 
 async def downgrade(url: str, revision: str, *, sources: Sequence[MigrationSource] = ()) -> None:
     """Migrate down to ``revision``."""
+    from alembic import command
+
     await asyncio.to_thread(command.downgrade, alembic_config(url, sources), revision)
+
+
+def version_folders(sources: Sequence[MigrationSource] = ()) -> list[Path]:
+    """The runtime's version folder and each source's, as ``version_locations`` lists them."""
+    return [MIGRATIONS / "versions", *(s.versions for s in sources)]
 
 
 def heads(sources: Sequence[MigrationSource] = ()) -> list[str]:
     """The head revisions of every migration source."""
-    from alembic.script import ScriptDirectory
-
-    return sorted(ScriptDirectory.from_config(alembic_config("sqlite://", sources)).get_heads())
+    return list(revisions.graph(version_folders(sources)).heads)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,21 +105,9 @@ class SchemaState:
 @rerunnable  # a read
 async def schema_state(engine: AsyncEngine, sources: Sequence[MigrationSource] = ()) -> SchemaState:
     """The database's revisions (its ``alembic_version``) against the heads of ``sources``."""
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
-
-    script = ScriptDirectory.from_config(alembic_config("sqlite://", sources))
-    known = {r.revision for r in script.walk_revisions()}
-
-    def read(conn: Connection) -> tuple[tuple[str, ...], bool]:
-        at = tuple(sorted(MigrationContext.configure(conn).get_current_heads()))
-        return at, inspect(conn).has_table("tool_executions")
-
+    graph = revisions.graph(version_folders(sources))
     async with engine.connect() as conn:
-        at, has_tables = await conn.run_sync(read)
+        at, has_tables = await conn.run_sync(revisions.current)
     return SchemaState(
-        at=at,
-        heads=tuple(sorted(script.get_heads())),
-        unknown=tuple(r for r in at if r not in known),
-        has_tables=has_tables,
+        at=at, heads=graph.heads, unknown=tuple(r for r in at if r not in graph.known), has_tables=has_tables
     )

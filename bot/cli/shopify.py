@@ -1,17 +1,21 @@
-"""``signoff shopify check`` and ``signoff shopify webhooks install --url URL``."""
+"""``signoff shopify check`` and ``signoff shopify webhooks install --url URL``.
+
+Every ``signoff`` command builds this group's parser; the Shopify modules (the Admin schema's
+GraphQL documents, ~5 MB) are imported only when a ``shopify`` command runs.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from agent.errors import ConfigError
 from bot.settings import Settings
-from shopify import documents
-from shopify.client import ShopifyUnavailable
-from shopify.webhooks import COMPLIANCE_TOPICS, TOPICS
-from shopify.writes import ShopifyBackend
+
+if TYPE_CHECKING:
+    from shopify.writes import ShopifyBackend
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,6 +41,8 @@ def shop_backend(settings: Settings) -> ShopifyBackend:
 
 async def run(settings: Settings, args: argparse.Namespace) -> int:
     """Dispatch ``signoff shopify …``."""
+    from shopify.client import ShopifyUnavailable
+
     backend = shop_backend(settings)
     try:
         if args.shopify_command == "check":
@@ -51,6 +57,9 @@ async def run(settings: Settings, args: argparse.Namespace) -> int:
 
 async def check(backend: ShopifyBackend) -> int:
     """Print the shop, the version, the scopes (granted vs needed) and the webhooks; 1 if a scope is missing."""
+    from shopify import documents
+    from shopify.webhooks import COMPLIANCE_TOPICS, TOPICS
+
     data = await backend.client.execute("ShopCheck")
     granted = {s["handle"] for s in data["currentAppInstallation"]["accessScopes"]}
     # A write scope implies its read scope (Shopify grants write_orders without listing read_orders).
@@ -78,6 +87,9 @@ async def check(backend: ShopifyBackend) -> int:
 
 async def install(backend: ShopifyBackend, url: str) -> int:
     """Subscribe every topic of :data:`TOPICS` the schema's ``WebhookSubscriptionTopic`` has to ``url``."""
+    from shopify import documents
+    from shopify.webhooks import COMPLIANCE_TOPICS, TOPICS
+
     parts = urlsplit(url)
     if parts.scheme != "https" or not parts.hostname:
         print("signoff: --url: must be the public https URL of /shopify/webhooks", file=sys.stderr)
