@@ -16,9 +16,10 @@ from typing import Any, cast
 from agent import continuation
 from agent.decisions import DecisionTag
 from agent.errors import DecisionError, InProgress
-from agent.host import ApplyResult, Host
+from agent.host import Host
 from agent.notify import best_effort
 from agent.outcomes import TurnResult
+from agent.settled import ApplyResult
 from agent.tracing import traced_decision, traced_expiry
 from agent.wording import APPROVED_EVENT, EXPIRED_EVENT, REJECTED_EVENT, SUPERSEDED_EVENT
 from storage.audit import AuditEvent

@@ -16,10 +16,11 @@ from agent.boundary import translated
 from agent.confirmations import Answer, AskWhich, ConfirmResult, Via
 from agent.errors import DecisionError
 from agent.history import event_block
-from agent.host import ApplyResult, Host
+from agent.host import Host
 from agent.loop import run_loop
 from agent.opening import open_message_turn
 from agent.outcomes import Pending, TurnResult
+from agent.settled import ApplyResult
 from agent.turn import Turn
 from agent.wording import ASKED_WHICH_EVENT, confirmation_notice, which_one
 from storage.records import Confirmation, Conversation
