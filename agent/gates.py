@@ -16,7 +16,7 @@ from agent.gatekeeper import Proposed
 from agent.history import new_id
 from agent.notify import EscalationNotice, best_effort
 from agent.turn import Turn
-from storage.gates import ConfirmationCreated, drafted
+from storage.gates import ConfirmationCreated, drafted, supersedes
 from storage.records import Approval, NewApproval, NewConfirmation, StoredMessage
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
@@ -63,9 +63,7 @@ async def request_confirmation(
     turn.confirm_later(new, event)
     # What storage.gates.create_confirmation will supersede in that write (the turn holds the
     # conversation's lease: nothing else opens or answers its confirmations meanwhile).
-    superseded = tuple(
-        c.id for c in waiting if c.principal == new.principal and c.tool == new.tool and c.target == new.target
-    )
+    superseded = tuple(c.id for c in waiting if supersedes(new, c))
     return ConfirmationCreated(confirmation=drafted(new), superseded=superseded)
 
 

@@ -95,6 +95,20 @@ def drafted(new: NewConfirmation) -> Confirmation:
     return to_confirmation(row)  # type: ignore[arg-type]
 
 
+def supersedes(new: NewConfirmation, old: Confirmation) -> bool:
+    """Whether asking ``new`` supersedes the pending ``old``: the same principal, tool and target
+    (same order, same account field) with other arguments — what ``_SUPERSEDE`` selects, for a
+    confirmation not yet written (``agent.gates``; ``tests/test_supersede.py`` holds them equal)."""
+    return (
+        old.status == "pending"
+        and old.conversation_id == new.conversation_id
+        and old.principal == new.principal
+        and old.tool == new.tool
+        and old.target == new.target
+        and old.args_hash != new.args_hash
+    )
+
+
 def create_confirmation(
     conn: Connection, ctx: WriteContext, new: NewConfirmation, audit: Sequence[AuditEvent]
 ) -> tuple[str, ...]:
