@@ -32,8 +32,9 @@ from agent.decisions import (
 )
 from agent.policy import Policy
 from agent.tracing import traced_judgement
+from storage.approvals import ApprovalRepo
 from storage.audit import canonical_json, sha256_hex
-from storage.gates import ApprovalRepo, ConfirmationRepo
+from storage.gates import ConfirmationRepo
 from storage.identities import People
 from storage.limits import UsageCounts
 from storage.records import Approval

@@ -14,10 +14,11 @@ from agent.llm.base import ModelClient
 from agent.notify import Notifier, RecordingNotifier
 from agent.policy import Policy, load_policy
 from agent.policy_versions import stored_version
+from storage.approvals import ApprovalRepo
 from storage.audit import AuditLog
 from storage.conversations import ConversationRepo
 from storage.db import Database
-from storage.gates import ApprovalRepo, ConfirmationRepo
+from storage.gates import ConfirmationRepo
 from storage.handoffs import Handoffs
 from storage.identities import IdentityLinks, People
 from storage.inbox import Deliveries, Inbox, ThreadBindings

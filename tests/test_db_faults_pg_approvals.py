@@ -27,7 +27,7 @@ import pytest_asyncio
 from agent.errors import DecisionError, Unavailable
 from agent.worker import Worker
 from sandbox.store import SandboxStore
-from storage.gates import ApprovalRepo
+from storage.approvals import ApprovalRepo
 from storage.ledger import Ledger
 from storage.records import Approval
 from tests.fault_kit import refunds_of
