@@ -208,17 +208,25 @@ class Counters:
             if pg:
                 self.c["round_trips"] += 1
 
+        def sent(conn: Any) -> bool:
+            """Whether BEGIN, COMMIT or ROLLBACK reaches the server (not in autocommit, as reads run)."""
+            return pg and conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT"
+
         def on_begin(conn: Any) -> None:
+            if pg and not sent(conn):
+                return  # an autocommit read: no transaction
             self.c["transactions"] += 1
             if pg:
                 self.c["round_trips"] += 1
 
         def on_commit(conn: Any) -> None:
-            if pg:
+            if sent(conn):
                 self.c["commits"] += 1
                 self.c["round_trips"] += 1
 
         def on_rollback(conn: Any) -> None:
+            if pg and not sent(conn):
+                return
             self.c["rollbacks"] += 1
             if pg:
                 self.c["round_trips"] += 1

@@ -73,6 +73,15 @@ def _after_rollback(session: Session) -> None:
     session.info.pop("audit_events", None)
 
 
+def _read_engine(engine: AsyncEngine) -> AsyncEngine:
+    """Reads on SQLite begin DEFERRED (no write lock). On PostgreSQL they run in autocommit: at
+    READ COMMITTED, the isolation signoff runs at, every statement takes its own snapshot inside a
+    transaction too, so a read's ``BEGIN`` and ``ROLLBACK`` bought nothing but two round trips."""
+    if engine.dialect.name == "postgresql":
+        return engine.execution_options(isolation_level="AUTOCOMMIT")
+    return engine.execution_options(signoff_readonly=True)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Database:
     """An engine plus its session factory; the only handle repositories receive."""
@@ -86,6 +95,8 @@ class Database:
     sync_writer: SyncWriter | None = None
     #: Told of each database outage :meth:`fault` classifies (the metrics count them by kind).
     fault_listeners: list[FaultListener] = field(default_factory=list)
+    #: The engine reads go through (:func:`_read_engine`).
+    read_engine: AsyncEngine | None = None
 
     @classmethod
     def of(cls, engine: AsyncEngine) -> Database:
@@ -97,9 +108,17 @@ class Database:
             sync_session_class=ObservedSession,
             info={"observers": observers, "audit_head": {}},
         )
-        readers = async_sessionmaker(engine.execution_options(signoff_readonly=True), expire_on_commit=False)
+        read_engine = _read_engine(engine)
+        readers = async_sessionmaker(read_engine, expire_on_commit=False)
         writer = SyncWriter.for_url(str(engine.url)) if engine.dialect.name == "sqlite" else None
-        return cls(engine=engine, sessions=sessions, observers=observers, readers=readers, sync_writer=writer)
+        return cls(
+            engine=engine,
+            sessions=sessions,
+            observers=observers,
+            readers=readers,
+            sync_writer=writer,
+            read_engine=read_engine,
+        )
 
     def reader(self) -> AsyncSession:
         """A session for reads (never write through it)."""
@@ -136,8 +155,7 @@ class Database:
         PostgreSQL through the async engine's ``run_sync``. Never write through it."""
         if self.sync_writer is not None:
             return await self.sync_writer.read(fn)
-        engine = self.engine.execution_options(signoff_readonly=True) if not self.is_postgres else self.engine
-        async with engine.connect() as conn:
+        async with (self.read_engine or _read_engine(self.engine)).connect() as conn:
             return await conn.run_sync(fn)
 
     def fault(self, exc: BaseException) -> FaultKind | None:
