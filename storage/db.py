@@ -131,14 +131,16 @@ class Database:
         connection. On SQLite it runs on a dedicated thread with the stdlib
         driver — one thread hop per transaction instead of several per
         statement; on PostgreSQL it runs through the async engine's
-        ``run_sync``. Audit events ``fn`` appends reach the observers after commit.
+        ``run_sync``. Either way ``fn`` gets a :class:`~storage.fastsql.FastConnection`:
+        prepared statements run on the DBAPI cursor. Audit events ``fn`` appends reach the
+        observers after commit.
         """
         ctx = WriteContext(audit_head=self.sessions.kw.get("info", {}).get("audit_head"))
         if self.sync_writer is not None:
             result = await self.sync_writer.run(fn, ctx)
         else:
             async with self.engine.begin() as conn:
-                result = await conn.run_sync(lambda c: fn(c, ctx))
+                result = await conn.run_sync(lambda c: fn(FastConnection(c), ctx))  # type: ignore[arg-type]
         if ctx.audit_events:
             for observer in self.observers:
                 try:
@@ -150,13 +152,13 @@ class Database:
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(connection)`` in one read-only transaction, in one hop.
 
-        On a SQLite file it runs on the event loop's thread with the stdlib driver
-        (prepared statements straight on the cursor, see :mod:`storage.fastsql`); on
-        PostgreSQL through the async engine's ``run_sync``. Never write through it."""
+        On a SQLite file it runs on the event loop's thread with the stdlib driver; on
+        PostgreSQL through the async engine's ``run_sync``, in autocommit. Prepared statements
+        run straight on the cursor (:mod:`storage.fastsql`). Never write through it."""
         if self.sync_writer is not None:
             return await self.sync_writer.read(fn)
         async with (self.read_engine or _read_engine(self.engine)).connect() as conn:
-            return await conn.run_sync(fn)
+            return await conn.run_sync(lambda c: fn(FastConnection(c)))  # type: ignore[arg-type]
 
     def fault(self, exc: BaseException) -> FaultKind | None:
         """The outage ``exc`` means (``None``: not one), counted by the fault listeners."""

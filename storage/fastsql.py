@@ -1,23 +1,26 @@
-"""Hot statements compiled once and run on the stdlib sqlite3 cursor (SQLite only).
+"""Hot statements compiled once and run on the connection's DBAPI cursor.
 
 SQLAlchemy's per-execution work (cache key, parameter processing, result set setup) costs
 several times what SQLite itself takes for the short statements of an agent step. A
 statement built once at import and marked with :func:`prepared` carries its own plans (in
 its execution options: no registry, nothing keyed by ``id``). The first time it runs with a
-given set of parameter keys it is compiled for SQLite and its plan is made from public API
+given dialect and set of parameter keys it is compiled for that dialect and its plan is made from public API
 only — ``TypeEngine.dialect_impl(dialect).bind_processor(dialect)`` and
 ``.result_processor(dialect, None)`` for each bound parameter and each column of
 ``selected_columns`` (``effective_returning`` for RETURNING) — so values are stored and read
 back exactly as SQLAlchemy stores them (the audit chain's hashes depend on it). From then on
-it runs straight on the DBAPI cursor of the same connection, inside the same transaction.
+it runs straight on the DBAPI cursor of the same connection, inside the same transaction:
+the stdlib ``sqlite3`` cursor, or on PostgreSQL the cursor of SQLAlchemy's DBAPI adapter over
+asyncpg (which keeps asyncpg's prepared statements per connection). The statement text carries
+the dialect's casts, so nothing else is set per execution.
 
 :class:`FastConnection` is what :meth:`storage.db.Database.write` and
-:meth:`~storage.db.Database.read` hand their functions on a SQLite file: a prepared statement
-runs on the cursor, anything else (a statement not marked, one needing Python-side defaults or
-expanding ``IN``) through SQLAlchemy on the same connection — never by running the function
-again. On PostgreSQL functions get the SQLAlchemy connection itself and prepared statements
-run through SQLAlchemy like any other. ``tests/test_fast_path_contract.py`` fails when a
-SQLAlchemy release changes what the plans rely on.
+:meth:`~storage.db.Database.read` hand their functions on either database: a prepared
+statement runs on the cursor, anything else (a statement not marked, one needing Python-side
+defaults or expanding ``IN``) through SQLAlchemy on the same connection — never by running the
+function again. A driver error becomes the exception SQLAlchemy raises for it.
+``tests/test_fast_path_contract.py`` fails when a SQLAlchemy release changes what the plans
+rely on; ``tests/test_pg_fast_path.py`` runs the same checks on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, literal
-from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
+from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound, StatementError
 from sqlalchemy.sql.base import Executable
 
 S = TypeVar("S", bound=Executable)
@@ -51,12 +54,12 @@ def one_of(column: Any, values: Sequence[Any]) -> Any:
 
 
 class Plans:
-    """One prepared statement's plans, by the keys of its parameters."""
+    """One prepared statement's plans, by dialect and the keys of its parameters."""
 
     __slots__ = ("by_keys", "owner")
 
     def __init__(self) -> None:
-        self.by_keys: dict[tuple[str, ...], _Plan | None] = {}
+        self.by_keys: dict[tuple[str, tuple[str, ...]], _Plan | None] = {}
         #: The statement these plans belong to (a statement derived from it, e.g. by
         #: ``.where()``, carries the same options but is not its owner: it is not prepared).
         self.owner: Any = None
@@ -162,26 +165,26 @@ def plan_for(stmt: Executable, params: Mapping[str, Any] | None, dialect: Any) -
         return None
     keys = tuple(params) if params else ()
     try:
-        return plans.by_keys[keys]
+        return plans.by_keys[dialect.name, keys]
     except KeyError:
-        plan = plans.by_keys[keys] = make_plan(stmt, keys, dialect)
+        plan = plans.by_keys[dialect.name, keys] = make_plan(stmt, keys, dialect)
         return plan
 
 
-def _run(cur: Any, plan: _Plan, params: Any) -> FastResult:
+def _run(fast: FastConnection, plan: _Plan, params: Any) -> FastResult:
     """Execute ``plan`` on the DBAPI cursor (``params`` a list: executemany)."""
     many = isinstance(params, list)
     for trace in TRACE:
         trace(plan.sql)
     args: Any = [plan.args(p) for p in params] if many else plan.args(params or {})
+    cur = fast._cursor
     try:
         if many:
             cur.executemany(plan.sql, args)
         else:
             cur.execute(plan.sql, args)
-    except sqlite3.Error as exc:
-        # The same exceptions SQLAlchemy raises (IntegrityError, OperationalError, ...).
-        raise DBAPIError.instance(plan.sql, args, exc, sqlite3.Error) from exc
+    except fast._errors as exc:
+        raise fast.error(plan.sql, args, exc) from exc
     if many or cur.description is None:
         return FastResult([], cur.rowcount)
     if plan.results is None:  # textual SQL: the columns the cursor names, unprocessed
@@ -244,12 +247,14 @@ class FastConnection:
     """A SQLAlchemy connection whose prepared statements run straight on its DBAPI cursor;
     anything else runs through SQLAlchemy, on the same connection and transaction."""
 
-    __slots__ = ("_cursor", "dialect", "sa")
+    __slots__ = ("_cursor", "_errors", "dialect", "sa")
 
     def __init__(self, conn: Connection) -> None:
         self.sa = conn
         self.dialect = conn.dialect
-        self._cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        # The DBAPI connection: sqlite3's own, or SQLAlchemy's DBAPI adapter over asyncpg.
+        self._cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        self._errors: type[Exception] = conn.dialect.loaded_dbapi.Error
 
     def execute(self, stmt: Any, params: Any = None) -> Any:
         """Run ``stmt``; a prepared one on the cursor, anything else through SQLAlchemy."""
@@ -257,11 +262,20 @@ class FastConnection:
         plan = plan_for(stmt, first, self.dialect)
         if plan is None or params == []:
             return self.sa.execute(stmt, params)
-        return _run(self._cursor, plan, params)
+        return _run(self, plan, params)
+
+    def error(self, sql: str, args: Any, exc: Exception) -> StatementError:
+        """The exception SQLAlchemy raises for the driver's ``exc`` (``IntegrityError``,
+        ``OperationalError``, …); a lost connection is invalidated, as SQLAlchemy does, so the
+        pool never hands it out again."""
+        lost = self.dialect.is_disconnect(exc, self.sa.connection.dbapi_connection, self._cursor)  # type: ignore[arg-type]
+        if lost:
+            self.sa.invalidate(exc)
+        return DBAPIError.instance(sql, args, exc, self._errors, connection_invalidated=lost, dialect=self.dialect)
 
     def snapshot(self) -> None:
-        """Take a read transaction's WAL snapshot now (:data:`SNAPSHOT`), so that the rare
-        ``SQLITE_BUSY`` of a reader is met here, before any function runs."""
+        """Take a read transaction's WAL snapshot now (:data:`SNAPSHOT`, SQLite), so that the
+        rare ``SQLITE_BUSY`` of a reader is met here, before any function runs."""
         try:
             self._cursor.execute(SNAPSHOT).fetchall()  # a statement left unfinished keeps the snapshot
         except sqlite3.Error as exc:
