@@ -280,8 +280,9 @@ class Counters:
             from storage import fastsql
         except ImportError:
             return []
-        fastsql.TRACE.append(self.raw_sql)
-        return [lambda: fastsql.TRACE.remove(self.raw_sql)]
+        trace = self.raw_pg_sql if db.is_postgres else self.raw_sql
+        fastsql.TRACE.append(trace)
+        return [lambda: fastsql.TRACE.remove(trace)]
 
     def raw_sql(self, statement: str) -> None:
         """A statement on the stdlib cursor: BEGIN and COMMIT there are SQLAlchemy-free too."""
@@ -289,6 +290,12 @@ class Counters:
             self.c["transactions"] += 1
         else:
             self.sql(statement)
+
+    def raw_pg_sql(self, statement: str) -> None:
+        """A prepared statement on the asyncpg adapter's cursor: one round trip, unseen by the
+        engine's events (BEGIN and COMMIT still go through SQLAlchemy and are counted there)."""
+        self.sql(statement)
+        self.c["round_trips"] += 1
 
 
 # -- the runtime under test --------------------------------------------------------------------
