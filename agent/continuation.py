@@ -41,7 +41,8 @@ async def with_event(
         if turn.services.conversations.abandoned(run) and await turn.services.conversations.take_over_run(run):
             return await run_loop(turn)
         return None
-    turn.pending.extend(pending)
+    held = {p.id for p in turn.pending}  # an approval the gate just opened in this turn is there already
+    turn.pending.extend(p for p in pending if p.id not in held)
     return await run_loop(turn)
 
 

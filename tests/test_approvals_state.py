@@ -344,3 +344,16 @@ async def test_a_cli_decision_records_its_surface_and_operator_in_the_audit(any_
     await h.runtime.decide(a.id, expected_version=1, decision="approve", actor=SUP_A, via=via)
     [event] = [e for e in await h.services.audit.list(kind="approval.approved")]
     assert event.data["via"] == via and event.principal == SUP_A.key
+
+
+async def test_a_typed_yes_that_opens_an_approval_lists_it_once(any_db: Database) -> None:
+    """The customer types "yes" to a refund above their ceiling: the answer's pending list names
+    the approval once (the gate's own entry and the continuation's were both added)."""
+    h = await seeded(any_db, refund_planner(BIG_REFUND))
+    first = await h.runtime.chat(
+        principal=C7, channel="api", message="My order O-1042 arrived damaged, please refund it."
+    )
+    assert [p.kind for p in first.pending] == ["confirmation"]
+    yes = await h.runtime.chat(principal=C7, channel="api", message="yes", conversation_id=first.conversation_id)
+    approvals = [p.id for p in yes.pending if p.kind == "approval"]
+    assert len(approvals) == 1 and len(set(p.id for p in yes.pending)) == len(yes.pending), yes.pending
