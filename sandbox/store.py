@@ -68,12 +68,16 @@ _RET: Table = StoreReturnRow.__table__  # type: ignore[assignment]
 _RET_ITEM: Table = StoreReturnItemRow.__table__  # type: ignore[assignment]
 _OWNED_ORDER = prepared(select(_ORD).where(_ORD.c.id == bindparam("o"), _ORD.c.customer_id == bindparam("c")))
 _ORDER_ITEMS = prepared(select(_ITEM).where(_ITEM.c.order_id == bindparam("o")).order_by(_ITEM.c.position))
-_CAPTURED = prepared(
-    select(func.coalesce(func.sum(_PAY.c.amount_minor), 0)).where(
-        _PAY.c.order_id == bindparam("o"), one_of(_PAY.c.status, ("captured", "refunded"))
-    )
+# Captured minus refunded on an owned order, in one statement (a read tool step's hot path):
+# no row when the order is missing or not the customer's.
+_REFUNDABLE = prepared(
+    select(
+        select(func.coalesce(func.sum(_PAY.c.amount_minor), 0))
+        .where(_PAY.c.order_id == _ORD.c.id, one_of(_PAY.c.status, ("captured", "refunded")))
+        .scalar_subquery(),
+        select(func.coalesce(func.sum(_REF.c.amount_minor), 0)).where(_REF.c.order_id == _ORD.c.id).scalar_subquery(),
+    ).where(_ORD.c.id == bindparam("o"), _ORD.c.customer_id == bindparam("c"))
 )
-_REFUNDED = prepared(select(func.coalesce(func.sum(_REF.c.amount_minor), 0)).where(_REF.c.order_id == bindparam("o")))
 _REFUNDS_SINCE = prepared(
     select(_REF)
     .join(_ORD, _ORD.c.id == _REF.c.order_id)
@@ -100,11 +104,11 @@ def _owned_order(conn: Connection, customer_id: str, order_id: str) -> Any:
 
 def _refundable(conn: Connection, customer_id: str, order_id: str) -> int | None:
     """Captured minus refunded on an owned order; ``None`` if not owned or missing."""
-    if conn.execute(_OWNED_ORDER, {"o": order_id, "c": customer_id}).first() is None:
+    row = conn.execute(_REFUNDABLE, {"o": order_id, "c": customer_id}).first()
+    if row is None:
         return None
-    captured = int(conn.execute(_CAPTURED, {"o": order_id}).scalar() or 0)
-    refunded = int(conn.execute(_REFUNDED, {"o": order_id}).scalar() or 0)
-    return max(0, captured - refunded)
+    captured, refunded = row
+    return max(0, int(captured or 0) - int(refunded or 0))
 
 
 def _owned_return(conn: Connection, customer_id: str, return_id: str) -> Any:

@@ -28,118 +28,34 @@ the heads alone, not against someone who rewrites rows *and* heads, or
 empties the table. Signed checkpoints kept outside the database
 (:mod:`storage.checkpoints`, ``verify(anchors=...)``) close that gap; on
 PostgreSQL the application's role also lacks the privileges to try
-(:mod:`storage.roles`).
+(:mod:`storage.roles`), and triggers refuse what privileges cannot (:mod:`storage.audit_guard`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-import hashlib
-import json
-import math
-import uuid
+import functools
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
-from decimal import Decimal
+from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import DDL, Connection, Table, bindparam, func, insert, select, update
-from sqlalchemy import event as sa_event
+from sqlalchemy import Connection, Table, bindparam, func, insert, select, union_all, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+import storage.audit_guard  # noqa: F401  (registers the PostgreSQL guards on the tables)
+from storage.canonical import canonical_json, hash_personal, iso_utc, jsonable, sha256_hex, utc
 from storage.db import Database
 from storage.fastsql import prepared
 from storage.models import AuditEventRow, AuditHeadRow
 from storage.records import wall_clock
 
 GENESIS_HASH = "0" * 64
-_PERSONAL_PREFIX = "signoff/personal/v1\x00"
 _STR_FIELDS = (
     "run_id", "proposal_id", "trace_id", "principal", "tool", "args_hash",
     "idempotency_key", "model", "prompt_version", "policy_version",
 )  # fmt: skip
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def utc(dt: datetime) -> datetime:
-    """``dt`` as an aware UTC datetime; a naive value is taken to already be UTC.
-
-    (SQLite hands ``DateTime(timezone=True)`` columns back naive.)
-    """
-    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
-
-
-def iso_utc(dt: datetime) -> str:
-    """Fixed-width ISO-8601 in UTC with microseconds: ``2024-05-01T12:00:00.000000Z``."""
-    return utc(dt).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _jsonable(obj: Any) -> Any:
-    """Reduce ``obj`` to plain JSON values whose text survives a database round trip."""
-    if obj is None or isinstance(obj, str | bool | int):
-        return obj
-    if isinstance(obj, float):
-        if not math.isfinite(obj):
-            raise ValueError(f"non-finite float {obj!r} is not JSON")
-        if obj == 0.0:
-            return 0.0  # JSONB numeric has no negative zero
-        if abs(obj) >= 1e16:
-            # Python writes these with an exponent; JSONB reads them back as integers.
-            return int(Decimal(repr(obj)))
-        return obj
-    if isinstance(obj, dict):
-        out: dict[str, Any] = {}
-        for key, value in obj.items():
-            if not isinstance(key, str):
-                raise TypeError(f"JSON object keys must be str, got {type(key).__name__}")
-            out[key] = _jsonable(value)
-        return out
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, datetime):
-        return iso_utc(obj)
-    if isinstance(obj, date):
-        return obj.isoformat()
-    if isinstance(obj, Decimal | uuid.UUID):
-        return str(obj)
-    if isinstance(obj, enum.Enum):
-        return _jsonable(obj.value)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return _jsonable({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
-    raise TypeError(f"{type(obj).__name__} is not JSON-serialisable")
-
-
-def canonical_json(obj: Any) -> str:
-    """Deterministic JSON text for hashing.
-
-    Sorted keys, compact separators, UTF-8 kept (``ensure_ascii=False``);
-    datetimes become ISO-8601 UTC (naive ones are taken as UTC), dates ISO,
-    ``Decimal``/``UUID`` their ``str``, enums their value, dataclasses a dict,
-    tuples lists. Floats are normalised so the text is the same before and
-    after a trip through a JSON/JSONB column (``-0.0`` → ``0.0``, floats ≥ 1e16
-    → integers). NaN/infinity and non-``str`` keys raise.
-    """
-    return json.dumps(_jsonable(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def sha256_hex(text: str) -> str:
-    """Hex SHA-256 of ``text`` encoded as UTF-8."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def hash_personal(value: str) -> str:
-    """Reference personal data (email, name, address) by hash, never by value.
-
-    Domain-separated SHA-256; the same value always gives the same reference,
-    so events about one customer can be joined without storing who they are.
-    """
-    return sha256_hex(_PERSONAL_PREFIX + value)
 
 
 # --------------------------------------------------------------------------- records
@@ -246,7 +162,7 @@ def _row_values(part: int, pseq: int, prev_hash: str, event: AuditEvent) -> dict
     values["kind"] = event.kind
     values["ts"] = utc(event.ts)
     values["latency_ms"] = None if event.latency_ms is None else float(event.latency_ms)
-    values["data"] = _jsonable(event.data)
+    values["data"] = jsonable(event.data)
     values["prev_hash"] = prev_hash
     values["hash"] = chain_hash(prev_hash, values)
     return values
@@ -328,6 +244,52 @@ def _extend(conn: Connection, part: int, events: Sequence[AuditEvent], cached: A
     return rows
 
 
+#: The columns an append writes (``seq`` is the database's).
+_COLUMNS = (*_STR_FIELDS, "part", "pseq", "kind", "ts", "latency_ms", "data", "prev_hash", "hash")
+#: Appends of at most this many events go in one statement on PostgreSQL.
+_ONE_STATEMENT_MAX = 8
+
+
+@functools.cache
+def _moved_and_inserted(n: int) -> Any:
+    """PostgreSQL: ``WITH moved AS (guarded UPDATE of the head … RETURNING) INSERT … SELECT``
+    of ``n`` events from ``moved``: the head moves from the cached one and the events are
+    inserted in one statement (one round trip), or, when the head had moved, neither."""
+    moved = (
+        update(_HEAD)
+        .where(
+            _HEAD.c.id == bindparam("h_part"),
+            _HEAD.c.seq == bindparam("old_seq"),
+            _HEAD.c.hash == bindparam("old_hash"),
+        )
+        .values(seq=bindparam("h_seq", type_=_HEAD.c.seq.type), hash=bindparam("h_hash", type_=_HEAD.c.hash.type))
+        .returning(_HEAD.c.id)
+        .cte("moved")
+    )
+    rows = [
+        select(*(bindparam(f"{name}_{i}", type_=_EVENTS.c[name].type) for name in _COLUMNS)).select_from(moved)
+        for i in range(n)
+    ]
+    source = rows[0] if n == 1 else union_all(*rows)
+    return prepared(insert(_EVENTS).from_select(list(_COLUMNS), source).add_cte(moved, nest_here=True))
+
+
+def _append_in_one(
+    conn: Connection, part: int, events: Sequence[AuditEvent], cached: Any
+) -> list[dict[str, Any]] | None:
+    """Append ``events`` after the cached head in one statement (PostgreSQL); their rows, or
+    ``None`` when someone else moved the head (nothing was written)."""
+    rows = _chain(part, cached[0], cached[1], events)
+    params = {"h_part": part, "h_seq": rows[-1]["pseq"], "h_hash": rows[-1]["hash"]}
+    params |= {"old_seq": cached[0], "old_hash": cached[1]}
+    for i, row in enumerate(rows):
+        params |= {f"{name}_{i}": row[name] for name in _COLUMNS}
+    inserted = conn.execute(_moved_and_inserted(len(rows)), params).rowcount
+    if inserted not in (0, len(rows)):
+        raise RuntimeError(f"audit append wrote {inserted} of {len(rows)} events")
+    return rows if inserted else None
+
+
 def append_audit_sync(
     conn: Connection, events: Sequence[AuditEvent], cache: dict[str, Any] | None = None
 ) -> Appended | None:
@@ -336,14 +298,19 @@ def append_audit_sync(
 
     ``cache`` is the process's last-written head per partition, shared per Database (a
     rollback leaves it stale; the guarded UPDATE then falls back). One head statement, one
-    bulk insert; the global ``seq`` is the database's.
+    bulk insert — on PostgreSQL, with the head cached, one statement for both
+    (:func:`_moved_and_inserted`); the global ``seq`` is the database's.
     """
     if not events:
         return None
     part = partition_of(events[0].run_id)
     key = str(part)
-    rows = _extend(conn, part, events, cache.get(key) if cache is not None else None)
-    conn.execute(_INSERT_EVENTS, rows)
+    cached = cache.get(key) if cache is not None else None
+    one = cached and conn.dialect.name == "postgresql" and len(events) <= _ONE_STATEMENT_MAX
+    rows = _append_in_one(conn, part, events, cached) if one else None
+    if rows is None:
+        rows = _extend(conn, part, events, None if one else cached)
+        conn.execute(_INSERT_EVENTS, rows)
     if cache is not None:
         cache[key] = (rows[-1]["pseq"], rows[-1]["hash"])
     return Appended(part=part, first=rows[0]["pseq"], last=rows[-1]["pseq"])
@@ -495,141 +462,11 @@ class AuditLog:
             return int((await s.execute(select(func.coalesce(func.sum(_HEAD.c.seq), 0)))).scalar_one())
 
 
-# --------------------------------------------------------------------------- PostgreSQL guard
-
-#: DDL that makes ``audit_events`` append-only on PostgreSQL (run by migration 0001).
-PG_AUDIT_GUARD_SQL: list[str] = [
-    """
-    CREATE OR REPLACE FUNCTION audit_events_append_only() RETURNS trigger
-    LANGUAGE plpgsql AS $$
-    BEGIN
-        RAISE EXCEPTION USING
-            MESSAGE = 'audit_events is append-only; ' || TG_OP || ' refused',
-            ERRCODE = 'insufficient_privilege';
-    END;
-    $$
-    """,
-    """
-    CREATE TRIGGER audit_events_no_update_delete
-    BEFORE UPDATE OR DELETE ON audit_events
-    FOR EACH ROW EXECUTE FUNCTION audit_events_append_only()
-    """,
-    """
-    CREATE TRIGGER audit_events_no_truncate
-    BEFORE TRUNCATE ON audit_events
-    FOR EACH STATEMENT EXECUTE FUNCTION audit_events_append_only()
-    """,
-]
-
-#: Reverses :data:`PG_AUDIT_GUARD_SQL` (migration downgrade).
-PG_AUDIT_GUARD_DROP_SQL: list[str] = [
-    "DROP TRIGGER IF EXISTS audit_events_no_truncate ON audit_events",
-    "DROP TRIGGER IF EXISTS audit_events_no_update_delete ON audit_events",
-    "DROP FUNCTION IF EXISTS audit_events_append_only()",
-]
-
-#: DDL that makes ``audit_head`` move only forward, and only to a row that exists (migration 0004).
-#: The application must update the head to append, so privileges alone cannot stop it rewinding
-#: the head or pointing it past the rows; these triggers do. The row check is deferred to commit
-#: (the head is written before the events it names) and names the table by its own schema, so a
-#: temporary table called ``audit_events`` cannot stand in for the real one.
-PG_AUDIT_HEAD_GUARD_SQL: list[str] = [
-    """
-    CREATE OR REPLACE FUNCTION audit_head_forward_only() RETURNS trigger
-    LANGUAGE plpgsql AS $$
-    BEGIN
-        IF TG_OP <> 'UPDATE' THEN
-            RAISE EXCEPTION USING
-                MESSAGE = 'audit_head is append-only; ' || TG_OP || ' refused',
-                ERRCODE = 'insufficient_privilege';
-        END IF;
-        IF NEW.id <> OLD.id OR NEW.seq <= OLD.seq THEN
-            RAISE EXCEPTION USING
-                MESSAGE = 'audit_head only moves forward (seq ' || OLD.seq || ' to ' || NEW.seq || ' refused)',
-                ERRCODE = 'insufficient_privilege';
-        END IF;
-        RETURN NEW;
-    END;
-    $$
-    """,
-    """
-    CREATE OR REPLACE FUNCTION audit_head_names_a_row() RETURNS trigger
-    LANGUAGE plpgsql AS $$
-    DECLARE
-        found boolean;
-    BEGIN
-        IF NEW.seq = 0 THEN
-            RETURN NULL;
-        END IF;
-        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.audit_events WHERE seq = $1 AND hash = $2)',
-                       TG_TABLE_SCHEMA)
-            INTO found USING NEW.seq, NEW.hash;
-        IF NOT found THEN
-            RAISE EXCEPTION USING
-                MESSAGE = 'audit_head names seq ' || NEW.seq || ', which is not in audit_events with that hash',
-                ERRCODE = 'integrity_constraint_violation';
-        END IF;
-        RETURN NULL;
-    END;
-    $$
-    """,
-    """
-    CREATE TRIGGER audit_head_forward_only
-    BEFORE UPDATE OR DELETE ON audit_head
-    FOR EACH ROW EXECUTE FUNCTION audit_head_forward_only()
-    """,
-    """
-    CREATE TRIGGER audit_head_no_truncate
-    BEFORE TRUNCATE ON audit_head
-    FOR EACH STATEMENT EXECUTE FUNCTION audit_head_forward_only()
-    """,
-    """
-    CREATE CONSTRAINT TRIGGER audit_head_names_a_row
-    AFTER INSERT OR UPDATE ON audit_head
-    DEFERRABLE INITIALLY DEFERRED
-    FOR EACH ROW EXECUTE FUNCTION audit_head_names_a_row()
-    """,
-]
-
-#: Reverses :data:`PG_AUDIT_HEAD_GUARD_SQL` (migration downgrade).
-PG_AUDIT_HEAD_GUARD_DROP_SQL: list[str] = [
-    "DROP TRIGGER IF EXISTS audit_head_names_a_row ON audit_head",
-    "DROP TRIGGER IF EXISTS audit_head_no_truncate ON audit_head",
-    "DROP TRIGGER IF EXISTS audit_head_forward_only ON audit_head",
-    "DROP FUNCTION IF EXISTS audit_head_names_a_row()",
-    "DROP FUNCTION IF EXISTS audit_head_forward_only()",
-]
-
-#: The head guard's row check for partitioned heads (migration 0020): a head names a row of its
-#: own partition (``id``) at its position (``seq``), with that hash.
-PG_AUDIT_PARTITION_SQL: list[str] = [
-    """
-    CREATE OR REPLACE FUNCTION audit_head_names_a_row() RETURNS trigger
-    LANGUAGE plpgsql AS $$
-    DECLARE
-        found boolean;
-    BEGIN
-        IF NEW.seq = 0 THEN
-            RETURN NULL;
-        END IF;
-        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.audit_events WHERE part = $1 AND pseq = $2 AND hash = $3)',
-                       TG_TABLE_SCHEMA)
-            INTO found USING NEW.id, NEW.seq, NEW.hash;
-        IF NOT found THEN
-            RAISE EXCEPTION USING
-                MESSAGE = 'audit_head names seq ' || NEW.seq || ' of partition ' || NEW.id
-                          || ', which is not in audit_events with that hash',
-                ERRCODE = 'integrity_constraint_violation';
-        END IF;
-        RETURN NULL;
-    END;
-    $$
-    """,
-]
-
-# Databases built with ``create_all`` (tests) get the guards too.
-for _statement in PG_AUDIT_GUARD_SQL:
-    sa_event.listen(_EVENTS, "after_create", DDL(_statement).execute_if(dialect="postgresql"))
-for _statement in [*PG_AUDIT_HEAD_GUARD_SQL, *PG_AUDIT_PARTITION_SQL]:
-    # DDL %-formats its text; format()'s %I must survive that.
-    sa_event.listen(_HEAD, "after_create", DDL(_statement.replace("%", "%%")).execute_if(dialect="postgresql"))
+#: Re-exported: the hashing helpers' home is :mod:`storage.canonical`.
+__all__ = [
+    "ROOT", "PARTITIONS", "JOIN_KIND", "GENESIS_HASH",
+    "AuditEvent", "AuditRecord", "AuditLog", "Appended", "VerifyResult",
+    "append_audit", "append_audit_many", "append_audit_sync", "append_join_sync",
+    "chain_hash", "genesis", "partition_of", "record_of",
+    "canonical_json", "hash_personal", "iso_utc", "sha256_hex", "utc",
+]  # fmt: skip

@@ -143,10 +143,11 @@ def write_step(conn: Connection, ctx: WriteContext, step: StepWrite, now: dateti
     next_seq = _advance_conversation(conn, step, now)
     if step.messages:
         _insert_messages(conn, step, next_seq - len(step.messages), now)
+    outcomes: Sequence[ProposalOutcome] = step.outcomes
     if step.new_proposals:
-        _insert_proposals(conn, step, now)
-    if step.outcomes:
-        _record_outcomes(conn, step.outcomes)
+        outcomes = _insert_proposals(conn, step, now)
+    if outcomes:
+        _record_outcomes(conn, outcomes)
     if step.run_id is not None:
         _update_run(conn, step, step.run_id, now)
     if step.usage is not None and step.run_id is not None:
@@ -202,28 +203,41 @@ def _insert_messages(conn: Connection, step: StepWrite, first: int, now: datetim
     )
 
 
-def _insert_proposals(conn: Connection, step: StepWrite, now: datetime) -> None:
-    conn.execute(
-        _INSERT_PROP,
-        [
-            {
-                "id": p.id,
-                "run_id": step.run_id,
-                "conversation_id": step.conversation_id,
-                "tool_use_id": p.tool_use_id,
-                "tool": p.tool,
-                "arguments": p.arguments,
-                "args_hash": p.args_hash,
-                "principal": p.principal,
-                "step": p.step,
-                "origin": p.origin,
-                "policy_version": p.policy_version,
-                "created_at": now,
-                "is_error": False,
+def _insert_proposals(conn: Connection, step: StepWrite, now: datetime) -> Sequence[ProposalOutcome]:
+    """Insert the step's new proposals; the outcomes left to record. When the step also
+    decides every one of them (a step of reads), each is inserted with its outcome: one
+    statement, not an insert and an update."""
+    decided = {o.id: o for o in step.outcomes}
+    folded = all(p.id in decided for p in step.new_proposals)
+    rows = []
+    for p in step.new_proposals:
+        row = {
+            "id": p.id,
+            "run_id": step.run_id,
+            "conversation_id": step.conversation_id,
+            "tool_use_id": p.tool_use_id,
+            "tool": p.tool,
+            "arguments": p.arguments,
+            "args_hash": p.args_hash,
+            "principal": p.principal,
+            "step": p.step,
+            "origin": p.origin,
+            "policy_version": p.policy_version,
+            "created_at": now,
+            "is_error": False,
+        }
+        if folded:
+            o = decided.pop(p.id)
+            row |= {
+                "decision": o.decision,
+                "reason": o.reason,
+                "result": o.result,
+                "is_error": o.is_error,
+                "idempotency_key": o.idempotency_key,
             }
-            for p in step.new_proposals
-        ],
-    )
+        rows.append(row)
+    conn.execute(_INSERT_PROP, rows)
+    return list(decided.values()) if folded else step.outcomes
 
 
 def _record_outcomes(conn: Connection, outcomes: Sequence[ProposalOutcome]) -> None:

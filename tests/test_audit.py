@@ -16,7 +16,6 @@ from sqlalchemy.exc import DBAPIError
 from storage import fastsql
 from storage.audit import (
     GENESIS_HASH,
-    PG_AUDIT_GUARD_DROP_SQL,
     ROOT,
     AuditEvent,
     AuditLog,
@@ -31,6 +30,7 @@ from storage.audit import (
     partition_of,
     sha256_hex,
 )
+from storage.audit_guard import PG_AUDIT_GUARD_DROP_SQL
 from storage.db import Database
 from storage.models import AuditEventRow, AuditHeadRow
 
@@ -479,9 +479,10 @@ async def test_pg_writers_of_different_partitions_never_wait_for_each_other(pg_d
     assert result.ok and result.count == 3
 
 
-async def test_an_append_with_its_partition_head_cached_is_two_statements(any_db: Database) -> None:
-    """The hot path: one guarded head UPDATE and one bulk INSERT per append, whatever the
-    number of events, once this process wrote the partition's head."""
+async def test_an_append_with_its_partition_head_cached_is_one_round_trip(any_db: Database) -> None:
+    """The hot path, once this process wrote the partition's head, whatever the number of
+    events: on SQLite one guarded head UPDATE and one bulk INSERT (no round trips there); on
+    PostgreSQL both in one statement (the UPDATE a data-modifying CTE of the INSERT)."""
     seen: list[str] = []
     engine = any_db.engine.sync_engine
     writer = any_db.sync_writer
@@ -504,6 +505,31 @@ async def test_an_append_with_its_partition_head_cached_is_two_statements(any_db
         fastsql.TRACE.remove(seen.append)
         for e in engines:
             sa_event.remove(e, "before_cursor_execute", count)
-    work = [s for s in seen if s.split()[0].upper() in ("UPDATE", "INSERT", "SELECT")]
-    assert [s.split()[0].upper() for s in work] == ["UPDATE", "INSERT"], seen
+    work = [s for s in seen if s.split()[0].upper() in ("UPDATE", "INSERT", "SELECT", "WITH")]
+    if any_db.is_postgres:
+        assert len(work) == 1, seen
+        assert work[0].startswith("WITH moved AS") and "UPDATE audit_head" in work[0], seen
+        assert "INSERT INTO audit_events" in work[0], seen
+    else:
+        assert [s.split()[0].upper() for s in work] == ["UPDATE", "INSERT"], seen
     assert (await AuditLog(any_db).verify()).count == 6
+
+
+async def test_an_append_from_a_stale_head_writes_nothing_of_itself_and_then_chains_on(any_db: Database) -> None:
+    """Two writers of one partition (two replicas' caches): each append after the other's
+    finds its cached head moved. On PostgreSQL the one-statement append then inserts none of
+    its events (the CTE's UPDATE matched no row) and the append goes the locked way; the chain
+    stays whole, positions consecutive, whatever the batch size (beyond 8 events, always the
+    locked way)."""
+    mine: dict[str, Any] = {}
+    theirs: dict[str, Any] = {}
+    sizes = [1, 3, 1, 9, 2, 1]
+    for i, n in enumerate(sizes):
+        cache = mine if i % 2 == 0 else theirs
+        events = [ev(100 * i + k, run_id="run_shared") for k in range(n)]
+        at = await any_db.write(lambda conn, ctx, e=events, c=cache: append_audit_sync(conn, e, c))
+        assert at is not None and (at.first, at.last) == (sum(sizes[:i]) + 1, sum(sizes[: i + 1]))
+    result = await AuditLog(any_db).verify()
+    assert result.ok and result.count == sum(sizes)
+    rows = await AuditLog(any_db).list(run_id="run_shared")
+    assert [r.data for r in rows] == [ev(100 * i + k).data for i, n in enumerate(sizes) for k in range(n)]

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from storage.audit import PG_AUDIT_GUARD_DROP_SQL, PG_AUDIT_GUARD_SQL
+from storage.audit_guard import PG_AUDIT_GUARD_DROP_SQL, PG_AUDIT_GUARD_SQL
 
 revision = "0001_runtime"
 down_revision = None

@@ -14,7 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from storage.audit import GENESIS_HASH, PG_AUDIT_HEAD_GUARD_DROP_SQL, PG_AUDIT_HEAD_GUARD_SQL
+from storage.audit import GENESIS_HASH
+from storage.audit_guard import PG_AUDIT_HEAD_GUARD_DROP_SQL, PG_AUDIT_HEAD_GUARD_SQL
 
 revision = "0005_audit_head_guard"
 down_revision = "0004_gates"

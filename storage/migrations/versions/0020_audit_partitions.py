@@ -15,7 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from storage.audit import PARTITIONS, PG_AUDIT_HEAD_GUARD_SQL, PG_AUDIT_PARTITION_SQL, ROOT, genesis
+from storage.audit import PARTITIONS, ROOT, genesis
+from storage.audit_guard import PG_AUDIT_HEAD_GUARD_SQL, PG_AUDIT_PARTITION_SQL
 
 revision = "0020_audit_partitions"
 down_revision = "0011_sec_principals"
