@@ -232,6 +232,7 @@ class App:
                 max_attempts=s.signoff_job_max_attempts,
                 orphan_after_s=s.signoff_reconcile_after_s,
                 reconcile_every_s=s.signoff_reconcile_every_s,
+                concurrency=s.signoff_worker_concurrency,
             )
         if every is None:
             return Worker(self.runtime, config=config, handlers=handlers)

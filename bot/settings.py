@@ -90,6 +90,9 @@ class Settings(BaseSettings):
     signoff_job_budget_s: float = Field(default=300.0, gt=0, le=3600)
     #: Failed attempts before a job is quarantined (terminal; listed by ``signoff jobs``).
     signoff_job_max_attempts: int = Field(default=5, ge=1, le=100)
+    #: Background jobs (turns, resumes) one worker runs at once; turns mostly wait on the model,
+    #: so a process keeps many in flight (``bench/concurrency_workers.py``).
+    signoff_worker_concurrency: int = Field(default=32, ge=1, le=1000)
     #: Seconds ``serve`` and ``worker`` wait at start for an unavailable (restarting) database;
     #: unset: without bound (logged while it waits).
     signoff_start_wait_s: float | None = Field(default=None, gt=0)

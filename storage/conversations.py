@@ -77,6 +77,7 @@ _PROPS: Table = ProposalRow.__table__  # type: ignore[assignment]
 _USAGE: Table = TokenUsageRow.__table__  # type: ignore[assignment]
 
 _GET_CONV = prepared(select(_CONVS).where(_CONVS.c.id == bindparam("id")))
+_CONV_BY_REF = prepared(select(_CONVS).where(_CONVS.c.external_ref == bindparam("ref")))
 
 
 class ConversationRepo:
@@ -146,11 +147,8 @@ class ConversationRepo:
 
     async def get_by_external_ref(self, external_ref: str) -> Conversation | None:
         """The conversation bound to ``external_ref`` (a Slack thread, an email thread), if any."""
-        async with self.db.reader() as s:
-            row = (
-                await s.execute(select(ConversationRow).where(ConversationRow.external_ref == external_ref))
-            ).scalar_one_or_none()
-            return to_conversation(row) if row else None
+        row = await self.db.read(lambda conn: conn.execute(_CONV_BY_REF, {"ref": external_ref}).one_or_none())
+        return to_conversation(row) if row else None  # type: ignore[arg-type]
 
     async def set_meta(self, conversation_id: str, meta: dict[str, Any]) -> None:
         """Replace the conversation's ``meta``."""

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, cast
 
-from sqlalchemy import Connection, Table, func, select, update
+from sqlalchemy import Connection, Table, bindparam, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.db import Database, WriteContext
+from storage.fastsql import prepared
 from storage.holders import is_dead, process_id
 from storage.jobs import JobQueue
 from storage.models import DeliveryRow, InboundRow, ProcessedEventRow, ThreadBindingRow
@@ -60,6 +61,23 @@ class Accepted:
     id: str | None
     fresh: bool
     full: bool = False
+
+
+_GET_INBOUND = prepared(select(_INBOUND).where(_INBOUND.c.id == bindparam("i")))
+_SET_INBOUND = prepared(
+    update(_INBOUND)
+    .where(_INBOUND.c.id == bindparam("i"))
+    .values(status=bindparam("status"), updated_at=bindparam("now", type_=_INBOUND.c.updated_at.type))
+)
+_SET_INBOUND_RESULT = prepared(
+    update(_INBOUND)
+    .where(_INBOUND.c.id == bindparam("i"))
+    .values(
+        status=bindparam("status"),
+        result=bindparam("result", type_=_INBOUND.c.result.type),
+        updated_at=bindparam("now", type_=_INBOUND.c.updated_at.type),
+    )
+)
 
 
 def _inbound(row: InboundRow) -> Inbound:
@@ -151,9 +169,8 @@ class Inbox:
 
     async def get(self, inbound_id: str) -> Inbound | None:
         """The inbound item ``inbound_id``, if it exists."""
-        async with self._db.reader() as s:
-            row = await s.get(InboundRow, inbound_id)
-            return _inbound(row) if row is not None else None
+        row = await self._db.read(lambda conn: conn.execute(_GET_INBOUND, {"i": inbound_id}).first())
+        return _inbound(row) if row is not None else None  # type: ignore[arg-type]
 
     async def answered(self, inbound_id: str, result: dict[str, Any]) -> None:
         """The turn's result is stored: from now on only its delivery is owed."""
@@ -163,11 +180,14 @@ class Inbox:
         """``delivered``, ``ignored`` or ``failed``: nothing more is owed."""
         await self._set(inbound_id, status=status)
 
-    async def _set(self, inbound_id: str, **values: Any) -> None:
-        async with self._db.sessions() as s, s.begin():
-            await s.execute(
-                update(InboundRow).where(InboundRow.id == inbound_id).values(updated_at=self._clock(), **values)
-            )
+    async def _set(self, inbound_id: str, status: InboundStatus, result: dict[str, Any] | None = None) -> None:
+        # Once or twice per turn of every durable face: a prepared statement (storage.fastsql).
+        params: dict[str, Any] = {"i": inbound_id, "status": status, "now": self._clock()}
+        stmt = _SET_INBOUND
+        if result is not None:
+            params["result"] = result
+            stmt = _SET_INBOUND_RESULT
+        await self._db.write(lambda conn, _ctx: conn.execute(stmt, params))
 
     async def owed(self, *, limit: int = 100) -> list[Inbound]:
         """Accepted messages not yet delivered (operators, tests)."""

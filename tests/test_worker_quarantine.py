@@ -185,3 +185,27 @@ def test_signoff_jobs_lists_the_quarantined_and_retry_queues_one_again(
     assert main(["jobs", "retry", str(job_id)]) == 1
     assert main(["jobs"]) == 0
     assert "no quarantined jobs" in capsys.readouterr().out
+
+
+async def test_a_worker_runs_as_many_jobs_at_once_as_the_setting_says(tmp_path: Path) -> None:
+    """``SIGNOFF_WORKER_CONCURRENCY`` is the worker's number of jobs in flight (32 unset); a
+    value out of range is refused naming it, before anything starts."""
+    from agent.errors import ConfigError
+    from bot.app import create_app
+    from bot.settings import load_settings
+    from sandbox.schema import upgrade
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'w.db'}"
+    await upgrade(url)
+    for value, expected in (("150", 150), (None, 32)):
+        env = {"SIGNOFF_DATABASE_URL": url, "SIGNOFF_ENV": "development"}
+        if value is not None:
+            env["SIGNOFF_WORKER_CONCURRENCY"] = value
+        app = await create_app(load_settings(env), model=ScriptedModel([]), seed=False)
+        try:
+            assert app.worker().config.concurrency == expected
+        finally:
+            await app.close()
+    for bad in ("0", "1001", "many"):
+        with pytest.raises(ConfigError, match="(?i)worker_concurrency"):
+            load_settings({"SIGNOFF_DATABASE_URL": url, "SIGNOFF_WORKER_CONCURRENCY": bad})
