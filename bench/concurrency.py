@@ -174,9 +174,18 @@ def cpu_s(pid: int) -> float:
 
 
 async def measure(
-    url: str, model: ModelProcess, args: argparse.Namespace, loop_fn: Any = client_loop, server_pid: int | None = None
+    url: str,
+    model: ModelProcess,
+    args: argparse.Namespace,
+    loop_fn: Any = client_loop,
+    server_pid: int | None = None,
+    worker_pids: tuple[int, ...] = (),
+    profiled_pid: int | None = None,
 ) -> dict[str, Any]:
-    """Run the clients; the figures of the measured window (with the server's CPU time, when given)."""
+    """Run the clients; the figures of the measured window (with the server's CPU time, and the
+    worker processes' together, when given). With ``args.profile`` the profiled process (the
+    server unless another is named) is told when the window starts and ends."""
+    profiled_pid = profiled_pid or server_pid
     w, stop = Window(), asyncio.Event()
     conn = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=120)
@@ -184,15 +193,17 @@ async def measure(
         tasks = [asyncio.create_task(loop_fn(i, session, url, w, stop, args)) for i in range(args.concurrency)]
         await asyncio.sleep(args.warmup)
         w.open = True
-        if server_pid and args.profile:
-            os.kill(server_pid, signal.SIGUSR1)
+        if profiled_pid and args.profile:
+            os.kill(profiled_pid, signal.SIGUSR1)
         cpu0 = cpu_s(server_pid) if server_pid else 0.0
+        wcpu0 = sum(cpu_s(p) for p in worker_pids)
         c0, t0 = await model.calls(session), time.perf_counter()
         await asyncio.sleep(args.seconds)
         c1, t1 = await model.calls(session), time.perf_counter()
         cpu1 = cpu_s(server_pid) if server_pid else 0.0
-        if server_pid and args.profile:
-            os.kill(server_pid, signal.SIGUSR2)
+        wcpu1 = sum(cpu_s(p) for p in worker_pids)
+        if profiled_pid and args.profile:
+            os.kill(profiled_pid, signal.SIGUSR2)
         w.open = False
         stop.set()
         await asyncio.gather(*tasks)
@@ -212,6 +223,14 @@ async def measure(
                 "server_cpu_ms_per_model_call": (cpu1 - cpu0) * 1000 / max(1, c1 - c0),
             }
             if server_pid
+            else {}
+        ),
+        **(
+            {
+                "workers_cpu_share": (wcpu1 - wcpu0) / (t1 - t0),
+                "workers_cpu_ms_per_model_call": (wcpu1 - wcpu0) * 1000 / max(1, c1 - c0),
+            }
+            if worker_pids
             else {}
         ),
     }
@@ -381,6 +400,11 @@ def report_one(title: str, f: dict[str, Any]) -> None:
         print(
             f"  server CPU {f['server_cpu_share'] * 100:.0f}% of a core,"
             f" {f['server_cpu_ms_per_model_call']:.1f} ms CPU per model call"
+        )
+    if "workers_cpu_share" in f:
+        print(
+            f"  workers' CPU {f['workers_cpu_share'] * 100:.0f}% of a core,"
+            f" {f['workers_cpu_ms_per_model_call']:.1f} ms CPU per model call"
         )
     if "server_peak_rss_mb" in f:
         print(f"  server peak RSS {f['server_peak_rss_mb']:.0f} MB")
