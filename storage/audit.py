@@ -34,10 +34,8 @@ PostgreSQL the application's role also lacks the privileges to try
 from __future__ import annotations
 
 import functools
-import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import Connection, Table, bindparam, func, insert, select, union_all, update
@@ -45,141 +43,24 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 import storage.audit_guard  # noqa: F401  (registers the PostgreSQL guards on the tables)
-from storage.canonical import canonical_json, hash_personal, iso_utc, jsonable, sha256_hex, utc
+from storage.audit_chain import (  # re-exported: the records' and chains' home
+    GENESIS_HASH,
+    JOIN_KIND,
+    PARTITIONS,
+    ROOT,
+    STR_FIELDS,
+    AuditEvent,
+    AuditRecord,
+    VerifyResult,
+    chain_hash,
+    genesis,
+    partition_of,
+    row_values,
+)
+from storage.canonical import canonical_json, hash_personal, iso_utc, sha256_hex, utc
 from storage.db import Database
 from storage.fastsql import prepared
 from storage.models import AuditEventRow, AuditHeadRow
-from storage.records import wall_clock
-
-GENESIS_HASH = "0" * 64
-_STR_FIELDS = (
-    "run_id", "proposal_id", "trace_id", "principal", "tool", "args_hash",
-    "idempotency_key", "model", "prompt_version", "policy_version",
-)  # fmt: skip
-
-
-# --------------------------------------------------------------------------- records
-
-
-@dataclass(frozen=True, kw_only=True)
-class AuditEvent:
-    """One thing that happened: a proposal, gate decision, confirmation, approval
-    transition or execution. ``data`` must be JSON-safe and carry personal data
-    only as :func:`hash_personal` references."""
-
-    kind: str
-    run_id: str | None = None
-    proposal_id: str | None = None
-    trace_id: str | None = None
-    principal: str | None = None
-    tool: str | None = None
-    args_hash: str | None = None
-    idempotency_key: str | None = None
-    model: str | None = None
-    prompt_version: str | None = None
-    policy_version: str | None = None
-    latency_ms: float | None = None
-    data: dict[str, Any] = field(default_factory=dict)
-    #: When it happened: the injected clock's time (``Services.clock``); the real time if none is given.
-    ts: datetime = field(default_factory=wall_clock)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.kind, str) or not self.kind:
-            raise ValueError("AuditEvent.kind must be a non-empty str")
-        for name in _STR_FIELDS:
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, str):
-                raise TypeError(f"AuditEvent.{name} must be str or None, got {type(value).__name__}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class AuditRecord(AuditEvent):
-    """A stored audit event: its global ``seq``, its partition ``part`` and position ``pseq``
-    there, and its link in that partition's chain (``ts`` in UTC)."""
-
-    seq: int
-    part: int
-    pseq: int
-    prev_hash: str
-    hash: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class VerifyResult:
-    """Outcome of :meth:`AuditLog.verify`.
-
-    ``count`` is the number of rows verified (all when ``ok``, else those
-    before the break); ``broken_seq`` is the position in partition ``part``
-    at which a chain is wrong. ``head_seq`` and ``head_hash`` are the root
-    partition's verified head: what a checkpoint signs.
-    """
-
-    ok: bool
-    count: int
-    broken_seq: int | None = None
-    reason: str | None = None
-    head_hash: str | None = None
-    #: The checkpointed root seq that vouched for what the log failed to match, when one did.
-    checkpoint_seq: int | None = None
-    #: The partition of the break (``None`` when ``ok``).
-    part: int | None = None
-    head_seq: int = 0
-
-
-# --------------------------------------------------------------------------- partitions and hashing
-
-#: The partition of events without a run, of the joins and of every event from before partitions.
-ROOT = 1
-#: How many partitions runs are spread over (ids ``ROOT + 1`` .. ``ROOT + PARTITIONS``; the
-#: migration creates their head rows, so changing it needs a migration).
-PARTITIONS = 16
-#: The root event that records every other partition's head.
-JOIN_KIND = "audit.join"
-_GENESIS_PREFIX = "signoff/audit-partition/v1\x00"
-_HASHED_FIELDS = ("ts", "kind", *_STR_FIELDS, "latency_ms", "data")
-
-
-def partition_of(run_id: str | None) -> int:
-    """The partition a run's events go to (the root for events without a run)."""
-    if run_id is None:
-        return ROOT
-    return ROOT + 1 + zlib.crc32(run_id.encode("utf-8")) % PARTITIONS
-
-
-def genesis(part: int) -> str:
-    """The hash a partition's first event links to (the root's is :data:`GENESIS_HASH`, as
-    the single chain's always was)."""
-    return GENESIS_HASH if part == ROOT else sha256_hex(f"{_GENESIS_PREFIX}{part}")
-
-
-def _row_values(part: int, pseq: int, prev_hash: str, event: AuditEvent) -> dict[str, Any]:
-    """Column values for ``event`` at position ``pseq`` of ``part``, normalised so they hash
-    identically before insert and after reading back on either database (``seq`` is the
-    database's)."""
-    values: dict[str, Any] = {name: getattr(event, name) for name in _STR_FIELDS}
-    values["part"] = part
-    values["pseq"] = pseq
-    values["kind"] = event.kind
-    values["ts"] = utc(event.ts)
-    values["latency_ms"] = None if event.latency_ms is None else float(event.latency_ms)
-    values["data"] = jsonable(event.data)
-    values["prev_hash"] = prev_hash
-    values["hash"] = chain_hash(prev_hash, values)
-    return values
-
-
-def chain_hash(prev_hash: str, fields: dict[str, Any]) -> str:
-    """``sha256(prev_hash + canonical_json(event fields incl. its position and ts))``.
-
-    The position is hashed under the name ``seq`` (``fields["pseq"]``): a row written before
-    partitions hashes exactly as it did. ``fields`` may hold extra keys (``prev_hash``,
-    ``hash``, the global ``seq``); only the event's own fields are hashed.
-    """
-    body = {name: fields[name] for name in _HASHED_FIELDS}
-    body["seq"] = fields["pseq"]
-    body["ts"] = iso_utc(body["ts"])
-    return sha256_hex(prev_hash + canonical_json(body))
-
 
 # --------------------------------------------------------------------------- append
 
@@ -234,28 +115,26 @@ def _extend(conn: Connection, part: int, events: Sequence[AuditEvent], cached: A
     and takes the partition's lock in one statement; if anyone else moved the head, the head
     is read locked instead."""
     if cached:
-        rows = _chain(part, cached[0], cached[1], events)
+        rows = chain_rows(part, cached[0], cached[1], events)
         params = {"h_part": part, "h_seq": rows[-1]["pseq"], "h_hash": rows[-1]["hash"]}
         if conn.execute(_GUARDED_WRITE_HEAD, {**params, "old_seq": cached[0], "old_hash": cached[1]}).rowcount == 1:
             return rows
     pseq, prev_hash = _lock_head(conn, part)
-    rows = _chain(part, pseq, prev_hash, events)
+    rows = chain_rows(part, pseq, prev_hash, events)
     conn.execute(_WRITE_HEAD, {"h_part": part, "h_seq": rows[-1]["pseq"], "h_hash": rows[-1]["hash"]})
     return rows
 
 
 #: The columns an append writes (``seq`` is the database's).
-_COLUMNS = (*_STR_FIELDS, "part", "pseq", "kind", "ts", "latency_ms", "data", "prev_hash", "hash")
+EVENT_COLUMNS = (*STR_FIELDS, "part", "pseq", "kind", "ts", "latency_ms", "data", "prev_hash", "hash")
 #: Appends of at most this many events go in one statement on PostgreSQL.
-_ONE_STATEMENT_MAX = 8
+ONE_STATEMENT_MAX = 8
 
 
-@functools.cache
-def _moved_and_inserted(n: int) -> Any:
-    """PostgreSQL: ``WITH moved AS (guarded UPDATE of the head … RETURNING) INSERT … SELECT``
-    of ``n`` events from ``moved``: the head moves from the cached one and the events are
-    inserted in one statement (one round trip), or, when the head had moved, neither."""
-    moved = (
+def moved_head() -> Any:
+    """PostgreSQL: the guarded ``UPDATE`` of a partition's head from the cached one as a CTE
+    (``moved``: one row when it moved, none when another writer had moved it first)."""
+    return (
         update(_HEAD)
         .where(
             _HEAD.c.id == bindparam("h_part"),
@@ -266,12 +145,36 @@ def _moved_and_inserted(n: int) -> Any:
         .returning(_HEAD.c.id)
         .cte("moved")
     )
+
+
+def inserted_if_moved(moved: Any, n: int) -> Any:
+    """``INSERT INTO audit_events … SELECT`` of ``n`` events (parameters :func:`append_params`),
+    one row per event from ``moved``: all of them when the head moved, none when it had not."""
     rows = [
-        select(*(bindparam(f"{name}_{i}", type_=_EVENTS.c[name].type) for name in _COLUMNS)).select_from(moved)
+        select(*(bindparam(f"e{i}_{name}", type_=_EVENTS.c[name].type) for name in EVENT_COLUMNS)).select_from(moved)
         for i in range(n)
     ]
     source = rows[0] if n == 1 else union_all(*rows)
-    return prepared(insert(_EVENTS).from_select(list(_COLUMNS), source).add_cte(moved, nest_here=True))
+    return insert(_EVENTS).from_select(list(EVENT_COLUMNS), source)
+
+
+def append_params(part: int, cached: Any, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The parameters of :func:`moved_head` and :func:`inserted_if_moved` for ``rows`` chained
+    after the ``cached`` head of ``part``."""
+    params = {"h_part": part, "h_seq": rows[-1]["pseq"], "h_hash": rows[-1]["hash"]}
+    params |= {"old_seq": cached[0], "old_hash": cached[1]}
+    for i, row in enumerate(rows):
+        params |= {f"e{i}_{name}": row[name] for name in EVENT_COLUMNS}
+    return params
+
+
+@functools.cache
+def _moved_and_inserted(n: int) -> Any:
+    """``WITH moved AS (…) INSERT … SELECT … FROM moved``: the head moves from the cached one
+    and the events are inserted in one statement (one round trip), or, when the head had
+    moved, neither."""
+    moved = moved_head()
+    return prepared(inserted_if_moved(moved, n).add_cte(moved, nest_here=True))
 
 
 def _append_in_one(
@@ -279,12 +182,8 @@ def _append_in_one(
 ) -> list[dict[str, Any]] | None:
     """Append ``events`` after the cached head in one statement (PostgreSQL); their rows, or
     ``None`` when someone else moved the head (nothing was written)."""
-    rows = _chain(part, cached[0], cached[1], events)
-    params = {"h_part": part, "h_seq": rows[-1]["pseq"], "h_hash": rows[-1]["hash"]}
-    params |= {"old_seq": cached[0], "old_hash": cached[1]}
-    for i, row in enumerate(rows):
-        params |= {f"{name}_{i}": row[name] for name in _COLUMNS}
-    inserted = conn.execute(_moved_and_inserted(len(rows)), params).rowcount
+    rows = chain_rows(part, cached[0], cached[1], events)
+    inserted = conn.execute(_moved_and_inserted(len(rows)), append_params(part, cached, rows)).rowcount
     if inserted not in (0, len(rows)):
         raise RuntimeError(f"audit append wrote {inserted} of {len(rows)} events")
     return rows if inserted else None
@@ -306,7 +205,7 @@ def append_audit_sync(
     part = partition_of(events[0].run_id)
     key = str(part)
     cached = cache.get(key) if cache is not None else None
-    one = cached and conn.dialect.name == "postgresql" and len(events) <= _ONE_STATEMENT_MAX
+    one = cached and conn.dialect.name == "postgresql" and len(events) <= ONE_STATEMENT_MAX
     rows = _append_in_one(conn, part, events, cached) if one else None
     if rows is None:
         rows = _extend(conn, part, events, None if one else cached)
@@ -356,11 +255,12 @@ async def append_audit_many(session: AsyncSession, events: Sequence[AuditEvent])
     return seqs
 
 
-def _chain(part: int, pseq: int, prev_hash: str, events: Sequence[AuditEvent]) -> list[dict[str, Any]]:
+def chain_rows(part: int, pseq: int, prev_hash: str, events: Sequence[AuditEvent]) -> list[dict[str, Any]]:
+    """The rows of ``events`` chained after position ``pseq`` (hash ``prev_hash``) of ``part``."""
     rows = []
     for event in events:
         pseq += 1
-        row = _row_values(part, pseq, prev_hash, event)
+        row = row_values(part, pseq, prev_hash, event)
         rows.append(row)
         prev_hash = row["hash"]
     return rows
@@ -467,6 +367,7 @@ __all__ = [
     "ROOT", "PARTITIONS", "JOIN_KIND", "GENESIS_HASH",
     "AuditEvent", "AuditRecord", "AuditLog", "Appended", "VerifyResult",
     "append_audit", "append_audit_many", "append_audit_sync", "append_join_sync",
-    "chain_hash", "genesis", "partition_of", "record_of",
+    "chain_hash", "chain_rows", "genesis", "partition_of", "record_of",
+    "EVENT_COLUMNS", "ONE_STATEMENT_MAX", "append_params", "inserted_if_moved", "moved_head",
     "canonical_json", "hash_personal", "iso_utc", "sha256_hex", "utc",
 ]  # fmt: skip
