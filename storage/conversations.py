@@ -8,6 +8,7 @@ crash leaves history, proposals and audit consistent.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +38,7 @@ from storage.opening import (
     to_run,
 )
 from storage.records import Clock, Conversation, Proposal, Run, StoredMessage, aware, wall_clock
+from storage.step_statement import HeadMoved, fits, write_in_one
 from storage.steps import (
     ConcurrentTurn,
     StepWrite,
@@ -324,6 +326,14 @@ class ConversationRepo:
         Raises :class:`~storage.steps.LostRace` when its confirmation move lost a race."""
         now = self._clock()
         try:
+            if self.db.is_postgres and step.event_key is None and fits(step):
+                # One statement in autocommit: one round trip (storage.step_statement); when the
+                # audit head is another writer's, nothing was written: a transaction below.
+                with contextlib.suppress(HeadMoved):
+                    seq = await self.db.write_statement(lambda c, ctx: write_in_one(c, ctx, step, now, single=True))
+                    if seq is None:
+                        raise ConcurrentTurn(f"conversation {step.conversation_id} is gone")
+                    return seq
             return await self.db.write(lambda conn, ctx: write_step(conn, ctx, step, now))
         except IntegrityError as exc:
             if step.event_key is not None and await self.has_event(step.conversation_id, step.event_key):

@@ -142,11 +142,22 @@ class Database:
             async with self.engine.begin() as conn:
                 result = await conn.run_sync(lambda c: fn(FastConnection(c), ctx))  # type: ignore[arg-type]
         if ctx.audit_events:
-            for observer in self.observers:
-                try:
-                    observer(ctx.audit_events)
-                except Exception:
-                    log.exception("audit observer failed")
+            self.announce(ctx.audit_events)
+        return result
+
+    async def write_statement(self, fn: Callable[[Connection, WriteContext], T]) -> T:
+        """Run ``fn(connection, ctx)``, which makes at most one statement: on PostgreSQL in
+        autocommit (the statement is its own transaction: no ``BEGIN``/``COMMIT`` round trips);
+        on SQLite as :meth:`write`. A second statement raises before it runs. Audit events
+        ``fn`` appends reach the observers after it."""
+        if not self.is_postgres:
+            return await self.write(fn)
+        ctx = WriteContext(audit_head=self.sessions.kw.get("info", {}).get("audit_head"))
+        # In autocommit, begin() sends nothing; it marks the write for the engine's listeners.
+        async with (self.read_engine or _read_engine(self.engine)).begin() as conn:
+            result = await conn.run_sync(lambda c: fn(FastConnection(c, single=True), ctx))  # type: ignore[arg-type]
+        if ctx.audit_events:
+            self.announce(ctx.audit_events)
         return result
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
@@ -180,8 +191,8 @@ class Database:
         self.observers.append(observer)
 
     def announce(self, events: list[Any]) -> None:
-        """Tell the observers about events that are deliberately *not* stored (a refusal that
-        changes nothing still counts in the metrics)."""
+        """Tell the observers about events: those a write committed, and those deliberately
+        *not* stored (a refusal that changes nothing still counts in the metrics)."""
         for observer in self.observers:
             try:
                 observer(events)

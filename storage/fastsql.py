@@ -247,17 +247,22 @@ class FastConnection:
     """A SQLAlchemy connection whose prepared statements run straight on its DBAPI cursor;
     anything else runs through SQLAlchemy, on the same connection and transaction."""
 
-    __slots__ = ("_cursor", "_errors", "dialect", "sa")
+    __slots__ = ("_cursor", "_errors", "_left", "dialect", "sa")
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, *, single: bool = False) -> None:
         self.sa = conn
         self.dialect = conn.dialect
+        #: Statements left to run (``single``: one, in autocommit, see ``Database.write_statement``).
+        self._left = 1 if single else -1
         # The DBAPI connection: sqlite3's own, or SQLAlchemy's DBAPI adapter over asyncpg.
         self._cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         self._errors: type[Exception] = conn.dialect.loaded_dbapi.Error
 
     def execute(self, stmt: Any, params: Any = None) -> Any:
         """Run ``stmt``; a prepared one on the cursor, anything else through SQLAlchemy."""
+        if self._left == 0:
+            raise RuntimeError("a second statement where one, in autocommit, was promised")
+        self._left -= 1
         first = params[0] if isinstance(params, list) and params else params
         plan = plan_for(stmt, first, self.dialect)
         if plan is None or params == []:

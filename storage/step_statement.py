@@ -1,28 +1,31 @@
 """A step's write as one statement on PostgreSQL: one round trip, not one per table.
 
-An agent step writes the conversation's next seq, its messages, its proposals (decided),
-the run, the model's token usage and the audit events describing them
-(:func:`storage.steps.write_step`). On PostgreSQL each statement is a round trip to the
-server; here they are the data-modifying CTEs of one ``SELECT``::
+An agent step writes the conversation's next seq, its messages, its proposals, the run, the
+model's token usage and the audit events describing them (:func:`storage.steps.write_step`).
+On PostgreSQL each statement is a round trip to the server; here they are the data-modifying
+CTEs of one ``SELECT``::
 
-    WITH conv AS (UPDATE conversations … RETURNING next_seq),
+    WITH moved AS (UPDATE audit_head … WHERE seq = :cached AND hash = :cached RETURNING id),
+         conv AS (UPDATE conversations … WHERE … AND EXISTS (SELECT FROM moved) RETURNING next_seq),
          msgs AS (INSERT INTO messages … SELECT conv.next_seq - n + i, … FROM conv),
-         props AS (INSERT INTO proposals … VALUES …),
-         run AS (UPDATE runs … RETURNING id),
-         usage AS (INSERT INTO token_usage … VALUES …),
-         moved AS (UPDATE audit_head … WHERE seq = :cached AND hash = :cached RETURNING id),
-         events AS (INSERT INTO audit_events … SELECT … FROM moved … RETURNING seq)
+         props AS (INSERT INTO proposals … SELECT … FROM conv),
+         run AS (UPDATE runs … WHERE … AND EXISTS (SELECT FROM conv)),
+         usage AS (INSERT INTO token_usage … SELECT … FROM conv),
+         events AS (INSERT INTO audit_events … SELECT … FROM conv … RETURNING 1)
     SELECT (SELECT next_seq FROM conv), (SELECT count(*) FROM events)
 
 The sub-statements touch different tables and share one snapshot; each row inserted refers
-only to rows that exist before the statement (the conversation, the run). The audit part is
-:mod:`storage.audit`'s one-statement append, the head guarded against the process's cached
-one: when another writer moved the head first, ``events`` inserts nothing, the count says so
-and the events are appended the locked way in the same transaction. Only the common shape is
-built here (:func:`fits`): a step that also moves a confirmation, records the outcome of an
-earlier proposal, opens confirmations or queues jobs takes the statement-per-table path.
-Statements are built once per shape and run prepared (:mod:`storage.fastsql`).
-``tests/test_step_statement.py`` compares what the two paths store.
+only to rows that exist before the statement. Everything hangs on ``moved``, the partition's
+head guarded against the process's cached one (:mod:`storage.audit`): when another writer
+moved it first, the statement writes nothing at all. So it needs no transaction:
+``ConversationRepo.commit`` runs it alone in autocommit (``Database.write_statement``: no
+``BEGIN``/``COMMIT``, one round trip in all), and when the head was not this process's it
+writes the step in a transaction instead — the statement without the audit part, then the
+events appended the locked way. A step without audit events is the same statement without
+``moved``. Only the common shape is built here (:func:`fits`): a step that also moves a
+confirmation, records the outcome of an earlier proposal, opens confirmations or queues jobs
+takes the statement-per-table path. Statements are built once per shape and run prepared
+(:mod:`storage.fastsql`). ``tests/test_step_statement.py`` compares what the paths store.
 """
 
 from __future__ import annotations
@@ -87,16 +90,56 @@ def fits(step: StepWrite) -> bool:
     )
 
 
-def write_in_one(conn: Connection, ctx: WriteContext, step: StepWrite, now: datetime) -> int | None:
-    """Write ``step`` (it :func:`fits`) in one statement; the conversation's next seq (``None``:
-    no conversation row was updated). The audit events go in the same statement when this process
-    holds their partition's head, else (or when the head had moved) the locked way after it."""
-    params: dict[str, Any] = {
-        "c_id": step.conversation_id,
-        "r_id": step.run_id,
-        "c_now": now,
-        "c_n": len(step.messages),
-    }
+class HeadMoved(Exception):
+    """The step could not be written in one statement (the audit partition's head is not
+    this process's, or another writer moved it first): nothing was written."""
+
+
+def write_in_one(
+    conn: Connection, ctx: WriteContext, step: StepWrite, now: datetime, *, single: bool = False
+) -> int | None:
+    """Write ``step`` (it :func:`fits`); the conversation's next seq (``None``: no conversation
+    row was updated, nothing written).
+
+    The step's audit events go in the statement when this process holds their partition's
+    head; the statement then writes everything or, when another writer moved that head first,
+    nothing. Inside a transaction the step is then written without them and they are appended
+    the locked way after it. With ``single`` (one statement in autocommit, see
+    ``Database.write_statement``) :class:`HeadMoved` is raised instead, before or after the
+    statement, having written nothing: write it in a transaction."""
+    params, shape = _step_params(step, now)
+    cache, rows, part = ctx.audit_head, [], 0
+    if step.audit and len(step.audit) <= ONE_STATEMENT_MAX and cache is not None:
+        part = partition_of(step.audit[0].run_id)
+        cached = cache.get(str(part))
+        if cached:
+            rows = chain_rows(part, cached[0], cached[1], step.audit)
+    if single and step.audit and not rows:
+        raise HeadMoved(step.conversation_id)
+    if rows:
+        result = conn.execute(step_statement(*shape, len(rows)), params | append_params(part, cached, rows)).one()
+        if result.appended != len(rows):  # the head had moved: nothing was written
+            cache.pop(str(part), None)  # type: ignore[union-attr]  # stale: the locked way, next
+            if single:
+                raise HeadMoved(step.conversation_id)
+            rows = []
+    if not rows:
+        result = conn.execute(step_statement(*shape, 0), params).one()
+    if result.next_seq is None:
+        return None  # the caller says what that means (storage.steps.ConcurrentTurn)
+    if step.audit:
+        if rows:
+            cache[str(part)] = (rows[-1]["pseq"], rows[-1]["hash"])  # type: ignore[index]
+        else:
+            append_audit_sync(conn, step.audit, cache)
+        ctx.audit_events.extend(step.audit)
+    return int(result.next_seq)
+
+
+def _step_params(step: StepWrite, now: datetime) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """The statement's parameters for ``step``, and the shape of its statement (audit aside)."""
+    params: dict[str, Any] = {"c_id": step.conversation_id, "r_id": step.run_id, "c_now": now}
+    params["c_n"] = len(step.messages)
     conv_keys = _conversation_params(step, params)
     for i, (role, content) in enumerate(step.messages):
         event_key = step.event_key if i == 0 else None
@@ -108,26 +151,7 @@ def write_in_one(conn: Connection, ctx: WriteContext, step: StepWrite, now: date
     usage = step.usage is not None and step.run_id is not None
     if usage:
         params |= {f"u_{c}": getattr(step.usage, c) for c in _USAGE_COLUMNS}
-    cache, rows, part = ctx.audit_head, [], 0
-    if step.audit and len(step.audit) <= ONE_STATEMENT_MAX and cache is not None:
-        part = partition_of(step.audit[0].run_id)
-        cached = cache.get(str(part))
-        if cached:
-            rows = chain_rows(part, cached[0], cached[1], step.audit)
-            params |= append_params(part, cached, rows)
-    shape = (conv_keys, len(step.messages), len(step.new_proposals), run_keys, usage, len(rows))
-    result = conn.execute(step_statement(*shape), params).one()
-    if result.next_seq is None:
-        return None  # the caller says what that means (storage.steps.ConcurrentTurn)
-    if step.audit:
-        if rows and result.appended == len(rows):
-            cache[str(part)] = (rows[-1]["pseq"], rows[-1]["hash"])  # type: ignore[index]
-        else:
-            if rows:
-                cache.pop(str(part), None)  # type: ignore[union-attr]  # stale: the locked way, at once
-            append_audit_sync(conn, step.audit, cache)
-        ctx.audit_events.extend(step.audit)
-    return int(result.next_seq)
+    return params, (conv_keys, len(step.messages), len(step.new_proposals), run_keys, usage)
 
 
 def _conversation_params(step: StepWrite, params: dict[str, Any]) -> frozenset[str]:
@@ -176,9 +200,17 @@ def _run_params(step: StepWrite, params: dict[str, Any]) -> frozenset[str]:
 def step_statement(
     conv_keys: frozenset[str], messages: int, proposals: int, run_keys: frozenset[str], usage: bool, events: int
 ) -> Any:
-    """The one statement of a step of this shape (see the module docstring)."""
-    conv = conversation_update(conv_keys).cte("conv")
-    ctes: list[Any] = [conv]
+    """The one statement of a step of this shape (see the module docstring). With ``events``,
+    everything hangs on the head's guarded move: ``conv`` updates only when ``moved`` did, and
+    every other part is written from ``conv``'s row, so the statement writes all or nothing."""
+    ctes: list[Any] = []
+    conv_update = conversation_update(conv_keys)
+    if events:
+        moved = moved_head()
+        ctes.append(moved)
+        conv_update = conv_update.where(select(moved.c.id).exists())
+    conv = conv_update.cte("conv")
+    ctes.append(conv)
     if messages:
         rows = [
             select(
@@ -191,30 +223,36 @@ def step_statement(
             for i in range(messages)
         ]
         cols = ["conversation_id", "seq", *_MSG_COLUMNS, "run_id", "created_at"]
-        ctes.append(insert(_MSG).from_select(cols, rows[0] if messages == 1 else union_all(*rows)).cte("msgs"))
+        ctes.append(insert(_MSG).from_select(cols, _union(rows)).cte("msgs"))
     if proposals:
         common = {"run_id": "r_id", "conversation_id": "c_id", "created_at": "c_now"}
-        values = [
-            {c: bindparam(n, type_=_PROP.c[c].type) for c, n in common.items()}
-            | {c: bindparam(f"p{i}_{c}", type_=_PROP.c[c].type) for c in _PROP_COLUMNS}
-            for i in range(proposals)
-        ]
-        ctes.append(insert(_PROP).values(values).cte("props"))
+        rows = [_from(conv, _PROP, common, {c: f"p{i}_{c}" for c in _PROP_COLUMNS}) for i in range(proposals)]
+        cols = [*common, *_PROP_COLUMNS]
+        ctes.append(insert(_PROP).from_select(cols, _union(rows)).cte("props"))
     if run_keys:
-        ctes.append(run_update(run_keys).returning(_RUN.c.id).cte("run"))
+        ctes.append(run_update(run_keys).where(select(conv.c.next_seq).exists()).returning(_RUN.c.id).cte("run"))
     if usage:
         common = {"conversation_id": "c_id", "run_id": "r_id", "created_at": "c_now"}
-        row = {c: bindparam(n, type_=_USAGE.c[c].type) for c, n in common.items()}
-        row |= {c: bindparam(f"u_{c}", type_=_USAGE.c[c].type) for c in _USAGE_COLUMNS}
-        ctes.append(insert(_USAGE).values(row).cte("usage"))
+        row = _from(conv, _USAGE, common, {c: f"u_{c}" for c in _USAGE_COLUMNS})
+        ctes.append(insert(_USAGE).from_select([*common, *_USAGE_COLUMNS], row).cte("usage"))
     appended: Any = literal(0)
     if events:
-        moved = moved_head()
-        inserted = inserted_if_moved(moved, events).returning(literal(1)).cte("events")
-        ctes += [moved, inserted]
+        inserted = inserted_if_moved(conv, events).returning(literal(1)).cte("events")
+        ctes.append(inserted)
         appended = select(func.count()).select_from(inserted).scalar_subquery()
     next_seq = select(conv.c.next_seq).scalar_subquery()
     return prepared(select(next_seq.label("next_seq"), appended.label("appended")).add_cte(*ctes))
+
+
+def _from(conv: Any, table: Table, common: dict[str, str], own: dict[str, str]) -> Any:
+    """``SELECT <the row's parameters> FROM conv``: the row, written only with the step's
+    conversation update."""
+    names = {**common, **own}
+    return select(*(bindparam(n, type_=table.c[c].type) for c, n in names.items())).select_from(conv)
+
+
+def _union(rows: list[Any]) -> Any:
+    return rows[0] if len(rows) == 1 else union_all(*rows)
 
 
 def conversation_update(keys: frozenset[str]) -> Any:

@@ -48,6 +48,11 @@ def _script() -> FunctionModel:
     return FunctionModel(answer)
 
 
+def _is_step(sql: str) -> bool:
+    """Whether ``sql`` is a step's one statement (its CTEs: the head's move, then ``conv``)."""
+    return sql.startswith("WITH") and "\nconv AS" in sql[:400] or sql.startswith("WITH conv AS")
+
+
 def _plain(value: Any) -> Any:
     """``value`` with generated ids and confirmation codes left out (they differ between two
     conversations)."""
@@ -120,8 +125,8 @@ async def test_one_statement_stores_what_a_statement_per_table_stores(
         one = await h.runtime.chat(principal=C7, channel="api", message="Refund $30 on O-1044, it is damaged.")
     finally:
         fastsql.TRACE.remove(sql.append)
-    assert sum(s.startswith("WITH conv AS") for s in sql) >= 3, "the read steps and the answer went in one statement"
-    after_first = sql[next(i for i, s in enumerate(sql) if s.startswith("WITH conv AS")) :]
+    assert sum(_is_step(s) for s in sql) >= 3, "the read steps and the answer went in one statement"
+    after_first = sql[next(i for i, s in enumerate(sql) if _is_step(s)) :]
     assert not [s for s in after_first if s.startswith("SELECT audit_head")], "a head this process holds was read again"
     monkeypatch.setattr(storage.steps, "fits", lambda _step: False)
     per_table = await h.runtime.chat(principal=C7, channel="api", message="Refund $30 on O-1044, it is damaged.")
@@ -137,10 +142,9 @@ def _run_in(part: int) -> str:
 
 
 async def test_a_step_whose_partition_another_writer_moved_appends_the_locked_way(pg_db: Database) -> None:
-    """Another replica (a cache of its own) appends to every partition between two turns: each
-    of the second turn's one-statement steps finds its cached head moved, inserts none of its
-    events there, and appends them after it in the same transaction; every step is stored and
-    the log verifies."""
+    """Another replica (a cache of its own) appends to every partition between two turns: the
+    second turn's first append finds its cached head moved and takes the locked way; the turn
+    is stored as the first was and the log verifies."""
     h = await seeded(pg_db, _script())
     first = await h.runtime.chat(principal=C7, channel="api", message="Refund $30 on O-1044, it is damaged.")
     elsewhere: dict[str, Any] = {}
@@ -154,7 +158,7 @@ async def test_a_step_whose_partition_another_writer_moved_appends_the_locked_wa
     finally:
         fastsql.TRACE.remove(sql.append)
     assert _plain(second.reply) == _plain(first.reply)
-    assert any(s.startswith("WITH conv AS") for s in sql)
+    assert any(_is_step(s) for s in sql)
     assert any(s.startswith("SELECT audit_head.seq") for s in sql), "no append took the locked way"
     assert await _stored(pg_db, first.conversation_id) == await _stored(pg_db, second.conversation_id)
     result = await AuditLog(pg_db).verify()
@@ -173,3 +177,57 @@ async def test_a_step_of_a_conversation_that_is_gone_is_refused_and_writes_nothi
         await pg_db.write(lambda conn, ctx: write_step(conn, ctx, step, datetime.now(UTC)))
     async with pg_db.reader() as s:
         assert (await s.execute(select(MessageRow.id))).first() is None
+
+
+async def test_a_step_statement_whose_head_moved_writes_nothing_and_the_transaction_writes_it(
+    pg_db: Database,
+) -> None:
+    """Right before a step, another writer moves the head of the step's audit partition: the
+    statement in autocommit (the head guarded) writes nothing at all — not the conversation's
+    seqs, the message, the run, the usage — and the step is then written once, in a
+    transaction, its event appended the locked way."""
+    from storage.steps import StepWrite, UsageWrite
+
+    h = await seeded(pg_db, _script())
+    first = await h.runtime.chat(principal=C7, channel="api", message="Refund $30 on O-1044, it is damaged.")
+    async with pg_db.reader() as s:
+        run_id = (
+            await s.execute(select(RunRow.id).where(RunRow.conversation_id == first.conversation_id))
+        ).scalar_one()
+    before = await _counts(pg_db, first.conversation_id, run_id)
+    other = AuditEvent(kind="other.replica", run_id=_run_in(partition_of(run_id)))
+    await pg_db.write(lambda conn, _ctx: append_audit_sync(conn, [other], {}))
+    usage = UsageWrite(model="m", input_tokens=1, output_tokens=2, cache_creation_tokens=0, cache_read_tokens=0)
+    step = StepWrite(
+        conversation_id=first.conversation_id,
+        run_id=run_id,
+        messages=[("assistant", [{"type": "text", "text": "One more thing."}])],
+        run_steps_delta=1,
+        usage=usage,
+        audit=[AuditEvent(kind="step.extra", run_id=run_id)],
+    )
+    sql: list[str] = []
+    fastsql.TRACE.append(sql.append)
+    try:
+        await h.services.conversations.commit(step)
+    finally:
+        fastsql.TRACE.remove(sql.append)
+    gated = [i for i, s in enumerate(sql) if _is_step(s) and s.startswith("WITH moved AS")]
+    locked = [i for i, s in enumerate(sql) if s.startswith("SELECT audit_head.seq")]
+    assert gated and locked and gated[0] < locked[0], sql
+    after = await _counts(pg_db, first.conversation_id, run_id)
+    assert after == {k: v + 1 for k, v in before.items()}, (before, after)
+    assert (await AuditLog(pg_db).verify()).ok
+
+
+async def _counts(db: Database, conversation_id: str, run_id: str) -> dict[str, int]:
+    async with db.reader() as s:
+        conv = (await s.execute(select(ConversationRow).where(ConversationRow.id == conversation_id))).scalar_one()
+        run = (await s.execute(select(RunRow).where(RunRow.id == run_id))).scalar_one()
+        n = {
+            "messages": select(MessageRow.id).where(MessageRow.conversation_id == conversation_id),
+            "usage": select(TokenUsageRow.id).where(TokenUsageRow.conversation_id == conversation_id),
+            "events": select(AuditEventRow.seq).where(AuditEventRow.run_id == run_id),
+        }
+        counts = {k: len((await s.execute(q)).all()) for k, q in n.items()}
+        return counts | {"next_seq": conv.next_seq, "steps": run.steps}
