@@ -27,6 +27,7 @@ from sqlalchemy.orm import DeclarativeBase, Session
 from storage.fastsql import FastConnection
 from storage.faults import FaultKind, FaultListener, noted, rerunnable, until_available
 from storage.inline import BUSY_POLL_S, inline_connect, is_busy
+from storage.pool_ping import ping_on_checkout
 
 log = logging.getLogger(__name__)
 
@@ -464,8 +465,9 @@ def create_database(url: str, *, echo: bool = False, pool_size: int = 10) -> Dat
     else:
         kwargs["pool_size"] = pool_size
         kwargs["max_overflow"] = pool_size
-        kwargs["pool_pre_ping"] = True
     engine = create_async_engine(url, **kwargs)
     if is_sqlite_url(url):
         _sqlite_pragmas(engine, busy_ms=0 if "async_creator" in kwargs else 30_000)
+    else:
+        ping_on_checkout(engine)  # pool_pre_ping, in one round trip instead of three
     return Database.of(engine)
