@@ -140,12 +140,12 @@ def _step_params(step: StepWrite, now: datetime) -> tuple[dict[str, Any], tuple[
     """The statement's parameters for ``step``, and the shape of its statement (audit aside)."""
     params: dict[str, Any] = {"c_id": step.conversation_id, "r_id": step.run_id, "c_now": now}
     params["c_n"] = len(step.messages)
-    conv_keys = _conversation_params(step, params)
+    conv_keys = conversation_params(step, params)
     for i, (role, content) in enumerate(step.messages):
         event_key = step.event_key if i == 0 else None
         params |= {f"m{i}_role": role, f"m{i}_content": content, f"m{i}_event_key": event_key}
     _proposal_params(step, params)
-    run_keys = _run_params(step, params) if step.run_id is not None else frozenset()
+    run_keys = run_params(step, params) if step.run_id is not None else frozenset()
     if run_keys:
         params["r_now"] = now
     usage = step.usage is not None and step.run_id is not None
@@ -154,7 +154,8 @@ def _step_params(step: StepWrite, now: datetime) -> tuple[dict[str, Any], tuple[
     return params, (conv_keys, len(step.messages), len(step.new_proposals), run_keys, usage)
 
 
-def _conversation_params(step: StepWrite, params: dict[str, Any]) -> frozenset[str]:
+def conversation_params(step: StepWrite, params: dict[str, Any]) -> frozenset[str]:
+    """Add the conversation's columns ``step`` sets to ``params``; their keys."""
     keys = set()
     if step.loaded_groups is not None:
         params["c_groups"] = step.loaded_groups
@@ -178,8 +179,9 @@ def _proposal_params(step: StepWrite, params: dict[str, Any]) -> None:
         params |= {f"p{i}_{c}": v for c, v in values.items()}
 
 
-def _run_params(step: StepWrite, params: dict[str, Any]) -> frozenset[str]:
-    """The run's columns the step sets (as :func:`storage.steps.write_step` sets them)."""
+def run_params(step: StepWrite, params: dict[str, Any]) -> frozenset[str]:
+    """Add the run's columns ``step`` sets (status with holder, steps added, state, pending
+    ids) to ``params``; their keys (none: the run is not updated)."""
     keys = set()
     if step.run_status:
         params |= {"r_status": step.run_status, "r_holder": process_id() if step.run_status == "running" else None}

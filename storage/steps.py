@@ -21,10 +21,9 @@ from storage.audit import AuditEvent, append_audit_sync
 from storage.db import WriteContext
 from storage.fastsql import prepared
 from storage.gates import create_confirmation
-from storage.holders import process_id
 from storage.models import ConfirmationRow, ConversationRow, JobRow, MessageRow, ProposalRow, RunRow, TokenUsageRow
 from storage.records import NewConfirmation
-from storage.step_statement import conversation_update, fits, run_update, write_in_one
+from storage.step_statement import conversation_params, conversation_update, fits, run_params, run_update, write_in_one
 
 _CONV: Table = ConversationRow.__table__  # type: ignore[assignment]
 _MSG: Table = MessageRow.__table__  # type: ignore[assignment]
@@ -180,10 +179,7 @@ def event_seen(conn: Connection, conversation_id: str, event_key: str) -> bool:
 def _advance_conversation(conn: Connection, step: StepWrite, now: datetime) -> int:
     """Reserve the step's message seqs (compare-and-set on ``expect_seq``); the next seq after them."""
     params: dict[str, Any] = {"c_id": step.conversation_id, "c_n": len(step.messages), "c_now": now}
-    if step.loaded_groups is not None:
-        params["c_groups"] = step.loaded_groups
-    if step.conversation_status is not None:
-        params["c_status"] = step.conversation_status
+    conversation_params(step, params)
     if step.expect_seq is not None:
         params["c_expect"] = step.expect_seq
     next_seq = conn.execute(_conversation_update(frozenset(params)), params).scalar_one_or_none()
@@ -266,18 +262,9 @@ def _record_outcomes(conn: Connection, outcomes: Sequence[ProposalOutcome]) -> N
 
 def _update_run(conn: Connection, step: StepWrite, run_id: str, now: datetime) -> None:
     """The run's status, holder, step count, state and pending ids, for those the step sets."""
-    if not (step.run_status or step.run_steps_delta or step.run_state is not None or step.pending_ids is not None):
-        return
     run: dict[str, Any] = {"r_id": run_id, "r_now": now}
-    if step.run_status:
-        run["r_status"] = step.run_status
-        run["r_holder"] = process_id() if step.run_status == "running" else None
-    if step.run_steps_delta:
-        run["r_steps"] = step.run_steps_delta
-    if step.run_state is not None:
-        run["r_state"] = step.run_state
-    if step.pending_ids is not None:
-        run["r_pending"] = step.pending_ids
+    if not run_params(step, run):
+        return
     conn.execute(_run_update(frozenset(run)), run)
 
 
