@@ -371,17 +371,22 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         async with ModelProcess(args.latency_ms / 1000) as model:
             results["floor_model_direct"] = await floor(model, args)
             report_one("floor (SDK -> fake, no signoff)", results["floor_model_direct"])
-            backends = [("sqlite", f"sqlite+aiosqlite:///{tmp / 'bench.db'}")]
-            pg_url = os.environ.get(PG_URL_ENV)  # noqa: TID251  (the bench's own database)
-            if pg_url:
-                backends.append(("postgresql", pg_url))
-            backends = [b for b in backends if args.only in (None, b[0])]
-            for name, url in backends:
+            for name, url in backends(args, tmp):
                 results[name] = await backend(name, url, model, args, tmp)
                 report_one(f"signoff serve, {name}", results[name])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return results
+
+
+def backends(args: argparse.Namespace, tmp: Path) -> list[tuple[str, str]]:
+    """``(name, database URL)`` to measure: SQLite in ``tmp``, and PostgreSQL when
+    ``SIGNOFF_BENCH_PG_URL`` names the benchmarks' own database; ``--only`` picks one."""
+    found = [("sqlite", f"sqlite+aiosqlite:///{tmp / 'bench.db'}")]
+    pg_url = os.environ.get(PG_URL_ENV)  # noqa: TID251  (the bench's own database)
+    if pg_url:
+        found.append(("postgresql", pg_url))
+    return [b for b in found if args.only in (None, b[0])]
 
 
 def report_one(title: str, f: dict[str, Any]) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
 import signal
 import sys
@@ -40,8 +39,8 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import PG_URL_ENV, environment, write_result  # noqa: E402
-from bench.concurrency import ModelProcess, Window, floor, measure, report_one, reset_pg  # noqa: E402
+from bench.common import environment, write_result  # noqa: E402
+from bench.concurrency import ModelProcess, Window, backends, floor, measure, report_one, reset_pg  # noqa: E402
 from bench.widget_load import _frames  # noqa: E402
 
 ORIGIN = "https://bench.example"
@@ -181,11 +180,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         async with ModelProcess(args.latency_ms / 1000) as model:
             results["floor_model_direct"] = await floor(model, args)
             report_one("floor (SDK -> fake, no signoff)", results["floor_model_direct"])
-            backends = [("sqlite", f"sqlite+aiosqlite:///{tmp / 'bench.db'}")]
-            pg_url = os.environ.get(PG_URL_ENV)  # noqa: TID251  (the bench's own database)
-            if pg_url:
-                backends.append(("postgresql", pg_url))
-            for name, url in (b for b in backends if args.only in (None, b[0])):
+            for name, url in backends(args, tmp):
                 for workers in args.workers:
                     db_url = f"sqlite+aiosqlite:///{tmp / f'{name}-{workers}.sqlite'}" if name == "sqlite" else url
                     figures = await configuration(name, db_url, workers, model, args, tmp)
