@@ -231,7 +231,7 @@ class Worker:
 
     async def _jobs_forever(self, stop: asyncio.Event) -> None:
         running: set[asyncio.Task[None]] = set()
-        done = asyncio.Event()
+        done, queued = asyncio.Event(), self.rt.s.jobs.queued
         limit = self.config.lag_limit_s
         with LoopLag().timing() as lag:
             while not stop.is_set():
@@ -241,6 +241,7 @@ class Worker:
                     free = 0  # the loop is behind: the running jobs go first
                 jobs: list[Job] = []
                 if free > 0:
+                    queued.clear()  # before the claim: a job queued during it wakes the wait below
                     try:
                         jobs = await self._claim(min(free, self.config.batch))
                     except Exception as exc:
@@ -258,7 +259,9 @@ class Worker:
                         await lag.tick()  # the new jobs' first steps count in the lag read next
                     continue  # more may be due right away
                 done.clear()
-                waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(done.wait())]
+                waits = [asyncio.ensure_future(e.wait()) for e in (stop, done)]
+                if free > 0:  # a slot is free: a job queued by this process is claimed at once
+                    waits.append(asyncio.ensure_future(queued.wait()))
                 await asyncio.wait(waits, timeout=self._wait_s(held, lag), return_when=asyncio.FIRST_COMPLETED)
                 for w in waits:
                     w.cancel()

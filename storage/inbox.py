@@ -163,9 +163,11 @@ class Inbox:
             return Accepted(id=inbound_id, fresh=True)
 
         try:
-            return await self._db.write(write)
+            accepted = await self._db.write(write)
         except _Known:
             return Accepted(id=None, fresh=False)
+        self._jobs.queued.set()  # committed: this process's worker takes it now
+        return accepted
 
     async def get(self, inbound_id: str) -> Inbound | None:
         """The inbound item ``inbound_id``, if it exists."""

@@ -17,6 +17,7 @@ IMMEDIATE``) marks them with a single ``UPDATE … RETURNING``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -80,6 +81,9 @@ class JobQueue:
     def __init__(self, db: Database, *, clock: Clock | None = None) -> None:
         self._db = db
         self._clock = clock or wall_clock
+        #: Set once a job this process queued has committed: the worker of this process claims
+        #: it at once instead of at its next poll (another process's jobs wait for the poll).
+        self.queued = asyncio.Event()
 
     def _now(self) -> datetime:
         return utc(self._clock())
@@ -101,7 +105,9 @@ class JobQueue:
         if session is not None:
             return await self._insert(session, kind, payload, dedup_key, run_after)
         async with self._db.sessions() as s, s.begin():
-            return await self._insert(s, kind, payload, dedup_key, run_after)
+            job_id = await self._insert(s, kind, payload, dedup_key, run_after)
+        self.queued.set()
+        return job_id
 
     async def _insert(
         self,
