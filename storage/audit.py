@@ -168,6 +168,21 @@ def append_params(part: int, cached: Any, rows: Sequence[dict[str, Any]]) -> dic
     return params
 
 
+def cached_head(events: Sequence[AuditEvent], cache: dict[str, Any] | None) -> tuple[int, Any] | None:
+    """``(partition, this process's head there)`` when ``events`` can be appended in one
+    statement after it (a head cached, at most :data:`ONE_STATEMENT_MAX` events); else ``None``."""
+    if not events or cache is None or len(events) > ONE_STATEMENT_MAX:
+        return None
+    part = partition_of(events[0].run_id)
+    cached = cache.get(str(part))
+    return (part, cached) if cached else None
+
+
+def remember_head(cache: dict[str, Any], part: int, rows: Sequence[dict[str, Any]]) -> None:
+    """Keep ``part``'s head after ``rows`` (just written) as this process's cached head."""
+    cache[str(part)] = (rows[-1]["pseq"], rows[-1]["hash"])
+
+
 @functools.cache
 def _moved_and_inserted(n: int) -> Any:
     """``WITH moved AS (…) INSERT … SELECT … FROM moved``: the head moves from the cached one
@@ -203,15 +218,14 @@ def append_audit_sync(
     if not events:
         return None
     part = partition_of(events[0].run_id)
-    key = str(part)
-    cached = cache.get(key) if cache is not None else None
-    one = cached and conn.dialect.name == "postgresql" and len(events) <= ONE_STATEMENT_MAX
-    rows = _append_in_one(conn, part, events, cached) if one else None
+    cached = cache.get(str(part)) if cache is not None else None
+    held = cached_head(events, cache) if conn.dialect.name == "postgresql" else None
+    rows = _append_in_one(conn, part, events, cached) if held else None
     if rows is None:
-        rows = _extend(conn, part, events, None if one else cached)
+        rows = _extend(conn, part, events, None if held else cached)
         conn.execute(_INSERT_EVENTS, rows)
     if cache is not None:
-        cache[key] = (rows[-1]["pseq"], rows[-1]["hash"])
+        remember_head(cache, part, rows)
     return Appended(part=part, first=rows[0]["pseq"], last=rows[-1]["pseq"])
 
 
@@ -368,6 +382,7 @@ __all__ = [
     "AuditEvent", "AuditRecord", "AuditLog", "Appended", "VerifyResult",
     "append_audit", "append_audit_many", "append_audit_sync", "append_join_sync",
     "chain_hash", "chain_rows", "genesis", "partition_of", "record_of",
-    "EVENT_COLUMNS", "ONE_STATEMENT_MAX", "append_params", "inserted_if_moved", "moved_head",
+    "EVENT_COLUMNS", "ONE_STATEMENT_MAX", "append_params", "cached_head", "inserted_if_moved", "moved_head",
+    "remember_head",
     "canonical_json", "hash_personal", "iso_utc", "sha256_hex", "utc",
 ]  # fmt: skip

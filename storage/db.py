@@ -136,7 +136,7 @@ class Database:
         prepared statements run on the DBAPI cursor. Audit events ``fn`` appends reach the
         observers after commit.
         """
-        ctx = WriteContext(audit_head=self.sessions.kw.get("info", {}).get("audit_head"))
+        ctx = self._context()
         if self.sync_writer is not None:
             result = await self.sync_writer.run(fn, ctx)
         else:
@@ -146,6 +146,10 @@ class Database:
             self.announce(ctx.audit_events)
         return result
 
+    def _context(self) -> WriteContext:
+        """A write's context: the process's cached audit heads (kept in the sessions' info)."""
+        return WriteContext(audit_head=self.sessions.kw.get("info", {}).get("audit_head"))
+
     async def write_statement(self, fn: Callable[[Connection, WriteContext], T]) -> T:
         """Run ``fn(connection, ctx)``, which makes at most one statement: on PostgreSQL in
         autocommit (the statement is its own transaction: no ``BEGIN``/``COMMIT`` round trips);
@@ -153,7 +157,7 @@ class Database:
         ``fn`` appends reach the observers after it."""
         if not self.is_postgres:
             return await self.write(fn)
-        ctx = WriteContext(audit_head=self.sessions.kw.get("info", {}).get("audit_head"))
+        ctx = self._context()
         # In autocommit, begin() sends nothing; it marks the write for the engine's listeners.
         async with (self.read_engine or _read_engine(self.engine)).begin() as conn:
             result = await conn.run_sync(lambda c: fn(FastConnection(c, single=True), ctx))  # type: ignore[arg-type]

@@ -252,17 +252,19 @@ class FastConnection:
     def __init__(self, conn: Connection, *, single: bool = False) -> None:
         self.sa = conn
         self.dialect = conn.dialect
-        #: Statements left to run (``single``: one, in autocommit, see ``Database.write_statement``).
-        self._left = 1 if single else -1
+        #: With ``single``, the statements it may still run (one, in autocommit: see
+        #: ``Database.write_statement``); ``None``: no bound.
+        self._left: int | None = 1 if single else None
         # The DBAPI connection: sqlite3's own, or SQLAlchemy's DBAPI adapter over asyncpg.
         self._cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         self._errors: type[Exception] = conn.dialect.loaded_dbapi.Error
 
     def execute(self, stmt: Any, params: Any = None) -> Any:
         """Run ``stmt``; a prepared one on the cursor, anything else through SQLAlchemy."""
-        if self._left == 0:
-            raise RuntimeError("a second statement where one, in autocommit, was promised")
-        self._left -= 1
+        if self._left is not None:
+            if self._left == 0:
+                raise RuntimeError("a second statement where one, in autocommit, was promised")
+            self._left -= 1
         first = params[0] if isinstance(params, list) and params else params
         plan = plan_for(stmt, first, self.dialect)
         if plan is None or params == []:

@@ -166,7 +166,8 @@ class Inbox:
             accepted = await self._db.write(write)
         except _Known:
             return Accepted(id=None, fresh=False)
-        self._jobs.queued.set()  # committed: this process's worker takes it now
+        if accepted.fresh:
+            self._jobs.queued.set()  # committed: this process's worker takes it now
         return accepted
 
     async def get(self, inbound_id: str) -> Inbound | None:

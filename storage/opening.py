@@ -237,12 +237,13 @@ def open_turn(conn: Connection, ctx: WriteContext, o: Opening) -> Opened:
         if key is not None and event_seen(conn, conv.id, key):
             return Opened(owed=True)
         run = find_open_run(conn, conv.id)
-    message = replace(o.message, run_id=run.id if run is not None else o.new_run.id)
+    fresh = run is None
     if run is None:
         run = o.new_run
         insert_run(conn, ctx, run, o.now, o.run_audit)
-        if message.run_status == run.status:
-            message = replace(message, run_status=None)  # inserted just now so, held by this process
+    message = replace(o.message, run_id=run.id)
+    if fresh and message.run_status == run.status:
+        message = replace(message, run_status=None)  # inserted just now so, held by this process
     state = TurnState(history=[], proposals=[], tokens_used=0) if o.create else load_turn_state(conn, conv.id, run.id)
     try:
         next_seq = write_step(conn, ctx, message, o.now)

@@ -37,13 +37,13 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Table, bindparam, func, insert, literal, select, union_all, update
 
 from storage.audit import (
-    ONE_STATEMENT_MAX,
     append_audit_sync,
     append_params,
+    cached_head,
     chain_rows,
     inserted_if_moved,
     moved_head,
-    partition_of,
+    remember_head,
 )
 from storage.db import WriteContext
 from storage.fastsql import prepared
@@ -53,7 +53,7 @@ from storage.models import ConversationRow, MessageRow, ProposalRow, RunRow, Tok
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from storage.steps import StepWrite
+    from storage.steps import NewProposal, ProposalOutcome, StepWrite
 
 _CONV: Table = ConversationRow.__table__  # type: ignore[assignment]
 _MSG: Table = MessageRow.__table__  # type: ignore[assignment]
@@ -108,15 +108,13 @@ def write_in_one(
     ``Database.write_statement``) :class:`HeadMoved` is raised instead, before or after the
     statement, having written nothing: write it in a transaction."""
     params, shape = _step_params(step, now)
-    cache, rows, part = ctx.audit_head, [], 0
-    if step.audit and len(step.audit) <= ONE_STATEMENT_MAX and cache is not None:
-        part = partition_of(step.audit[0].run_id)
-        cached = cache.get(str(part))
-        if cached:
-            rows = chain_rows(part, cached[0], cached[1], step.audit)
-    if single and step.audit and not rows:
+    cache, rows = ctx.audit_head, []
+    held = cached_head(step.audit, cache)
+    if single and step.audit and not held:
         raise HeadMoved(step.conversation_id)
-    if rows:
+    if held:
+        part, cached = held
+        rows = chain_rows(part, cached[0], cached[1], step.audit)
         result = conn.execute(step_statement(*shape, len(rows)), params | append_params(part, cached, rows)).one()
         if result.appended != len(rows):  # the head had moved: nothing was written
             cache.pop(str(part), None)  # type: ignore[union-attr]  # stale: the locked way, next
@@ -129,7 +127,7 @@ def write_in_one(
         return None  # the caller says what that means (storage.steps.ConcurrentTurn)
     if step.audit:
         if rows:
-            cache[str(part)] = (rows[-1]["pseq"], rows[-1]["hash"])  # type: ignore[index]
+            remember_head(cache, part, rows)  # type: ignore[arg-type]
         else:
             append_audit_sync(conn, step.audit, cache)
         ctx.audit_events.extend(step.audit)
@@ -169,14 +167,19 @@ def conversation_params(step: StepWrite, params: dict[str, Any]) -> frozenset[st
 def _proposal_params(step: StepWrite, params: dict[str, Any]) -> None:
     decided = {o.id: o for o in step.outcomes}
     for i, p in enumerate(step.new_proposals):
-        o = decided.get(p.id, _UNDECIDED)
-        values = {
-            "id": p.id, "tool_use_id": p.tool_use_id, "origin": p.origin, "tool": p.tool, "arguments": p.arguments,
-            "args_hash": p.args_hash, "principal": p.principal, "step": p.step, "policy_version": p.policy_version,
-            "decision": o.decision, "reason": o.reason, "result": o.result, "is_error": o.is_error,
-            "idempotency_key": o.idempotency_key,
-        }  # fmt: skip
-        params |= {f"p{i}_{c}": v for c, v in values.items()}
+        params |= {f"p{i}_{c}": v for c, v in proposal_values(p, decided.get(p.id)).items()}
+
+
+def proposal_values(p: NewProposal, outcome: ProposalOutcome | None) -> dict[str, Any]:
+    """A new proposal's own columns (run, conversation and time aside), with the gate's
+    ``outcome`` when the step decided it (``None``: undecided, as the gate leaves it to decide)."""
+    o: Any = outcome or _UNDECIDED
+    return {
+        "id": p.id, "tool_use_id": p.tool_use_id, "origin": p.origin, "tool": p.tool, "arguments": p.arguments,
+        "args_hash": p.args_hash, "principal": p.principal, "step": p.step, "policy_version": p.policy_version,
+        "decision": o.decision, "reason": o.reason, "result": o.result, "is_error": o.is_error,
+        "idempotency_key": o.idempotency_key,
+    }  # fmt: skip
 
 
 def run_params(step: StepWrite, params: dict[str, Any]) -> frozenset[str]:

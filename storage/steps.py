@@ -23,7 +23,15 @@ from storage.fastsql import prepared
 from storage.gates import create_confirmation
 from storage.models import ConfirmationRow, ConversationRow, JobRow, MessageRow, ProposalRow, RunRow, TokenUsageRow
 from storage.records import NewConfirmation
-from storage.step_statement import conversation_params, conversation_update, fits, run_params, run_update, write_in_one
+from storage.step_statement import (
+    conversation_params,
+    conversation_update,
+    fits,
+    proposal_values,
+    run_params,
+    run_update,
+    write_in_one,
+)
 
 _CONV: Table = ConversationRow.__table__  # type: ignore[assignment]
 _MSG: Table = MessageRow.__table__  # type: ignore[assignment]
@@ -212,33 +220,8 @@ def _insert_proposals(conn: Connection, step: StepWrite, now: datetime) -> Seque
     statement, not an insert and an update."""
     decided = {o.id: o for o in step.outcomes}
     folded = all(p.id in decided for p in step.new_proposals)
-    rows = []
-    for p in step.new_proposals:
-        row = {
-            "id": p.id,
-            "run_id": step.run_id,
-            "conversation_id": step.conversation_id,
-            "tool_use_id": p.tool_use_id,
-            "tool": p.tool,
-            "arguments": p.arguments,
-            "args_hash": p.args_hash,
-            "principal": p.principal,
-            "step": p.step,
-            "origin": p.origin,
-            "policy_version": p.policy_version,
-            "created_at": now,
-            "is_error": False,
-        }
-        if folded:
-            o = decided.pop(p.id)
-            row |= {
-                "decision": o.decision,
-                "reason": o.reason,
-                "result": o.result,
-                "is_error": o.is_error,
-                "idempotency_key": o.idempotency_key,
-            }
-        rows.append(row)
+    common = {"run_id": step.run_id, "conversation_id": step.conversation_id, "created_at": now}
+    rows = [common | proposal_values(p, decided.pop(p.id) if folded else None) for p in step.new_proposals]
     conn.execute(_INSERT_PROP, rows)
     return list(decided.values()) if folded else step.outcomes
 

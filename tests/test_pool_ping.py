@@ -10,10 +10,10 @@ from sqlalchemy import text
 from storage.db import create_database
 from tests.conftest import PG_URL
 
+pytestmark = pytest.mark.skipif(not PG_URL, reason="SIGNOFF_TEST_PG_URL not set")
+
 
 async def test_a_connection_dropped_in_the_pool_is_replaced_on_checkout() -> None:
-    if not PG_URL:
-        pytest.skip("SIGNOFF_TEST_PG_URL not set")
     db = create_database(PG_URL, pool_size=1)
     admin = create_database(PG_URL, pool_size=1)
     try:
@@ -30,8 +30,6 @@ async def test_a_connection_dropped_in_the_pool_is_replaced_on_checkout() -> Non
 
 async def test_the_ping_is_one_empty_query_without_a_transaction() -> None:
     """What the server sees of a checkout: ``;`` alone — no ``BEGIN`` or ``ROLLBACK`` around it."""
-    if not PG_URL:
-        pytest.skip("SIGNOFF_TEST_PG_URL not set")
     db = create_database(PG_URL, pool_size=1)
     try:
         await db.read(lambda conn: conn.execute(text("SELECT 1")).scalar_one())
