@@ -10,7 +10,7 @@ never blocked waiting for a lock. A call that failed with ``SQLITE_BUSY`` had no
 so making it again is safe; an ``executemany`` inside a transaction is the exception (rows
 before the busy one were applied) and its error is raised as it is.
 
-The same holds for ``storage.db.SyncWriter``, the stdlib-driver connections behind
+The same holds for ``storage.sqlite.SyncWriter``, the stdlib-driver connections behind
 ``Database.write`` and ``Database.read``: a transaction runs inline when ``BEGIN IMMEDIATE``
 (a read: ``BEGIN`` and its snapshot) gets the lock at once, else on a thread.
 """

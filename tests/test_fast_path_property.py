@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 from sqlalchemy import Connection, bindparam, insert, select, update
 
 from storage.audit import AuditEvent, append_audit_many, append_audit_sync
-from storage.db import Database, SyncWriter, WriteContext
+from storage.db import Database, WriteContext
 from storage.fastsql import prepared
 from storage.models import AuditEventRow, ConversationRow
+from storage.sqlite import SyncWriter
 from tests.conftest import make_sqlite
 
 _CONV = ConversationRow.__table__

@@ -215,13 +215,13 @@ async def test_the_wal_is_checkpointed_on_the_writers_thread_never_in_a_commit_o
 ) -> None:
     """The loop's connections never checkpoint when they commit (the copy and its fsync held the
     loop); the writer checkpoints on its own thread, so the WAL starts over and stays small."""
-    import storage.db
+    import storage.sqlite
 
     db = await make_sqlite(tmp_path / "t.db")
     writer = db.sync_writer
     assert writer is not None
     try:
-        monkeypatch.setattr(storage.db, "CHECKPOINT_EVERY_S", 3600.0)
+        monkeypatch.setattr(storage.sqlite, "CHECKPOINT_EVERY_S", 3600.0)
         writer._checkpoint_due = float("inf")  # none yet: the WAL grows
         for n in range(60):
             await db.write(lambda conn, _ctx, n=n: conn.execute(_INSERT, _row(f"conv-{n}")))
