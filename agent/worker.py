@@ -233,7 +233,7 @@ class Worker:
         running: set[asyncio.Task[None]] = set()
         done, queued = asyncio.Event(), self.rt.s.jobs.queued
         limit = self.config.lag_limit_s
-        with LoopLag().timing() as lag:
+        with LoopLag().timing() as lag, self.rt.s.jobs.hearing_others():
             while not stop.is_set():
                 free = self.config.concurrency - len(running)
                 held = bool(running) and limit is not None and lag.behind(limit)
@@ -260,7 +260,7 @@ class Worker:
                     continue  # more may be due right away
                 done.clear()
                 waits = [asyncio.ensure_future(e.wait()) for e in (stop, done)]
-                if free > 0:  # a slot is free: a job queued by this process is claimed at once
+                if free > 0:  # a slot is free: a job queued here (or, on PostgreSQL, anywhere) is claimed at once
                     waits.append(asyncio.ensure_future(queued.wait()))
                 await asyncio.wait(waits, timeout=self._wait_s(held, lag), return_when=asyncio.FIRST_COMPLETED)
                 for w in waits:

@@ -6,6 +6,7 @@ How SQLite is run (WAL, ``BEGIN IMMEDIATE``, the stdlib-driver writer) is in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from sqlalchemy.orm import DeclarativeBase, Session
 from storage.fastsql import FastConnection
 from storage.faults import FaultKind, FaultListener, noted, rerunnable, until_available
 from storage.inline import inline_connect
+from storage.notify import Handler, Notifications
 from storage.pool_ping import ping_on_checkout
 from storage.sqlite import SyncWriter, is_sqlite_url, sqlite_pragmas
 
@@ -91,6 +93,8 @@ class Database:
     fault_listeners: list[FaultListener] = field(default_factory=list)
     #: The engine reads go through (:func:`_read_engine`).
     read_engine: AsyncEngine | None = None
+    #: PostgreSQL only: other processes' jobs and widget events, heard as they commit.
+    notifications: Notifications | None = None
 
     @classmethod
     def of(cls, engine: AsyncEngine) -> Database:
@@ -112,6 +116,7 @@ class Database:
             readers=readers,
             sync_writer=writer,
             read_engine=read_engine,
+            notifications=Notifications(engine) if engine.dialect.name == "postgresql" else None,
         )
 
     def reader(self) -> AsyncSession:
@@ -184,6 +189,13 @@ class Database:
         async with self.engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
 
+    def heard(self, channel: str, handler: Handler) -> contextlib.AbstractContextManager[None]:
+        """While the block lasts, ``handler`` hears ``channel``'s notifications from every process
+        (:mod:`storage.notify`; on PostgreSQL; on SQLite it hears nothing)."""
+        if self.notifications is None:
+            return contextlib.nullcontext()
+        return self.notifications.subscribe(channel, handler)
+
     def observe(self, observer: Observer) -> None:
         """Call ``observer(events)`` after each commit that appended audit events."""
         self.observers.append(observer)
@@ -204,6 +216,8 @@ class Database:
 
     async def dispose(self) -> None:
         """Close the engine's connections."""
+        if self.notifications is not None:
+            await self.notifications.close()
         await self.engine.dispose()
         if self.sync_writer is not None:
             self.sync_writer.close()

@@ -18,6 +18,7 @@ IMMEDIATE``) marks them with a single ``UPDATE … RETURNING``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -31,6 +32,7 @@ from storage.audit import utc
 from storage.db import Database, WriteContext
 from storage.faults import rerunnable
 from storage.models import JobRow
+from storage.notify import JOBS
 from storage.records import wall_clock
 
 JobStatus = Literal["queued", "running", "done", "quarantined"]
@@ -82,8 +84,14 @@ class JobQueue:
         self._db = db
         self._clock = clock or wall_clock
         #: Set once a job this process queued has committed: the worker of this process claims
-        #: it at once instead of at its next poll (another process's jobs wait for the poll).
+        #: it at once instead of at its next poll; within :meth:`hearing_others`, once another
+        #: process's has (PostgreSQL).
         self.queued = asyncio.Event()
+
+    def hearing_others(self) -> contextlib.AbstractContextManager[None]:
+        """While the block lasts, a job another process commits sets :attr:`queued` too (on
+        PostgreSQL, :mod:`storage.notify`; on SQLite those wait for the worker's poll)."""
+        return self._db.heard(JOBS, lambda _payload: self.queued.set())
 
     def _now(self) -> datetime:
         return utc(self._clock())

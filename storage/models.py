@@ -7,7 +7,7 @@ runtime (``conv_…``, ``run_…``) so they read well in Slack and logs.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
@@ -18,13 +18,14 @@ from sqlalchemy import (
     Index,
     Integer,
     String,
+    Table,
     Text,
     UniqueConstraint,
     text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from storage import search
+from storage import notify, search
 from storage.db import Base, JSONType
 
 TS = DateTime(timezone=True)
@@ -615,3 +616,7 @@ class HandoffSuggestionRow(Base):
     conversation_id: Mapped[str] = mapped_column(String(64))
     text: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(TS)
+
+
+# The triggers behind the cross-process wake-ups (storage.notify).
+notify.register(cast(Table, JobRow.__table__), cast(Table, WidgetEventRow.__table__))

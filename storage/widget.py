@@ -12,6 +12,7 @@ finds a smaller one appear.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from storage.db import Database
 from storage.fastsql import prepared
 from storage.models import WidgetEventRow, WidgetSessionRow
+from storage.notify import WIDGET, parse_widget
 from storage.records import aware, wall_clock
 
 #: How often an insert that lost the race for a ``seq`` is tried again.
@@ -246,6 +248,19 @@ class WidgetStore:
         params = {"sid": session_id, "seq": seq, "limit": limit}
         rows = await self._db.read(lambda conn: conn.execute(_EVENTS_AFTER, params).all())
         return [_event(r) for r in rows]
+
+    def hearing(self, handler: Callable[[str | None, int], None]) -> contextlib.AbstractContextManager[None]:
+        """While the block lasts, ``handler(session_id, seq)`` hears of each event any process
+        stores (PostgreSQL, :mod:`storage.notify`; on SQLite nothing); ``(None, 0)`` when the
+        listener has just reconnected: anything may have been missed."""
+
+        def heard(payload: list[Any] | None) -> None:
+            if payload is None:
+                handler(None, 0)
+            elif (parsed := parse_widget(payload)) is not None:
+                handler(*parsed)
+
+        return self._db.heard(WIDGET, heard)
 
     async def latest(self, session_ids: Sequence[str]) -> dict[str, int]:
         """The largest ``seq`` of each of these sessions that has events (one query: the widget's

@@ -5,6 +5,7 @@ PostgreSQL audit guard is in place."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -26,6 +27,7 @@ from sandbox.schema import downgrade, heads, upgrade
 from sandbox.search import include_object
 from storage.audit import GENESIS_HASH, ROOT, AuditEvent, AuditLog, VerifyResult, chain_hash
 from storage.db import Base, create_database
+from storage.jobs import JobQueue
 from tests.conftest import PG_URL
 
 RUNTIME_TABLES = {
@@ -307,3 +309,35 @@ async def test_0021_keeps_the_newest_active_handoff_of_a_conversation_and_closes
                 await conn.execute(insert, {"id": "hof_d", "state": "waiting", "at": at, "thread": None})
     finally:
         await db.dispose()
+
+
+async def test_0022_installs_the_wake_up_triggers_on_postgresql_and_downgrade_removes_them(blank_url: str) -> None:
+    """Upgraded, a job inserted notifies ``signoff_jobs`` with its schema (heard on a listening
+    connection); downgraded to 0021, the triggers and their functions are gone."""
+    if not blank_url.startswith("postgresql"):
+        pytest.skip("NOTIFY is PostgreSQL's")
+    await upgrade(blank_url)
+    db = create_database(blank_url)
+    heard: list[Any] = []
+    try:
+        with db.heard("signoff_jobs", heard.append):
+            assert db.notifications is not None
+            await asyncio.wait_for(db.notifications.listening.wait(), 10)
+            await JobQueue(db).enqueue("other", {})
+            for _ in range(250):
+                if heard:
+                    break
+                await asyncio.sleep(0.02)
+        assert heard == [[]]
+    finally:
+        await db.dispose()
+    await downgrade(blank_url, "0021_handoff_once")
+    engine = create_async_engine(blank_url)
+    try:
+        async with engine.connect() as conn:
+            names = "('jobs_notify', 'widget_events_notify', 'signoff_jobs_notify', 'signoff_widget_notify')"
+            triggers = (await conn.execute(text(f"SELECT count(*) FROM pg_trigger WHERE tgname IN {names}"))).scalar()
+            functions = (await conn.execute(text(f"SELECT count(*) FROM pg_proc WHERE proname IN {names}"))).scalar()
+        assert (triggers, functions) == (0, 0)
+    finally:
+        await engine.dispose()

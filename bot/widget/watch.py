@@ -1,5 +1,6 @@
-"""What wakes an open widget stream: this process's writes at once, other processes' writes
-within a poll interval — one query for all of the process's streams, not one per stream.
+"""What wakes an open widget stream: this process's writes at once; other processes' writes at
+once on PostgreSQL (``NOTIFY``, :mod:`storage.notify`), and within a poll interval anyway — one
+query for all of the process's streams, not one per stream.
 
 A write in this process wakes its session's streams through :data:`events.HUB` (``emit``).
 Another process's writes (a second replica, the worker on its own) are found by the face's one
@@ -49,6 +50,7 @@ class Watch:
         self._chunk = chunk
         self._ears: dict[str, set[Ear]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._soon = asyncio.Event()  # poll before the interval is out
 
     @property
     def running(self) -> bool:
@@ -81,19 +83,36 @@ class Watch:
             # Compared with what the streams have seen now, after the query: a stream that read
             # past ``top`` meanwhile is not woken; one mid-read is woken and simply reads again.
             for session_id, top in latest.items():
-                if any(e.seen is not None and top > e.seen for e in self._ears.get(session_id, ())):
-                    HUB.wake(session_id)
+                if self._wake_behind(session_id, top):
                     behind.append(session_id)
         return behind
 
+    def _wake_behind(self, session_id: str, top: int) -> bool:
+        """Wake ``session_id``'s streams if one has read less than ``top``."""
+        if any(e.seen is not None and top > e.seen for e in self._ears.get(session_id, ())):
+            HUB.wake(session_id)
+            return True
+        return False
+
+    def _heard(self, session_id: str | None, seq: int) -> None:
+        """Some process stored event ``seq`` of ``session_id`` (PostgreSQL); ``None``: the
+        listener reconnected, so the store is polled now."""
+        if session_id is None:
+            self._soon.set()
+        else:
+            self._wake_behind(session_id, seq)
+
     async def _run(self) -> None:
         try:
-            while self._ears:
-                await asyncio.sleep(self._interval)
-                try:
-                    await self.poll()
-                except Exception:  # the database away for a moment: the next tick tries again
-                    log.warning("widget.watch: polling the store failed", exc_info=True)
+            with self._store.hearing(self._heard):
+                while self._ears:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._soon.wait(), timeout=self._interval)
+                    self._soon.clear()
+                    try:
+                        await self.poll()
+                    except Exception:  # the database away for a moment: the next tick tries again
+                        log.warning("widget.watch: polling the store failed", exc_info=True)
         finally:
             self._task = None
 
