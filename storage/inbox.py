@@ -190,7 +190,7 @@ class Inbox:
         if result is not None:
             params["result"] = result
             stmt = _SET_INBOUND_RESULT
-        await self._db.write(lambda conn, _ctx: conn.execute(stmt, params))
+        await self._db.write_statement(lambda conn, _ctx: conn.execute(stmt, params))
 
     async def owed(self, *, limit: int = 100) -> list[Inbound]:
         """Accepted messages not yet delivered (operators, tests)."""

@@ -187,20 +187,18 @@ class JobQueue:
             "run_after": now + timedelta(seconds=lease_s),
             "attempts": _JOBS.c.attempts + 1,
         }
-        postgres = self._db.is_postgres
+        if self._db.is_postgres:  # one statement, in autocommit: one round trip
+            statement = _claim_pg(due, limit, max_attempts, claimed)
+            rows = await self._db.write_statement(lambda conn, _ctx: list(conn.execute(statement).all()))
+        else:
 
-        def write(conn: Connection, _ctx: WriteContext) -> list[Any]:
-            if postgres:
-                target = _lock_due_pg(conn, due, limit, max_attempts)
-                if target is None:
-                    return []
-            else:
+            def write(conn: Connection, _ctx: WriteContext) -> list[Any]:
                 conn.execute(_exhausted(due, max_attempts))
                 target = _JOBS.c.id.in_(_oldest(due, limit).scalar_subquery())
-            return list(conn.execute(update(_JOBS).where(target).values(**claimed).returning(*_JOBS.c)).all())
+                return list(conn.execute(update(_JOBS).where(target).values(**claimed).returning(*_JOBS.c)).all())
 
-        # One hop: the claim never holds SQLite's write lock across event-loop turns.
-        rows = await self._db.write(write)
+            # One hop: the claim never holds SQLite's write lock across event-loop turns.
+            rows = await self._db.write(write)
         return sorted((_job(r) for r in rows), key=lambda j: j.id)
 
     async def release_abandoned(self, is_dead: Callable[[str], bool]) -> int:
@@ -224,7 +222,7 @@ class JobQueue:
         if worker_id is not None:
             stmt = stmt.where(_JOBS.c.locked_by == worker_id)
         done = stmt.values(status="done", last_error=None)
-        result = await self._db.write(lambda conn, _ctx: conn.execute(done))
+        result = await self._db.write_statement(lambda conn, _ctx: conn.execute(done))
         return bool(cast(CursorResult[Any], result).rowcount)
 
     @rerunnable
@@ -299,20 +297,19 @@ class JobQueue:
         return None if row is None else _job(row)
 
 
-def _lock_due_pg(
-    conn: Connection, due: ColumnElement[bool], limit: int, max_attempts: int
-) -> ColumnElement[bool] | None:
-    """Lock due rows other claimers are not holding; fail the exhausted ones.
-
-    Returns the condition selecting the rows to claim, or ``None``.
-    """
-    picked = _oldest(due, limit).add_columns(_JOBS.c.status, _JOBS.c.attempts)
-    rows = conn.execute(picked.with_for_update(skip_locked=True)).all()
-    dead = [r.id for r in rows if r.status == "running" and r.attempts >= max_attempts]
-    if dead:
-        conn.execute(_exhausted(_JOBS.c.id.in_(dead), max_attempts))
-    ids = [r.id for r in rows if r.id not in dead]
-    return _JOBS.c.id.in_(ids) if ids else None
+def _claim_pg(due: ColumnElement[bool], limit: int, max_attempts: int, claimed: dict[str, Any]) -> Any:
+    """Lock up to ``limit`` due rows other claimers are not holding (``SKIP LOCKED``), quarantine
+    the exhausted ones among them and claim the rest: one statement, whose rows are the claimed."""
+    picked = (
+        _oldest(due, limit)
+        .add_columns(_JOBS.c.status.label("was"), _JOBS.c.attempts.label("tries"))
+        .with_for_update(skip_locked=True)
+        .cte("picked")
+    )
+    spent = and_(picked.c.was == "running", picked.c.tries >= max_attempts)
+    dead = _exhausted(_JOBS.c.id == picked.c.id, max_attempts).where(spent).returning(_JOBS.c.id).cte("dead")
+    taken = update(_JOBS).where(_JOBS.c.id == picked.c.id, ~spent).values(**claimed).returning(*_JOBS.c).cte("taken")
+    return select(taken).add_cte(dead)
 
 
 def _oldest(due: ColumnElement[bool], limit: int) -> Any:

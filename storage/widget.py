@@ -200,7 +200,7 @@ class WidgetStore:
     async def set_conversation(self, session_id: str, conversation_id: str) -> None:
         """The conversation the session's messages now go to (follow-ups find the session by it)."""
         params = {"sid": session_id, "c": conversation_id}
-        await self._db.write(lambda conn, _ctx: conn.execute(_SET_CONVERSATION, params))
+        await self._db.write_statement(lambda conn, _ctx: conn.execute(_SET_CONVERSATION, params))
 
     async def for_conversation(self, conversation_id: str) -> list[WidgetSession]:
         """The sessions whose current conversation this is (normally one)."""
