@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Table, bindparam, func, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
 from storage.db import Database
@@ -56,8 +57,25 @@ _OPENED_FROM = prepared(
 _INSERT_SESSION = prepared(insert(_S))
 _SET_CONVERSATION = prepared(update(_S).where(_S.c.id == bindparam("sid")).values(conversation_id=bindparam("c")))
 _EVENT_BY_KEY = prepared(select(_E.c.id).where(_E.c.key == bindparam("key")))
-_TOP_SEQ = prepared(select(func.max(_E.c.seq)).where(_E.c.session_id == bindparam("sid")))
-_INSERT_EVENT = prepared(insert(_E))
+
+
+def _append_statement(dialect: Any) -> Any:
+    """An event under a new key, numbered one past the session's last: one statement (no row
+    back when the key was written already; a ``seq`` another append took meanwhile raises)."""
+    numbered = select(
+        bindparam("sid", type_=_E.c.session_id.type),
+        func.coalesce(func.max(_E.c.seq), 0) + 1,
+        bindparam("key", type_=_E.c.key.type),
+        bindparam("kind", type_=_E.c.kind.type),
+        bindparam("data", type_=_E.c.data.type),
+        bindparam("now", type_=_E.c.created_at.type),
+    ).where(_E.c.session_id == bindparam("sid"))
+    columns = ["session_id", "seq", "key", "kind", "data", "created_at"]
+    stmt = dialect.insert(_E).from_select(columns, numbered).on_conflict_do_nothing(index_elements=["key"])
+    return prepared(stmt.returning(_E.c.seq))
+
+
+_APPEND = {"postgresql": _append_statement(postgresql), "sqlite": _append_statement(sqlite)}
 _EVENTS_AFTER = prepared(
     select(_E)
     .where(_E.c.session_id == bindparam("sid"), _E.c.seq > bindparam("seq"))
@@ -65,9 +83,12 @@ _EVENTS_AFTER = prepared(
     .limit(bindparam("limit"))
 )
 _COUNT_KIND = prepared(
-    select(func.count())
+    select(
+        func.count().filter(_E.c.created_at >= bindparam("short")),
+        func.count().filter(_E.c.created_at >= bindparam("long")),
+    )
     .select_from(_E)
-    .where(_E.c.session_id == bindparam("sid"), _E.c.kind == bindparam("kind"), _E.c.created_at >= bindparam("since"))
+    .where(_E.c.session_id == bindparam("sid"), _E.c.kind == bindparam("kind"))
 )
 
 
@@ -215,30 +236,24 @@ class WidgetStore:
     # -- events -----------------------------------------------------------------------------
     async def append(self, session_id: str, *, key: str, kind: str, data: dict[str, Any]) -> WidgetEvent | None:
         """Write one event under ``key``; ``None`` when that key was written already."""
+        statement = _APPEND["postgresql" if self._db.is_postgres else "sqlite"]
+        now = self._clock()
+        params = {"sid": session_id, "key": key, "kind": kind, "data": data, "now": now}
+
+        def write(conn: Connection, _ctx: object) -> Any:
+            return conn.execute(statement, params).scalar()
+
         for _ in range(_SEQ_TRIES):
             try:
-                return await self._db.write(lambda conn, _ctx: self._append(conn, session_id, key, kind, data))
-            except IntegrityError:
+                seq = await self._db.write_statement(write)
+            except IntegrityError:  # another append took the seq: number it again
                 if await self._has_key(key):
                     return None
+                continue
+            if seq is None:
+                return None
+            return WidgetEvent(session_id=session_id, seq=int(seq), key=key, kind=kind, data=dict(data), created_at=now)
         raise RuntimeError(f"widget event {key!r}: no free seq after {_SEQ_TRIES} tries")
-
-    def _append(
-        self, conn: Connection, session_id: str, key: str, kind: str, data: dict[str, Any]
-    ) -> WidgetEvent | None:
-        if conn.execute(_EVENT_BY_KEY, {"key": key}).first() is not None:
-            return None
-        top = conn.execute(_TOP_SEQ, {"sid": session_id}).scalar_one()
-        values: dict[str, Any] = {
-            "session_id": session_id,
-            "seq": int(top or 0) + 1,
-            "key": key,
-            "kind": kind,
-            "data": data,
-            "created_at": self._clock(),
-        }
-        conn.execute(_INSERT_EVENT, values)
-        return WidgetEvent(**{**values, "data": dict(data)})
 
     async def _has_key(self, key: str) -> bool:
         return await self._db.read(lambda conn: conn.execute(_EVENT_BY_KEY, {"key": key}).first()) is not None
@@ -276,10 +291,13 @@ class WidgetStore:
             rows = (await s.execute(stmt)).all()
         return {str(sid): int(top) for sid, top in rows}
 
-    async def count(self, session_id: str, kind: str, window: timedelta) -> int:
-        """The session's events of ``kind`` within ``window`` (the per-session message limit)."""
-        params = {"sid": session_id, "kind": kind, "since": self._clock() - window}
-        return int(await self._db.read(lambda conn: conn.execute(_COUNT_KIND, params).scalar_one()))
+    async def counts(self, session_id: str, kind: str, short: timedelta, long: timedelta) -> tuple[int, int]:
+        """The session's events of ``kind`` within ``short`` and within ``long`` (the per-session
+        message limits), in one query."""
+        now = self._clock()
+        params = {"sid": session_id, "kind": kind, "short": now - short, "long": now - long}
+        row = await self._db.read(lambda conn: conn.execute(_COUNT_KIND, params).one())
+        return int(row[0]), int(row[1])
 
 
 __all__ = ["WidgetEvent", "WidgetSession", "WidgetStore", "secret_hash"]

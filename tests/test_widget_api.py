@@ -6,16 +6,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
 import pytest
 from aiosmtpd.controller import Controller
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from agent import handoff
 from bot.api.auth import make_token
 from bot.widget import append_outbound
+from bot.widget.face import WidgetFace
 from bot.widget.proxy import ProxyRejected, canonical, signed_query, verify
 from bot.widget.stream import Cursor, chunks, frames, parse_cursor
 from storage.models import InboundRow, WidgetEventRow, WidgetSessionRow
@@ -183,6 +186,45 @@ def test_a_message_over_the_queue_cap_is_503_with_retry_after_and_stores_nothing
         assert status == 202 and counts(server)[2] == before[2] + 1
     finally:
         s.use_policy(running)
+
+
+def test_a_session_over_its_message_limits_is_refused_and_nothing_is_stored(server: WidgetServer) -> None:
+    """Per session, messages in the last minute and in the last day are both counted (one query):
+    the one over either limit is 429 ``rate_limited`` and stores nothing; an hour later the minute's
+    limit has room again and the day's has not."""
+    face = next(f.inner for f in server.app.faces if isinstance(getattr(f, "inner", None), WidgetFace))
+    kept = face.config
+    face.config = replace(kept, limits=replace(kept.limits, messages_per_minute=2, messages_per_day=3))
+    try:
+        who = _guest(server)
+
+        def send(client_id: str) -> tuple[int, Any]:
+            status, _, body = call(
+                server, "POST", "/widget/api/messages", json={"clientId": client_id, "text": "hi"}, headers=who
+            )
+            return status, body
+
+        assert [send(f"lim-{i}")[0] for i in range(2)] == [202, 202]
+        before = counts(server)
+        status, body = send("lim-2")
+        assert (status, body["error"]) == (429, "rate_limited") and "minute" in body["message"], body
+        assert counts(server) == before
+
+        async def an_hour_ago() -> None:
+            hour_ago = datetime.now(UTC) - timedelta(hours=1)
+            async with server.app.db.engine.begin() as conn:
+                await conn.execute(
+                    update(WidgetEventRow)
+                    .where(WidgetEventRow.kind == "user", WidgetEventRow.key.like("%:lim-%"))
+                    .values(created_at=hour_ago)
+                )
+
+        server.run(an_hour_ago())
+        assert send("lim-3")[0] == 202
+        status, body = send("lim-4")
+        assert (status, body["error"]) == (429, "rate_limited") and "today" in body["message"], body
+    finally:
+        face.config = kept
 
 
 async def _read_stream(url: str, headers: dict[str, str], until: str) -> str:

@@ -127,9 +127,10 @@ class Routes:
     async def _within_limits(self, visitor: Visitor) -> None:
         store, limits = self.face.sessions.store, self.face.config.limits
         sid = visitor.session.id
-        if await store.count(sid, "user", limits.minute) >= limits.messages_per_minute:
+        this_minute, today = await store.counts(sid, "user", limits.minute, limits.day)
+        if this_minute >= limits.messages_per_minute:
             raise ApiError("rate_limited", "too many messages; wait a minute")
-        if await store.count(sid, "user", limits.day) >= limits.messages_per_day:
+        if today >= limits.messages_per_day:
             raise ApiError("rate_limited", "too many messages today")
 
     async def events(self, request: web.Request) -> web.StreamResponse:
