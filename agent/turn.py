@@ -26,6 +26,7 @@ from agent.services import Services
 from agent.wording import confirmation_notice
 from storage.audit import AuditEvent
 from storage.gates import drafted
+from storage.limits import budget_group
 from storage.records import Approval, Confirmation, Conversation, NewConfirmation, Run, RunStatus, StoredMessage
 from storage.steps import StepWrite, UsageWrite
 from tools.context import Principal
@@ -171,6 +172,7 @@ class Turn:
             output_tokens=u.output_tokens,
             cache_creation_tokens=u.cache_creation_input_tokens,
             cache_read_tokens=u.cache_read_input_tokens,
+            principal_group=budget_group(self.conversation.principal_group, self.conversation.customer_id),
         )
 
     def flush_steps(self, extra: int) -> int:

@@ -33,6 +33,15 @@ class Executed:
     arguments: Any
 
 
+def budget_group(principal_group: str | None, customer_id: str | None) -> str | None:
+    """The group whose budget a conversation's model calls count against: every principal bound to
+    no account shares its group's (a Slack team, a sender domain, the widget's guests); a
+    conversation bound to a customer counts against the customer's own. Kept on each usage row
+    (a conversation's group and binding never change), so a group's day is summed over the
+    group's recent rows (``ix_token_usage_group``), not over every conversation it ever had."""
+    return principal_group if customer_id is None else None
+
+
 def _since(window: timedelta) -> datetime:
     return wall_clock() - window
 
@@ -82,11 +91,7 @@ _PRINCIPAL_TOKENS = prepared(
         _TOKENS_SINCE,
     )
 )
-_GROUP_TOKENS = prepared(
-    select(_TOKEN_SUM)
-    .join(ConversationRow, ConversationRow.id == TokenUsageRow.conversation_id)
-    .where(ConversationRow.principal_group == bindparam("g"), ConversationRow.customer_id.is_(None), _TOKENS_SINCE)
-)
+_GROUP_TOKENS = prepared(select(_TOKEN_SUM).where(TokenUsageRow.principal_group == bindparam("g"), _TOKENS_SINCE))
 _TOKENS = prepared(
     select(_TOKEN_SUM)
     .join(ConversationRow, ConversationRow.id == TokenUsageRow.conversation_id)

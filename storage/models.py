@@ -37,7 +37,11 @@ class ConversationRow(Base):
     """A conversation: its channel, principal, bound customer and loaded tool groups."""
 
     __tablename__ = "conversations"
-    __table_args__ = (Index("ix_conversations_principal", "principal_kind", "principal_id"),)
+    __table_args__ = (
+        Index("ix_conversations_principal", "principal_kind", "principal_id"),
+        # The group's new conversations in the last hour, read from the group's recent ones only.
+        Index("ix_conversations_group_opened", "principal_group", "created_at"),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     channel: Mapped[str] = mapped_column(String(16))  # slack | api | email | demo | eval
@@ -46,7 +50,7 @@ class ConversationRow(Base):
     principal_id: Mapped[str] = mapped_column(String(64))
     customer_id: Mapped[str | None] = mapped_column(String(64), index=True)
     #: The budget an unbound principal shares (a Slack team, a sender domain): ``Principal.group``.
-    principal_group: Mapped[str | None] = mapped_column(String(128), index=True)
+    principal_group: Mapped[str | None] = mapped_column(String(128))
     status: Mapped[str] = mapped_column(String(16), default="open")  # open|escalated|resolved
     loaded_groups: Mapped[list[str]] = mapped_column(JSONType, default=list)
     model: Mapped[str] = mapped_column(String(128))
@@ -345,6 +349,8 @@ class TokenUsageRow(Base):
     """The tokens one model call used."""
 
     __tablename__ = "token_usage"
+    # A group's tokens in the last day are summed over the group's recent rows only.
+    __table_args__ = (Index("ix_token_usage_group", "principal_group", "created_at"),)
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
     conversation_id: Mapped[str] = mapped_column(String(64), index=True)
@@ -354,6 +360,9 @@ class TokenUsageRow(Base):
     output_tokens: Mapped[int] = mapped_column(Integer, default=0)
     cache_creation_tokens: Mapped[int] = mapped_column(Integer, default=0)
     cache_read_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    #: The group whose budget the call counts against: its conversation's ``principal_group``
+    #: when the conversation is bound to no customer (``storage.limits.budget_group``), else null.
+    principal_group: Mapped[str | None] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(TS)
 
 

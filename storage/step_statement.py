@@ -66,7 +66,14 @@ _PROP_COLUMNS = (
     "id", "tool_use_id", "origin", "tool", "arguments", "args_hash", "principal", "step", "policy_version",
     "decision", "reason", "result", "is_error", "idempotency_key",
 )  # fmt: skip
-_USAGE_COLUMNS = ("model", "input_tokens", "output_tokens", "cache_creation_tokens", "cache_read_tokens")
+_USAGE_COLUMNS = (
+    "model",
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_tokens",
+    "cache_read_tokens",
+    "principal_group",
+)
 #: A proposal the step inserts for the gate to decide later (as the statement-per-table path stores it).
 _UNDECIDED = SimpleNamespace(decision=None, reason=None, result=None, is_error=False, idempotency_key=None)
 #: At most this many messages or proposals in one statement (beyond: a statement per table).

@@ -100,6 +100,8 @@ class UsageWrite:
     output_tokens: int
     cache_creation_tokens: int
     cache_read_tokens: int
+    #: The group budget the call counts against (``storage.limits.budget_group``).
+    principal_group: str | None
 
 
 @dataclass(kw_only=True)
@@ -262,6 +264,7 @@ def _insert_usage(conn: Connection, step: StepWrite, u: UsageWrite, run_id: str,
             "output_tokens": u.output_tokens,
             "cache_creation_tokens": u.cache_creation_tokens,
             "cache_read_tokens": u.cache_read_tokens,
+            "principal_group": u.principal_group,
             "created_at": now,
         },
     )

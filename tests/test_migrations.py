@@ -9,7 +9,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from sandbox.search import include_object
 from storage.audit import GENESIS_HASH, ROOT, AuditEvent, AuditLog, VerifyResult, chain_hash
 from storage.db import Base, create_database
 from storage.jobs import JobQueue
+from storage.limits import UsageCounts
 from tests.conftest import PG_URL
 
 RUNTIME_TABLES = {
@@ -341,3 +342,45 @@ async def test_0022_installs_the_wake_up_triggers_on_postgresql_and_downgrade_re
         assert (triggers, functions) == (0, 0)
     finally:
         await engine.dispose()
+
+
+async def test_0023_keeps_each_groups_token_count_and_leaves_bound_conversations_out(blank_url: str) -> None:
+    """At 0022 a group's tokens were those of its conversations bound to no customer; upgraded,
+    every usage row names that group (or none), and each group's count is what it was."""
+    await upgrade(blank_url, "0022_notify")
+    now = datetime.now(UTC)
+    conversation = text(
+        "INSERT INTO conversations (id, channel, principal_kind, principal_id, customer_id, principal_group, "
+        "status, loaded_groups, model, prompt_version, next_seq, meta, created_at, updated_at) "
+        "VALUES (:id, 'slack', 'customer', :id, :customer, :g, 'open', '[]', 'm', 'p', 0, '{}', :at, :at)"
+    )
+    usage = text(
+        "INSERT INTO token_usage (conversation_id, run_id, model, input_tokens, output_tokens, "
+        "cache_creation_tokens, cache_read_tokens, created_at) VALUES (:c, 'r', 'm', :n, 1, 0, 0, :at)"
+    )
+    db = create_database(blank_url)
+    try:
+        async with db.engine.begin() as conn:
+            for id, customer, group in (
+                ("c1", None, "T1"),
+                ("c2", None, "T1"),
+                ("c3", "C-7", "T1"),
+                ("c4", None, "T2"),
+            ):
+                await conn.execute(conversation, {"id": id, "customer": customer, "g": group, "at": now})
+            for c, n in (("c1", 10), ("c1", 20), ("c2", 5), ("c3", 1000), ("c4", 7)):
+                await conn.execute(usage, {"c": c, "n": n, "at": now})
+    finally:
+        await db.dispose()
+    await upgrade(blank_url)
+    db = create_database(blank_url)
+    try:
+        usage_counts = UsageCounts(db)
+        day = timedelta(days=1)
+        assert await usage_counts.group_tokens("T1", day) == 10 + 20 + 5 + 3  # c3 is bound: not the group's
+        assert await usage_counts.group_tokens("T2", day) == 7 + 1
+        async with db.engine.connect() as conn:
+            rows = sorted((await conn.execute(text("SELECT conversation_id, principal_group FROM token_usage"))).all())
+        assert [tuple(r) for r in rows] == [("c1", "T1"), ("c1", "T1"), ("c2", "T1"), ("c3", None), ("c4", "T2")]
+    finally:
+        await db.dispose()

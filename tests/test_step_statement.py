@@ -197,7 +197,9 @@ async def test_a_step_statement_whose_head_moved_writes_nothing_and_the_transact
     before = await _counts(pg_db, first.conversation_id, run_id)
     other = AuditEvent(kind="other.replica", run_id=_run_in(partition_of(run_id)))
     await pg_db.write(lambda conn, _ctx: append_audit_sync(conn, [other], {}))
-    usage = UsageWrite(model="m", input_tokens=1, output_tokens=2, cache_creation_tokens=0, cache_read_tokens=0)
+    usage = UsageWrite(
+        model="m", input_tokens=1, output_tokens=2, cache_creation_tokens=0, cache_read_tokens=0, principal_group=None
+    )
     step = StepWrite(
         conversation_id=first.conversation_id,
         run_id=run_id,
