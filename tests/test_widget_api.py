@@ -204,11 +204,16 @@ def test_a_session_over_its_message_limits_is_refused_and_nothing_is_stored(serv
             )
             return status, body
 
+        async def stored(client_id: str) -> int:  # the message's echo (the worker answers the others meanwhile)
+            async with server.app.db.reader() as s:
+                found = select(func.count()).where(WidgetEventRow.key.like(f"widget:user:%:{client_id}"))
+                return int(await s.scalar(found) or 0)
+
         assert [send(f"lim-{i}")[0] for i in range(2)] == [202, 202]
-        before = counts(server)
+        inbound = counts(server)[2]
         status, body = send("lim-2")
         assert (status, body["error"]) == (429, "rate_limited") and "minute" in body["message"], body
-        assert counts(server) == before
+        assert server.run(stored("lim-2")) == 0 and counts(server)[2] == inbound
 
         async def an_hour_ago() -> None:
             hour_ago = datetime.now(UTC) - timedelta(hours=1)
@@ -223,6 +228,7 @@ def test_a_session_over_its_message_limits_is_refused_and_nothing_is_stored(serv
         assert send("lim-3")[0] == 202
         status, body = send("lim-4")
         assert (status, body["error"]) == (429, "rate_limited") and "today" in body["message"], body
+        assert server.run(stored("lim-4")) == 0 and server.run(stored("lim-3")) == 1
     finally:
         face.config = kept
 
