@@ -140,7 +140,9 @@ class Notifications:
                     raise
                 except Exception as exc:
                     log.warning("notify: not listening (%s); the polls carry on", type(exc).__name__)
-                    failures += 1
+                    # A connection that listened and was then lost is retried soon; one that
+                    # cannot connect, less and less often.
+                    failures = 1 if self.listening.is_set() else failures + 1
                 self.listening.clear()
                 self.backend_pid = None
                 if failures:

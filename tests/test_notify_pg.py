@@ -22,7 +22,7 @@ from bot.widget.watch import Watch
 from storage.db import Database
 from storage.jobs import Job, JobQueue
 from storage.models import JobRow
-from storage.notify import JOBS
+from storage.notify import JOBS, Notifications
 from storage.records import wall_clock
 from storage.widget import WidgetStore
 from tests.conftest import PG_URL, drop_pg, make_pg
@@ -158,3 +158,20 @@ async def test_the_listener_comes_back_after_its_connection_is_dropped(two: tupl
         await JobQueue(there).enqueue("other", {"n": 1})
         await _until(lambda: heard == [None, []])
     assert here.notifications is notes
+
+
+async def test_a_listener_lost_again_and_again_comes_back_soon_each_time(two: tuple[Database, Database, str]) -> None:
+    """Backoff is for a database that cannot be reached: a connection that listened and was then
+    dropped is retried at the first step each time, however often it happens."""
+    here, there, _schema = two
+    notes = Notifications(here.engine, retry_s=(0.1, 60.0))
+    try:
+        with notes.subscribe(JOBS, lambda _payload: None):
+            for _ in range(3):
+                await asyncio.wait_for(notes.listening.wait(), 5)
+                async with there.engine.connect() as conn:
+                    await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": notes.backend_pid})
+                await _until(lambda: not notes.listening.is_set())
+            await asyncio.wait_for(notes.listening.wait(), 5)
+    finally:
+        await notes.close()
