@@ -25,9 +25,10 @@ rely on; ``tests/test_pg_fast_path.py`` runs the same checks on PostgreSQL.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -45,6 +46,17 @@ SNAPSHOT = "PRAGMA schema_version"
 
 #: Optional observer of each statement run on the raw cursor (benchmarks count them).
 TRACE: list[Callable[[str], None]] = []
+
+
+@contextlib.contextmanager
+def traced() -> Iterator[list[str]]:
+    """The SQL of each prepared statement run while the block lasts (tests and benchmarks)."""
+    seen: list[str] = []
+    TRACE.append(seen.append)
+    try:
+        yield seen
+    finally:
+        TRACE.remove(seen.append)
 
 
 def one_of(column: Any, values: Sequence[Any]) -> Any:

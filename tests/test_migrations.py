@@ -314,9 +314,23 @@ async def test_0021_keeps_the_newest_active_handoff_of_a_conversation_and_closes
 
 async def test_0022_installs_the_wake_up_triggers_on_postgresql_and_downgrade_removes_them(blank_url: str) -> None:
     """Upgraded, a job inserted notifies ``signoff_jobs`` with its schema (heard on a listening
-    connection); downgraded to 0021, the triggers and their functions are gone."""
+    connection); downgraded to 0021, the triggers and their functions are gone. SQLite has no
+    ``NOTIFY``: there the migration adds no trigger and a job is heard by no one."""
     if not blank_url.startswith("postgresql"):
-        pytest.skip("NOTIFY is PostgreSQL's")
+        await upgrade(blank_url)
+        db = create_database(blank_url)
+        heard: list[Any] = []
+        try:
+            assert db.notifications is None
+            with db.heard("signoff_jobs", heard.append):
+                await JobQueue(db).enqueue("other", {})
+            async with db.engine.connect() as conn:
+                triggers = (await conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'trigger'"))).all()
+        finally:
+            await db.dispose()
+        assert heard == [] and not [t for t in triggers if "notify" in t[0]], triggers
+        await downgrade(blank_url, "0021_handoff_once")
+        return
     await upgrade(blank_url)
     db = create_database(blank_url)
     heard: list[Any] = []

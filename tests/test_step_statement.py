@@ -119,12 +119,8 @@ async def test_one_statement_stores_what_a_statement_per_table_stores(
     pg_db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     h = await seeded(pg_db, _script())
-    sql: list[str] = []
-    fastsql.TRACE.append(sql.append)
-    try:
+    with fastsql.traced() as sql:
         one = await h.runtime.chat(principal=C7, channel="api", message="Refund $30 on O-1044, it is damaged.")
-    finally:
-        fastsql.TRACE.remove(sql.append)
     assert sum(_is_step(s) for s in sql) >= 3, "the read steps and the answer went in one statement"
     after_first = sql[next(i for i, s in enumerate(sql) if _is_step(s)) :]
     assert not [s for s in after_first if s.startswith("SELECT audit_head")], "a head this process holds was read again"
@@ -151,12 +147,8 @@ async def test_a_step_whose_partition_another_writer_moved_appends_the_locked_wa
     for part in range(ROOT + 1, ROOT + 1 + PARTITIONS):
         event = AuditEvent(kind="other.replica", run_id=_run_in(part))
         await pg_db.write(lambda conn, _ctx, e=event: append_audit_sync(conn, [e], elsewhere))
-    sql: list[str] = []
-    fastsql.TRACE.append(sql.append)
-    try:
+    with fastsql.traced() as sql:
         second = await h.runtime.chat(principal=C7, channel="api", message="Refund $30 on O-1044, it is damaged.")
-    finally:
-        fastsql.TRACE.remove(sql.append)
     assert _plain(second.reply) == _plain(first.reply)
     assert any(_is_step(s) for s in sql)
     assert any(s.startswith("SELECT audit_head.seq") for s in sql), "no append took the locked way"
@@ -208,12 +200,8 @@ async def test_a_step_statement_whose_head_moved_writes_nothing_and_the_transact
         usage=usage,
         audit=[AuditEvent(kind="step.extra", run_id=run_id)],
     )
-    sql: list[str] = []
-    fastsql.TRACE.append(sql.append)
-    try:
+    with fastsql.traced() as sql:
         await h.services.conversations.commit(step)
-    finally:
-        fastsql.TRACE.remove(sql.append)
     gated = [i for i, s in enumerate(sql) if _is_step(s) and s.startswith("WITH moved AS")]
     locked = [i for i, s in enumerate(sql) if s.startswith("SELECT audit_head.seq")]
     assert gated and locked and gated[0] < locked[0], sql
