@@ -11,8 +11,9 @@ A job whose process died (or stalled past its lease) on its last attempt is quar
 by the next claim.
 
 Claims are race-free on both databases: PostgreSQL takes rows with
-``SELECT … FOR UPDATE SKIP LOCKED``; SQLite (transactions already ``BEGIN
-IMMEDIATE``) marks them with a single ``UPDATE … RETURNING``.
+``SELECT … FOR UPDATE SKIP LOCKED`` and quarantines or claims them in the same statement
+(:func:`_claim_pg`, in autocommit); SQLite (transactions already ``BEGIN IMMEDIATE``) marks
+them with a single ``UPDATE … RETURNING``.
 """
 
 from __future__ import annotations
