@@ -43,9 +43,7 @@ from bot.teams import wiring as teams_wiring
 from bot.telemetry import Tracing, install_tracing
 from bot.widget import wiring as widget_wiring
 from sandbox import schema
-from sandbox.dataset import load_dataset_file
-from sandbox.io import load_dataset, store_is_empty
-from sandbox.store import SandboxStore
+from sandbox.store import SandboxStore, store_is_empty
 from storage import checkpoints
 from storage.checkpoints import Checkpoint
 from storage.db import Database, create_database
@@ -475,6 +473,10 @@ async def seed_store(
             "(run `signoff store load FILE`, or set SIGNOFF_STORE_SEED to a dataset file or `demo`)"
         )
         return False
+    # Imported only to seed: the dataset's models are ~2 MB of a serving process that never seeds.
+    from sandbox.dataset import load_dataset_file
+    from sandbox.io import load_dataset
+
     bundled = seed in (None, "demo")
     dataset = load_dataset_file(demo_dataset_path() if bundled else Path(str(seed)))
     await load_dataset(db, dataset, rebase_to=datetime.now(UTC) if bundled else None, people=people)

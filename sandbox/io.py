@@ -37,6 +37,7 @@ from sandbox.models import (
     StoreReturnItemRow,
     StoreReturnRow,
 )
+from sandbox.store import is_empty, store_is_empty
 from storage import identities, knowledge
 from storage.db import Database
 from storage.identities import CustomerLink, PeopleSeed, Staff
@@ -74,16 +75,6 @@ class LoadReport:
     knowledge: int
     outbox: int
     shifted_by: timedelta | None = None
-
-
-async def store_is_empty(db: Database) -> bool:
-    """True when the store holds no customers (the condition for a load)."""
-    async with db.reader() as s, s.begin():
-        return await _is_empty(s)
-
-
-async def _is_empty(s: AsyncSession) -> bool:
-    return (await s.scalar(select(StoreCustomerRow.id).limit(1))) is None
 
 
 def _shift(t: datetime | None, by: timedelta) -> datetime | None:
@@ -179,7 +170,7 @@ async def load_dataset(
         async with db.sessions() as s, s.begin():
             if db.is_postgres:
                 await s.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOAD_LOCK})
-            if not await _is_empty(s):
+            if not await is_empty(s):
                 raise StoreNotEmpty()
             for model, rows in _rows(dataset, shift or timedelta(0)):
                 if rows:

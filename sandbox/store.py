@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Table, bindparam, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from sandbox import codec
 from sandbox import idempotency as ledger
@@ -51,6 +52,17 @@ from tools.backend import (
 )
 
 T = TypeVar("T")
+
+
+async def store_is_empty(db: Database) -> bool:
+    """True when the store holds no customers (the condition for a load, and for seeding at start)."""
+    async with db.reader() as s, s.begin():
+        return await is_empty(s)
+
+
+async def is_empty(s: AsyncSession) -> bool:
+    """:func:`store_is_empty` inside a session the caller holds."""
+    return (await s.scalar(select(StoreCustomerRow.id).limit(1))) is None
 
 
 def _by_customer(customer_id: str) -> Any:

@@ -1,12 +1,9 @@
 """Start-up reads the migration graph without Alembic (``storage/revisions.py``): the same
 answer as Alembic's own script directory and migration context, a clear error for a version
-file it cannot read, and a serving process that never imports Alembic (nor the Shopify
-schema's documents, which only ``signoff shopify …`` needs)."""
+file it cannot read (that serving never imports Alembic: ``test_serving_imports.py``)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -98,14 +95,3 @@ async def test_the_database_revisions_are_the_migration_contexts(tmp_path: Path)
         assert (await schema.state(engine)).unknown == ("9999_from_the_future",)
     finally:
         await engine.dispose()
-
-
-def test_serving_imports_neither_alembic_nor_the_shopify_documents() -> None:
-    code = (
-        "import sys\n"
-        "import bot.app, bot.server, bot.cli.commands\n"
-        "bot.cli.commands._parser()\n"
-        "print(sorted(m for m in ('alembic', 'graphql', 'shopify.documents') if m in sys.modules))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr

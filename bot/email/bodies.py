@@ -15,11 +15,6 @@ from email.message import EmailMessage, Message
 from email.parser import BytesParser
 from typing import Any
 
-from inscriptis import Inscriptis
-from inscriptis.model.config import ParserConfig
-from lxml import etree
-from lxml import html as lxml_html
-
 #: One text body (a part or a field) is read up to this many characters; the rest is cut
 #: before the reply is extracted (the reply itself is capped again, see ``replies.MAX_TEXT``)
 #: and the customer is told that only the beginning was read.
@@ -31,7 +26,6 @@ MAX_NAMES = 10
 #: HTML elements that hold quoted history only (dropped before rendering); the customer's
 #: inline answers sit between them and stay. Other clients' history markers are text rules.
 QUOTED_HTML = ("//blockquote", "//div[contains(concat(' ', normalize-space(@class), ' '), ' yahoo_quoted ')]")
-_CONFIG = ParserConfig(display_links=False, display_images=False)
 #: Messages above this size have their bulk base64 runs (an attachment's data, never read)
 #: removed before parsing: ``email``'s parser takes seconds over 25 MB of base64 lines.
 #: A run is at least 20,000 lines (~1.5 MB); no text body we read is that long.
@@ -57,13 +51,20 @@ def html_to_text(markup: str) -> str:
     """HTML as the text a person reads, quoted blocks (``blockquote``, Yahoo's) left out."""
     if not markup.strip():
         return ""
+    # Imported at the first HTML body, not at start: lxml and inscriptis are ~4.6 MB of a
+    # serving process's memory, which a shop whose mail never carries HTML need not hold.
+    from inscriptis import Inscriptis
+    from inscriptis.model.config import ParserConfig
+    from lxml import etree
+    from lxml import html as lxml_html
+
     try:
         # Lone surrogates (JSON allows them) would end lxml's text at the first one.
         doc = lxml_html.document_fromstring(markup[:MAX_HTML].encode("utf-8", "replace").decode("utf-8"))
         for element in [e for path in QUOTED_HTML for e in doc.xpath(path)]:
             if element.getparent() is not None:
                 element.drop_tree()
-        return str(Inscriptis(doc, _CONFIG).get_text())
+        return str(Inscriptis(doc, ParserConfig(display_links=False, display_images=False)).get_text())
     except (etree.ParserError, ValueError, RecursionError):
         return ""
 

@@ -18,10 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-import dkim
-import dns.exception
-import dns.resolver
-
 from bot.email.dmarc import aligned, dmarc_policy
 from bot.email.parsing import InboundEmail
 
@@ -39,6 +35,9 @@ _BAD_VERDICTS = frozenset({"fail", "softfail", "permerror"})
 
 def dns_txt(name: str, *, timeout_s: float = 3.0) -> str | None:
     """The TXT record at ``name`` through the system resolver (dnspython), None when absent."""
+    import dns.exception  # at the first lookup, as dkimpy below: ~2.7 MB a process without mail need not hold
+    import dns.resolver
+
     try:
         answer = dns.resolver.resolve(name, "TXT", lifetime=timeout_s)
     except (dns.exception.DNSException, ValueError):
@@ -62,6 +61,8 @@ def dkim_aligned(raw: bytes, from_domain: str, lookup: TxtLookup) -> str | None:
     head = raw[: end if end >= 0 else raw.find(b"\n\n")][: 256 * 1024].lower()
     if b"dkim-signature:" not in head:  # unsigned: no need to parse a large message
         return None
+    import dkim  # at the first signed mail (see dns_txt)
+
     signers: list[str] = []
     try:
         checker = dkim.DKIM(raw, minkey=1024, timeout=5)

@@ -18,8 +18,6 @@ from email.message import EmailMessage
 from email.utils import formatdate
 from typing import Protocol
 
-import aiosmtplib
-
 from agent.notify import EscalationNotice, ShadowNotice
 from agent.outcomes import TurnResult
 from bot.email.config import SmtpConfig
@@ -61,6 +59,8 @@ class SmtpMailer:
         return self.config.from_address
 
     async def send(self, mail: OutgoingEmail) -> None:
+        import aiosmtplib  # at the first mail sent: a process that never sends one does not hold it
+
         c = self.config
         await aiosmtplib.send(
             compose(mail),
