@@ -108,6 +108,10 @@ class Worker:
         await asyncio.gather(*(self._run(job) for job in jobs))
         return len(jobs)
 
+    def _kinds(self) -> list[str]:
+        """The job kinds this worker runs (what it claims, and what wakes it)."""
+        return [RESUME_JOB, CONFIRM_JOB, *self.handlers]
+
     async def _claim(self, limit: int) -> list[Job]:
         loop = asyncio.get_running_loop()
         if loop.time() - self._last_sweep >= self.config.expiry_every_s:
@@ -118,7 +122,7 @@ class Worker:
         await self._maybe_checkpoint(loop.time())
         return await self.rt.s.jobs.claim(
             self.worker_id,
-            kinds=[RESUME_JOB, CONFIRM_JOB, *self.handlers],
+            kinds=self._kinds(),
             limit=limit,
             lease_s=self.config.lease_s,
             max_attempts=self.config.max_attempts,
@@ -233,7 +237,7 @@ class Worker:
         running: set[asyncio.Task[None]] = set()
         done, queued = asyncio.Event(), self.rt.s.jobs.queued
         limit = self.config.lag_limit_s
-        with LoopLag().timing() as lag, self.rt.s.jobs.hearing_others():
+        with LoopLag().timing() as lag, self.rt.s.jobs.hearing_others(kinds=self._kinds()):
             while not stop.is_set():
                 free = self.config.concurrency - len(running)
                 held = bool(running) and limit is not None and lag.behind(limit)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, cast
 
-from sqlalchemy import ColumnElement, Connection, CursorResult, Table, and_, func, select, update
+from sqlalchemy import ColumnElement, Connection, CursorResult, Table, and_, bindparam, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -34,6 +34,7 @@ from storage.db import Database, WriteContext
 from storage.faults import rerunnable
 from storage.models import JobRow
 from storage.notify import JOBS
+from storage.probe import probing
 from storage.records import wall_clock
 
 JobStatus = Literal["queued", "running", "done", "quarantined"]
@@ -41,6 +42,8 @@ Clock = Callable[[], datetime]
 
 _JOBS = cast(Table, JobRow.__table__)
 _ACTIVE = ("queued", "running")
+#: Whether any job is due (the claim's condition; :meth:`JobQueue.hearing_others` on SQLite).
+_DUE = select(_JOBS.c.id).where(_JOBS.c.status.in_(_ACTIVE), _JOBS.c.run_after <= bindparam("now")).limit(1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,10 +92,24 @@ class JobQueue:
         #: process's has (PostgreSQL).
         self.queued = asyncio.Event()
 
-    def hearing_others(self) -> contextlib.AbstractContextManager[None]:
-        """While the block lasts, a job another process commits sets :attr:`queued` too (on
-        PostgreSQL, :mod:`storage.notify`; on SQLite those wait for the worker's poll)."""
-        return self._db.heard(JOBS, lambda _payload: self.queued.set())
+    def hearing_others(self, *, kinds: Sequence[str] | None = None) -> contextlib.AbstractContextManager[None]:
+        """While the block lasts, a job another process commits sets :attr:`queued` too: on
+        PostgreSQL when it is queued (:mod:`storage.notify`), on SQLite once one of ``kinds`` is
+        due (:mod:`storage.probe`, within :data:`~storage.probe.EVERY_S`)."""
+        if self._db.is_postgres:
+            return self._db.heard(JOBS, lambda _payload: self.queued.set())
+        due = _DUE if kinds is None else _DUE.where(_JOBS.c.kind.in_(list(kinds)))
+
+        async def look() -> bool:
+            if self.queued.is_set():
+                return True  # the worker has yet to claim: nothing to ask
+            now = {"now": self._now()}
+            if await self._db.read(lambda conn: conn.execute(due, now).first()) is None:
+                return False
+            self.queued.set()
+            return True
+
+        return probing(look)
 
     def _now(self) -> datetime:
         return utc(self._clock())

@@ -9,8 +9,8 @@ that rolls back. Each process listens on one connection of its own (:class:`Noti
 
 A wake-up is a hint, never the record: the polls stay, and catch whatever a dropped listening
 connection missed (the listener reconnects with backoff and then wakes everyone once). SQLite has
-no ``NOTIFY``: there a process's own writes wake its worker and streams, another's wait for the
-poll.
+no ``NOTIFY``: there a process's own writes wake its worker and streams at once, another's within
+a probe's tick (:mod:`storage.probe`).
 """
 
 from __future__ import annotations

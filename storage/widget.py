@@ -27,6 +27,7 @@ from storage.db import Database
 from storage.fastsql import prepared
 from storage.models import WidgetEventRow, WidgetSessionRow
 from storage.notify import WIDGET, parse_widget
+from storage.probe import Look, probing
 from storage.records import aware, wall_clock
 
 #: How often an insert that lost the race for a ``seq`` is tried again.
@@ -80,6 +81,15 @@ _EVENTS_AFTER = prepared(
     select(_E)
     .where(_E.c.session_id == bindparam("sid"), _E.c.seq > bindparam("seq"))
     .order_by(_E.c.seq)
+    .limit(bindparam("limit"))
+)
+#: Events one SQLite probe reads at most (:meth:`WidgetStore.hearing`); more: everything is polled.
+PROBE_ROWS = 500
+_TOP_ID = prepared(select(func.max(_E.c.id)))
+_EVENTS_SINCE = prepared(
+    select(_E.c.id, _E.c.session_id, _E.c.seq)
+    .where(_E.c.id > bindparam("id"))
+    .order_by(_E.c.id)
     .limit(bindparam("limit"))
 )
 _COUNT_KIND = prepared(
@@ -266,8 +276,11 @@ class WidgetStore:
 
     def hearing(self, handler: Callable[[str | None, int], None]) -> contextlib.AbstractContextManager[None]:
         """While the block lasts, ``handler(session_id, seq)`` hears of each event any process
-        stores (PostgreSQL, :mod:`storage.notify`; on SQLite nothing); ``(None, 0)`` when the
-        listener has just reconnected: anything may have been missed."""
+        stores: on PostgreSQL when it commits (:mod:`storage.notify`), on SQLite within
+        :data:`~storage.probe.EVERY_S` (:mod:`storage.probe`); ``(None, 0)`` when anything may have
+        been missed (the listener has just reconnected, or more events came than one probe reads)."""
+        if not self._db.is_postgres:
+            return probing(self._prober(handler))
 
         def heard(payload: list[Any] | None) -> None:
             if payload is None:
@@ -276,6 +289,29 @@ class WidgetStore:
                 handler(*parsed)
 
         return self._db.heard(WIDGET, heard)
+
+    def _prober(self, handler: Callable[[str | None, int], None]) -> Look:
+        """One probe of :meth:`hearing` on SQLite: the events stored since the last one it saw."""
+        last: int | None = None
+
+        async def look() -> bool:
+            nonlocal last
+            if last is None:  # the first look: from here on
+                last = int(await self._db.read(lambda conn: conn.execute(_TOP_ID).scalar()) or 0)
+                return False
+            params = {"id": last, "limit": PROBE_ROWS}
+            rows = await self._db.read(lambda conn: conn.execute(_EVENTS_SINCE, params).all())
+            if not rows:
+                return False
+            last = int(rows[-1][0])
+            if len(rows) == PROBE_ROWS:
+                handler(None, 0)  # a burst: the caller looks at everything
+                return True
+            for _id, session_id, seq in rows:
+                handler(str(session_id), int(seq))
+            return True
+
+        return look
 
     async def latest(self, session_ids: Sequence[str]) -> dict[str, int]:
         """The largest ``seq`` of each of these sessions that has events (one query: the widget's

@@ -1,6 +1,7 @@
 """What wakes an open widget stream: this process's writes at once; other processes' writes at
-once on PostgreSQL (``NOTIFY``, :mod:`storage.notify`), and within a poll interval anyway — one
-query for all of the process's streams, not one per stream.
+once on PostgreSQL (``NOTIFY``, :mod:`storage.notify`) and within a probe's tick on SQLite
+(:mod:`storage.probe`, 50 ms), and within a poll interval anyway — one query for all of the
+process's streams, not one per stream.
 
 A write in this process wakes its session's streams through :data:`events.HUB` (``emit``).
 Another process's writes (a second replica, the worker on its own) are found by the face's one
@@ -95,8 +96,8 @@ class Watch:
         return False
 
     def _heard(self, session_id: str | None, seq: int) -> None:
-        """Some process stored event ``seq`` of ``session_id`` (PostgreSQL); ``None``: the
-        listener reconnected, so the store is polled now."""
+        """Some process stored event ``seq`` of ``session_id``; ``None``: some may have been
+        missed (the listener reconnected, or a burst), so the store is polled now."""
         if session_id is None:
             self._soon.set()
         else:
