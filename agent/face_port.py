@@ -27,12 +27,13 @@ from agent.runtime import Runtime
 from storage.audit import AuditEvent
 from storage.db import Database
 from storage.identities import Identity, IdentityLinks, Staff
-from storage.inbox import Accepted, DeliveryState, Inbound, InboundStatus, ThreadBinding
+from storage.inbox import Accepted, DeliveryState, Inbound, InboundStatus
 from storage.mailbox import SentMail
 from storage.opening import TurnState
 from storage.privacy import CustomerData
 from storage.records import Approval, Confirmation, Conversation
 from storage.rollout import OutsideActions, StaffAction
+from storage.thread_bindings import ThreadBinding
 from tools.context import Principal
 from tools.registry import ToolDef
 

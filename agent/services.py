@@ -21,13 +21,14 @@ from storage.db import Database
 from storage.gates import ConfirmationRepo
 from storage.handoffs import Handoffs
 from storage.identities import IdentityLinks, People
-from storage.inbox import Deliveries, Inbox, ThreadBindings
+from storage.inbox import Deliveries, Inbox
 from storage.jobs import JobQueue
 from storage.knowledge import Knowledge
 from storage.ledger import Ledger
 from storage.limits import UsageCounts
 from storage.locks import Locks
 from storage.records import wall_clock
+from storage.thread_bindings import ThreadBindings
 from tools.backend import CommerceBackend
 from tools.catalogue import build_registry, supported_by
 from tools.registry import Registry

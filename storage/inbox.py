@@ -15,21 +15,34 @@ is dead: the next attempt posts again (at least once, never lost).
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, cast
 
-from sqlalchemy import Connection, Table, bindparam, func, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Table,
+    bindparam,
+    exists,
+    func,
+    insert,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from storage.db import Database, WriteContext
 from storage.fastsql import prepared
 from storage.holders import is_dead, process_id
 from storage.jobs import JobQueue
-from storage.models import DeliveryRow, InboundRow, ProcessedEventRow, ThreadBindingRow
+from storage.models import DeliveryRow, InboundRow, JobRow, ProcessedEventRow
 from storage.records import aware, wall_clock
 
 InboundStatus = Literal["queued", "answered", "delivered", "ignored", "failed"]
@@ -38,6 +51,7 @@ INBOUND_JOB = "inbound"
 _KEYS = cast(Table, ProcessedEventRow.__table__)
 _DELIVERIES = cast(Table, DeliveryRow.__table__)
 _INBOUND = cast(Table, InboundRow.__table__)
+_JOBS = cast(Table, JobRow.__table__)
 MAX_KEY = 255
 
 
@@ -105,6 +119,49 @@ def _queued(conn: Connection, cap: int) -> int:
     return int(conn.execute(select(func.count()).select_from(waiting)).scalar_one())
 
 
+def _any_known(keys: Sequence[str]) -> Any:
+    return select(_KEYS.c.event_id).where(_KEYS.c.event_id.in_(list(keys))).limit(1)
+
+
+#: The columns the acceptance binds, of the message and of its turn's job.
+_MESSAGE = ("id", "face", "status", "payload", "result", "created_at", "updated_at")
+_TURN = ("kind", "payload", "dedup_key", "status", "attempts", "run_after", "created_at")
+
+
+@functools.lru_cache(maxsize=16)
+def _acceptance(keys: int, capped: bool) -> Any:
+    """The PostgreSQL acceptance (:meth:`Inbox._accept_pg`) of a message with ``keys`` distinct
+    keys (``k0``…), a row ``(known, room, id)``; built once per shape, its values all bound."""
+    given = [bindparam(f"k{n}", type_=_KEYS.c.event_id.type) for n in range(keys)]
+    room: ColumnElement[bool] = true()
+    if capped:
+        waiting = select(_INBOUND.c.id).where(_INBOUND.c.status == "queued").limit(bindparam("cap")).subquery()
+        room = select(func.count()).select_from(waiting).scalar_subquery() < bindparam("cap")
+    # Read once (a CTE is evaluated once), then each insert asks it.
+    known = exists(select(_KEYS.c.event_id).where(_KEYS.c.event_id.in_(given)))
+    gate = select(known.label("known"), room.label("room")).cte("gate")
+    go = select(gate.c.known).where(~gate.c.known, gate.c.room).exists()
+    source = bindparam("source", type_=_KEYS.c.source.type)
+    now = bindparam("now", type_=_KEYS.c.received_at.type)
+    recorded = [
+        insert(_KEYS)
+        .from_select(["event_id", "source", "received_at"], select(key, source, now).where(go))
+        .returning(_KEYS.c.event_id)
+        .cte(f"recorded{n}")
+        for n, key in enumerate(given)
+    ]
+    message = _insert_if(_INBOUND, "m_", _MESSAGE, go).returning(_INBOUND.c.id).cte("message")
+    turn = _insert_if(_JOBS, "j_", _TURN, go).returning(_JOBS.c.id).cte("turn")
+    accepted = select(message.c.id).scalar_subquery()
+    return prepared(select(gate.c.known, gate.c.room, accepted.label("id")).add_cte(*recorded, turn))
+
+
+def _insert_if(table: Table, prefix: str, names: tuple[str, ...], go: ColumnElement[bool]) -> Any:
+    """``INSERT INTO table SELECT <bound columns> WHERE go``, each bound as ``prefix + name``."""
+    typed = [bindparam(prefix + name, type_=table.c[name].type).label(name) for name in names]
+    return insert(table).from_select(list(names), select(*typed).where(go))
+
+
 class _Known(Exception):
     """A key was recorded by a concurrent delivery: roll the whole acceptance back."""
 
@@ -163,12 +220,62 @@ class Inbox:
             return Accepted(id=inbound_id, fresh=True)
 
         try:
-            accepted = await self._db.write(write)
+            if self._db.is_postgres:
+                accepted = await self._accept_pg(face, keys, payload, now, inbound_id, max_queued)
+            else:
+                accepted = await self._db.write(write)
         except _Known:
             return Accepted(id=None, fresh=False)
         if accepted.fresh:
             self._jobs.queued.set()  # committed: this process's worker takes it now
         return accepted
+
+    async def _accept_pg(
+        self,
+        face: str,
+        keys: Sequence[str],
+        payload: dict[str, Any],
+        now: datetime,
+        inbound_id: str,
+        max_queued: int | None,
+    ) -> Accepted:
+        """:meth:`accept` on PostgreSQL: one statement in autocommit, one round trip (it was
+        eight: ``BEGIN``, the key check, the queue count, each key, the message, the job,
+        ``COMMIT``). Its inserts are CTEs gated on "no key known, room in the queue", read in
+        the statement's one snapshot, so they all happen or none does. A concurrent delivery that
+        records a key first makes ours violate the key's primary key, and the whole statement
+        is undone: that is the redelivery answer, as the key check's would have been."""
+        row = {
+            "id": inbound_id,
+            "face": face,
+            "status": "queued",
+            "payload": payload,
+            "result": None,
+            "created_at": now,
+            "updated_at": now,
+        }
+        job = self._jobs.queued_values(INBOUND_JOB, {"inbound_id": inbound_id}, dedup_key=f"inbound:{inbound_id}")
+        distinct = list(dict.fromkeys(keys))
+        statement = _acceptance(len(distinct), max_queued is not None)
+        params: dict[str, Any] = {f"k{n}": key for n, key in enumerate(distinct)}
+        params.update(source=face[:16], now=now)
+        if max_queued is not None:
+            params["cap"] = max_queued
+        params.update({f"m_{name}": row[name] for name in _MESSAGE})
+        params.update({f"j_{name}": job[name] for name in _TURN})
+        try:
+            known, room, accepted_id = await self._db.write_statement(
+                lambda conn, _ctx: conn.execute(statement, params).one()
+            )
+        except IntegrityError:
+            if await self._db.read(lambda conn: conn.execute(_any_known(keys)).first()) is None:
+                raise  # not a key recorded meanwhile: a real fault
+            raise _Known from None
+        if known:
+            return Accepted(id=None, fresh=False)
+        if not room:
+            return Accepted(id=None, fresh=False, full=True)
+        return Accepted(id=str(accepted_id), fresh=True)
 
     async def get(self, inbound_id: str) -> Inbound | None:
         """The inbound item ``inbound_id``, if it exists."""
@@ -267,75 +374,6 @@ class Deliveries:
             return dict(row.ref) if row is not None and row.ref is not None else None
 
 
-@dataclass(frozen=True, kw_only=True)
-class ThreadBinding:
-    """An assist thread bound to a customer account by a rep."""
-
-    ref: str
-    customer_id: str
-    staff_id: str
-    created_at: datetime
-
-
-class ThreadBindings:
-    """Repository over ``thread_bindings``."""
-
-    def __init__(self, db: Database, *, clock: Clock | None = None) -> None:
-        self._db = db
-        self._clock = clock or wall_clock
-
-    async def bind(self, ref: str, *, customer_id: str, staff_id: str) -> ThreadBinding:
-        """Bind the thread ``ref`` to a customer's account for a staff member (replacing any binding)."""
-        now = self._clock()
-        async with self._db.sessions() as s, s.begin():
-            row = await s.get(ThreadBindingRow, ref)
-            if row is None:
-                row = ThreadBindingRow(
-                    ref=ref, customer_id=customer_id, staff_id=staff_id, created_at=now, updated_at=now
-                )
-                s.add(row)
-            else:
-                row.customer_id, row.staff_id, row.updated_at = customer_id, staff_id, now
-            await s.flush()
-            return ThreadBinding(
-                ref=ref, customer_id=customer_id, staff_id=staff_id, created_at=aware(row.created_at) or now
-            )
-
-    async def get(self, ref: str) -> ThreadBinding | None:
-        """The binding of thread ``ref``, if any."""
-        async with self._db.reader() as s:
-            row = await s.get(ThreadBindingRow, ref)
-            if row is None:
-                return None
-            return ThreadBinding(
-                ref=row.ref,
-                customer_id=row.customer_id,
-                staff_id=row.staff_id,
-                created_at=aware(row.created_at) or row.created_at,
-            )
-
-    async def of_staff(self, staff_id: str, *, limit: int = 50) -> list[ThreadBinding]:
-        """The staff member's bindings, most recent first."""
-        async with self._db.reader() as s:
-            rows = (
-                await s.execute(
-                    select(ThreadBindingRow)
-                    .where(ThreadBindingRow.staff_id == staff_id)
-                    .order_by(ThreadBindingRow.updated_at.desc())
-                    .limit(limit)
-                )
-            ).scalars()
-            return [
-                ThreadBinding(
-                    ref=r.ref,
-                    customer_id=r.customer_id,
-                    staff_id=r.staff_id,
-                    created_at=aware(r.created_at) or r.created_at,
-                )
-                for r in rows
-            ]
-
-
 __all__ = [
     "INBOUND_JOB",
     "Accepted",
@@ -344,6 +382,4 @@ __all__ = [
     "Inbound",
     "Inbox",
     "InboundStatus",
-    "ThreadBinding",
-    "ThreadBindings",
 ]

@@ -159,22 +159,29 @@ class JobQueue:
         stmt = self._insert_stmt(conn.dialect.name, kind, payload, dedup_key, run_after)
         return conn.execute(stmt).scalar_one_or_none()
 
+    def queued_values(
+        self, kind: str, payload: dict[str, Any], *, dedup_key: str | None = None, run_after: datetime | None = None
+    ) -> dict[str, Any]:
+        """A new job's columns, queued: what :meth:`enqueue` inserts (and a statement that inserts
+        one beside other rows, the inbox's acceptance on PostgreSQL)."""
+        now = self._now()
+        return {
+            "kind": kind,
+            "payload": payload,
+            "dedup_key": dedup_key,
+            "status": "queued",
+            "attempts": 0,
+            "run_after": now if run_after is None else utc(run_after),
+            "created_at": now,
+        }
+
     def _insert_stmt(
         self, dialect_name: str, kind: str, payload: dict[str, Any], dedup_key: str | None, run_after: datetime | None
     ) -> Any:
-        now = self._now()
         dialect = postgresql if dialect_name == "postgresql" else sqlite
         return (
             dialect.insert(_JOBS)
-            .values(
-                kind=kind,
-                payload=payload,
-                dedup_key=dedup_key,
-                status="queued",
-                attempts=0,
-                run_after=now if run_after is None else utc(run_after),
-                created_at=now,
-            )
+            .values(**self.queued_values(kind, payload, dedup_key=dedup_key, run_after=run_after))
             .on_conflict_do_nothing(index_elements=["dedup_key"])
             .returning(_JOBS.c.id)
         )
