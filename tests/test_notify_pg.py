@@ -18,7 +18,6 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from agent.llm.testing import ScriptedModel
 from agent.worker import Worker, WorkerConfig
-from bot.widget.watch import Watch
 from storage.db import Database
 from storage.jobs import Job, JobQueue
 from storage.models import JobRow
@@ -27,6 +26,7 @@ from storage.records import wall_clock
 from storage.widget import WidgetStore
 from tests.conftest import PG_URL, drop_pg, make_pg
 from tests.support import seeded
+from tests.wake_kit import stream_behind_is_woken, until
 
 pytestmark = pytest.mark.skipif(not PG_URL, reason="SIGNOFF_TEST_PG_URL not set")
 
@@ -95,7 +95,7 @@ async def test_a_rolled_back_job_and_another_schemas_wake_nothing(two: tuple[Dat
             await asyncio.sleep(0.5)
             assert heard == []
             await JobQueue(there).enqueue("other", {"n": 2})
-            await _until(lambda: heard == [[]])
+            await until(lambda: heard == [[]])
     finally:
         await elsewhere.dispose()
         await drop_pg(elsewhere_schema)
@@ -106,39 +106,11 @@ def _job_row(kind: str) -> dict[str, Any]:
     return {"kind": kind, "payload": {}, "status": "queued", "attempts": 0, "run_after": now, "created_at": now}
 
 
-async def _until(check: Any) -> None:
-    """Wait up to 5 s for ``check()``."""
-    for _ in range(250):
-        if check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("not heard in 5 s")
-
-
 async def test_a_widget_event_another_process_stores_wakes_the_stream_behind_it(
     two: tuple[Database, Database, str],
 ) -> None:
     here, there, _schema = two
-    store, theirs = WidgetStore(here), WidgetStore(there)
-    for sid in ("wss_a", "wss_b"):
-        await store.create(id=sid, secret=f"secret-{sid}", shop="s", ip_hash="h")
-        await store.append(sid, key=f"{sid}:0", kind="notice", data={"code": "x"})
-    watch = Watch(store, interval=60.0)
-    try:
-        with watch.listen("wss_a") as a, watch.listen("wss_b") as b:
-            a.seen, b.seen = 1, 1
-            await _listening(here)
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            await theirs.append("wss_a", key="wss_a:1", kind="notice", data={"code": "y"})
-            await asyncio.wait_for(a.woken.wait(), 5)
-            assert loop.time() - started < 2 and not b.woken.is_set()
-            b.seen = 3  # a stream already past what is stored is not woken by hearing of it
-            await theirs.append("wss_b", key="wss_b:1", kind="notice", data={"code": "y"})
-            await asyncio.sleep(0.5)
-            assert not b.woken.is_set()
-    finally:
-        await watch.close()
+    await stream_behind_is_woken(WidgetStore(here), WidgetStore(there), lambda: _listening(here), quiet_s=0.5)
 
 
 async def test_the_listener_comes_back_after_its_connection_is_dropped(two: tuple[Database, Database, str]) -> None:
@@ -151,12 +123,12 @@ async def test_the_listener_comes_back_after_its_connection_is_dropped(two: tupl
         dropped = notes.backend_pid
         async with there.engine.connect() as conn:
             await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": dropped})
-        await _until(lambda: not notes.listening.is_set())
+        await until(lambda: not notes.listening.is_set())
         await asyncio.wait_for(notes.listening.wait(), 10)
         assert notes.backend_pid not in (None, dropped)
-        await _until(lambda: heard == [None])  # reconnected: whatever was missed is looked for
+        await until(lambda: heard == [None])  # reconnected: whatever was missed is looked for
         await JobQueue(there).enqueue("other", {"n": 1})
-        await _until(lambda: heard == [None, []])
+        await until(lambda: heard == [None, []])
     assert here.notifications is notes
 
 
@@ -171,7 +143,7 @@ async def test_a_listener_lost_again_and_again_comes_back_soon_each_time(two: tu
                 await asyncio.wait_for(notes.listening.wait(), 5)
                 async with there.engine.connect() as conn:
                     await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": notes.backend_pid})
-                await _until(lambda: not notes.listening.is_set())
+                await until(lambda: not notes.listening.is_set())
             await asyncio.wait_for(notes.listening.wait(), 5)
     finally:
         await notes.close()

@@ -9,6 +9,7 @@ same file, with its own connections."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -19,7 +20,6 @@ import pytest
 
 from agent.llm.testing import ScriptedModel
 from agent.worker import Worker, WorkerConfig
-from bot.widget.watch import Watch
 from storage import widget as widget_store
 from storage.db import Database, create_database
 from storage.jobs import Job, JobQueue
@@ -27,6 +27,7 @@ from storage.probe import EVERY_S, probing
 from storage.widget import WidgetStore
 from tests.conftest import make_sqlite
 from tests.support import seeded
+from tests.wake_kit import stream_behind_is_woken, until
 
 
 @pytest.fixture
@@ -56,6 +57,19 @@ async def _worker(db: Database, handlers: dict[str, Any]) -> tuple[Worker, JobQu
     return Worker(h.runtime, config=WorkerConfig(poll_s=30.0), handlers=handlers), queue, claims
 
 
+@contextlib.asynccontextmanager
+async def running(worker: Worker) -> AsyncIterator[None]:
+    """The worker's loop for the block, its first claim (finding nothing) done: it waits out its poll."""
+    stop = asyncio.Event()
+    loop = asyncio.create_task(worker.run_forever(stop))
+    try:
+        await asyncio.sleep(0.3)
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(loop, 10)
+
+
 async def test_a_job_another_process_commits_is_claimed_within_a_tick(two: tuple[Database, Database]) -> None:
     here, there = two
     ran: asyncio.Queue[Job] = asyncio.Queue()
@@ -64,10 +78,7 @@ async def test_a_job_another_process_commits_is_claimed_within_a_tick(two: tuple
         await ran.put(job)
 
     worker, queue, claims = await _worker(here, {"other": handle})
-    stop = asyncio.Event()
-    running = asyncio.create_task(worker.run_forever(stop))
-    try:
-        await asyncio.sleep(0.3)  # the first claim found nothing: the worker waits out its poll
+    async with running(worker):
         loop = asyncio.get_running_loop()
         for n in range(3):
             started = loop.time()
@@ -78,9 +89,6 @@ async def test_a_job_another_process_commits_is_claimed_within_a_tick(two: tuple
         settled = list(claims)
         await asyncio.sleep(20 * EVERY_S)
         assert claims == settled and sum(claims) == 3, claims  # nothing due: the probe claims nothing
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, 10)
 
 
 async def test_own_jobs_other_kinds_and_later_jobs_cost_no_claim(two: tuple[Database, Database]) -> None:
@@ -91,10 +99,7 @@ async def test_own_jobs_other_kinds_and_later_jobs_cost_no_claim(two: tuple[Data
         await done.put(job)
 
     worker, queue, claims = await _worker(here, {"mine": handle})
-    stop = asyncio.Event()
-    running = asyncio.create_task(worker.run_forever(stop))
-    try:
-        await asyncio.sleep(0.3)
+    async with running(worker):
         await queue.enqueue("mine", {"n": 1})  # this process's own: woken at once, claimed once
         await asyncio.wait_for(done.get(), 5)
         await asyncio.sleep(5 * EVERY_S)
@@ -104,35 +109,17 @@ async def test_own_jobs_other_kinds_and_later_jobs_cost_no_claim(two: tuple[Data
         await asyncio.sleep(20 * EVERY_S)
         assert claims == settled and sum(claims) == 1, claims
         assert done.empty()
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, 10)
 
 
 async def test_a_widget_event_another_process_stores_wakes_the_stream_behind_it(
     two: tuple[Database, Database],
 ) -> None:
     here, there = two
-    store, theirs = WidgetStore(here), WidgetStore(there)
-    for sid in ("wss_a", "wss_b"):
-        await store.create(id=sid, secret=f"secret-{sid}", shop="s", ip_hash="h")
-        await store.append(sid, key=f"{sid}:0", kind="notice", data={"code": "x"})
-    watch = Watch(store, interval=60.0)
-    try:
-        with watch.listen("wss_a") as a, watch.listen("wss_b") as b:
-            a.seen, b.seen = 1, 1
-            await asyncio.sleep(3 * EVERY_S)  # the probe has noted where it starts
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            await theirs.append("wss_a", key="wss_a:1", kind="notice", data={"code": "y"})
-            await asyncio.wait_for(a.woken.wait(), 5)
-            assert loop.time() - started < 1 and not b.woken.is_set()
-            b.seen = 3  # a stream already past what is stored is not woken by hearing of it
-            await theirs.append("wss_b", key="wss_b:1", kind="notice", data={"code": "y"})
-            await asyncio.sleep(10 * EVERY_S)
-            assert not b.woken.is_set()
-    finally:
-        await watch.close()
+
+    async def ready() -> None:
+        await asyncio.sleep(3 * EVERY_S)  # the probe has noted where it starts
+
+    await stream_behind_is_woken(WidgetStore(here), WidgetStore(there), ready, quiet_s=10 * EVERY_S)
 
 
 async def test_a_burst_wider_than_one_probe_asks_for_everything(
@@ -146,10 +133,10 @@ async def test_a_burst_wider_than_one_probe_asks_for_everything(
     with store.hearing(lambda sid, seq: heard.append((sid, seq))):
         await asyncio.sleep(3 * EVERY_S)
         await theirs.append("wss_a", key="k1", kind="notice", data={})
-        await _until(lambda: heard == [("wss_a", 1)])
+        await until(lambda: heard == [("wss_a", 1)])
         for n in range(2, 7):
             await theirs.append("wss_a", key=f"k{n}", kind="notice", data={})
-        await _until(lambda: (None, 0) in heard)
+        await until(lambda: (None, 0) in heard)
         await asyncio.sleep(3 * EVERY_S)
     assert heard[0] == ("wss_a", 1) and (None, 0) in heard, heard
     assert all(seq > 3 for sid, seq in heard[heard.index((None, 0)) + 1 :] if sid), heard  # nothing heard twice
@@ -165,7 +152,7 @@ async def test_a_failing_probe_is_logged_once_and_keeps_going(caplog: pytest.Log
         return False
 
     with caplog.at_level(logging.WARNING, logger="storage.probe"), probing(look, every_s=0.01, idle_s=0.01):
-        await _until(lambda: len(looks) >= 6)
+        await until(lambda: len(looks) >= 6)
     warnings = [r for r in caplog.records if r.name == "storage.probe"]
     assert len(warnings) == 1 and "OSError" in warnings[0].getMessage()
     with pytest.raises(ValueError):
@@ -183,19 +170,10 @@ async def test_a_quiet_probe_looks_less_often_until_it_finds_something() -> None
         return found
 
     with probing(look, every_s=0.01, idle_s=0.5, quiet_s=0.05):
-        await _until(lambda: len(at) >= 8)  # quiet for 0.05 s, then half a second apart
+        await until(lambda: len(at) >= 8)  # quiet for 0.05 s, then half a second apart
         gaps = [b - a for a, b in zip(at, at[1:], strict=False)]
         assert min(gaps[6:]) >= 0.45 and min(gaps[:3]) < 0.45, gaps
         found = True
         before = len(at)
-        await _until(lambda: len(at) >= before + 5)  # found: every 0.01 s again
+        await until(lambda: len(at) >= before + 5)  # found: every 0.01 s again
         assert at[-1] - at[before] < 0.45, at[before:]
-
-
-async def _until(check: Any) -> None:
-    """Wait up to 5 s for ``check()``."""
-    for _ in range(250):
-        if check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("not heard in 5 s")
